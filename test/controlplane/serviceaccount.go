@@ -1,0 +1,50 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+// EnsureNamespace creates a namespace unless it exists.
+func (cp *ControlPlane) EnsureNamespace(ctx context.Context, name string) error {
+	_, err := cp.AdminClient().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// ServiceAccountConfig returns a client configuration that authenticates as
+// the ServiceAccount namespace/name with a token from the TokenRequest API,
+// exactly as a pod's projected token does. The namespace and ServiceAccount
+// are created when missing. Nothing is granted: RBAC decides.
+func (cp *ControlPlane) ServiceAccountConfig(ctx context.Context, namespace, name string) (*rest.Config, error) {
+	if err := cp.EnsureNamespace(ctx, namespace); err != nil {
+		return nil, err
+	}
+	admin := cp.AdminClient()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if _, err := admin.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create service account %s/%s: %w", namespace, name, err)
+	}
+	expiry := int64(3600)
+	token, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("request token for %s/%s: %w", namespace, name, err)
+	}
+	return &rest.Config{
+		Host:            cp.host,
+		BearerToken:     token.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.pki.caPEM},
+		QPS:             -1,
+		Burst:           -1,
+	}, nil
+}
