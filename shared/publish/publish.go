@@ -1,0 +1,233 @@
+// Package publish replaces one file atomically, so that a reader of the
+// target path sees either the previous content or the new content, whole,
+// and never a partial or mixed file, even across a crash or a full disk.
+//
+// The algorithm: write a temporary file in the target's folder (a rename
+// is only atomic within one file system), fsync it, rename it over the
+// target, then fsync the folder so that the rename itself survives a power
+// loss. Any failure before the rename removes the temporary file and leaves
+// the target untouched.
+package publish
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// tempInfix marks this package's temporary files: ".<target>.tmp-<random>".
+// The leading dot keeps them out of the way of readers that list the folder.
+const tempInfix = ".tmp-"
+
+// Result says what Publish did.
+type Result int
+
+const (
+	// Written: the target now holds the new content.
+	Written Result = iota
+	// Unchanged: the target already held exactly this content; nothing was
+	// written, so readers watching the folder see no event.
+	Unchanged
+)
+
+func (r Result) String() string {
+	if r == Unchanged {
+		return "unchanged"
+	}
+	return "written"
+}
+
+// File publishes content to one target path.
+type File struct {
+	path string
+	dir  string
+	perm fs.FileMode
+}
+
+// New prepares publication to path with the given file mode and removes
+// temporary files that an earlier process left behind when it crashed
+// between writing and renaming. The folder must exist.
+func New(path string, perm fs.FileMode) (*File, error) {
+	if path == "" {
+		return nil, errors.New("publish: empty target path")
+	}
+	f := &File{path: path, dir: filepath.Dir(path), perm: perm}
+	info, err := os.Stat(f.dir)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", path, err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("publish %s: %s is not a folder", path, f.dir)
+	}
+	if _, err := f.RemoveStaleTemps(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Path is the target path.
+func (f *File) Path() string { return f.path }
+
+func (f *File) tempPattern() string {
+	return "." + filepath.Base(f.path) + tempInfix
+}
+
+// RemoveStaleTemps deletes this target's leftover temporary files and
+// returns how many it removed. Only one publisher may own a target, so any
+// temporary file present when it starts is stale.
+func (f *File) RemoveStaleTemps() (int, error) {
+	entries, err := os.ReadDir(f.dir)
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", f.dir, err)
+	}
+	prefix := f.tempPattern()
+	removed := 0
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(f.dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	if err := errors.Join(errs...); err != nil {
+		return removed, fmt.Errorf("remove stale temporary files in %s: %w", f.dir, err)
+	}
+	return removed, nil
+}
+
+// ErrNotDurable is returned with Written when the new content is in place
+// and visible to readers but the folder could not be synced, so the rename
+// might not survive a power loss.
+var ErrNotDurable = errors.New("renamed into place but not synced to disk")
+
+// Publish atomically replaces the target with content, unless the target
+// already holds exactly that content. On any error other than ErrNotDurable
+// the target is unchanged and no temporary file is left behind.
+func (f *File) Publish(content []byte) (Result, error) {
+	if same, err := f.holds(content); err != nil {
+		return 0, err
+	} else if same {
+		return Unchanged, nil
+	}
+	renamed, err := f.replace(content)
+	if err != nil {
+		err = fmt.Errorf("publish %s: %w", f.path, err)
+		if renamed {
+			return Written, err
+		}
+		return 0, err
+	}
+	return Written, nil
+}
+
+// holds reports whether the target's content equals content. The file is
+// compared, not a remembered hash, so a target changed or removed behind
+// the publisher's back is rewritten.
+func (f *File) holds(content []byte) (bool, error) {
+	info, err := os.Stat(f.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("publish %s: %w", f.path, err)
+	}
+	if !info.Mode().IsRegular() || info.Size() != int64(len(content)) || info.Mode().Perm() != f.perm {
+		return false, nil
+	}
+	same, err := fileEquals(f.path, content)
+	if err != nil {
+		return false, fmt.Errorf("publish %s: read current content: %w", f.path, err)
+	}
+	return same, nil
+}
+
+// fileEquals compares a file with content in small chunks, so that the
+// check allocates nothing in proportion to the payload.
+func fileEquals(path string, content []byte) (bool, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = file.Close() }()
+	var buf [16 << 10]byte
+	for {
+		n, err := io.ReadFull(file, buf[:min(len(buf), len(content)+1)])
+		if n > len(content) || !bytes.Equal(buf[:n], content[:n]) {
+			return false, nil
+		}
+		content = content[n:]
+		switch {
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			return len(content) == 0, nil
+		case err != nil:
+			return false, err
+		}
+	}
+}
+
+// replace writes content through a temporary file; renamed reports whether
+// the new content reached the target path.
+func (f *File) replace(content []byte) (renamed bool, err error) {
+	tmp, err := os.CreateTemp(f.dir, f.tempPattern()+"*")
+	if err != nil {
+		return false, fmt.Errorf("create temporary file: %w", err)
+	}
+	tmpPath := tmp.Name()
+	defer func() {
+		if !renamed {
+			_ = tmp.Close()
+			if rmErr := os.Remove(tmpPath); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+				err = errors.Join(err, fmt.Errorf("remove temporary file: %w", rmErr))
+			}
+		}
+	}()
+
+	if _, err := tmp.Write(content); err != nil {
+		return false, fmt.Errorf("write temporary file: %w", err)
+	}
+	// CreateTemp makes the file 0600; readers in another container (the
+	// gateway) may run as another user.
+	if err := tmp.Chmod(f.perm); err != nil {
+		return false, fmt.Errorf("set mode of temporary file: %w", err)
+	}
+	// Without this fsync a crash after the rename could leave the target
+	// pointing at a file whose data never reached the disk: an empty file.
+	if err := tmp.Sync(); err != nil {
+		return false, fmt.Errorf("sync temporary file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return false, fmt.Errorf("close temporary file: %w", err)
+	}
+	if err := os.Rename(tmpPath, f.path); err != nil {
+		return false, fmt.Errorf("rename into place: %w", err)
+	}
+	renamed = true
+	// The rename is a change to the folder; it is durable only once the
+	// folder is synced. The new content is already visible to readers, so a
+	// failure here is reported but not undone.
+	if err := syncDir(f.dir); err != nil {
+		return true, fmt.Errorf("sync folder %s: %w: %w", f.dir, ErrNotDurable, err)
+	}
+	return true, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		_ = d.Close()
+		return err
+	}
+	return d.Close()
+}

@@ -1,0 +1,177 @@
+package publish_test
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/shared/publish"
+)
+
+func newFile(t *testing.T, dir string) *publish.File {
+	t.Helper()
+	f, err := publish.New(filepath.Join(dir, "routing-overlay.json"), 0o644)
+	require.NoError(t, err)
+	return f
+}
+
+// tempFiles lists the publisher's temporary files left in dir.
+func tempFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(dir, ".routing-overlay.json.tmp-*"))
+	require.NoError(t, err)
+	return matches
+}
+
+func TestPublishWritesTheContentWithTheRequestedMode(t *testing.T) {
+	dir := t.TempDir()
+	f := newFile(t, dir)
+
+	res, err := f.Publish([]byte("first"))
+	require.NoError(t, err)
+	assert.Equal(t, publish.Written, res)
+	got, err := os.ReadFile(f.Path())
+	require.NoError(t, err)
+	assert.Equal(t, "first", string(got))
+	info, err := os.Stat(f.Path())
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), info.Mode().Perm())
+
+	res, err = f.Publish([]byte("second, longer"))
+	require.NoError(t, err)
+	assert.Equal(t, publish.Written, res)
+	got, err = os.ReadFile(f.Path())
+	require.NoError(t, err)
+	assert.Equal(t, "second, longer", string(got))
+	assert.Empty(t, tempFiles(t, dir))
+}
+
+func TestPublishDoesNotRewriteIdenticalContent(t *testing.T) {
+	f := newFile(t, t.TempDir())
+	_, err := f.Publish([]byte("same"))
+	require.NoError(t, err)
+	before, err := os.Stat(f.Path())
+	require.NoError(t, err)
+
+	res, err := f.Publish([]byte("same"))
+	require.NoError(t, err)
+	assert.Equal(t, publish.Unchanged, res)
+	after, err := os.Stat(f.Path())
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(before, after), "an identical payload must not replace the file")
+}
+
+func TestPublishRewritesATargetChangedBehindItsBack(t *testing.T) {
+	f := newFile(t, t.TempDir())
+	_, err := f.Publish([]byte("mine"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(f.Path(), []byte("edit"), 0o644))
+
+	res, err := f.Publish([]byte("mine"))
+	require.NoError(t, err)
+	assert.Equal(t, publish.Written, res)
+	got, err := os.ReadFile(f.Path())
+	require.NoError(t, err)
+	assert.Equal(t, "mine", string(got))
+
+	require.NoError(t, os.Remove(f.Path()))
+	res, err = f.Publish([]byte("mine"))
+	require.NoError(t, err)
+	assert.Equal(t, publish.Written, res)
+}
+
+func TestNewRemovesStaleTemporaryFilesOnly(t *testing.T) {
+	dir := t.TempDir()
+	stale := []string{".routing-overlay.json.tmp-123", ".routing-overlay.json.tmp-crash"}
+	kept := []string{"routing-overlay.json", ".other.json.tmp-1", "notes.txt"}
+	for _, name := range append(append([]string{}, stale...), kept...) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644))
+	}
+
+	f := newFile(t, dir)
+	assert.Empty(t, tempFiles(t, dir))
+	for _, name := range kept {
+		assert.FileExists(t, filepath.Join(dir, name))
+	}
+	removed, err := f.RemoveStaleTemps()
+	require.NoError(t, err)
+	assert.Zero(t, removed)
+}
+
+func TestNewRefusesAMissingFolder(t *testing.T) {
+	_, err := publish.New(filepath.Join(t.TempDir(), "missing", "file.json"), 0o644)
+	require.Error(t, err)
+	_, err = publish.New("", 0o644)
+	require.Error(t, err)
+}
+
+func TestPublishOnAFullDiskKeepsThePreviousFile(t *testing.T) {
+	dir := smallFilesystem(t, "size=64k")
+	f := newFile(t, dir)
+	_, err := f.Publish([]byte("previous good content"))
+	require.NoError(t, err)
+
+	_, err = f.Publish(make([]byte, 256<<10))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+
+	got, err := os.ReadFile(f.Path())
+	require.NoError(t, err)
+	assert.Equal(t, "previous good content", string(got))
+	assert.Empty(t, tempFiles(t, dir), "the failed temporary file must be removed")
+
+	// Space is free again, so the next publish succeeds.
+	_, err = f.Publish([]byte("next good content"))
+	require.NoError(t, err)
+}
+
+func TestPublishToAReadOnlyFolderKeepsThePreviousFile(t *testing.T) {
+	dir := smallFilesystem(t, "size=64k")
+	f := newFile(t, dir)
+	_, err := f.Publish([]byte("previous good content"))
+	require.NoError(t, err)
+	remount(t, dir, "ro")
+
+	_, err = f.Publish([]byte("new content"))
+	require.ErrorIs(t, err, syscall.EROFS)
+	got, err := os.ReadFile(f.Path())
+	require.NoError(t, err)
+	assert.Equal(t, "previous good content", string(got))
+	assert.Empty(t, tempFiles(t, dir))
+}
+
+func TestPublishComparesTheWholeContent(t *testing.T) {
+	big := make([]byte, 40<<10) // larger than one comparison chunk
+	bigChanged := append([]byte(nil), big...)
+	bigChanged[len(bigChanged)-1] = 1
+	tests := []struct {
+		name     string
+		current  []byte
+		next     []byte
+		expected publish.Result
+	}{
+		{"same", []byte("abc"), []byte("abc"), publish.Unchanged},
+		{"shorter", []byte("abcdef"), []byte("abc"), publish.Written},
+		{"longer", []byte("abc"), []byte("abcdef"), publish.Written},
+		{"same size, other bytes", []byte("abc"), []byte("abd"), publish.Written},
+		{"empty to empty", []byte{}, []byte{}, publish.Unchanged},
+		{"large, same", big, big, publish.Unchanged},
+		{"large, last byte differs", big, bigChanged, publish.Written},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFile(t, t.TempDir())
+			_, err := f.Publish(tt.current)
+			require.NoError(t, err)
+			res, err := f.Publish(tt.next)
+			require.NoError(t, err)
+			assert.Equal(t, tt.expected, res)
+			got, err := os.ReadFile(f.Path())
+			require.NoError(t, err)
+			assert.Equal(t, tt.next, got)
+		})
+	}
+}
