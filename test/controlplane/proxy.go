@@ -1,0 +1,138 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+
+	"k8s.io/client-go/rest"
+)
+
+// Proxy is a TCP forwarder in front of kube-apiserver that a test can cut
+// and restore, so that one client loses the API while others (the admin
+// client changing things) keep it. Cutting closes every open connection
+// and refuses new ones until Restore.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex
+	cut     bool
+	conns   map[net.Conn]struct{}
+	closed  bool
+	serving sync.WaitGroup
+}
+
+// NewProxy starts a proxy to kube-apiserver on a free loopback port.
+func (cp *ControlPlane) NewProxy() (*Proxy, error) {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proxy listen: %w", err)
+	}
+	p := &Proxy{ln: ln, target: "127.0.0.1:" + strconv.Itoa(cp.apiPort), conns: map[net.Conn]struct{}{}}
+	p.serving.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Config returns base pointed at the proxy. The serving certificate names
+// 127.0.0.1, so TLS verification still holds.
+func (p *Proxy) Config(base *rest.Config) *rest.Config {
+	cfg := rest.CopyConfig(base)
+	cfg.Host = "https://" + p.ln.Addr().String()
+	return cfg
+}
+
+// Cut drops every connection and refuses new ones.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// Restore lets connections through again.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
+
+// Close stops the proxy and its connections.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.Cut()
+	err := p.ln.Close()
+	p.serving.Wait()
+	return err
+}
+
+func (p *Proxy) accept() {
+	defer p.serving.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		refuse := p.cut || p.closed
+		p.mu.Unlock()
+		if refuse {
+			_ = client.Close()
+			continue
+		}
+		p.serving.Add(1)
+		go p.forward(client)
+	}
+}
+
+func (p *Proxy) forward(client net.Conn) {
+	defer p.serving.Done()
+	server, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", p.target)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	if !p.track(client, server) {
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		_ = dst.Close()
+		_ = src.Close()
+		done <- struct{}{}
+	}
+	go pipe(server, client)
+	go pipe(client, server)
+	<-done
+	<-done
+	p.mu.Lock()
+	delete(p.conns, client)
+	delete(p.conns, server)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut || p.closed {
+		return false
+	}
+	for _, c := range conns {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+var errNoRevision = errors.New("etcd answered without a revision")
