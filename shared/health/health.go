@@ -1,0 +1,129 @@
+// Package health serves a binary's probes and metrics on one address:
+// /livez, /readyz, /startupz, /status (JSON) and /metrics.
+//
+// The address is bound before anything else starts, so that a port that
+// cannot be bound fails the process at once with a non-zero exit instead
+// of leaving a pod that never becomes ready for reasons nobody can see.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Checks are the answers behind the endpoints.
+type Checks struct {
+	// Ready answers /readyz, with a reason when not ready.
+	Ready func() (bool, string)
+	// Started answers /startupz.
+	Started func() bool
+	// Status is the /status document, encoded as JSON.
+	Status func() any
+}
+
+// NewRegistry returns a metrics registry with the Go runtime and process
+// collectors and a build-info series for binary.
+func NewRegistry(binary, version string) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gridsync_build_info",
+		Help: "Build information of the running binary; always 1.",
+	}, []string{"binary", "version", "goversion"})
+	info.WithLabelValues(binary, version, runtime.Version()).Set(1)
+	reg.MustRegister(info)
+	return reg
+}
+
+// Handler routes the endpoints.
+func Handler(checks Checks, gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		writeText(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, why := checks.Ready(); !ok {
+			writeText(w, http.StatusServiceUnavailable, "not ready: "+why)
+			return
+		}
+		writeText(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /startupz", func(w http.ResponseWriter, _ *http.Request) {
+		if !checks.Started() {
+			writeText(w, http.StatusServiceUnavailable, "not started: no valid overlay on disk yet")
+			return
+		}
+		writeText(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		body, err := json.Marshal(checks.Status(), jsontext.Multiline(true))
+		if err != nil {
+			writeText(w, http.StatusInternalServerError, "encode status: "+err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(append(body, '\n'))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func writeText(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = fmt.Fprintln(w, msg)
+}
+
+// Listen binds addr. Call it before starting the work the endpoints
+// report on, and exit non-zero when it fails.
+func Listen(ctx context.Context, addr string) (net.Listener, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("bind health address %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// Serve serves handler on ln until ctx is done, then shuts down within
+// shutdownGrace.
+func Serve(ctx context.Context, ln net.Listener, handler http.Handler, shutdownGrace time.Duration) error {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("health server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("health server shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("health server: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package overlaysync
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/shared/publish"
+)
+
+// observe handles one state of the ConfigMap: validate, then publish an
+// accepted new revision, or keep the last-known-good and report why not.
+func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
+	s.mu.Lock()
+	s.st.lastObservedAt = receivedAt
+	s.mu.Unlock()
+	s.metrics.lastObserved.Set(unixSeconds(receivedAt))
+	// The resourceVersion in /status is the last one fully handled.
+	defer func() {
+		s.mu.Lock()
+		s.st.resourceVersion = cm.ResourceVersion
+		s.mu.Unlock()
+	}()
+
+	data, ok := cm.Data[s.opts.DataKey]
+	if !ok {
+		s.reject(ReasonMissingDataKey, fmt.Sprintf("ConfigMap has no data key %q", s.opts.DataKey), cm.ResourceVersion)
+		return
+	}
+	res, err := envelope.Validate([]byte(data), s.validationOptions())
+	if err != nil {
+		var rej *envelope.Rejection
+		if errors.As(err, &rej) {
+			s.reject(string(rej.Reason), rej.Detail, cm.ResourceVersion)
+		}
+		return
+	}
+
+	s.mu.Lock()
+	s.st.observedRevision = res.Revision
+	unchanged := s.st.onDisk && s.st.writtenRevision == res.Revision
+	if unchanged {
+		// The same routing state (perhaps re-rendered with new
+		// timestamps): nothing to write, and nothing wrong any more.
+		s.st.degradedReason = ""
+		s.pending = nil
+	}
+	s.mu.Unlock()
+	if unchanged {
+		s.metrics.events.WithLabelValues(outcomeUnchanged, labelNone).Inc()
+		s.opts.Logger.Debug("overlay_unchanged", "revision", res.Revision, "resource_version", cm.ResourceVersion)
+		return
+	}
+	s.write(&accepted{data: []byte(data), result: res, receivedAt: receivedAt})
+}
+
+// write publishes an accepted envelope; a failed write keeps the
+// last-known-good file, marks the Syncer degraded and is retried.
+func (s *Syncer) write(a *accepted) {
+	log := s.opts.Logger
+	res, err := s.file.Publish(a.data)
+	doneAt := s.opts.Now()
+	if err != nil && res != publish.Written {
+		s.metrics.writes.WithLabelValues("failure").Inc()
+		s.mu.Lock()
+		s.st.degradedReason = ReasonWriteFailed
+		s.pending = a
+		s.mu.Unlock()
+		log.Error("overlay_write_failed", "revision", a.result.Revision, "output", s.opts.Output, "error", err)
+		return
+	}
+	if err != nil {
+		// In place and visible, but the folder sync failed.
+		log.Warn("overlay_write_not_durable", "revision", a.result.Revision, "error", err)
+	}
+	s.metrics.writes.WithLabelValues("success").Inc()
+	latency := doneAt.Sub(a.receivedAt)
+	s.metrics.deliveryLatency.Observe(latency.Seconds())
+	if rendered := a.result.Provenance.RenderedAt; !rendered.IsZero() && !doneAt.Before(rendered) {
+		s.metrics.renderToDisk.Observe(doneAt.Sub(rendered).Seconds())
+	}
+	s.metrics.lastWrite.Set(unixSeconds(doneAt))
+	s.metrics.events.WithLabelValues(outcomeAccepted, labelNone).Inc()
+
+	s.mu.Lock()
+	s.pending = nil
+	s.st.degradedReason = ""
+	s.st.restored = false
+	s.st.lastWrittenAt = doneAt
+	s.st.lastDeliveryLatency = latency
+	s.markOnDiskLocked(a.result.Revision, len(a.data))
+	s.mu.Unlock()
+	log.Info("overlay_published", "revision", a.result.Revision, "candidates", a.result.CandidateCount,
+		"bytes", len(a.data), "delivery_latency_ms", float64(latency.Microseconds())/1000)
+}
+
+// markOnDiskLocked records the revision now on disk. s.mu is held.
+func (s *Syncer) markOnDiskLocked(revision string, size int) {
+	s.st.writtenRevision = revision
+	s.st.payloadBytes = size
+	s.metrics.payloadBytes.Set(float64(size))
+	// One series: the previous revision's goes away.
+	s.metrics.revisionInfo.Reset()
+	s.metrics.revisionInfo.WithLabelValues(revision).Set(1)
+	if !s.st.onDisk {
+		s.st.onDisk = true
+		close(s.onDisk)
+	}
+}
+
+// reject keeps the last-known-good file and reports the bounded reason.
+// detail is for the log only; it never contains envelope content.
+func (s *Syncer) reject(reason, detail, resourceVersion string) {
+	now := s.opts.Now()
+	s.mu.Lock()
+	s.st.degradedReason = reason
+	s.st.observedRevision = ""
+	s.st.lastRejectionReason = reason
+	s.st.lastRejectionAt = now
+	serving := s.st.writtenRevision
+	s.mu.Unlock()
+	s.metrics.validationFailures.WithLabelValues(reason).Inc()
+	s.metrics.events.WithLabelValues(outcomeRejected, reason).Inc()
+	s.opts.Logger.Warn("overlay_rejected", "reason", reason, "detail", detail,
+		"resource_version", resourceVersion, "serving_revision", serving)
+}
+
+// absent handles a ConfigMap that is not there (deleted, or never created
+// yet): the file stays, the Syncer is degraded until it comes back.
+func (s *Syncer) absent(reason, resourceVersion string) {
+	s.mu.Lock()
+	s.st.degradedReason = reason
+	s.st.observedRevision = ""
+	s.st.resourceVersion = resourceVersion
+	s.pending = nil
+	serving := s.st.writtenRevision
+	s.mu.Unlock()
+	s.metrics.events.WithLabelValues(outcomeDeleted, reason).Inc()
+	s.opts.Logger.Warn("config_map_absent", "reason", reason, "serving_revision", serving)
+}
+
+// confirm records that the API server answered for the source at t.
+func (s *Syncer) confirm(t time.Time) {
+	s.mu.Lock()
+	s.st.lastConfirmedAt = t
+	recovered := s.st.degradedReason == ReasonAPIUnreachable
+	if recovered {
+		s.st.degradedReason = ""
+	}
+	s.mu.Unlock()
+	if recovered {
+		s.opts.Logger.Info("api_reachable")
+	}
+}
+
+// apiUnreachable marks the Syncer degraded while the API cannot be used.
+// The first failure is a warning; repeats are debug, so an outage does not
+// flood the log.
+func (s *Syncer) apiUnreachable(op string, err error) {
+	s.mu.Lock()
+	first := s.st.degradedReason != ReasonAPIUnreachable
+	s.st.degradedReason = ReasonAPIUnreachable
+	s.mu.Unlock()
+	if first {
+		s.opts.Logger.Warn("api_unreachable", "op", op, "error", err)
+	} else {
+		s.opts.Logger.Debug("api_unreachable", "op", op, "error", err)
+	}
+}
+
+func (s *Syncer) hasPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending != nil
+}
+
+func (s *Syncer) retryPending() {
+	s.mu.Lock()
+	p := s.pending
+	s.mu.Unlock()
+	if p != nil {
+		s.write(p)
+	}
+}
+
+func unixSeconds(t time.Time) float64 {
+	return float64(t.UnixNano()) / 1e9
+}

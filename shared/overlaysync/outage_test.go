@@ -1,0 +1,163 @@
+package overlaysync_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/test/controlplane"
+)
+
+// fastRetry keeps outage tests short: the production backoff starts at 1s.
+func fastRetry(opts overlaysync.Options) overlaysync.Options {
+	opts.BackoffMin, opts.BackoffMax = 50*time.Millisecond, 200*time.Millisecond
+	return opts
+}
+
+func TestCatchesUpAfterKubeAPIServerRestartWithoutRestarting(t *testing.T) {
+	g := newGateway(t)
+	r := g.start(fastRetry(g.options()))
+	doc, _ := g.envelopeFor(1)
+	r.waitObserved(t, g.putEnvelope(doc))
+
+	require.NoError(t, cp.StopAPIServer())
+	st := r.waitStatus(t, "degraded while the API is down", func(st overlaysync.Status) bool {
+		return st.DegradedReason == overlaysync.ReasonAPIUnreachable
+	})
+	assert.True(t, st.Ready, "the last-known-good keeps serving")
+	assert.Equal(t, overlaysync.StateReadyDegraded, st.State)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, cp.StartAPIServer(ctx))
+
+	next, revision := g.envelopeFor(2)
+	st = r.waitObserved(t, g.putEnvelope(next))
+	assert.Equal(t, overlaysync.StateReady, st.State)
+	assert.Equal(t, revision, st.WrittenRevision)
+	assert.Equal(t, string(next), readOutput(t, g.output()))
+	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_reconnects_total", "reason", "watch_error"))
+}
+
+func TestNoticesChangesAndADeletionMadeWhileDisconnected(t *testing.T) {
+	g := newGateway(t)
+	proxy, err := cp.NewProxy()
+	require.NoError(t, err)
+	defer func() { _ = proxy.Close() }()
+	r := g.start(fastRetry(g.options()), proxy.Config(g.saConfig))
+	first, firstRevision := g.envelopeFor(1)
+	r.waitObserved(t, g.putEnvelope(first))
+
+	// Changed while the sidecar is cut off: the change must arrive.
+	proxy.Cut()
+	r.waitStatus(t, "cut off", func(st overlaysync.Status) bool { return st.DegradedReason == overlaysync.ReasonAPIUnreachable })
+	second, secondRevision := g.envelopeFor(2)
+	g.putEnvelope(second)
+	proxy.Restore()
+	st := r.waitStatus(t, "change made while cut off delivered", func(st overlaysync.Status) bool { return st.WrittenRevision == secondRevision })
+	assert.Equal(t, overlaysync.StateReady, st.State)
+	assert.NotEqual(t, firstRevision, secondRevision)
+
+	// Deleted while cut off: noticed after reconnecting, file kept.
+	proxy.Cut()
+	r.waitStatus(t, "cut off again", func(st overlaysync.Status) bool { return st.DegradedReason == overlaysync.ReasonAPIUnreachable })
+	g.delete()
+	proxy.Restore()
+	st = r.waitStatus(t, "deletion noticed", func(st overlaysync.Status) bool { return st.DegradedReason == overlaysync.ReasonDeleted })
+	assert.True(t, st.Ready)
+	assert.Equal(t, string(second), readOutput(t, g.output()))
+}
+
+// After etcd compaction and a kube-apiserver restart (its watch cache
+// starts afresh), resuming the watch from the old resourceVersion gets
+// 410 Gone: the sidecar must relist and catch up.
+func TestRelistsAfterCompactionAnswers410Gone(t *testing.T) {
+	g := newGateway(t)
+	proxy, err := cp.NewProxy()
+	require.NoError(t, err)
+	defer func() { _ = proxy.Close() }()
+	r := g.start(fastRetry(g.options()), proxy.Config(g.saConfig))
+	first, _ := g.envelopeFor(1)
+	r.waitObserved(t, g.putEnvelope(first))
+
+	proxy.Cut()
+	r.waitStatus(t, "cut off", func(st overlaysync.Status) bool { return st.DegradedReason == overlaysync.ReasonAPIUnreachable })
+	second, secondRevision := g.envelopeFor(2)
+	g.putEnvelope(second)
+	churn(t, g.namespace, 20)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = cp.CompactEtcd(ctx)
+	require.NoError(t, err)
+	require.NoError(t, cp.StopAPIServer())
+	require.NoError(t, cp.StartAPIServer(ctx))
+	proxy.Restore()
+
+	st := r.waitStatus(t, "caught up after 410", func(st overlaysync.Status) bool { return st.WrittenRevision == secondRevision })
+	assert.Equal(t, overlaysync.StateReady, st.State)
+	assert.Equal(t, string(second), readOutput(t, g.output()))
+	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_reconnects_total", "reason", "expired"), "the watch must have been answered 410 Gone")
+}
+
+// churn writes other ConfigMaps so that the store moves on.
+func churn(t *testing.T, namespace string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := cp.AdminClient()
+	for i := range n {
+		_, err := admin.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("churn-%d", i)},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+}
+
+func TestExpireAfterWithdrawsReadinessWhenTheSourceGoesUnconfirmed(t *testing.T) {
+	g := newGateway(t)
+	proxy, err := cp.NewProxy()
+	require.NoError(t, err)
+	defer func() { _ = proxy.Close() }()
+	opts := fastRetry(g.options())
+	opts.ExpireAfter = time.Second
+	r := g.start(opts, proxy.Config(g.saConfig))
+	doc, _ := g.envelopeFor(1)
+	r.waitObserved(t, g.putEnvelope(doc))
+	assert.True(t, r.Status().Ready)
+
+	proxy.Cut()
+	st := r.waitStatus(t, "stale after expire-after", func(st overlaysync.Status) bool { return st.State == overlaysync.StateStale })
+	assert.False(t, st.Ready)
+	assert.Contains(t, st.NotReadyReason, "not confirmed")
+	assert.Zero(t, r.metric(t, "grid_overlay_sync_ready"), "the ready gauge follows /readyz")
+	assert.True(t, r.Started(), "the overlay is still on disk")
+
+	proxy.Restore()
+	r.waitStatus(t, "ready again", func(st overlaysync.Status) bool { return st.Ready })
+	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_ready"))
+}
+
+func TestIdleWatchIsRestarted(t *testing.T) {
+	g := newGateway(t)
+	opts := g.options()
+	opts.WatchIdleTimeout = 300 * time.Millisecond
+	r := g.start(opts)
+	doc, _ := g.envelopeFor(1)
+	r.waitObserved(t, g.putEnvelope(doc))
+	require.Eventually(t, func() bool {
+		return r.metric(t, "grid_overlay_sync_watch_reconnects_total", "reason", "idle") >= 2
+	}, 10*time.Second, 20*time.Millisecond)
+
+	next, revision := g.envelopeFor(2)
+	st := r.waitObserved(t, g.putEnvelope(next))
+	assert.Equal(t, revision, st.WrittenRevision)
+}
+
+var _ = controlplane.BinDirEnv

@@ -1,0 +1,131 @@
+package overlaysync
+
+import (
+	"fmt"
+	"time"
+)
+
+// States reported by /status.
+const (
+	// StateCold: no valid overlay is on disk yet; not ready.
+	StateCold = "cold"
+	// StateReady: the last-known-good overlay is on disk and the source
+	// agrees with it.
+	StateReady = "ready"
+	// StateReadyDegraded: the last-known-good overlay serves, but the
+	// source is rejected, deleted or unreachable, or a write failed.
+	StateReadyDegraded = "ready_degraded"
+	// StateStale: an overlay is on disk but the source has not been
+	// confirmed within ExpireAfter; readiness is withdrawn.
+	StateStale = "stale"
+)
+
+// Degraded reasons beyond the envelope's rejection reasons. Together they
+// form the closed set of the degraded_reason field and of metric labels.
+const (
+	ReasonMissingDataKey = "missing_data_key"
+	ReasonNotFound       = "not_found"
+	ReasonDeleted        = "deleted"
+	ReasonAPIUnreachable = "api_unreachable"
+	ReasonWriteFailed    = "write_failed"
+)
+
+// state is the Syncer's mutable view of delivery, guarded by Syncer.mu.
+type state struct {
+	onDisk              bool // a valid overlay for this scope is on disk
+	restored            bool // ... and it was found there at start
+	writtenRevision     string
+	observedRevision    string
+	resourceVersion     string
+	degradedReason      string
+	lastRejectionReason string
+	lastRejectionAt     time.Time
+	lastObservedAt      time.Time
+	lastWrittenAt       time.Time
+	lastConfirmedAt     time.Time
+	lastDeliveryLatency time.Duration
+	payloadBytes        int
+}
+
+// Status is the /status document. It carries revisions, reasons and
+// times, never envelope content.
+type Status struct {
+	State          string `json:"state"`
+	Ready          bool   `json:"ready"`
+	NotReadyReason string `json:"not_ready_reason,omitempty"`
+	Degraded       bool   `json:"degraded"`
+	DegradedReason string `json:"degraded_reason,omitempty"`
+	// Restored: the overlay on disk was found there at start (a restarted
+	// container) and has not been replaced since.
+	Restored bool `json:"restored"`
+
+	Source SourceStatus `json:"source"`
+	Output string       `json:"output"`
+
+	ObservedRevision string `json:"observed_revision,omitempty"`
+	WrittenRevision  string `json:"written_revision,omitempty"`
+
+	LastRejectionReason string    `json:"last_rejection_reason,omitempty"`
+	LastRejectionAt     time.Time `json:"last_rejection_at,omitzero"`
+	LastObservedAt      time.Time `json:"last_observed_at,omitzero"`
+	LastWrittenAt       time.Time `json:"last_written_at,omitzero"`
+	LastConfirmedAt     time.Time `json:"last_confirmed_at,omitzero"`
+	// LastDeliveryLatencySeconds: from receiving the update from the API
+	// server to the new file being in place.
+	LastDeliveryLatencySeconds float64 `json:"last_delivery_latency_seconds,omitempty"`
+	PayloadBytes               int     `json:"payload_bytes,omitempty"`
+}
+
+// SourceStatus names the watched ConfigMap.
+type SourceStatus struct {
+	Namespace       string `json:"namespace"`
+	ConfigMap       string `json:"config_map"`
+	DataKey         string `json:"data_key"`
+	ResourceVersion string `json:"resource_version,omitempty"`
+}
+
+// readiness applies the readiness policy: ready once a valid overlay is on
+// disk, and for as long as the last-known-good serves, unless the source
+// has gone unconfirmed for longer than expireAfter.
+func (st *state) readiness(now time.Time, expireAfter time.Duration) (bool, string) {
+	if !st.onDisk {
+		return false, "no valid overlay on disk yet"
+	}
+	if expireAfter > 0 {
+		if age := now.Sub(st.lastConfirmedAt); age > expireAfter {
+			return false, fmt.Sprintf("source not confirmed for %s (expire-after %s)", age.Round(time.Second), expireAfter)
+		}
+	}
+	return true, ""
+}
+
+func (st *state) status(now time.Time, expireAfter time.Duration) Status {
+	ready, why := st.readiness(now, expireAfter)
+	s := Status{
+		Ready:                      ready,
+		NotReadyReason:             why,
+		Degraded:                   st.degradedReason != "",
+		DegradedReason:             st.degradedReason,
+		Restored:                   st.restored,
+		ObservedRevision:           st.observedRevision,
+		WrittenRevision:            st.writtenRevision,
+		LastRejectionReason:        st.lastRejectionReason,
+		LastRejectionAt:            st.lastRejectionAt,
+		LastObservedAt:             st.lastObservedAt,
+		LastWrittenAt:              st.lastWrittenAt,
+		LastConfirmedAt:            st.lastConfirmedAt,
+		LastDeliveryLatencySeconds: st.lastDeliveryLatency.Seconds(),
+		PayloadBytes:               st.payloadBytes,
+	}
+	switch {
+	case !st.onDisk:
+		s.State = StateCold
+	case !ready:
+		s.State = StateStale
+	case s.Degraded:
+		s.State = StateReadyDegraded
+	default:
+		s.State = StateReady
+	}
+	return s
+}

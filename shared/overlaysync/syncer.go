@@ -1,0 +1,381 @@
+package overlaysync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/shared/publish"
+)
+
+// Syncer delivers one overlay ConfigMap to one file.
+type Syncer struct {
+	opts    Options
+	client  rest.Interface
+	file    *publish.File
+	metrics *metrics
+
+	mu sync.Mutex
+	st state
+	// pending is an accepted envelope whose write failed; it is retried.
+	pending *accepted
+	// onDisk is closed once a valid overlay is on disk.
+	onDisk chan struct{}
+}
+
+// accepted is a validated envelope on its way to disk.
+type accepted struct {
+	data       []byte
+	result     envelope.Result
+	receivedAt time.Time
+}
+
+// New prepares a Syncer: it removes stale temporary files next to the
+// output and restores a valid overlay already on disk (a restarted
+// container keeps its emptyDir) as last-known-good, so the gateway stays
+// ready across a sidecar restart. A corrupt or foreign file on disk is not
+// restored; the first valid update replaces it.
+//
+// config is the API client configuration (a ServiceAccount's, in a pod).
+func New(config *rest.Config, opts Options) (*Syncer, error) {
+	opts.defaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("overlay sync: %w", err)
+	}
+	client, err := newCoreClient(config)
+	if err != nil {
+		return nil, err
+	}
+	file, err := publish.New(opts.Output, opts.FileMode)
+	if err != nil {
+		return nil, err
+	}
+	s := &Syncer{opts: opts, client: client, file: file, onDisk: make(chan struct{})}
+	s.metrics = newMetrics(opts.Registerer, s.isReady, s.isDegraded)
+	s.restore()
+	return s, nil
+}
+
+func (s *Syncer) validationOptions() envelope.Options {
+	return envelope.Options{MaxBytes: s.opts.MaxBytes, Expect: s.opts.Expect, AcceptLegacy: s.opts.AcceptLegacy}
+}
+
+func (s *Syncer) restore() {
+	log := s.opts.Logger
+	data, err := os.ReadFile(s.opts.Output)
+	if errors.Is(err, os.ErrNotExist) {
+		log.Info("output_empty", "output", s.opts.Output)
+		return
+	}
+	if err != nil {
+		log.Warn("output_unreadable", "output", s.opts.Output, "error", err)
+		return
+	}
+	res, err := envelope.Validate(data, s.validationOptions())
+	if err != nil {
+		log.Warn("output_invalid", "output", s.opts.Output, "reason", envelope.RejectionReason(err))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.restored = true
+	// The restored file stands for the source until the API says
+	// otherwise; expiry counts from now.
+	s.st.lastConfirmedAt = s.opts.Now()
+	s.markOnDiskLocked(res.Revision, len(data))
+	log.Info("overlay_restored", "revision", res.Revision, "output", s.opts.Output)
+}
+
+// WaitOnDisk returns a channel closed once a valid overlay is on disk.
+func (s *Syncer) WaitOnDisk() <-chan struct{} { return s.onDisk }
+
+// Started reports whether a valid overlay is on disk (/startupz).
+func (s *Syncer) Started() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.onDisk
+}
+
+// Ready applies the readiness policy (/readyz) and says why not.
+func (s *Syncer) Ready() (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.readiness(s.opts.Now(), s.opts.ExpireAfter)
+}
+
+func (s *Syncer) isReady() bool { ok, _ := s.Ready(); return ok }
+
+func (s *Syncer) isDegraded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.degradedReason != ""
+}
+
+// Status returns the /status document.
+func (s *Syncer) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st.status(s.opts.Now(), s.opts.ExpireAfter)
+	st.Source = SourceStatus{Namespace: s.opts.Namespace, ConfigMap: s.opts.ConfigMap, DataKey: s.opts.DataKey, ResourceVersion: s.st.resourceVersion}
+	st.Output = s.opts.Output
+	return st
+}
+
+// Run delivers until ctx is done (nil) or, with Options.Once, until a
+// valid overlay is on disk. It never returns because the API server is
+// unreachable: it backs off and tries again.
+func (s *Syncer) Run(ctx context.Context) error {
+	s.opts.Logger.Info("sync_started", "namespace", s.opts.Namespace, "config_map", s.opts.ConfigMap, "data_key", s.opts.DataKey, "output", s.opts.Output)
+	retry := newBackoff(s.opts.BackoffMin, s.opts.BackoffMax)
+	relist := true
+	var rv string
+	for {
+		if s.opts.Once && s.Started() {
+			return nil
+		}
+		if relist {
+			var err error
+			rv, err = s.list(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil //nolint:nilerr // the list failed because we are shutting down
+				}
+				s.apiUnreachable("list", err)
+				s.metrics.reconnects.WithLabelValues(reconnectListError).Inc()
+				if !sleep(ctx, retry.Next()) {
+					return nil
+				}
+				continue
+			}
+			retry.Reset()
+			relist = false
+			continue
+		}
+
+		end, lastRV, err := s.watch(ctx, rv)
+		rv = lastRV
+		switch end {
+		case watchDone:
+			return nil
+		case watchExpired:
+			s.opts.Logger.Info("watch_expired", "resource_version", rv)
+			s.metrics.reconnects.WithLabelValues(reconnectExpired).Inc()
+			relist = true
+		case watchClosed:
+			s.opts.Logger.Debug("watch_closed", "resource_version", rv)
+			s.metrics.reconnects.WithLabelValues(reconnectClosed).Inc()
+			retry.Reset()
+		case watchIdle:
+			s.opts.Logger.Warn("watch_idle", "resource_version", rv, "idle_timeout", s.opts.WatchIdleTimeout.String())
+			s.metrics.reconnects.WithLabelValues(reconnectIdle).Inc()
+		case watchFailed:
+			s.apiUnreachable("watch", err)
+			s.metrics.reconnects.WithLabelValues(reconnectWatchError).Inc()
+			// Resume from the last resourceVersion: the events missed while
+			// the API was away, a deletion included, are replayed, or the
+			// server answers 410 and a relist finds the current state.
+			if !sleep(ctx, retry.Next()) {
+				return nil
+			}
+		}
+	}
+}
+
+// request starts a request for the ConfigMap collection. client-go's own
+// retries are off: on a dropped connection they would wait up to ten
+// seconds and then hand back an empty watch that looks like a normal
+// close, hiding the outage. The Syncer's backoff decides instead.
+func (s *Syncer) request() *rest.Request {
+	return s.client.Get().
+		Namespace(s.opts.Namespace).
+		Resource("configmaps").
+		MaxRetries(0)
+}
+
+func (s *Syncer) selector() string {
+	return fields.OneTermEqualSelector("metadata.name", s.opts.ConfigMap).String()
+}
+
+// listTimeout bounds one list call; a watch is bounded by the idle timeout.
+const listTimeout = 30 * time.Second
+
+// list reads the current state of the one ConfigMap and returns the list's
+// resourceVersion to watch from.
+func (s *Syncer) list(ctx context.Context) (string, error) {
+	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	list := &corev1.ConfigMapList{}
+	err := s.request().
+		VersionedParams(&metav1.ListOptions{FieldSelector: s.selector()}, parameterCodec).
+		Do(lctx).Into(list)
+	if err != nil {
+		return "", err
+	}
+	receivedAt := s.opts.Now()
+	s.confirm(receivedAt)
+	if len(list.Items) == 0 {
+		s.absent(ReasonNotFound, list.ResourceVersion)
+	} else {
+		s.observe(&list.Items[0], receivedAt)
+	}
+	return list.ResourceVersion, nil
+}
+
+type watchEnd int
+
+const (
+	watchDone watchEnd = iota
+	watchClosed
+	watchExpired
+	watchIdle
+	watchFailed
+)
+
+// watch follows the ConfigMap from rv until the watch ends, and returns
+// how it ended and the last resourceVersion seen.
+func (s *Syncer) watch(ctx context.Context, rv string) (watchEnd, string, error) {
+	// Spread server-side watch timeouts over 5 to 10 minutes, as client-go's
+	// reflector does, so that a fleet does not reconnect in step.
+	timeout := int64((5*time.Minute + rand.N(5*time.Minute)) / time.Second)
+	w, err := s.request().VersionedParams(&metav1.ListOptions{
+		Watch:               true,
+		FieldSelector:       s.selector(),
+		ResourceVersion:     rv,
+		AllowWatchBookmarks: true,
+		TimeoutSeconds:      &timeout,
+	}, parameterCodec).Watch(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return watchDone, rv, nil
+		}
+		if isExpired(err) {
+			return watchExpired, rv, nil
+		}
+		return watchFailed, rv, err
+	}
+	defer w.Stop()
+
+	// client-go answers a connection dropped during the request with a
+	// stand-in watch that is already closed. A live stream is proof that
+	// the API server serves the source again; the stand-in is not.
+	var first *watch.Event
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok {
+			return watchFailed, rv, errShortWatch
+		}
+		first = &ev
+	default:
+	}
+	s.confirm(s.opts.Now())
+
+	idle := time.NewTimer(s.opts.WatchIdleTimeout)
+	defer idle.Stop()
+	var retryC <-chan time.Time
+	for {
+		if first != nil {
+			ev := *first
+			first = nil
+			if end, done := s.handleEvent(ev, &rv); done {
+				return end.kind, rv, end.err
+			}
+			continue
+		}
+		if s.hasPending() && retryC == nil {
+			retryC = time.After(s.opts.RetryWrite)
+		}
+		select {
+		case <-ctx.Done():
+			return watchDone, rv, nil
+		case <-idle.C:
+			return watchIdle, rv, nil
+		case <-retryC:
+			retryC = nil
+			s.retryPending()
+		case ev, ok := <-w.ResultChan():
+			if ctx.Err() != nil {
+				return watchDone, rv, nil
+			}
+			if !ok {
+				return watchClosed, rv, nil
+			}
+			idle.Reset(s.opts.WatchIdleTimeout)
+			if end, done := s.handleEvent(ev, &rv); done {
+				return end.kind, rv, end.err
+			}
+		}
+	}
+}
+
+type ending struct {
+	kind watchEnd
+	err  error
+}
+
+// handleEvent applies one watch event and advances *rv; done says the
+// watch must end.
+func (s *Syncer) handleEvent(ev watch.Event, rv *string) (ending, bool) {
+	receivedAt := s.opts.Now()
+	switch ev.Type {
+	case watch.Added, watch.Modified:
+		cm, ok := ev.Object.(*corev1.ConfigMap)
+		if !ok {
+			return ending{watchFailed, fmt.Errorf("unexpected %T in watch", ev.Object)}, true
+		}
+		*rv = cm.ResourceVersion
+		s.confirm(receivedAt)
+		s.observe(cm, receivedAt)
+		if s.opts.Once && s.Started() {
+			return ending{kind: watchDone}, true
+		}
+	case watch.Deleted:
+		if obj, err := meta.Accessor(ev.Object); err == nil {
+			*rv = obj.GetResourceVersion()
+		}
+		s.confirm(receivedAt)
+		s.absent(ReasonDeleted, *rv)
+	case watch.Bookmark:
+		if obj, err := meta.Accessor(ev.Object); err == nil {
+			*rv = obj.GetResourceVersion()
+		}
+		s.confirm(receivedAt)
+	case watch.Error:
+		err := apierrors.FromObject(ev.Object)
+		if isExpired(err) {
+			return ending{kind: watchExpired}, true
+		}
+		return ending{watchFailed, err}, true
+	}
+	return ending{}, false
+}
+
+var errShortWatch = errors.New("watch stream closed before it started (connection lost)")
+
+func isExpired(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+}
+
+// sleep waits d or until ctx is done; it reports whether to go on.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,205 @@
+// Package syncflags is the command line of gridsync-sidecar and
+// gridsync-init. It accepts every flag and environment variable of the
+// upstream overlay-sync sidecar with the same meaning and default, so that
+// gridsync is a drop-in replacement, and adds its own. A flag given on the
+// command line wins over its environment variable, which wins over the
+// default. Every error names the flag.
+package syncflags
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/shared/overlaysync"
+)
+
+// Mode selects the flags of one binary.
+type Mode int
+
+const (
+	// Sidecar is gridsync-sidecar: a long-running watch with a health
+	// server.
+	Sidecar Mode = iota
+	// Init is gridsync-init: publish the first valid overlay and exit.
+	Init
+)
+
+// Config is the parsed command line.
+type Config struct {
+	Namespace         string
+	ConfigMap         string
+	DataKey           string
+	Output            string
+	ExpectedNetwork   string
+	ExpectedGateway   string
+	ExpectedNamespace string
+	ExpectedLocalSite string
+	MaxBytes          int
+	AcceptLegacy      bool
+	Kubeconfig        string
+	LogLevel          slog.Level
+	ExpireAfter       time.Duration
+	WatchIdleTimeout  time.Duration
+	HealthAddr        string // sidecar only
+	Once              bool   // sidecar only
+	Timeout           time.Duration
+}
+
+// Defaults of the upstream sidecar.
+const (
+	DefaultNamespace  = "grid-system"
+	DefaultOutput     = "/run/praxis-routing/routing-overlay.json"
+	DefaultHealthAddr = "0.0.0.0:9091"
+)
+
+// envPrefix is the upstream sidecar's environment variable prefix.
+const envPrefix = "OVERLAY_SYNC_"
+
+type binding struct {
+	flag string
+	env  string
+}
+
+// Parse parses args (without the program name). getenv reads the
+// environment (os.Getenv). Usage and errors go to output. It returns
+// flag.ErrHelp when help was asked for.
+func Parse(mode Mode, program string, args []string, getenv func(string) string, output io.Writer) (*Config, error) {
+	c := &Config{}
+	fs := flag.NewFlagSet(program, flag.ContinueOnError)
+	fs.SetOutput(output)
+	var bindings []binding
+	bind := func(name, env string) {
+		bindings = append(bindings, binding{flag: name, env: env})
+	}
+	str := func(p *string, name, env, def, usage string) {
+		fs.StringVar(p, name, def, usage+envNote(env))
+		bind(name, env)
+	}
+	str(&c.Namespace, "namespace", envPrefix+"NAMESPACE", DefaultNamespace, "namespace of the overlay ConfigMap")
+	str(&c.ConfigMap, "config-map", envPrefix+"CONFIGMAP", "", "name of the overlay ConfigMap (required)")
+	str(&c.DataKey, "data-key", envPrefix+"DATA_KEY", envelope.DataKeyEnvelope, "ConfigMap data key holding the envelope")
+	str(&c.Output, "output", envPrefix+"OUTPUT", DefaultOutput, "file to publish atomically (in the volume shared with the gateway)")
+	str(&c.ExpectedNetwork, "expected-network", envPrefix+"EXPECTED_NETWORK", "", "Grid network this gateway serves (required)")
+	str(&c.ExpectedGateway, "expected-gateway", envPrefix+"EXPECTED_GATEWAY", "", "gateway name (required)")
+	str(&c.ExpectedLocalSite, "expected-local-site", envPrefix+"EXPECTED_LOCAL_SITE", "", "site of this gateway (required)")
+	str(&c.ExpectedNamespace, "expected-namespace", envPrefix+"EXPECTED_NAMESPACE", "", "namespace in the envelope's scope (default: --namespace)")
+	fs.IntVar(&c.MaxBytes, "max-bytes", envelope.DefaultMaxBytes, "largest envelope accepted, in bytes"+envNote(envPrefix+"MAX_BYTES"))
+	bind("max-bytes", envPrefix+"MAX_BYTES")
+	fs.BoolVar(&c.AcceptLegacy, "accept-legacy", false, "deliver a bare overlay without an envelope"+envNote(envPrefix+"ACCEPT_LEGACY"))
+	bind("accept-legacy", envPrefix+"ACCEPT_LEGACY")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for out-of-cluster use (default: in-cluster, then $KUBECONFIG)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error"+envNote(envPrefix+"LOG_LEVEL"))
+	bind("log-level", envPrefix+"LOG_LEVEL")
+	fs.DurationVar(&c.WatchIdleTimeout, "watch-idle-timeout", 3*time.Minute, "restart a watch that delivered nothing, not even a bookmark, for this long"+envNote(envPrefix+"WATCH_IDLE_TIMEOUT"))
+	bind("watch-idle-timeout", envPrefix+"WATCH_IDLE_TIMEOUT")
+	switch mode {
+	case Sidecar:
+		str(&c.HealthAddr, "health-addr", envPrefix+"HEALTH_ADDR", DefaultHealthAddr, "address of /livez, /readyz, /startupz, /status and /metrics")
+		fs.BoolVar(&c.Once, "once", false, "publish one valid overlay, then exit")
+		fs.DurationVar(&c.ExpireAfter, "expire-after", 0, "withdraw readiness when the ConfigMap has not been confirmed by the API for this long (0: never)"+envNote(envPrefix+"EXPIRE_AFTER"))
+		bind("expire-after", envPrefix+"EXPIRE_AFTER")
+	case Init:
+		fs.DurationVar(&c.Timeout, "timeout", 0, "give up and exit non-zero after this long (0: wait for ever)"+envNote(envPrefix+"TIMEOUT"))
+		bind("timeout", envPrefix+"TIMEOUT")
+	}
+
+	// Environment first, so that the command line overrides it.
+	for _, b := range bindings {
+		if v := getenv(b.env); v != "" {
+			if err := fs.Set(b.flag, v); err != nil {
+				fmt.Fprintf(output, "%s: invalid %s=%q for --%s: %v\n", program, b.env, v, b.flag, err)
+				return nil, fmt.Errorf("invalid %s for --%s: %w", b.env, b.flag, err)
+			}
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return nil, usageError(fs, "--log-level: %q is not debug, info, warn or error", *logLevel)
+	}
+	if c.ExpectedNamespace == "" {
+		c.ExpectedNamespace = c.Namespace
+	}
+	if err := c.validate(bindings); err != nil {
+		return nil, usageError(fs, "%v", err)
+	}
+	return c, nil
+}
+
+func envNote(env string) string { return " [$" + env + "]" }
+
+func usageError(fs *flag.FlagSet, format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
+	return err
+}
+
+func (c *Config) validate(bindings []binding) error {
+	envOf := map[string]string{}
+	for _, b := range bindings {
+		envOf[b.flag] = b.env
+	}
+	var errs []error
+	required := func(value, name string) {
+		if strings.TrimSpace(value) == "" {
+			errs = append(errs, fmt.Errorf("--%s is required (or set %s)", name, envOf[name]))
+		}
+	}
+	required(c.ConfigMap, "config-map")
+	required(c.Namespace, "namespace")
+	required(c.DataKey, "data-key")
+	required(c.Output, "output")
+	required(c.ExpectedNetwork, "expected-network")
+	required(c.ExpectedGateway, "expected-gateway")
+	required(c.ExpectedLocalSite, "expected-local-site")
+	if c.MaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("--max-bytes must be positive, got %d", c.MaxBytes))
+	}
+	if c.ExpireAfter < 0 {
+		errs = append(errs, fmt.Errorf("--expire-after must not be negative, got %s", c.ExpireAfter))
+	}
+	if c.WatchIdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--watch-idle-timeout must be positive, got %s", c.WatchIdleTimeout))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("--timeout must not be negative, got %s", c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// SyncOptions turns the command line into overlaysync options; the caller
+// adds the logger, the metrics registry and the mode (Once).
+func (c *Config) SyncOptions() overlaysync.Options {
+	return overlaysync.Options{
+		Namespace: c.Namespace,
+		ConfigMap: c.ConfigMap,
+		DataKey:   c.DataKey,
+		Output:    c.Output,
+		Expect: envelope.Scope{
+			Network:   c.ExpectedNetwork,
+			Gateway:   c.ExpectedGateway,
+			Namespace: c.ExpectedNamespace,
+			LocalSite: c.ExpectedLocalSite,
+		},
+		MaxBytes:         c.MaxBytes,
+		AcceptLegacy:     c.AcceptLegacy,
+		ExpireAfter:      c.ExpireAfter,
+		WatchIdleTimeout: c.WatchIdleTimeout,
+		Once:             c.Once,
+	}
+}
+
+// NewLogger returns the JSON logger of a binary at the configured level.
+func (c *Config) NewLogger(w io.Writer, binary string) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: c.LogLevel})).With("binary", binary)
+}
