@@ -1,50 +1,37 @@
 // Command gridsync-sidecar is the overlay-sync sidecar of a Praxis gateway
-// pod. Today it offers the offline check of envelope files:
+// pod: it watches the gateway's overlay ConfigMap through the Kubernetes
+// API, validates every envelope and atomically publishes accepted ones
+// into the volume it shares with the gateway. It is a drop-in replacement
+// for the upstream sidecar (same flags, environment, endpoints and
+// metrics).
 //
-//	gridsync-sidecar validate [flags] FILE...
+//	gridsync-sidecar [flags]                 run the sidecar
+//	gridsync-sidecar validate [flags] FILE   check envelope files offline
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 )
+
+// version is stamped by the build (make build).
+var version = "dev"
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// Exit codes shared by the subcommands.
+// Exit codes.
 const (
 	exitOK       = 0
-	exitRejected = 1
+	exitFailure  = 1 // the sidecar failed
+	exitRejected = 1 // validate rejected a file
 	exitUsage    = 2
 )
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "validate":
+	if len(args) > 0 && args[0] == "validate" {
 		return runValidate(args[1:], stdin, stdout, stderr)
-	case "-h", "--help", "help":
-		usage(stdout)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "gridsync-sidecar: unknown command %q\n", args[0])
-		usage(stderr)
-		return exitUsage
 	}
-}
-
-func usage(w io.Writer) {
-	fmt.Fprint(w, `Usage: gridsync-sidecar <command> [flags]
-
-Commands:
-  validate   check overlay envelope files offline, one JSON line per file
-
-Run 'gridsync-sidecar validate -h' for the flags of a command.
-`)
+	return runSidecar(args, stderr)
 }

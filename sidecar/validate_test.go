@@ -60,8 +60,8 @@ func TestValidateCommandExitCodes(t *testing.T) {
 		{name: "no file", args: []string{"validate"}, code: 2, stderr: "no FILE given"},
 		{name: "unknown flag", args: []string{"validate", "--bogus", "x"}, code: 2, stderr: "flag provided but not defined: -bogus"},
 		{name: "bad max bytes", args: []string{"validate", "--max-bytes", "0", "x"}, code: 2, stderr: "--max-bytes must be positive"},
-		{name: "no command", args: nil, code: 2, stderr: "Usage: gridsync-sidecar"},
-		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderr: `unknown command "frobnicate"`},
+		{name: "without a command the sidecar runs, and needs its flags", args: nil, code: 2, stderr: "--config-map is required"},
+		{name: "a stray word is not a command", args: []string{"frobnicate"}, code: 2, stderr: `unexpected argument "frobnicate"`},
 		{name: "help", args: []string{"validate", "-h"}, code: 0, stderr: "Exit status"},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,125 @@
+// Command gridsync-init is the init container of a Praxis gateway pod: it
+// publishes the first valid overlay into the shared volume and exits 0, so
+// that the gateway never starts without routes. It retries quickly while
+// the ConfigMap is missing or invalid or the API server is unreachable,
+// and says why it waits. A valid overlay already on disk (a restarted pod
+// keeps its emptyDir) ends it at once; keeping it fresh is the sidecar's
+// job.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gridsync/gridsync/shared/kubeconfig"
+	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/shared/syncflags"
+)
+
+const binary = "gridsync-init"
+
+// version is stamped by the build (make build).
+var version = "dev"
+
+// Retries are faster than the sidecar's: a pod is waiting.
+const (
+	backoffMin   = 250 * time.Millisecond
+	backoffMax   = 5 * time.Second
+	waitLogEvery = 5 * time.Second
+)
+
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	cfg, err := syncflags.Parse(syncflags.Init, binary, args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	log := cfg.NewLogger(stderr, binary)
+	fail := func(event string, err error) int {
+		log.Error(event, "error", err)
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return exitFailure
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+	}
+
+	restConfig, err := kubeconfig.Load(cfg.Kubeconfig, binary+"/"+version)
+	if err != nil {
+		return fail("kubeconfig_failed", err)
+	}
+	opts := cfg.SyncOptions()
+	opts.Once = true
+	opts.Logger = log
+	opts.BackoffMin, opts.BackoffMax = backoffMin, backoffMax
+	syncer, err := overlaysync.New(restConfig, opts)
+	if err != nil {
+		return fail("start_failed", err)
+	}
+	if syncer.Started() {
+		log.Info("overlay_already_on_disk", "revision", syncer.Status().WrittenRevision)
+		return exitOK
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- syncer.Run(ctx) }()
+	tick := time.NewTicker(waitLogEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fail("sync_failed", err)
+			}
+			if syncer.Started() {
+				log.Info("overlay_ready", "revision", syncer.Status().WrittenRevision)
+				return exitOK
+			}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fail("timeout", fmt.Errorf("no valid overlay in ConfigMap %s/%s within --timeout %s (%s)",
+					cfg.Namespace, cfg.ConfigMap, cfg.Timeout, waitingFor(syncer.Status())))
+			}
+			return fail("interrupted", errors.New("stopped before a valid overlay was on disk"))
+		case <-tick.C:
+			log.Info("waiting_for_overlay", "why", waitingFor(syncer.Status()))
+		}
+	}
+}
+
+// waitingFor says in a few words why no overlay is on disk yet.
+func waitingFor(st overlaysync.Status) string {
+	switch st.DegradedReason {
+	case "":
+		return "no answer from the API server yet"
+	case overlaysync.ReasonNotFound, overlaysync.ReasonDeleted:
+		return "the ConfigMap does not exist"
+	case overlaysync.ReasonAPIUnreachable:
+		return "the API server is unreachable"
+	default:
+		return "the ConfigMap's envelope is rejected: " + st.DegradedReason
+	}
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gridsync/gridsync/shared/health"
+	"github.com/gridsync/gridsync/shared/kubeconfig"
+	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/shared/syncflags"
+)
+
+const binary = "gridsync-sidecar"
+
+// shutdownGrace bounds the health server's shutdown; the whole process
+// exits within a few seconds of SIGTERM.
+const shutdownGrace = 2 * time.Second
+
+// runSidecar wires the sidecar: flags, client, syncer and health server,
+// run together until SIGTERM or SIGINT (the binary is PID 1 in its
+// container, so it must handle them itself).
+func runSidecar(args []string, stderr io.Writer) int {
+	cfg, err := syncflags.Parse(syncflags.Sidecar, binary, args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	log := cfg.NewLogger(stderr, binary)
+	fail := func(event string, err error) int {
+		log.Error(event, "error", err)
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return exitFailure
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+
+	ln, err := health.Listen(ctx, cfg.HealthAddr)
+	if err != nil {
+		return fail("health_bind_failed", err)
+	}
+	restConfig, err := kubeconfig.Load(cfg.Kubeconfig, binary+"/"+version)
+	if err != nil {
+		return fail("kubeconfig_failed", err)
+	}
+	reg := health.NewRegistry(binary, version)
+	opts := cfg.SyncOptions()
+	opts.Logger = log
+	opts.Registerer = reg
+	syncer, err := overlaysync.New(restConfig, opts)
+	if err != nil {
+		return fail("start_failed", err)
+	}
+	handler := health.Handler(health.Checks{
+		Ready:   syncer.Ready,
+		Started: syncer.Started,
+		Status:  func() any { return syncer.Status() },
+	}, reg)
+
+	log.Info("started", "version", version, "health_addr", ln.Addr().String())
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- health.Serve(runCtx, ln, handler, shutdownGrace) }()
+	syncErr := make(chan error, 1)
+	go func() { syncErr <- syncer.Run(runCtx) }()
+
+	// Whichever ends first ends the other: a dead health server would make
+	// the pod unready for reasons nobody could see, so it stops the process.
+	var errSync, errServe error
+	select {
+	case errSync = <-syncErr:
+		cancel()
+		errServe = <-serveErr
+	case errServe = <-serveErr:
+		cancel()
+		errSync = <-syncErr
+		if errServe == nil && ctx.Err() == nil {
+			errServe = errors.New("health server stopped")
+		}
+	}
+	if err := errors.Join(errSync, errServe); err != nil {
+		return fail("stopped_with_error", err)
+	}
+	if ctx.Err() != nil {
+		log.Info("shutdown", "signal", "received")
+	} else {
+		log.Info("done", "revision", syncer.Status().WrittenRevision)
+	}
+	return exitOK
+}

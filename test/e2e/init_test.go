@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInitBlocksUntilTheConfigMapAppearsThenExitsZero(t *testing.T) {
+	p := newPod(t)
+	init := start(t, "gridsync-init", nil, p.args()...)
+
+	time.Sleep(1500 * time.Millisecond)
+	require.True(t, init.running(), "must wait while the ConfigMap is missing")
+	assert.NoFileExists(t, p.output())
+
+	// An invalid envelope keeps it waiting too.
+	bad, _ := p.envelope(1)
+	bad = append([]byte(nil), bad...)
+	bad[len(bad)-3] = ' ' // break the JSON
+	p.put(bad)
+	time.Sleep(500 * time.Millisecond)
+	require.True(t, init.running(), "must wait while the envelope is invalid")
+
+	doc, _ := p.envelope(1)
+	p.put(doc)
+	assert.Equal(t, 0, init.wait(t, 10*time.Second))
+	got, err := os.ReadFile(p.output())
+	require.NoError(t, err)
+	assert.Equal(t, string(doc), string(got))
+	assert.Contains(t, init.log(), `"msg":"overlay_ready"`)
+}
+
+func TestInitExitsNonZeroWhenTheTimeoutPasses(t *testing.T) {
+	p := newPod(t)
+	init := start(t, "gridsync-init", nil, p.args("--timeout", "2s")...)
+	assert.Equal(t, 1, init.wait(t, 10*time.Second))
+	assert.Contains(t, init.log(), "within --timeout 2s")
+	assert.Contains(t, init.log(), "the ConfigMap does not exist")
+	assert.NoFileExists(t, p.output())
+}
+
+func TestInitExitsAtOnceWithAValidOverlayOnDisk(t *testing.T) {
+	p := newPod(t)
+	doc, _ := p.envelope(1)
+	require.NoError(t, os.WriteFile(p.output(), doc, 0o644))
+	// No API server at all: a restarted pod's emptyDir is enough.
+	args := p.args()
+	args[1] = writeUnreachableKubeconfig(t)
+	began := time.Now()
+	init := start(t, "gridsync-init", nil, args...)
+	assert.Equal(t, 0, init.wait(t, 5*time.Second))
+	assert.Less(t, time.Since(began), 3*time.Second)
+	assert.Contains(t, init.log(), "overlay_already_on_disk")
+}
+
+func writeUnreachableKubeconfig(t *testing.T) string {
+	t.Helper()
+	path := t.TempDir() + "/kubeconfig"
+	require.NoError(t, os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+`), 0o600))
+	return path
+}
+
+func TestInitRejectsBadFlagsNamingTheFlag(t *testing.T) {
+	init := start(t, "gridsync-init", nil, "--namespace", "x")
+	assert.Equal(t, 2, init.wait(t, 5*time.Second))
+	assert.Contains(t, init.log(), "--config-map is required (or set OVERLAY_SYNC_CONFIGMAP)")
+	assert.Contains(t, init.log(), "--expected-local-site is required")
+}
