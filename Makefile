@@ -28,6 +28,11 @@ help: ## list the targets
 .PHONY: build
 build: ## build the binaries into bin/
 	$(BUILD) -o $(BIN_DIR)/gridsync-sidecar ./sidecar
+	$(BUILD) -o $(BIN_DIR)/gridsync-init ./initcontainer
+
+.PHONY: demo
+demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, updates, status
+	$(GO) run ./test/demo --bin $(BIN_DIR)
 
 .PHONY: tools
 tools: ## build the pinned kube-apiserver and etcd (cached; several minutes when cold)

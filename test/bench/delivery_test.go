@@ -1,0 +1,388 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/controlplane"
+)
+
+const (
+	warmupUpdates = 5
+	timedUpdates  = 200
+	updateEvery   = 100 * time.Millisecond
+	readerPause   = 200 * time.Microsecond
+)
+
+var caseSeq atomic.Int64
+
+// BenchmarkDelivery runs each case once (the case is the unit, not b.N):
+// 200 ConfigMap updates, one every 100 ms after a few warm-up updates.
+// Latency runs from the moment the client that sent an update has read
+// the API server's response to the moment the consumer's fsnotify event
+// for the new file arrives; it can be slightly negative, because the
+// watch event may reach the sidecar before the response reaches the
+// client.
+//
+//	go test ./test/bench -run '^$' -bench Delivery -benchtime 1x
+func BenchmarkDelivery(b *testing.B) {
+	cases := []struct {
+		name   string
+		size   int
+		medium string
+		reader bool
+	}{
+		{"size=64KiB/medium=tmpfs", 64 << 10, "tmpfs", true},
+		{"size=1MiB/medium=tmpfs", 1<<20 - 8<<10, "tmpfs", false},
+		{"size=64KiB/medium=disk", 64 << 10, "disk", false},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				res := deliver(b, c.size, c.medium, c.reader)
+				fmt.Println(res.line())
+				if c.reader {
+					fmt.Printf("reader reads=%d invalid=%d\n", res.reads, res.invalid)
+				}
+				b.ReportMetric(res.percentile(50), "p50_ms")
+				b.ReportMetric(res.percentile(99), "p99_ms")
+				b.ReportMetric(res.rssMiB, "rss_MiB")
+				b.ReportMetric(res.cpuMsPerUpdate, "cpu_ms/update")
+				if res.invalid > 0 || res.missed > 0 {
+					b.Fatalf("reader saw %d invalid files; %d updates never arrived", res.invalid, res.missed)
+				}
+			}
+		})
+	}
+}
+
+type result struct {
+	size           int
+	medium         string
+	latencies      []float64 // ms
+	missed         int
+	rssMiB         float64
+	cpuMsPerUpdate float64
+	reads, invalid int64
+}
+
+func (r result) percentile(p float64) float64 {
+	s := slices.Clone(r.latencies)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func (r result) line() string {
+	return fmt.Sprintf("delivery size=%d medium=%s updates=%d p50_ms=%.2f p95_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_mib=%.1f cpu_ms_per_update=%.3f",
+		r.size, r.medium, len(r.latencies), r.percentile(50), r.percentile(95), r.percentile(99), r.percentile(100), r.rssMiB, r.cpuMsPerUpdate)
+}
+
+func deliver(b *testing.B, size int, medium string, withReader bool) result {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ns := fmt.Sprintf("bench-%d", caseSeq.Add(1))
+	scope := envelope.Scope{Network: "bench-net", Gateway: "bench-gateway", Namespace: ns, LocalSite: "east-edge"}
+	configMap := envelope.ConfigMapName(scope.Network, scope.Gateway)
+	saConfig, err := cp.ConfigMapReaderConfig(ctx, ns, "gateway", configMap)
+	must(b, err)
+	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
+	must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
+
+	dir := b.TempDir() // the local disk
+	if medium == "tmpfs" {
+		dir, err = os.MkdirTemp("/dev/shm", "gridsync-bench-")
+		must(b, err)
+		defer func() { _ = os.RemoveAll(dir) }()
+	}
+	output := filepath.Join(dir, "routing-overlay.json")
+
+	// Every document is rendered before timing starts.
+	docs := make([][]byte, warmupUpdates+timedUpdates+1)
+	revisions := make([]string, len(docs))
+	for i := range docs {
+		docs[i], revisions[i] = sized(b, scope, i, size)
+	}
+	admin := cp.AdminClient()
+	cms := admin.CoreV1().ConfigMaps(ns)
+	_, err = cms.Create(ctx, configMapWith(configMap, docs[0]), metav1.CreateOptions{})
+	must(b, err)
+
+	consumer := watchOutput(b, dir, filepath.Base(output))
+	defer consumer.close()
+
+	health := freeAddr(b)
+	proc := exec.Command(sidecar, //nolint:noctx // stopped with SIGTERM below
+		"--kubeconfig", kubeconfig, "--namespace", ns, "--config-map", configMap, "--output", output,
+		"--expected-network", scope.Network, "--expected-gateway", scope.Gateway, "--expected-local-site", scope.LocalSite,
+		"--health-addr", health, "--log-level", "warn")
+	proc.Stderr = os.Stderr
+	proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(b, proc.Start())
+	defer func() {
+		_ = proc.Process.Signal(syscall.SIGTERM)
+		_ = proc.Wait()
+	}()
+	consumer.waitFor(b, revisions[0], 10*time.Second)
+
+	var stopReader atomic.Bool
+	var reads, invalid atomic.Int64
+	var readers sync.WaitGroup
+	if withReader {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for !stopReader.Load() {
+				data, err := os.ReadFile(output)
+				reads.Add(1)
+				if err != nil {
+					invalid.Add(1)
+					continue
+				}
+				if _, err := envelope.Validate(data, envelope.Options{Expect: scope}); err != nil {
+					invalid.Add(1)
+				}
+				// A breath between reads: on two cores a reader that never
+				// sleeps would take a whole core from the API server and
+				// the sidecar, and measure the machine instead.
+				time.Sleep(readerPause)
+			}
+		}()
+	}
+
+	update := func(i int) time.Time {
+		_, err := cms.Update(ctx, configMapWith(configMap, docs[i]), metav1.UpdateOptions{})
+		must(b, err)
+		return time.Now()
+	}
+	for i := 1; i <= warmupUpdates; i++ {
+		update(i)
+		consumer.waitFor(b, revisions[i], 10*time.Second)
+		time.Sleep(updateEvery)
+	}
+
+	cpuBefore := cpuTime(b, proc.Process.Pid)
+	res := result{size: len(docs[len(docs)-1]), medium: medium}
+	tick := time.NewTicker(updateEvery)
+	defer tick.Stop()
+	sent := make([]time.Time, len(docs))
+	for i := warmupUpdates + 1; i < len(docs); i++ {
+		<-tick.C
+		sent[i] = update(i)
+	}
+	// Wait for the last one, then collect.
+	consumer.waitFor(b, revisions[len(docs)-1], 10*time.Second)
+	cpuAfter := cpuTime(b, proc.Process.Pid)
+	res.rssMiB = rssMiB(b, proc.Process.Pid)
+	for i := warmupUpdates + 1; i < len(docs); i++ {
+		at, ok := consumer.seen(revisions[i])
+		if !ok {
+			res.missed++
+			continue
+		}
+		res.latencies = append(res.latencies, float64(at.Sub(sent[i]).Microseconds())/1000)
+	}
+	res.cpuMsPerUpdate = float64((cpuAfter - cpuBefore).Microseconds()) / 1000 / timedUpdates
+	stopReader.Store(true)
+	readers.Wait()
+	res.reads, res.invalid = reads.Load(), invalid.Load()
+	if consumer.wrong.Load() > 0 {
+		b.Fatalf("consumer read %d files that held no expected revision", consumer.wrong.Load())
+	}
+	return res
+}
+
+// sized renders an envelope of about size bytes whose revision depends on i.
+func sized(b *testing.B, scope envelope.Scope, i, size int) ([]byte, string) {
+	overlay := envelope.Overlay{Network: scope.Network, LocalSite: scope.LocalSite}
+	build := func(n int) ([]byte, string) {
+		overlay.Candidates = overlay.Candidates[:0]
+		for c := range n {
+			rank := int64(c)
+			overlay.Candidates = append(overlay.Candidates, envelope.Candidate{
+				Kind: envelope.CandidateKindInferenceModel, Name: fmt.Sprintf("model-%d-%05d", i, c),
+				Site: "site-" + strconv.Itoa(c%50), Cluster: "cluster-" + strconv.Itoa(c%200), Fresh: true, Rank: &rank,
+			})
+		}
+		doc, revision, err := envelope.Build(overlay, scope, envelope.Provenance{Producer: "bench", RenderedAt: time.Now()})
+		must(b, err)
+		return doc, revision
+	}
+	one, _ := build(1)
+	two, _ := build(2)
+	per := len(two) - len(one)
+	// Later candidates have longer names than the first two: step down
+	// until the document fits.
+	for n := max(1, (size-len(one))/per); ; n -= 1 + n/500 {
+		if doc, revision := build(n); len(doc) <= size || n <= 1 {
+			return doc, revision
+		}
+	}
+}
+
+func configMapWith(name string, doc []byte) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{envelope.DataKeyEnvelope: string(doc)}}
+}
+
+// consumer watches the output folder as a gateway does and records when
+// each revision appeared.
+type consumer struct {
+	watcher *fsnotify.Watcher
+	mu      sync.Mutex
+	at      map[string]time.Time
+	arrived chan struct{}
+	wrong   atomic.Int64
+	done    chan struct{}
+}
+
+func watchOutput(b *testing.B, dir, name string) *consumer {
+	w, err := fsnotify.NewWatcher()
+	must(b, err)
+	must(b, w.Add(dir))
+	c := &consumer{watcher: w, at: map[string]time.Time{}, arrived: make(chan struct{}, 1), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for {
+			select {
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				now := time.Now()
+				if filepath.Base(ev.Name) != name || !ev.Has(fsnotify.Create) {
+					continue
+				}
+				revision := readRevision(filepath.Join(dir, name))
+				if revision == "" {
+					c.wrong.Add(1)
+					continue
+				}
+				c.mu.Lock()
+				if _, ok := c.at[revision]; !ok {
+					c.at[revision] = now
+				}
+				c.mu.Unlock()
+				select {
+				case c.arrived <- struct{}{}:
+				default:
+				}
+			case _, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+			}
+		}
+	}()
+	return c
+}
+
+// readRevision reads the revision the file holds.
+func readRevision(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var doc struct {
+		Revision struct {
+			Value string `json:"value"`
+		} `json:"revision"`
+		Rest jsontext.Value `json:",unknown"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return ""
+	}
+	return doc.Revision.Value
+}
+
+func (c *consumer) seen(revision string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.at[revision]
+	return at, ok
+}
+
+func (c *consumer) waitFor(b *testing.B, revision string, timeout time.Duration) {
+	deadline := time.After(timeout)
+	for {
+		if _, ok := c.seen(revision); ok {
+			return
+		}
+		select {
+		case <-c.arrived:
+		case <-deadline:
+			b.Fatalf("revision %s never reached the output", revision[:8])
+		}
+	}
+}
+
+func (c *consumer) close() {
+	_ = c.watcher.Close()
+	<-c.done
+}
+
+// cpuTime is the process's user and system CPU time from /proc.
+func cpuTime(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	must(b, err)
+	// Fields after the command name, which is in parentheses.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, err := strconv.ParseInt(fields[11], 10, 64)
+	must(b, err)
+	stime, err := strconv.ParseInt(fields[12], 10, 64)
+	must(b, err)
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond
+}
+
+func rssMiB(b *testing.B, pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	must(b, err)
+	defer func() { _ = f.Close() }()
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		if rest, ok := strings.CutPrefix(scanner.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			must(b, err)
+			return kb / 1024
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+func freeAddr(b *testing.B) string {
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	must(b, err)
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+func must(b *testing.B, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}

@@ -1,0 +1,43 @@
+// Package bench measures delivery end to end: the real kube-apiserver, the
+// sidecar binary as a separate process, and a consumer that watches the
+// output folder with fsnotify the way a gateway does. Run it with
+// `make bench`; it prints one line per case.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/gridsync/gridsync/test/controlplane"
+)
+
+var (
+	cp      *controlplane.ControlPlane
+	sidecar string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "gridsync-bench-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	sidecar = filepath.Join(dir, "gridsync-sidecar")
+	// Built as the image builds it: static, trimmed, stripped.
+	build := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", sidecar, "../../sidecar")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build sidecar: %v\n%s", err, out)
+		return 1
+	}
+	return controlplane.RunTests(m, &cp)
+}
