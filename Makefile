@@ -54,8 +54,9 @@ test: tools lint ## every test, the integration tests against the real kube-apis
 	$(GO) test -race -count=1 ./...
 
 .PHONY: bench
-bench: ## benchmarks: envelope validation, atomic publish
+bench: tools ## benchmarks: validation, atomic publish, and delivery end to end
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./shared/...
+	$(GO) test -run '^$$' -bench Delivery -benchtime 1x -timeout 30m ./test/bench
 
 .PHONY: fuzz
 fuzz: ## fuzz the envelope validator for a minute
