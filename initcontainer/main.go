@@ -20,6 +20,7 @@ import (
 
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/shared/runtimecfg"
 	"github.com/gridsync/gridsync/shared/syncflags"
 )
 
@@ -54,6 +55,7 @@ func run(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := cfg.NewLogger(stderr, binary)
+	runtimecfg.SingleProcessor()
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)

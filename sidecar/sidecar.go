@@ -14,6 +14,7 @@ import (
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/shared/runtimecfg"
 	"github.com/gridsync/gridsync/shared/syncflags"
 )
 
@@ -35,6 +36,7 @@ func runSidecar(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := cfg.NewLogger(stderr, binary)
+	procs := runtimecfg.SingleProcessor()
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
@@ -66,7 +68,7 @@ func runSidecar(args []string, stderr io.Writer) int {
 		Status:  func() any { return syncer.Status() },
 	}, reg)
 
-	log.Info("started", "version", version, "health_addr", ln.Addr().String())
+	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serveErr := make(chan error, 1)

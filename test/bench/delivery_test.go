@@ -32,6 +32,7 @@ const (
 	timedUpdates  = 200
 	updateEvery   = 100 * time.Millisecond
 	readerPause   = 200 * time.Microsecond
+	idleWindow    = 5 * time.Second
 )
 
 var caseSeq atomic.Int64
@@ -61,6 +62,7 @@ func BenchmarkDelivery(b *testing.B) {
 			for b.Loop() {
 				res := deliver(b, c.size, c.medium, c.reader)
 				fmt.Println(res.line())
+				fmt.Printf("idle size=%d medium=%s cpu_ms_per_s=%.2f\n", res.size, res.medium, res.idleCPUMsPerSecond)
 				if c.reader {
 					fmt.Printf("reader reads=%d invalid=%d\n", res.reads, res.invalid)
 				}
@@ -83,7 +85,9 @@ type result struct {
 	missed         int
 	rssMiB         float64
 	cpuMsPerUpdate float64
-	reads, invalid int64
+	// idleCPUMsPerSecond: CPU used while nothing changes.
+	idleCPUMsPerSecond float64
+	reads, invalid     int64
 }
 
 func (r result) percentile(p float64) float64 {
@@ -184,8 +188,13 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 		time.Sleep(updateEvery)
 	}
 
-	cpuBefore := cpuTime(b, proc.Process.Pid)
+	// Idle: the watch is open and nothing changes.
+	idleBefore := cpuTime(b, proc.Process.Pid)
+	time.Sleep(idleWindow)
 	res := result{size: len(docs[len(docs)-1]), medium: medium}
+	res.idleCPUMsPerSecond = float64((cpuTime(b, proc.Process.Pid) - idleBefore).Microseconds()) / 1000 / idleWindow.Seconds()
+
+	cpuBefore := cpuTime(b, proc.Process.Pid)
 	tick := time.NewTicker(updateEvery)
 	defer tick.Stop()
 	sent := make([]time.Time, len(docs))

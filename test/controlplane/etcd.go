@@ -3,12 +3,15 @@ package controlplane
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/go-json-experiment/json"
 )
+
+var errNoRevision = errors.New("etcd answered without a revision")
 
 // CompactEtcd compacts etcd's history up to its current revision, through
 // etcd's JSON gateway, and returns that revision. A watch that resumes from

@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -134,5 +133,3 @@ func (p *Proxy) track(conns ...net.Conn) bool {
 	}
 	return true
 }
-
-var errNoRevision = errors.New("etcd answered without a revision")

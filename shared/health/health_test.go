@@ -1,0 +1,86 @@
+package health_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/shared/health"
+)
+
+func TestEndpointsFollowTheChecks(t *testing.T) {
+	ready, started := false, false
+	checks := health.Checks{
+		Ready:   func() (bool, string) { return ready, "no valid overlay on disk yet" },
+		Started: func() bool { return started },
+		Status:  func() any { return map[string]any{"state": "cold"} },
+	}
+	srv := httptest.NewServer(health.Handler(checks, health.NewRegistry("gridsync-test", "v0")))
+	defer srv.Close()
+	get := func(path string) (int, string, http.Header) {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL+path, http.NoBody)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body), resp.Header
+	}
+
+	code, body, _ := get("/readyz")
+	assert.Equal(t, 503, code)
+	assert.Contains(t, body, "no valid overlay on disk yet")
+	code, _, _ = get("/startupz")
+	assert.Equal(t, 503, code)
+	code, _, _ = get("/livez")
+	assert.Equal(t, 200, code)
+
+	ready, started = true, true
+	code, _, _ = get("/readyz")
+	assert.Equal(t, 200, code)
+	code, _, _ = get("/startupz")
+	assert.Equal(t, 200, code)
+
+	code, body, header := get("/status")
+	assert.Equal(t, 200, code)
+	assert.Equal(t, "application/json", header.Get("Content-Type"))
+	assert.JSONEq(t, `{"state":"cold"}`, body)
+
+	_, body, _ = get("/metrics")
+	assert.Contains(t, body, `gridsync_build_info{binary="gridsync-test"`)
+	assert.Contains(t, body, "go_goroutines")
+
+	code, _, _ = get("/nope")
+	assert.Equal(t, 404, code)
+}
+
+func TestServeStopsWhenTheContextEnds(t *testing.T) {
+	ln, err := health.Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- health.Serve(ctx, ln, http.NotFoundHandler(), time.Second) }()
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+}
+
+func TestListenFailsOnATakenAddress(t *testing.T) {
+	ln, err := health.Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	defer func() { _ = ln.Close() }()
+	_, err = health.Listen(context.Background(), ln.Addr().String())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "bind health address")
+}
