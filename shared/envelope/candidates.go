@@ -44,26 +44,46 @@ var requiredMembers = map[string]uint8{"kind": 1, "name": 2, "site": 4, "cluster
 
 const allRequired = 1 | 2 | 4 | 8 | 16
 
-// checkCandidates checks the candidates array in one pass over its tokens,
-// without decoding it into Go values: at 1 MiB overlays the validator's
-// budget leaves no room for a reflective decode next to canonicalisation.
-// It returns the number of candidates.
-func checkCandidates(raw jsontext.Value) (int, *Rejection) {
-	// Duplicate names inside candidates are refused by canonicalisation,
-	// which reads every candidate anyway; checking them twice would cost a
-	// fifth of the validator's time.
-	dec := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true))
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '[' {
-		return 0, reject(ReasonMalformedStructure, "overlay.candidates must be an array")
+// candidateList is overlay.candidates: its raw JSON, kept for the digest,
+// and its length. It is checked while the envelope is decoded, token by
+// token in the same pass that reads it: at 1 MiB overlays a second pass,
+// let alone a reflective decode, does not fit the validator's budget.
+type candidateList struct {
+	raw   jsontext.Value
+	count int
+}
+
+// decodeWithCandidates unmarshals data into v, walking every candidateList
+// on the way and slicing its raw JSON out of data.
+func decodeWithCandidates(data []byte, v any) error {
+	walk := json.UnmarshalFromFunc(func(dec *jsontext.Decoder, list *candidateList) error {
+		return list.walk(dec, data)
+	})
+	return json.Unmarshal(data, v, json.WithUnmarshalers(walk))
+}
+
+// walk reads the array at the decoder's position. Structural findings are
+// returned as a *Rejection.
+func (l *candidateList) walk(dec *jsontext.Decoder, data []byte) error {
+	if dec.PeekKind() != '[' {
+		return reject(ReasonMalformedStructure, "overlay.candidates must be an array")
 	}
-	count := 0
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	start := int(dec.InputOffset()) - 1 // the '['
+	l.count = 0
 	for dec.PeekKind() != ']' {
-		if rej := checkCandidate(dec, count); rej != nil {
-			return 0, rej
+		if rej := checkCandidate(dec, l.count); rej != nil {
+			return rej
 		}
-		count++
+		l.count++
 	}
-	return count, nil
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	l.raw = data[start:dec.InputOffset()]
+	return nil
 }
 
 func checkCandidate(dec *jsontext.Decoder, i int) *Rejection {

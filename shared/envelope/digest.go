@@ -63,7 +63,7 @@ func (d digestInput) digest() (string, error) {
 // present. Timestamps and any other member are not digested.
 func Digest(overlay []byte) (string, error) {
 	var members overlayMembers
-	if err := unmarshal(overlay, &members); err != nil {
+	if err := decodeWithCandidates(overlay, &members); err != nil {
 		return "", fmt.Errorf("decode overlay: %w", err)
 	}
 	in, _, rej := members.decode()
@@ -77,7 +77,7 @@ func Digest(overlay []byte) (string, error) {
 // and tests that need to show them.
 func CanonicalOverlay(overlay []byte) ([]byte, error) {
 	var members overlayMembers
-	if err := unmarshal(overlay, &members); err != nil {
+	if err := decodeWithCandidates(overlay, &members); err != nil {
 		return nil, fmt.Errorf("decode overlay: %w", err)
 	}
 	in, _, rej := members.decode()

@@ -91,7 +91,7 @@ func RejectionReason(err error) Reason {
 type overlayMembers struct {
 	Network         jsontext.Value `json:"network"`
 	LocalSite       jsontext.Value `json:"local_site"`
-	Candidates      jsontext.Value `json:"candidates"`
+	Candidates      candidateList  `json:"candidates"`
 	SelectionPolicy jsontext.Value `json:"selection_policy"`
 }
 
@@ -112,12 +112,12 @@ type wireTop struct {
 // is judged before anything else is interpreted: a 3.x envelope may be
 // shaped differently and must be reported as unsupported, not malformed.
 type rawTop struct {
-	SchemaVersion  jsontext.Value `json:"schema_version"`
-	Revision       jsontext.Value `json:"revision"`
-	ContentDigest  jsontext.Value `json:"content_digest"`
-	Scope          jsontext.Value `json:"scope"`
-	Overlay        jsontext.Value `json:"overlay"`
-	overlayMembers `json:",inline"`
+	SchemaVersion jsontext.Value `json:"schema_version"`
+	Revision      jsontext.Value `json:"revision"`
+	ContentDigest jsontext.Value `json:"content_digest"`
+	Scope         jsontext.Value `json:"scope"`
+	Overlay       jsontext.Value `json:"overlay"`
+	Candidates    jsontext.Value `json:"candidates"` // a bare legacy overlay's
 }
 
 type wireRevision struct {
@@ -165,10 +165,10 @@ func validate(data []byte, opts Options) (Result, *Rejection) {
 	}
 
 	var top wireTop
-	if err := unmarshal(data, &top); err != nil {
+	if err := decodeWithCandidates(data, &top); err != nil {
 		return Result{}, diagnose(data, err)
 	}
-	legacy := top.Revision == nil && top.ContentDigest == nil && top.Scope == nil && top.Overlay == nil && top.Candidates != nil
+	legacy := top.Revision == nil && top.ContentDigest == nil && top.Scope == nil && top.Overlay == nil && top.Candidates.raw != nil
 	schema, rej := checkSchemaVersion(top.SchemaVersion, legacy, opts.AcceptLegacy)
 	if rej != nil {
 		return Result{}, rej
@@ -223,6 +223,11 @@ func diagnose(data []byte, decodeErr error) *Rejection {
 	legacy := top.Revision == nil && top.ContentDigest == nil && top.Scope == nil && top.Overlay == nil && top.Candidates != nil
 	// A legacy payload that is accepted would be judged malformed below.
 	if _, rej := checkSchemaVersion(top.SchemaVersion, legacy, false); rej != nil && rej.Reason != ReasonLegacyPayload {
+		return rej
+	}
+	// The candidate walk explains its own findings.
+	var rej *Rejection
+	if errors.As(decodeErr, &rej) {
 		return rej
 	}
 	return reject(ReasonMalformedStructure, "%s", describeDecodeError(decodeErr))
@@ -382,19 +387,21 @@ func (m overlayMembers) decode() (decodedOverlay, int, *Rejection) {
 	if !present(m.LocalSite) || unmarshal(m.LocalSite, &out.localSite) != nil || out.localSite == "" {
 		return out, 0, reject(ReasonMalformedStructure, "overlay.local_site must be a non-empty string")
 	}
-	if !present(m.Candidates) || m.Candidates.Kind() != '[' {
+	if m.Candidates.raw == nil {
 		return out, 0, reject(ReasonMalformedStructure, "overlay.candidates must be an array")
 	}
-	count, rej := checkCandidates(m.Candidates)
-	if rej != nil {
-		return out, 0, rej
-	}
+	count := m.Candidates.count
 	if m.SelectionPolicy != nil {
 		var p wireSelectionPolicy
 		if m.SelectionPolicy.Kind() != '{' || unmarshal(m.SelectionPolicy, &p) != nil || p.Mode == nil || *p.Mode == "" || checkNumbers(m.SelectionPolicy) != nil {
 			return out, 0, reject(ReasonMalformedStructure, "overlay.selection_policy must be an object with a mode")
 		}
 	}
-	out.digestInput = digestInput(m)
+	out.digestInput = digestInput{
+		Network:         m.Network,
+		LocalSite:       m.LocalSite,
+		Candidates:      m.Candidates.raw,
+		SelectionPolicy: m.SelectionPolicy,
+	}
 	return out, count, nil
 }
