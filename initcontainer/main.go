@@ -121,6 +121,8 @@ func waitingFor(st overlaysync.Status) string {
 		return "the ConfigMap does not exist"
 	case overlaysync.ReasonAPIUnreachable:
 		return "the API server is unreachable"
+	case overlaysync.ReasonAPIForbidden:
+		return "the API server refuses this ServiceAccount (check the Role and RoleBinding)"
 	default:
 		return "the ConfigMap's envelope is rejected: " + st.DegradedReason
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/publish"
@@ -146,7 +147,7 @@ func (s *Syncer) absent(reason, resourceVersion string) {
 func (s *Syncer) confirm(t time.Time) {
 	s.mu.Lock()
 	s.st.lastConfirmedAt = t
-	recovered := s.st.degradedReason == ReasonAPIUnreachable
+	recovered := s.st.degradedReason == ReasonAPIUnreachable || s.st.degradedReason == ReasonAPIForbidden
 	if recovered {
 		s.st.degradedReason = ""
 	}
@@ -156,18 +157,23 @@ func (s *Syncer) confirm(t time.Time) {
 	}
 }
 
-// apiUnreachable marks the Syncer degraded while the API cannot be used.
-// The first failure is a warning; repeats are debug, so an outage does not
-// flood the log.
-func (s *Syncer) apiUnreachable(op string, err error) {
+// apiFailure marks the Syncer degraded while the API cannot be used:
+// api_forbidden when it refuses this identity (fix the RBAC), else
+// api_unreachable. The first failure of a kind is a warning; repeats are
+// debug, so an outage does not flood the log.
+func (s *Syncer) apiFailure(op string, err error) {
+	reason := ReasonAPIUnreachable
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		reason = ReasonAPIForbidden
+	}
 	s.mu.Lock()
-	first := s.st.degradedReason != ReasonAPIUnreachable
-	s.st.degradedReason = ReasonAPIUnreachable
+	first := s.st.degradedReason != reason
+	s.st.degradedReason = reason
 	s.mu.Unlock()
 	if first {
-		s.opts.Logger.Warn("api_unreachable", "op", op, "error", err)
+		s.opts.Logger.Warn(reason, "op", op, "error", err)
 	} else {
-		s.opts.Logger.Debug("api_unreachable", "op", op, "error", err)
+		s.opts.Logger.Debug(reason, "op", op, "error", err)
 	}
 }
 

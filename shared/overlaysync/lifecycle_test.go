@@ -143,3 +143,19 @@ func TestOnceReturnsAfterTheFirstValidOverlay(t *testing.T) {
 	assert.Equal(t, string(doc), readOutput(t, g.output()))
 	r.done <- nil // for the cleanup's stop
 }
+
+func TestOnceFetchesANewerRevisionThanTheRestoredFile(t *testing.T) {
+	g := newGateway(t)
+	old, _ := g.envelopeFor(1)
+	require.NoError(t, os.WriteFile(g.output(), old, 0o644))
+	newer, revision := g.envelopeFor(2)
+	g.putEnvelope(newer)
+
+	opts := g.options()
+	opts.Once = true
+	r := g.start(opts)
+	require.NoError(t, <-r.done)
+	r.done <- nil // for the cleanup's stop
+	assert.Equal(t, revision, r.Status().WrittenRevision)
+	assert.Equal(t, string(newer), readOutput(t, g.output()))
+}

@@ -161,3 +161,12 @@ func TestIdleWatchIsRestarted(t *testing.T) {
 }
 
 var _ = controlplane.BinDirEnv
+
+func TestARoleThatDoesNotMatchIsReportedAsForbidden(t *testing.T) {
+	g := newGateway(t)
+	opts := fastRetry(g.options())
+	opts.ConfigMap = "not-the-granted-one" // the Role names g.configMap only
+	r := g.start(opts)
+	st := r.waitStatus(t, "forbidden", func(st overlaysync.Status) bool { return st.DegradedReason == overlaysync.ReasonAPIForbidden })
+	assert.Equal(t, overlaysync.StateCold, st.State)
+}

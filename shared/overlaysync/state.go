@@ -27,7 +27,10 @@ const (
 	ReasonNotFound       = "not_found"
 	ReasonDeleted        = "deleted"
 	ReasonAPIUnreachable = "api_unreachable"
-	ReasonWriteFailed    = "write_failed"
+	// ReasonAPIForbidden: the API server answers, but refuses this
+	// ServiceAccount (a Role or RoleBinding that does not match).
+	ReasonAPIForbidden = "api_forbidden"
+	ReasonWriteFailed  = "write_failed"
 )
 
 // state is the Syncer's mutable view of delivery, guarded by Syncer.mu.

@@ -141,9 +141,12 @@ func (s *Syncer) Run(ctx context.Context) error {
 	s.opts.Logger.Info("sync_started", "namespace", s.opts.Namespace, "config_map", s.opts.ConfigMap, "data_key", s.opts.DataKey, "output", s.opts.Output)
 	retry := newBackoff(s.opts.BackoffMin, s.opts.BackoffMax)
 	relist := true
+	listed := false
 	var rv string
 	for {
-		if s.opts.Once && s.Started() {
+		// Once: after the API has been asked at least once, so that a
+		// newer revision than a restored file is still fetched.
+		if s.opts.Once && listed && s.Started() {
 			return nil
 		}
 		if relist {
@@ -153,7 +156,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil //nolint:nilerr // the list failed because we are shutting down
 				}
-				s.apiUnreachable("list", err)
+				s.apiFailure("list", err)
 				s.metrics.reconnects.WithLabelValues(reconnectListError).Inc()
 				if !sleep(ctx, retry.Next()) {
 					return nil
@@ -162,6 +165,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 			}
 			retry.Reset()
 			relist = false
+			listed = true
 			continue
 		}
 
@@ -182,7 +186,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 			s.opts.Logger.Warn("watch_idle", "resource_version", rv, "idle_timeout", s.opts.WatchIdleTimeout.String())
 			s.metrics.reconnects.WithLabelValues(reconnectIdle).Inc()
 		case watchFailed:
-			s.apiUnreachable("watch", err)
+			s.apiFailure("watch", err)
 			s.metrics.reconnects.WithLabelValues(reconnectWatchError).Inc()
 			// Resume from the last resourceVersion: the events missed while
 			// the API was away, a deletion included, are replayed, or the
