@@ -70,7 +70,7 @@ func Handler(checks Checks, gatherer prometheus.Gatherer) http.Handler {
 		writeText(w, http.StatusOK, "ok")
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		body, err := json.Marshal(checks.Status(), jsontext.Multiline(true))
+		body, err := json.Marshal(checks.Status(), jsontext.Multiline(true), jsontext.WithIndent("  "))
 		if err != nil {
 			writeText(w, http.StatusInternalServerError, "encode status: "+err.Error())
 			return
