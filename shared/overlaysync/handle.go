@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,7 +32,8 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 		s.reject(ReasonMissingDataKey, fmt.Sprintf("ConfigMap has no data key %q", s.opts.DataKey), cm.ResourceVersion)
 		return
 	}
-	res, err := envelope.Validate([]byte(data), s.validationOptions())
+	payload := bytesOf(data)
+	res, err := envelope.Validate(payload, s.validationOptions())
 	if err != nil {
 		var rej *envelope.Rejection
 		if errors.As(err, &rej) {
@@ -55,14 +57,15 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 		s.opts.Logger.Debug("overlay_unchanged", "revision", res.Revision, "resource_version", cm.ResourceVersion)
 		return
 	}
-	s.write(&accepted{data: []byte(data), result: res, receivedAt: receivedAt})
+	s.write(&accepted{data: payload, result: res, receivedAt: receivedAt})
 }
 
 // write publishes an accepted envelope; a failed write keeps the
 // last-known-good file, marks the Syncer degraded and is retried.
 func (s *Syncer) write(a *accepted) {
 	log := s.opts.Logger
-	res, err := s.file.Publish(a.data)
+	// Only a new revision gets here, so the file cannot already hold it.
+	res, err := s.file.Replace(a.data)
 	doneAt := s.opts.Now()
 	if err != nil && res != publish.Written {
 		s.metrics.writes.WithLabelValues("failure").Inc()
@@ -190,6 +193,14 @@ func (s *Syncer) retryPending() {
 	if p != nil {
 		s.write(p)
 	}
+}
+
+// bytesOf views a ConfigMap value as bytes without copying it: a 1 MiB
+// envelope would otherwise be copied on every update only to be read.
+// Nothing writes through the view: the validator and the publisher only
+// read their input.
+func bytesOf(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
 func unixSeconds(t time.Time) float64 {

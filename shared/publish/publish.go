@@ -118,6 +118,15 @@ func (f *File) Publish(content []byte) (Result, error) {
 	} else if same {
 		return Unchanged, nil
 	}
+	return f.Replace(content)
+}
+
+// Replace is Publish without the comparison, for a caller that already
+// knows the content is new (the sidecar compares revisions): it saves
+// reading the current file back. It returns Written, with ErrNotDurable
+// when only the folder sync failed; on any other error the target is
+// unchanged.
+func (f *File) Replace(content []byte) (Result, error) {
 	renamed, err := f.replace(content)
 	if err != nil {
 		err = fmt.Errorf("publish %s: %w", f.path, err)

@@ -175,3 +175,17 @@ func TestPublishComparesTheWholeContent(t *testing.T) {
 		})
 	}
 }
+
+func TestReplaceWritesEvenIdenticalContent(t *testing.T) {
+	f := newFile(t, t.TempDir())
+	_, err := f.Publish([]byte("same"))
+	require.NoError(t, err)
+	before, err := os.Stat(f.Path())
+	require.NoError(t, err)
+	res, err := f.Replace([]byte("same"))
+	require.NoError(t, err)
+	assert.Equal(t, publish.Written, res)
+	after, err := os.Stat(f.Path())
+	require.NoError(t, err)
+	assert.False(t, os.SameFile(before, after), "Replace does not compare")
+}
