@@ -33,7 +33,7 @@ func TestInstallCRDsWaitsUntilTheResourceIsServed(t *testing.T) {
 
 	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
 	require.NoError(t, err)
-	widgets := dyn.Resource(schema.GroupVersionResource{Group: "test.gridsync.io", Version: "v1", Resource: "widgets"}).Namespace("default")
+	widgets := dyn.Resource(schema.GroupVersionResource{Group: "test.gridsync.io", Version: "v1", Resource: "widgets"}).Namespace(uniqueNamespace(t, "widgets"))
 	widget := func(name string, size int64) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "test.gridsync.io/v1",
@@ -54,7 +54,8 @@ func TestAPIServerRestartsOnTheSameEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin := cp.AdminClient()
-	_, err := admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+	ns := uniqueNamespace(t, "restart")
+	_, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "survives-restart"},
 		Data:       map[string]string{"k": "v"},
 	}, metav1.CreateOptions{})
@@ -62,14 +63,14 @@ func TestAPIServerRestartsOnTheSameEtcd(t *testing.T) {
 
 	require.NoError(t, cp.StopAPIServer())
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	_, err = admin.CoreV1().ConfigMaps("default").Get(short, "survives-restart", metav1.GetOptions{})
+	_, err = admin.CoreV1().ConfigMaps(ns).Get(short, "survives-restart", metav1.GetOptions{})
 	cancelShort()
 	require.Error(t, err, "the API must be unreachable while stopped")
 
 	start := time.Now()
 	require.NoError(t, cp.StartAPIServer(ctx))
 	t.Logf("kube-apiserver ready %s after restart", time.Since(start).Round(time.Millisecond))
-	got, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "survives-restart", metav1.GetOptions{})
+	got, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, "survives-restart", metav1.GetOptions{})
 	require.NoError(t, err, "the same client reconnects and etcd kept the object")
 	assert.Equal(t, "v", got.Data["k"])
 }

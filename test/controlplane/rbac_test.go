@@ -23,10 +23,10 @@ import (
 func TestServiceAccountRestrictedToOneNamedConfigMap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const ns, allowed, other = "rbac-one-configmap", "grid-overlay-net-gw", "another-configmap"
+	const allowed, other = "grid-overlay-net-gw", "another-configmap"
+	ns := uniqueNamespace(t, "rbac")
 
 	admin := cp.AdminClient()
-	require.NoError(t, cp.EnsureNamespace(ctx, ns))
 	for _, name := range []string{allowed, other} {
 		_, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -130,11 +130,12 @@ func TestServiceAccountRestrictedToOneNamedConfigMap(t *testing.T) {
 func TestServiceAccountConfigAuthenticatesAsTheServiceAccount(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg, err := cp.ServiceAccountConfig(ctx, "who-am-i", "probe")
+	ns := uniqueNamespace(t, "who-am-i")
+	cfg, err := cp.ServiceAccountConfig(ctx, ns, "probe")
 	require.NoError(t, err)
 	client, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, "system:serviceaccount:who-am-i:probe", review.Status.UserInfo.Username)
+	assert.Equal(t, "system:serviceaccount:"+ns+":probe", review.Status.UserInfo.Username)
 }
