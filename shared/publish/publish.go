@@ -28,18 +28,25 @@ const tempInfix = ".tmp-"
 type Result int
 
 const (
+	// NotWritten: the target is unchanged because the write failed. It is
+	// the zero value, so that no error path can claim a write by accident.
+	NotWritten Result = iota
 	// Written: the target now holds the new content.
-	Written Result = iota
+	Written
 	// Unchanged: the target already held exactly this content; nothing was
 	// written, so readers watching the folder see no event.
 	Unchanged
 )
 
 func (r Result) String() string {
-	if r == Unchanged {
+	switch r {
+	case Written:
+		return "written"
+	case Unchanged:
 		return "unchanged"
+	default:
+		return "not written"
 	}
-	return "written"
 }
 
 // File publishes content to one target path.
@@ -114,7 +121,7 @@ var ErrNotDurable = errors.New("renamed into place but not synced to disk")
 // the target is unchanged and no temporary file is left behind.
 func (f *File) Publish(content []byte) (Result, error) {
 	if same, err := f.holds(content); err != nil {
-		return 0, err
+		return NotWritten, err
 	} else if same {
 		return Unchanged, nil
 	}
@@ -133,7 +140,7 @@ func (f *File) Replace(content []byte) (Result, error) {
 		if renamed {
 			return Written, err
 		}
-		return 0, err
+		return NotWritten, err
 	}
 	return Written, nil
 }

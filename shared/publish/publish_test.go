@@ -115,8 +115,12 @@ func TestPublishOnAFullDiskKeepsThePreviousFile(t *testing.T) {
 	_, err := f.Publish([]byte("previous good content"))
 	require.NoError(t, err)
 
-	_, err = f.Publish(make([]byte, 256<<10))
+	res, err := f.Publish(make([]byte, 256<<10))
 	require.ErrorIs(t, err, syscall.ENOSPC)
+	assert.Equal(t, publish.NotWritten, res)
+	res, err = f.Replace(make([]byte, 256<<10))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	assert.Equal(t, publish.NotWritten, res)
 
 	got, err := os.ReadFile(f.Path())
 	require.NoError(t, err)
@@ -135,8 +139,9 @@ func TestPublishToAReadOnlyFolderKeepsThePreviousFile(t *testing.T) {
 	require.NoError(t, err)
 	remount(t, dir, "ro")
 
-	_, err = f.Publish([]byte("new content"))
+	res, err := f.Publish([]byte("new content"))
 	require.ErrorIs(t, err, syscall.EROFS)
+	assert.Equal(t, publish.NotWritten, res)
 	got, err := os.ReadFile(f.Path())
 	require.NoError(t, err)
 	assert.Equal(t, "previous good content", string(got))
