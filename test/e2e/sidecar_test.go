@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -55,6 +56,14 @@ func TestSidecarServesProbesStatusAndMetrics(t *testing.T) {
 		assert.Contains(t, metrics, name)
 	}
 	assert.NotContains(t, metrics, "model-east")
+
+	// A rejected update is logged with its reason, never its content.
+	tampered := []byte(strings.Replace(string(doc), `"fresh": true`, `"fresh": false`, 1))
+	p.put(tampered)
+	require.Eventually(t, func() bool { return strings.Contains(sidecar.log(), `"reason":"digest_mismatch"`) }, 10*time.Second, 10*time.Millisecond)
+	for _, content := range []string{"model-east", "east-provider", "sim-east-provider"} {
+		assert.NotContains(t, sidecar.log(), content, "envelope content in the log")
+	}
 	assert.True(t, sidecar.running())
 }
 
