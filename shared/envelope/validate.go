@@ -168,7 +168,8 @@ func validate(data []byte, opts Options) (Result, *Rejection) {
 	if err := decodeWithCandidates(data, &top); err != nil {
 		return Result{}, diagnose(data, err)
 	}
-	legacy := top.Revision == nil && top.ContentDigest == nil && top.Scope == nil && top.Overlay == nil && top.Candidates.raw != nil
+	hasEnvelopeMembers := top.Revision != nil || top.ContentDigest != nil || top.Scope != nil || top.Overlay != nil
+	legacy := isBareOverlay(hasEnvelopeMembers, top.Candidates.raw != nil)
 	schema, rej := checkSchemaVersion(top.SchemaVersion, legacy, opts.AcceptLegacy)
 	if rej != nil {
 		return Result{}, rej
@@ -220,7 +221,8 @@ func diagnose(data []byte, decodeErr error) *Rejection {
 	if err := unmarshal(data, &top); err != nil {
 		return reject(ReasonMalformedStructure, "not a JSON object: %v", err)
 	}
-	legacy := top.Revision == nil && top.ContentDigest == nil && top.Scope == nil && top.Overlay == nil && top.Candidates != nil
+	hasEnvelopeMembers := top.Revision != nil || top.ContentDigest != nil || top.Scope != nil || top.Overlay != nil
+	legacy := isBareOverlay(hasEnvelopeMembers, top.Candidates != nil)
 	// A legacy payload that is accepted would be judged malformed below.
 	if _, rej := checkSchemaVersion(top.SchemaVersion, legacy, false); rej != nil && rej.Reason != ReasonLegacyPayload {
 		return rej
@@ -231,6 +233,13 @@ func diagnose(data []byte, decodeErr error) *Rejection {
 		return rej
 	}
 	return reject(ReasonMalformedStructure, "%s", describeDecodeError(decodeErr))
+}
+
+// isBareOverlay recognises the pre-envelope payload: overlay members at
+// the top level and none of the envelope's. An envelope that only lacks
+// its schema_version is not one: it is missing_schema_version.
+func isBareOverlay(hasEnvelopeMembers, hasCandidates bool) bool {
+	return hasCandidates && !hasEnvelopeMembers
 }
 
 // describeDecodeError says where a document departs from the envelope's
@@ -247,10 +256,8 @@ func describeDecodeError(err error) string {
 }
 
 // checkSchemaVersion returns the envelope's schema version. legacy says
-// whether the document looks like a bare overlay (overlay members at the
-// top level and none of the envelope's members); an envelope that only
-// lacks its schema_version is not legacy but missing_schema_version. A
-// legacy payload allowed by acceptLegacy returns "" and no rejection.
+// whether the document is a bare overlay (isBareOverlay); one allowed by
+// acceptLegacy returns "" and no rejection.
 func checkSchemaVersion(raw jsontext.Value, legacy, acceptLegacy bool) (string, *Rejection) {
 	if !present(raw) {
 		switch {
