@@ -58,6 +58,12 @@ const (
 	DefaultHealthAddr = "0.0.0.0:9091"
 )
 
+// MinExpireAfter is the shortest --expire-after that cannot withdraw
+// readiness on a healthy but quiet source: with nothing changing, the API
+// server confirms the watch with a bookmark about once a minute (measured
+// against kube-apiserver 1.37).
+const MinExpireAfter = 2 * time.Minute
+
 // envPrefix is the upstream sidecar's environment variable prefix.
 const envPrefix = "OVERLAY_SYNC_"
 
@@ -165,8 +171,8 @@ func (c *Config) validate(bindings []binding) error {
 	if c.MaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-bytes must be positive, got %d", c.MaxBytes))
 	}
-	if c.ExpireAfter < 0 {
-		errs = append(errs, fmt.Errorf("--expire-after must not be negative, got %s", c.ExpireAfter))
+	if c.ExpireAfter < 0 || (c.ExpireAfter > 0 && c.ExpireAfter < MinExpireAfter) {
+		errs = append(errs, fmt.Errorf("--expire-after must be 0 (off) or at least %s, got %s: a quiet ConfigMap is confirmed only by the API server's bookmarks, about once a minute", MinExpireAfter, c.ExpireAfter))
 	}
 	if c.WatchIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--watch-idle-timeout must be positive, got %s", c.WatchIdleTimeout))
