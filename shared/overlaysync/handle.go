@@ -1,8 +1,10 @@
 package overlaysync
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 	"unsafe"
 
@@ -70,10 +72,18 @@ func (s *Syncer) write(a *accepted) {
 	if err != nil && res != publish.Written {
 		s.metrics.writes.WithLabelValues("failure").Inc()
 		s.mu.Lock()
+		retry := s.pending == a
 		s.st.degradedReason = ReasonWriteFailed
 		s.pending = a
 		s.mu.Unlock()
-		log.Error("overlay_write_failed", "revision", a.result.Revision, "output", s.opts.Output, "error", err)
+		// Retried every RetryWrite: the first failure is an error, the
+		// retries of the same revision are debug, so a full disk does not
+		// flood the log.
+		level := slog.LevelError
+		if retry {
+			level = slog.LevelDebug
+		}
+		log.Log(context.Background(), level, "overlay_write_failed", "revision", a.result.Revision, "output", s.opts.Output, "error", err)
 		return
 	}
 	if err != nil {
