@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/shared/runtimecfg"
 	"github.com/gridsync/gridsync/shared/syncflags"
+	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
 
 const binary = "gridsync-init"
@@ -34,6 +36,9 @@ const (
 	backoffMin   = 250 * time.Millisecond
 	backoffMax   = 5 * time.Second
 	waitLogEvery = 5 * time.Second
+	// identityRetry: a Secret projection changes on the kubelet's sync
+	// period, so a second between reads is quick enough.
+	identityRetry = time.Second
 )
 
 const (
@@ -74,6 +79,12 @@ func run(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail("kubeconfig_failed", err)
 	}
+	if cfg.IdentityEnabled() {
+		if err := waitForIdentity(ctx, cfg, log); err != nil {
+			return fail("identity_timeout", err)
+		}
+	}
+
 	opts := cfg.SyncOptions()
 	opts.Once = true
 	opts.Logger = log
@@ -125,5 +136,34 @@ func waitingFor(st overlaysync.Status) string {
 		return "the API server refuses this ServiceAccount (check the Role and RoleBinding)"
 	default:
 		return "the ConfigMap's envelope is rejected: " + st.DegradedReason
+	}
+}
+
+// waitForIdentity publishes the first valid TLS identity into the shared
+// volume, retrying every second and saying why it waits.
+func waitForIdentity(ctx context.Context, cfg *syncflags.Config, log *slog.Logger) error {
+	opts := cfg.IdentityOptions()
+	opts.Logger = log
+	opts.OnChange = tlsidentity.PublishTo(cfg.IdentityDir)
+	var lastErr string
+	lastLog := time.Time{}
+	for {
+		r, err := tlsidentity.New(opts)
+		if err == nil {
+			log.Info("identity_ready", "fingerprint", r.Current().Fingerprint, "not_after", r.Current().NotAfter)
+			return nil
+		}
+		if err.Error() != lastErr || time.Since(lastLog) >= waitLogEvery {
+			log.Info("waiting_for_identity", "why", err.Error())
+			lastErr, lastLog = err.Error(), time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("no valid TLS identity within --timeout %s: %s", cfg.Timeout, lastErr)
+			}
+			return fmt.Errorf("stopped before a valid TLS identity was published: %s", lastErr)
+		case <-time.After(identityRetry):
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/shared/runtimecfg"
 	"github.com/gridsync/gridsync/shared/syncflags"
+	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
 
 const binary = "gridsync-sidecar"
@@ -62,10 +63,20 @@ func runSidecar(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail("start_failed", err)
 	}
+	var identity *tlsidentity.Reloader
+	if cfg.IdentityEnabled() {
+		idOpts := cfg.IdentityOptions()
+		idOpts.Logger, idOpts.Registerer = log, reg
+		idOpts.OnChange = tlsidentity.PublishTo(cfg.IdentityDir)
+		// Invalid initial material stops the start: no silent fallback.
+		if identity, err = tlsidentity.New(idOpts); err != nil {
+			return fail("identity_invalid", err)
+		}
+	}
 	handler := health.Handler(health.Checks{
-		Ready:   syncer.Ready,
+		Ready:   func() (bool, string) { return ready(syncer, identity) },
 		Started: syncer.Started,
-		Status:  func() any { return syncer.Status() },
+		Status:  func() any { return statusOf(syncer, identity) },
 	}, reg)
 
 	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs)
@@ -75,6 +86,14 @@ func runSidecar(args []string, stderr io.Writer) int {
 	go func() { serveErr <- health.Serve(runCtx, ln, handler, shutdownGrace) }()
 	syncErr := make(chan error, 1)
 	go func() { syncErr <- syncer.Run(runCtx) }()
+	identityDone := make(chan struct{})
+	go func() {
+		defer close(identityDone)
+		if identity != nil {
+			_ = identity.Run(runCtx) // returns when runCtx ends
+		}
+	}()
+	defer func() { cancel(); <-identityDone }()
 
 	// Whichever ends first ends the other: a dead health server would make
 	// the pod unready for reasons nobody could see, so it stops the process.
@@ -99,4 +118,32 @@ func runSidecar(args []string, stderr io.Writer) int {
 		log.Info("done", "revision", syncer.Status().WrittenRevision)
 	}
 	return exitOK
+}
+
+// ready is the pod's readiness: a valid overlay on disk (and not expired
+// by policy) and, with identity sync, an unexpired TLS identity.
+func ready(syncer *overlaysync.Syncer, identity *tlsidentity.Reloader) (bool, string) {
+	if ok, why := syncer.Ready(); !ok {
+		return false, why
+	}
+	if identity != nil {
+		return identity.Ready()
+	}
+	return true, ""
+}
+
+// status is the /status document: the overlay's fields, and the
+// identity's when identity sync is on.
+type status struct {
+	overlaysync.Status `json:",inline"`
+	Identity           *tlsidentity.Status `json:"identity,omitempty"`
+}
+
+func statusOf(syncer *overlaysync.Syncer, identity *tlsidentity.Reloader) status {
+	st := status{Status: syncer.Status()}
+	if identity != nil {
+		id := identity.Status()
+		st.Identity = &id
+	}
+	return st
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
 
 // Mode selects the flags of one binary.
@@ -49,6 +50,19 @@ type Config struct {
 	HealthAddr        string // sidecar only
 	Once              bool   // sidecar only
 	Timeout           time.Duration
+
+	// The pod's mounted TLS identity (a Secret volume) and the folder in
+	// the shared volume it is published to; all empty means off.
+	IdentityCert     string
+	IdentityKey      string
+	IdentityCA       string
+	IdentityDir      string
+	IdentityInterval time.Duration
+}
+
+// IdentityEnabled reports whether TLS identity sync is configured.
+func (c *Config) IdentityEnabled() bool {
+	return c.IdentityCert != "" || c.IdentityKey != "" || c.IdentityDir != "" || c.IdentityCA != ""
 }
 
 // Defaults of the upstream sidecar.
@@ -104,6 +118,12 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	bind("log-level", envPrefix+"LOG_LEVEL")
 	fs.DurationVar(&c.WatchIdleTimeout, "watch-idle-timeout", 3*time.Minute, "restart a watch that delivered nothing, not even a bookmark, for this long"+envNote(envPrefix+"WATCH_IDLE_TIMEOUT"))
 	bind("watch-idle-timeout", envPrefix+"WATCH_IDLE_TIMEOUT")
+	str(&c.IdentityCert, "identity-cert", envPrefix+"IDENTITY_CERT", "", "TLS certificate (leaf and chain) of the pod, in its mounted Secret")
+	str(&c.IdentityKey, "identity-key", envPrefix+"IDENTITY_KEY", "", "TLS private key of the pod, in its mounted Secret")
+	str(&c.IdentityCA, "identity-ca", envPrefix+"IDENTITY_CA", "", "CA bundle the certificate must verify to (optional)")
+	str(&c.IdentityDir, "identity-dir", envPrefix+"IDENTITY_DIR", "", "folder in the shared volume that receives tls.crt, tls.key and ca.crt as one generation")
+	fs.DurationVar(&c.IdentityInterval, "identity-interval", 30*time.Second, "how often the mounted identity is read"+envNote(envPrefix+"IDENTITY_INTERVAL"))
+	bind("identity-interval", envPrefix+"IDENTITY_INTERVAL")
 	switch mode {
 	case Sidecar:
 		str(&c.HealthAddr, "health-addr", envPrefix+"HEALTH_ADDR", DefaultHealthAddr, "address of /livez, /readyz, /startupz, /status and /metrics")
@@ -177,6 +197,14 @@ func (c *Config) validate(bindings []binding) error {
 	if c.WatchIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--watch-idle-timeout must be positive, got %s", c.WatchIdleTimeout))
 	}
+	if c.IdentityEnabled() {
+		required(c.IdentityCert, "identity-cert")
+		required(c.IdentityKey, "identity-key")
+		required(c.IdentityDir, "identity-dir")
+		if c.IdentityInterval <= 0 {
+			errs = append(errs, fmt.Errorf("--identity-interval must be positive, got %s", c.IdentityInterval))
+		}
+	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("--timeout must not be negative, got %s", c.Timeout))
 	}
@@ -202,6 +230,19 @@ func (c *Config) SyncOptions() overlaysync.Options {
 		ExpireAfter:      c.ExpireAfter,
 		WatchIdleTimeout: c.WatchIdleTimeout,
 		Once:             c.Once,
+	}
+}
+
+// IdentityOptions turns the identity flags into reloader options; the
+// caller adds the logger, the registry and the publication hook. The
+// gateway serves TLS with it, so server-auth usage is required.
+func (c *Config) IdentityOptions() tlsidentity.Options {
+	return tlsidentity.Options{
+		CertFile:          c.IdentityCert,
+		KeyFile:           c.IdentityKey,
+		CAFile:            c.IdentityCA,
+		Interval:          c.IdentityInterval,
+		RequireServerAuth: true,
 	}
 }
 

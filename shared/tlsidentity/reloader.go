@@ -30,9 +30,11 @@ type Options struct {
 	MaxBytes int64
 	// RequireServerAuth rejects a leaf without server-auth usage.
 	RequireServerAuth bool
-	// OnChange is called, from the polling goroutine, with every newly
-	// activated identity, the first included.
-	OnChange func(*Identity)
+	// OnChange is called, from the polling goroutine, with every valid new
+	// identity, the first included, before it becomes active (to publish
+	// it for another container). If it fails the identity does not become
+	// active and the next poll tries again.
+	OnChange func(*Identity) error
 	// Logger receives JSON events; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.
@@ -77,7 +79,9 @@ func New(opts Options) (*Reloader, error) {
 		r.metrics.reloads.WithLabelValues(string(rej.Material), resultRejected).Inc()
 		return nil, fmt.Errorf("tls identity from %s and %s: %w", opts.CertFile, opts.KeyFile, rej)
 	}
-	r.activate(id)
+	if err := r.activate(id); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -121,7 +125,7 @@ func (r *Reloader) Poll() {
 	if id.same(r.active.Load()) {
 		return
 	}
-	r.activate(id)
+	_ = r.activate(id) // logged; the next poll retries
 }
 
 // failed counts and logs a rejection once for as long as it repeats.
@@ -139,7 +143,13 @@ func (r *Reloader) failed(rej *Rejection) {
 		"serving_fingerprint", active.Fingerprint, "serving_not_after", active.NotAfter)
 }
 
-func (r *Reloader) activate(id *Identity) {
+func (r *Reloader) activate(id *Identity) error {
+	if r.opts.OnChange != nil {
+		if err := r.opts.OnChange(id); err != nil {
+			r.opts.Logger.Error("identity_publish_failed", "fingerprint", id.Fingerprint, "error", err)
+			return fmt.Errorf("publish tls identity: %w", err)
+		}
+	}
 	previous := r.active.Swap(id)
 	r.metrics.reloads.WithLabelValues(string(MaterialCertificate), resultSuccess).Inc()
 	if id.CAPEM != nil && (previous == nil || string(previous.CAPEM) != string(id.CAPEM)) {
@@ -147,9 +157,7 @@ func (r *Reloader) activate(id *Identity) {
 	}
 	r.opts.Logger.Info("identity_activated", "fingerprint", id.Fingerprint, "not_after", id.NotAfter,
 		"generation", id.Generation, "subject", id.Certificate.Leaf.Subject.String())
-	if r.opts.OnChange != nil {
-		r.opts.OnChange(id)
-	}
+	return nil
 }
 
 // Current returns the active identity; never nil after New.

@@ -17,18 +17,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/shared/tlsidentity"
+	"github.com/gridsync/gridsync/test/testpki"
 )
 
 type fixture struct {
-	root *issuer
-	proj *projection
+	root *testpki.Issuer
+	proj *testpki.Projection
 	reg  *prometheus.Registry
 	now  time.Time
 	mu   sync.Mutex
 }
 
 func newFixture(t *testing.T) *fixture {
-	return &fixture{root: newRoot(t, "root"), proj: newProjection(t), reg: prometheus.NewRegistry(), now: time.Now()}
+	return &fixture{root: testpki.NewRoot(t, "root"), proj: testpki.NewProjection(t), reg: prometheus.NewRegistry(), now: time.Now()}
 }
 
 func (f *fixture) clock() time.Time {
@@ -43,14 +44,14 @@ func (f *fixture) advance(d time.Duration) {
 	f.mu.Unlock()
 }
 
-func (f *fixture) publishLeaf(t *testing.T, name string, o certOpts) {
-	cert, key := f.root.leaf(t, name, o)
-	f.proj.publish(map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.pem})
+func (f *fixture) publishLeaf(t *testing.T, name string, o testpki.Opts) {
+	cert, key := f.root.Leaf(t, name, o)
+	f.proj.Publish(map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.PEM})
 }
 
 func (f *fixture) options() tlsidentity.Options {
 	return tlsidentity.Options{
-		CertFile: f.proj.path("tls.crt"), KeyFile: f.proj.path("tls.key"), CAFile: f.proj.path("ca.crt"),
+		CertFile: f.proj.Path("tls.crt"), KeyFile: f.proj.Path("tls.key"), CAFile: f.proj.Path("ca.crt"),
 		Interval: 20 * time.Millisecond, RequireServerAuth: true, Registerer: f.reg, Now: f.clock,
 	}
 }
@@ -105,10 +106,10 @@ func server(t *testing.T, r *tlsidentity.Reloader) string {
 	return ln.Addr().String()
 }
 
-func dial(t *testing.T, addr string, root *issuer) (*tls.Conn, string) {
+func dial(t *testing.T, addr string, root *testpki.Issuer) (*tls.Conn, string) {
 	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AddCert(root.cert)
+	pool.AddCert(root.Cert)
 	conn, err := (&tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS13}}).DialContext(context.Background(), "tcp", addr)
 	require.NoError(t, err)
 	tc := conn.(*tls.Conn)
@@ -127,7 +128,7 @@ func echo(t *testing.T, c *tls.Conn, msg string) {
 
 func TestARotationReachesNewHandshakesWithinOnePollAndSparesOpenConnections(t *testing.T) {
 	f := newFixture(t)
-	f.publishLeaf(t, "leaf-1", certOpts{})
+	f.publishLeaf(t, "leaf-1", testpki.Opts{})
 	r, err := tlsidentity.New(f.options())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -138,7 +139,7 @@ func TestARotationReachesNewHandshakesWithinOnePollAndSparesOpenConnections(t *t
 	open, name := dial(t, addr, f.root)
 	assert.Equal(t, "leaf-1", name)
 
-	f.publishLeaf(t, "leaf-2", certOpts{})
+	f.publishLeaf(t, "leaf-2", testpki.Opts{})
 	published := time.Now()
 	require.Eventually(t, func() bool { return r.Current().Certificate.Leaf.Subject.CommonName == "leaf-2" }, time.Second, time.Millisecond)
 	assert.Less(t, time.Since(published), 3*f.options().Interval, "active within one poll interval")
@@ -151,60 +152,62 @@ func TestARotationReachesNewHandshakesWithinOnePollAndSparesOpenConnections(t *t
 }
 
 func TestRejectedCandidatesKeepTheActiveIdentity(t *testing.T) {
-	other := func(t *testing.T) ([]byte, []byte) { return newRoot(t, "other-root").leaf(t, "stranger", certOpts{}) }
+	other := func(t *testing.T) ([]byte, []byte) {
+		return testpki.NewRoot(t, "other-root").Leaf(t, "stranger", testpki.Opts{})
+	}
 	tests := []struct {
 		name   string
 		files  func(t *testing.T, f *fixture) map[string][]byte
 		reason tlsidentity.Reason
 	}{
 		{"mismatched pair", func(t *testing.T, f *fixture) map[string][]byte {
-			cert, _ := f.root.leaf(t, "a", certOpts{})
-			_, key := f.root.leaf(t, "b", certOpts{})
-			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.pem}
+			cert, _ := f.root.Leaf(t, "a", testpki.Opts{})
+			_, key := f.root.Leaf(t, "b", testpki.Opts{})
+			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonMismatch},
 		{"expired leaf", func(t *testing.T, f *fixture) map[string][]byte {
-			cert, key := f.root.leaf(t, "old", certOpts{notBefore: time.Now().Add(-48 * time.Hour), notAfter: time.Now().Add(-time.Hour)})
-			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.pem}
+			cert, key := f.root.Leaf(t, "old", testpki.Opts{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonExpired},
 		{"not yet valid leaf", func(t *testing.T, f *fixture) map[string][]byte {
-			cert, key := f.root.leaf(t, "future", certOpts{notBefore: time.Now().Add(time.Hour)})
-			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.pem}
+			cert, key := f.root.Leaf(t, "future", testpki.Opts{NotBefore: time.Now().Add(time.Hour)})
+			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonNotYetValid},
 		{"expired intermediate", func(t *testing.T, f *fixture) map[string][]byte {
-			mid := f.root.intermediate(t, "mid", certOpts{notBefore: time.Now().Add(-48 * time.Hour), notAfter: time.Now().Add(-time.Minute)})
-			cert, key := mid.leaf(t, "via-mid", certOpts{})
-			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.pem}
+			mid := f.root.Intermediate(t, "mid", testpki.Opts{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Minute)})
+			cert, key := mid.Leaf(t, "via-mid", testpki.Opts{})
+			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonExpired},
 		{"untrusted chain", func(t *testing.T, f *fixture) map[string][]byte {
 			cert, key := other(t)
-			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.pem}
+			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonUntrusted},
 		{"client-only leaf", func(t *testing.T, f *fixture) map[string][]byte {
-			cert, key := f.root.leaf(t, "client", certOpts{noServerAuth: true})
-			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.pem}
+			cert, key := f.root.Leaf(t, "client", testpki.Opts{ClientOnly: true})
+			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonNotServerAuth},
 		{"garbage", func(t *testing.T, f *fixture) map[string][]byte {
-			return map[string][]byte{"tls.crt": []byte("not a certificate"), "tls.key": []byte("nor a key"), "ca.crt": f.root.pem}
+			return map[string][]byte{"tls.crt": []byte("not a certificate"), "tls.key": []byte("nor a key"), "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonUnparseable},
 		{"empty key", func(t *testing.T, f *fixture) map[string][]byte {
-			cert, _ := f.root.leaf(t, "x", certOpts{})
-			return map[string][]byte{"tls.crt": cert, "tls.key": {}, "ca.crt": f.root.pem}
+			cert, _ := f.root.Leaf(t, "x", testpki.Opts{})
+			return map[string][]byte{"tls.crt": cert, "tls.key": {}, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonEmpty},
 		{"oversized certificate", func(t *testing.T, f *fixture) map[string][]byte {
-			cert, key := f.root.leaf(t, "x", certOpts{})
-			return map[string][]byte{"tls.crt": append(cert, make([]byte, 2<<20)...), "tls.key": key, "ca.crt": f.root.pem}
+			cert, key := f.root.Leaf(t, "x", testpki.Opts{})
+			return map[string][]byte{"tls.crt": append(cert, make([]byte, 2<<20)...), "tls.key": key, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonOversized},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.publishLeaf(t, "good", certOpts{})
+			f.publishLeaf(t, "good", testpki.Opts{})
 			r, err := tlsidentity.New(f.options())
 			require.NoError(t, err)
 			addr := server(t, r)
 			good := r.Current().Fingerprint
 
-			f.proj.publish(tt.files(t, f))
+			f.proj.Publish(tt.files(t, f))
 			for range 3 {
 				r.Poll() // an identical failure, again and again
 			}
@@ -215,7 +218,7 @@ func TestRejectedCandidatesKeepTheActiveIdentity(t *testing.T) {
 			rejected := f.reloads("certificate", "rejected") + f.reloads("ca_bundle", "rejected")
 			assert.Equal(t, 1.0, rejected, "an identical repeated failure counts once")
 
-			f.publishLeaf(t, "renewed", certOpts{})
+			f.publishLeaf(t, "renewed", testpki.Opts{})
 			r.Poll()
 			assert.Equal(t, "renewed", r.Current().Certificate.Leaf.Subject.CommonName, "recovers on the next valid generation")
 			assert.Empty(t, r.Status().LastRejection)
@@ -228,7 +231,7 @@ func TestRejectedCandidatesKeepTheActiveIdentity(t *testing.T) {
 func TestATornReadIsRejectedAndRecoveredOnTheNextPoll(t *testing.T) {
 	f := newFixture(t)
 	dir := t.TempDir()
-	cert1, key1 := f.root.leaf(t, "one", certOpts{})
+	cert1, key1 := f.root.Leaf(t, "one", testpki.Opts{})
 	write := func(name string, data []byte) {
 		require.NoError(t, writeFile(dir+"/"+name, data))
 	}
@@ -239,7 +242,7 @@ func TestATornReadIsRejectedAndRecoveredOnTheNextPoll(t *testing.T) {
 	r, err := tlsidentity.New(opts)
 	require.NoError(t, err)
 
-	cert2, key2 := f.root.leaf(t, "two", certOpts{})
+	cert2, key2 := f.root.Leaf(t, "two", testpki.Opts{})
 	write("tls.crt", cert2)
 	r.Poll()
 	assert.Equal(t, tlsidentity.ReasonMismatch, r.Status().LastRejection)
@@ -252,15 +255,15 @@ func TestATornReadIsRejectedAndRecoveredOnTheNextPoll(t *testing.T) {
 
 func TestConsecutiveRotationsWithRejectionsBetweenAllRecover(t *testing.T) {
 	f := newFixture(t)
-	f.publishLeaf(t, "gen-0", certOpts{})
+	f.publishLeaf(t, "gen-0", testpki.Opts{})
 	r, err := tlsidentity.New(f.options())
 	require.NoError(t, err)
 	for i := 1; i <= 5; i++ {
-		f.proj.publish(map[string][]byte{"tls.crt": []byte("broken"), "tls.key": []byte("broken"), "ca.crt": f.root.pem})
+		f.proj.Publish(map[string][]byte{"tls.crt": []byte("broken"), "tls.key": []byte("broken"), "ca.crt": f.root.PEM})
 		r.Poll()
 		require.NotEmpty(t, r.Status().LastRejection)
 		name := "gen-" + string(rune('0'+i))
-		f.publishLeaf(t, name, certOpts{notAfter: time.Now().Add(time.Duration(24+i) * time.Hour)})
+		f.publishLeaf(t, name, testpki.Opts{NotAfter: time.Now().Add(time.Duration(24+i) * time.Hour)})
 		r.Poll()
 		require.Equal(t, name, r.Current().Certificate.Leaf.Subject.CommonName)
 
@@ -287,7 +290,7 @@ func TestConsecutiveRotationsWithRejectionsBetweenAllRecover(t *testing.T) {
 
 func TestReadinessClosesAtExpiry(t *testing.T) {
 	f := newFixture(t)
-	f.publishLeaf(t, "short-lived", certOpts{notAfter: time.Now().Add(time.Hour)})
+	f.publishLeaf(t, "short-lived", testpki.Opts{NotAfter: time.Now().Add(time.Hour)})
 	r, err := tlsidentity.New(f.options())
 	require.NoError(t, err)
 	ok, _ := r.Ready()
@@ -299,7 +302,7 @@ func TestReadinessClosesAtExpiry(t *testing.T) {
 	assert.Contains(t, why, "expired")
 
 	// A valid replacement reopens readiness.
-	f.publishLeaf(t, "renewed", certOpts{notBefore: f.clock().Add(-time.Minute), notAfter: f.clock().Add(time.Hour)})
+	f.publishLeaf(t, "renewed", testpki.Opts{NotBefore: f.clock().Add(-time.Minute), NotAfter: f.clock().Add(time.Hour)})
 	r.Poll()
 	ok, _ = r.Ready()
 	assert.True(t, ok)
@@ -307,7 +310,7 @@ func TestReadinessClosesAtExpiry(t *testing.T) {
 
 func TestInvalidInitialMaterialFailsStartUp(t *testing.T) {
 	f := newFixture(t)
-	f.proj.publish(map[string][]byte{"tls.crt": []byte("junk"), "tls.key": []byte("junk"), "ca.crt": f.root.pem})
+	f.proj.Publish(map[string][]byte{"tls.crt": []byte("junk"), "tls.key": []byte("junk"), "ca.crt": f.root.PEM})
 	_, err := tlsidentity.New(f.options())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "certificate rejected (unparseable)")
@@ -322,15 +325,15 @@ func TestInvalidInitialMaterialFailsStartUp(t *testing.T) {
 // when the visible names point elsewhere in the middle of a swap.
 func TestBothFilesComeFromTheGenerationDataPointsAt(t *testing.T) {
 	f := newFixture(t)
-	f.publishLeaf(t, "current", certOpts{})
-	next, nextKey := f.root.leaf(t, "next", certOpts{})
-	stray := f.proj.path("..stray")
+	f.publishLeaf(t, "current", testpki.Opts{})
+	next, nextKey := f.root.Leaf(t, "next", testpki.Opts{})
+	stray := f.proj.Path("..stray")
 	require.NoError(t, os.Mkdir(stray, 0o755))
 	require.NoError(t, os.WriteFile(stray+"/tls.crt", next, 0o600))
 	require.NoError(t, os.WriteFile(stray+"/tls.key", nextKey, 0o600))
 	// The visible certificate name already points at another generation.
-	require.NoError(t, os.Remove(f.proj.path("tls.crt")))
-	require.NoError(t, os.Symlink("..stray/tls.crt", f.proj.path("tls.crt")))
+	require.NoError(t, os.Remove(f.proj.Path("tls.crt")))
+	require.NoError(t, os.Symlink("..stray/tls.crt", f.proj.Path("tls.crt")))
 
 	r, err := tlsidentity.New(f.options())
 	require.NoError(t, err)

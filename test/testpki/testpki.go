@@ -1,0 +1,152 @@
+// Package testpki makes certificates for tests (roots, intermediates,
+// leaves with chosen validity and usage) and projects them the way the
+// kubelet projects a Secret volume, ..data swap included.
+package testpki
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var serial atomic.Int64
+
+// Issuer is a CA: a root or an intermediate.
+type Issuer struct {
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+	PEM  []byte
+	root bool
+}
+
+// Validity and usage of a certificate; zero times mean an hour ago and a
+// day from now.
+type Opts struct {
+	NotBefore, NotAfter time.Time
+	ClientOnly          bool // no server-auth usage
+}
+
+// NewRoot makes a self-signed root CA.
+func NewRoot(t testing.TB, name string) *Issuer {
+	t.Helper()
+	i := issue(t, nil, name, true, Opts{})
+	i.root = true
+	return i
+}
+
+// Intermediate makes a CA signed by i.
+func (i *Issuer) Intermediate(t testing.TB, name string, o Opts) *Issuer {
+	t.Helper()
+	return issue(t, i, name, true, o)
+}
+
+// Leaf makes a certificate for localhost and 127.0.0.1 signed by i and
+// returns it PEM-encoded, followed by i when i is an intermediate, with
+// its PEM-encoded key.
+func (i *Issuer) Leaf(t testing.TB, name string, o Opts) (certPEM, keyPEM []byte) {
+	t.Helper()
+	l := issue(t, i, name, false, o)
+	certPEM = l.PEM
+	if !i.root {
+		certPEM = append(append([]byte(nil), certPEM...), i.PEM...)
+	}
+	der, err := x509.MarshalECPrivateKey(l.Key)
+	require.NoError(t, err)
+	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+}
+
+func issue(t testing.TB, parent *Issuer, name string, ca bool, o Opts) *Issuer {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	now := time.Now()
+	if o.NotBefore.IsZero() {
+		o.NotBefore = now.Add(-time.Hour)
+	}
+	if o.NotAfter.IsZero() {
+		o.NotAfter = now.Add(24 * time.Hour)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    o.NotBefore,
+		NotAfter:     o.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+	}
+	if ca {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage |= x509.KeyUsageCertSign
+	} else {
+		tmpl.DNSNames = []string{"localhost"}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		if o.ClientOnly {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		}
+	}
+	parentCert, parentKey := tmpl, key
+	if parent != nil {
+		parentCert, parentKey = parent.Cert, parent.Key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parentCert, &key.PublicKey, parentKey)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	return &Issuer{Cert: cert, Key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// Projection reproduces the kubelet's atomic writer for a Secret volume:
+// each generation is a hidden timestamped folder, ..data points at the
+// current one and is replaced by renaming ..data_tmp over it, and the
+// visible names are symlinks through ..data.
+type Projection struct {
+	t   testing.TB
+	Dir string
+	seq int
+}
+
+// NewProjection projects into a new temporary folder.
+func NewProjection(t testing.TB) *Projection {
+	return &Projection{t: t, Dir: t.TempDir()}
+}
+
+// Path is a visible name in the projection.
+func (p *Projection) Path(name string) string { return filepath.Join(p.Dir, name) }
+
+// Publish projects files as the next generation.
+func (p *Projection) Publish(files map[string][]byte) {
+	p.t.Helper()
+	p.seq++
+	gen := fmt.Sprintf("..%s.%09d", time.Now().UTC().Format("2006_01_02_15_04_05"), p.seq)
+	genDir := filepath.Join(p.Dir, gen)
+	require.NoError(p.t, os.Mkdir(genDir, 0o755))
+	for name, data := range files {
+		require.NoError(p.t, os.WriteFile(filepath.Join(genDir, name), data, 0o600))
+	}
+	tmp := filepath.Join(p.Dir, "..data_tmp")
+	require.NoError(p.t, os.Symlink(gen, tmp))
+	old, _ := os.Readlink(filepath.Join(p.Dir, "..data"))
+	require.NoError(p.t, os.Rename(tmp, filepath.Join(p.Dir, "..data")))
+	for name := range files {
+		link := filepath.Join(p.Dir, name)
+		if _, err := os.Lstat(link); os.IsNotExist(err) {
+			require.NoError(p.t, os.Symlink(filepath.Join("..data", name), link))
+		}
+	}
+	if old != "" {
+		require.NoError(p.t, os.RemoveAll(filepath.Join(p.Dir, old)))
+	}
+}
