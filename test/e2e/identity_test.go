@@ -113,3 +113,17 @@ func TestInitWaitsForTheFirstValidIdentity(t *testing.T) {
 	assert.FileExists(t, p.output())
 	assert.Contains(t, init.log(), "waiting_for_identity")
 }
+
+func TestInitExitsNonZeroWhenNoValidIdentityArrivesInTime(t *testing.T) {
+	p := newPod(t)
+	doc, _ := p.envelope(1)
+	p.put(doc)
+	proj := testpki.NewProjection(t)
+	proj.Publish(map[string][]byte{"tls.crt": []byte("junk"), "tls.key": []byte("junk")})
+	init := start(t, "gridsync-init", nil, append(p.args("--timeout", "2s"),
+		"--identity-cert", proj.Path("tls.crt"), "--identity-key", proj.Path("tls.key"), "--identity-dir", t.TempDir())...)
+	assert.Equal(t, 1, init.wait(t, 10*time.Second))
+	assert.Contains(t, init.log(), "no valid TLS identity within --timeout 2s")
+	assert.Contains(t, init.log(), "unparseable")
+	assert.NoFileExists(t, p.output(), "no overlay before the identity")
+}
