@@ -65,6 +65,9 @@ func Config(opts Options) (*tls.Config, error) {
 	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
+		// net/http enables HTTP/2 only when the server's own config
+		// offers h2, whatever the per-handshake config says.
+		NextProtos: []string{"h2", "http/1.1"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			return c.current()
 		},
@@ -82,6 +85,8 @@ func (c *configs) current() (*tls.Config, error) {
 		MinVersion:       tls.VersionTLS13,
 		Certificates:     []tls.Certificate{id.Certificate},
 		VerifyConnection: c.opts.Authorize,
+		// HTTP/2 for HTTPS; the HTTP/3 server replaces this with h3.
+		NextProtos: []string{"h2", "http/1.1"},
 	}
 	if c.opts.MutualTLS {
 		pool := x509.NewCertPool()

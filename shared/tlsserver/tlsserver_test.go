@@ -96,20 +96,21 @@ func get(t *testing.T, client *http.Client, url string) (string, bool) {
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.Equal(t, "hello", string(body))
+	require.Contains(t, []string{"h2", "h3"}, resp.TLS.NegotiatedProtocol)
 	return resp.TLS.PeerCertificates[0].Subject.CommonName, resp.TLS.DidResume
 }
 
 func TestHTTPSSwapsTheIdentityForNewHandshakesOnly(t *testing.T) {
 	w := newWorld(t)
 	url := serveHTTPS(t, tlsserver.Options{Identity: w.id})
-	kept := &http.Client{Transport: &http.Transport{TLSClientConfig: w.clientTLS(t)}}
+	kept := &http.Client{Transport: &http.Transport{TLSClientConfig: w.clientTLS(t), ForceAttemptHTTP2: true}}
 	name, _ := get(t, kept, url)
 	assert.Equal(t, "server-1", name)
 
 	w.rotate(t, "server-2")
 	name, _ = get(t, kept, url)
 	assert.Equal(t, "server-1", name, "the established connection keeps its identity")
-	fresh := &http.Client{Transport: &http.Transport{TLSClientConfig: w.clientTLS(t)}}
+	fresh := &http.Client{Transport: &http.Transport{TLSClientConfig: w.clientTLS(t), ForceAttemptHTTP2: true}}
 	name, _ = get(t, fresh, url)
 	assert.Equal(t, "server-2", name, "a new handshake gets the new identity")
 }
@@ -137,7 +138,7 @@ func TestARotationEndsSessionResumption(t *testing.T) {
 	url := serveHTTPS(t, tlsserver.Options{Identity: w.id})
 	cfg := w.clientTLS(t) // one session cache across connections
 	newClient := func() *http.Client {
-		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true, ForceAttemptHTTP2: true}}
 	}
 	_, resumed := get(t, newClient(), url)
 	assert.False(t, resumed)
@@ -166,7 +167,7 @@ func TestMutualTLSAuthorisesEveryConnectionResumptionsIncluded(t *testing.T) {
 	clientCert, err := tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(t, err)
 
-	anonymous := &http.Client{Transport: &http.Transport{TLSClientConfig: w.clientTLS(t)}}
+	anonymous := &http.Client{Transport: &http.Transport{TLSClientConfig: w.clientTLS(t), ForceAttemptHTTP2: true}}
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, http.NoBody)
 	require.NoError(t, err)
 	if resp, err := anonymous.Do(req); err == nil {
@@ -176,7 +177,7 @@ func TestMutualTLSAuthorisesEveryConnectionResumptionsIncluded(t *testing.T) {
 
 	cfg := w.clientTLS(t, clientCert)
 	newClient := func() *http.Client {
-		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true, ForceAttemptHTTP2: true}}
 	}
 	get(t, newClient(), url)
 	require.Eventually(t, func() bool { _, r := get(t, newClient(), url); return r }, 5*time.Second, 10*time.Millisecond)
