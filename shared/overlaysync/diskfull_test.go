@@ -2,29 +2,20 @@ package overlaysync_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/test/testfs"
 )
 
 // A full volume keeps the last-known-good file, reports write_failed and
 // retries until the write goes through, without a new update.
 func TestAFullVolumeKeepsTheLastKnownGoodAndRetries(t *testing.T) {
 	g := newGateway(t)
-	dir := filepath.Join(t.TempDir(), "volume")
-	require.NoError(t, os.Mkdir(dir, 0o755))
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=16k"); err != nil {
-		if os.Geteuid() != 0 && os.Getenv("CI") == "" {
-			t.Skipf("mounting a test tmpfs needs root: %v", err)
-		}
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	dir := testfs.Mount(t, "size=16k")
 	g.dir = dir
 
 	r := g.start(g.options())
@@ -43,7 +34,7 @@ func TestAFullVolumeKeepsTheLastKnownGoodAndRetries(t *testing.T) {
 	assert.Len(t, entries, 1, "no temporary file is left behind")
 
 	// Room again: the pending write goes through on its own.
-	require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", unix.MS_REMOUNT, "size=1m"))
+	testfs.Remount(t, dir, "size=1m")
 	st = r.waitStatus(t, "retried", func(st overlaysync.Status) bool { return st.WrittenRevision == bigRevision })
 	assert.Equal(t, overlaysync.StateReady, st.State)
 	assert.Equal(t, string(big), readOutput(t, g.output()))

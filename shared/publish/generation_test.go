@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/shared/publish"
+	"github.com/gridsync/gridsync/test/testfs"
 )
 
 func pair(n int) map[string][]byte {
@@ -68,7 +69,7 @@ func TestGenerationRefusesNamesOutsideTheFolder(t *testing.T) {
 }
 
 func TestAFailedGenerationLeavesThePreviousOneWhole(t *testing.T) {
-	dir := smallFilesystem(t, "size=64k")
+	dir := testfs.Mount(t, "size=64k")
 	require.NoError(t, publish.Generation(dir, pair(1), 0o644))
 	big := map[string][]byte{"tls.crt": make([]byte, 128<<10), "tls.key": []byte("k")}
 	require.Error(t, publish.Generation(dir, big, 0o644))

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/shared/publish"
+	"github.com/gridsync/gridsync/test/testfs"
 )
 
 func newFile(t *testing.T, dir string) *publish.File {
@@ -110,7 +111,7 @@ func TestNewRefusesAMissingFolder(t *testing.T) {
 }
 
 func TestPublishOnAFullDiskKeepsThePreviousFile(t *testing.T) {
-	dir := smallFilesystem(t, "size=64k")
+	dir := testfs.Mount(t, "size=64k")
 	f := newFile(t, dir)
 	_, err := f.Publish([]byte("previous good content"))
 	require.NoError(t, err)
@@ -133,11 +134,11 @@ func TestPublishOnAFullDiskKeepsThePreviousFile(t *testing.T) {
 }
 
 func TestPublishToAReadOnlyFolderKeepsThePreviousFile(t *testing.T) {
-	dir := smallFilesystem(t, "size=64k")
+	dir := testfs.Mount(t, "size=64k")
 	f := newFile(t, dir)
 	_, err := f.Publish([]byte("previous good content"))
 	require.NoError(t, err)
-	remount(t, dir, "ro")
+	testfs.Remount(t, dir, "ro")
 
 	res, err := f.Publish([]byte("new content"))
 	require.ErrorIs(t, err, syscall.EROFS)
