@@ -119,10 +119,7 @@ func (s *Syncer) markOnDiskLocked(revision string, size int) {
 	// One series: the previous revision's goes away.
 	s.metrics.revisionInfo.Reset()
 	s.metrics.revisionInfo.WithLabelValues(revision).Set(1)
-	if !s.st.onDisk {
-		s.st.onDisk = true
-		close(s.onDisk)
-	}
+	s.st.onDisk = true
 }
 
 // reject keeps the last-known-good file and reports the bounded reason.

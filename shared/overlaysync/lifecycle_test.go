@@ -116,12 +116,9 @@ func TestColdStartWithoutOutputWaitsForTheConfigMap(t *testing.T) {
 	assert.NoFileExists(t, g.output())
 
 	doc, _ := g.envelopeFor(1)
-	r.waitObserved(t, g.putEnvelope(doc))
-	select {
-	case <-r.WaitOnDisk():
-	default:
-		t.Fatal("WaitOnDisk not closed after the first publish")
-	}
+	st = r.waitObserved(t, g.putEnvelope(doc))
+	assert.True(t, r.Started())
+	assert.Equal(t, overlaysync.StateReady, st.State)
 	assert.Equal(t, string(doc), readOutput(t, g.output()))
 }
 

@@ -32,8 +32,6 @@ type Syncer struct {
 	st state
 	// pending is an accepted envelope whose write failed; it is retried.
 	pending *accepted
-	// onDisk is closed once a valid overlay is on disk.
-	onDisk chan struct{}
 }
 
 // accepted is a validated envelope on its way to disk.
@@ -63,7 +61,7 @@ func New(config *rest.Config, opts Options) (*Syncer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Syncer{opts: opts, client: client, file: file, onDisk: make(chan struct{})}
+	s := &Syncer{opts: opts, client: client, file: file}
 	s.metrics = newMetrics(opts.Registerer, s.isReady, s.isDegraded)
 	s.restore()
 	return s, nil
@@ -98,9 +96,6 @@ func (s *Syncer) restore() {
 	s.markOnDiskLocked(res.Revision, len(data))
 	log.Info("overlay_restored", "revision", res.Revision, "output", s.opts.Output)
 }
-
-// WaitOnDisk returns a channel closed once a valid overlay is on disk.
-func (s *Syncer) WaitOnDisk() <-chan struct{} { return s.onDisk }
 
 // Started reports whether a valid overlay is on disk (/startupz).
 func (s *Syncer) Started() bool {

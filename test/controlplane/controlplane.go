@@ -230,13 +230,6 @@ func (cp *ControlPlane) AdminClient() kubernetes.Interface {
 // Host is kube-apiserver's URL.
 func (cp *ControlPlane) Host() string { return cp.host }
 
-// CAData is the PEM CA bundle that verifies kube-apiserver's certificate.
-func (cp *ControlPlane) CAData() []byte { return append([]byte(nil), cp.pki.caPEM...) }
-
-// EtcdURL is etcd's client URL, for tests that act on storage directly
-// (compaction, for example).
-func (cp *ControlPlane) EtcdURL() string { return cp.etcdURL }
-
 // PIDs returns the process IDs of the running servers.
 func (cp *ControlPlane) PIDs() []int {
 	cp.mu.Lock()
