@@ -9,11 +9,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 var (
@@ -39,11 +39,8 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	sidecar = filepath.Join(dir, "gridsync-sidecar")
-	// Built as the image builds it: static, trimmed, stripped.
-	build := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", sidecar, "../../sidecar")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build sidecar: %v\n%s", err, out)
+	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-sidecar": testbin.Sidecar}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return controlplane.RunTests(m, &cp)

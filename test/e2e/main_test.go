@@ -7,11 +7,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 var (
@@ -31,24 +30,13 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	binDir = dir
-	if err := buildBinaries(dir); err != nil {
+	err = testbin.Build(context.Background(), dir, map[string]string{
+		"gridsync-sidecar": testbin.Sidecar,
+		"gridsync-init":    testbin.Init,
+	})
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return controlplane.RunTests(m, &cp)
-}
-
-// buildBinaries builds the binaries under test the way the Makefile does.
-func buildBinaries(dir string) error {
-	for name, pkg := range map[string]string{
-		"gridsync-sidecar": "../../sidecar",
-		"gridsync-init":    "../../initcontainer",
-	} {
-		cmd := exec.CommandContext(context.Background(), "go", "build", "-trimpath", "-o", filepath.Join(dir, name), pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w\n%s", name, err, out)
-		}
-	}
-	return nil
 }
