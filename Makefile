@@ -59,8 +59,9 @@ bench: tools ## benchmarks: validation, atomic publish, and delivery end to end
 	$(GO) test -run '^$$' -bench Delivery -benchtime 1x -timeout 30m ./test/bench
 
 .PHONY: fuzz
-fuzz: ## fuzz the envelope validator for a minute
+fuzz: ## fuzz the envelope validator and its canonical form, a minute each
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzValidate -fuzztime 60s
+	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzCanonicalMatchesLibrary -fuzztime 60s
 
 .PHONY: clean
 clean: ## remove built binaries (the pinned servers stay cached in .tools/)

@@ -2,7 +2,9 @@ package envelope
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
+	"hash"
 	"strconv"
 
 	"github.com/go-json-experiment/json"
@@ -21,46 +23,88 @@ const (
 	fieldObject
 )
 
-// candidateFields types every documented candidate member; unknown
-// (additive) members are allowed and still digested.
-var candidateFields = map[string]candidateField{
-	"kind":            fieldRequiredString,
-	"name":            fieldRequiredString,
-	"site":            fieldRequiredString,
-	"cluster":         fieldRequiredString,
-	"fresh":           fieldBool,
-	"credential":      fieldObject,
-	"stable_id":       fieldString,
-	"admission_state": fieldString,
-	"selection_tier":  fieldString,
-	"score":           fieldNumber,
-	"score_breakdown": fieldObject,
-	"rank":            fieldInteger,
-	"selection_group": fieldInteger,
+// candidateMember types every documented candidate member and says which
+// required bit it sets; unknown (additive) members are allowed and still
+// digested. A switch, not a map: this runs for every member of every
+// candidate.
+func candidateMember(name []byte) (field candidateField, required uint8, known bool) {
+	switch string(name) {
+	case "kind":
+		return fieldRequiredString, 1, true
+	case "name":
+		return fieldRequiredString, 2, true
+	case "site":
+		return fieldRequiredString, 4, true
+	case "cluster":
+		return fieldRequiredString, 8, true
+	case "fresh":
+		return fieldBool, 16, true
+	case "credential", "score_breakdown":
+		return fieldObject, 0, true
+	case "stable_id", "admission_state", "selection_tier":
+		return fieldString, 0, true
+	case "score":
+		return fieldNumber, 0, true
+	case "rank", "selection_group":
+		return fieldInteger, 0, true
+	}
+	return 0, 0, false
 }
-
-// requiredMembers are tracked as bits while a candidate is walked.
-var requiredMembers = map[string]uint8{"kind": 1, "name": 2, "site": 4, "cluster": 8, "fresh": 16}
 
 const allRequired = 1 | 2 | 4 | 8 | 16
 
-// candidateList is overlay.candidates: its raw JSON, kept for the digest,
-// and its length. It is checked while the envelope is decoded, token by
-// token in the same pass that reads it: at 1 MiB overlays a second pass,
-// let alone a reflective decode, does not fit the validator's budget.
+// candidateList is overlay.candidates: its raw JSON, its RFC 8785 form
+// for the digest, and its length. It is checked and canonicalised while
+// the envelope is decoded, token by token in the same pass that reads it:
+// at 1 MiB overlays a second pass, let alone a reflective decode, does not
+// fit the validator's budget.
 type candidateList struct {
 	raw   jsontext.Value
 	count int
+	// canonical has taken `{"candidates":` and the array's canonical form;
+	// the digest goes on from there.
+	canonical *canonicalOut
 }
 
 // decodeWithCandidates unmarshals data into v, walking every candidateList
-// on the way and slicing its raw JSON out of data.
-func decodeWithCandidates(data []byte, v any) error {
+// on the way and slicing its raw JSON out of data. keepCanonical keeps the
+// canonical bytes as well as their hash.
+func decodeWithCandidates(data []byte, v any, keepCanonical bool) error {
 	walk := json.UnmarshalFromFunc(func(dec *jsontext.Decoder, list *candidateList) error {
+		list.canonical = newCanonicalOut(keepCanonical)
 		return list.walk(dec, data)
 	})
 	return json.Unmarshal(data, v, json.WithUnmarshalers(walk))
 }
+
+// canonicalOut hashes the canonical form of the digested object as it is
+// produced, so that an overlay's worth of canonical bytes never has to be
+// held, and keeps the bytes only when asked to.
+type canonicalOut struct {
+	hash hash.Hash
+	kept *bytes.Buffer
+}
+
+func newCanonicalOut(keep bool) *canonicalOut {
+	out := &canonicalOut{hash: sha256.New()}
+	if keep {
+		out.kept = new(bytes.Buffer)
+	}
+	out.write([]byte(canonicalHead))
+	return out
+}
+
+func (o *canonicalOut) write(p []byte) {
+	o.hash.Write(p)
+	if o.kept != nil {
+		o.kept.Write(p)
+	}
+}
+
+// flushAt is how many canonical bytes the walk gathers before handing
+// them on: big enough to make the calls cheap, small enough to stay in
+// cache.
+const flushAt = 8 << 10
 
 // walk reads the array at the decoder's position. Structural findings are
 // returned as a *Rejection.
@@ -72,10 +116,20 @@ func (l *candidateList) walk(dec *jsontext.Decoder, data []byte) error {
 		return err
 	}
 	start := int(dec.InputOffset()) - 1 // the '['
+	buf := append(make([]byte, 0, min(len(data)-start, flushAt)+1<<10), '[')
 	l.count = 0
+	var canon canonicalWriter
 	for dec.PeekKind() != ']' {
-		if rej := checkCandidate(dec, l.count); rej != nil {
+		if l.count > 0 {
+			buf = append(buf, ',')
+		}
+		var rej *Rejection
+		if buf, rej = checkCandidate(dec, data, l.count, buf, &canon); rej != nil {
 			return rej
+		}
+		if len(buf) >= flushAt {
+			l.canonical.write(buf)
+			buf = buf[:0]
 		}
 		l.count++
 	}
@@ -83,44 +137,48 @@ func (l *candidateList) walk(dec *jsontext.Decoder, data []byte) error {
 		return err
 	}
 	l.raw = data[start:dec.InputOffset()]
+	l.canonical.write(append(buf, ']'))
 	return nil
 }
 
-func checkCandidate(dec *jsontext.Decoder, i int) *Rejection {
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return reject(ReasonMalformedStructure, "overlay.candidates[%d] must be an object", i)
+// checkCandidate checks the candidate at the decoder's position and
+// appends its canonical form to canonical. The decoder checks it as JSON
+// (syntax, UTF-8, duplicate names) in one call; one scan of those trusted
+// bytes then checks the members and canonicalises them.
+func checkCandidate(dec *jsontext.Decoder, data []byte, i int, canonical []byte, w *canonicalWriter) ([]byte, *Rejection) {
+	if dec.PeekKind() != '{' {
+		return canonical, reject(ReasonMalformedStructure, "overlay.candidates[%d] must be an object", i)
 	}
+	raw, err := dec.ReadValue()
+	if err != nil {
+		return canonical, reject(ReasonMalformedStructure, "overlay.candidates[%d]: %v", i, err)
+	}
+	// A slice of data stays valid after the next read; the decoder's own
+	// result need not.
+	end := int(dec.InputOffset())
+	raw = data[end-len(raw) : end]
+
+	base, plain := w.collect(raw)
+	defer w.release(base)
 	var seen uint8
-	for dec.PeekKind() != '}' {
-		rawName, err := dec.ReadValue()
-		if err != nil {
-			return reject(ReasonMalformedStructure, "overlay.candidates[%d]: %v", i, err)
-		}
-		name := memberName(rawName)
-		value, err := dec.ReadValue()
-		if err != nil {
-			return reject(ReasonMalformedStructure, "overlay.candidates[%d].%s: %v", i, name, err)
-		}
-		if err := checkNumbers(value); err != nil {
-			return reject(ReasonMalformedStructure, "overlay.candidates[%d].%s: %v", i, name, err)
-		}
-		// Indexing with string(name) does not allocate.
-		field, known := candidateFields[string(name)]
+	for _, m := range w.members[base:] {
+		name := memberName(m.name)
+		field, required, known := candidateMember(name)
 		if !known {
 			continue
 		}
-		if !fieldValueOK(field, value) {
-			return reject(ReasonMalformedStructure, "overlay.candidates[%d].%s has the wrong type", i, name)
+		if !fieldValueOK(field, m.value) {
+			return canonical, reject(ReasonMalformedStructure, "overlay.candidates[%d].%s has the wrong type", i, name)
 		}
-		seen |= requiredMembers[string(name)]
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return reject(ReasonMalformedStructure, "overlay.candidates[%d]: %v", i, err)
+		seen |= required
 	}
 	if seen != allRequired {
-		return reject(ReasonMalformedStructure, "overlay.candidates[%d] needs kind, name, site, cluster and fresh", i)
+		return canonical, reject(ReasonMalformedStructure, "overlay.candidates[%d] needs kind, name, site, cluster and fresh", i)
 	}
-	return nil
+	if canonical, err = w.appendMembers(canonical, raw, base, plain); err != nil {
+		return canonical, reject(ReasonMalformedStructure, "overlay.candidates[%d]: %v", i, err)
+	}
+	return canonical, nil
 }
 
 // memberName returns an object member's name from its raw JSON string,

@@ -1,69 +1,66 @@
 package envelope
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// canonicalizeOptions skip what the decoding pass has already refused:
-// every digestInput comes from decodeWithCandidates, whose decoder rejects
-// duplicate member names and invalid UTF-8 anywhere in the overlay.
-// Checking again costs a tenth of the validator's time.
-var canonicalizeOptions = []jsontext.Options{
-	jsontext.AllowDuplicateNames(true),
-	jsontext.AllowInvalidUTF8(true),
-}
-
-// digestInput holds the raw JSON of the overlay members that the content
-// digest covers, already checked by overlayMembers.decode (which also
-// refuses numbers beyond the double range, which canonicalisation would
-// clamp). Raw subtrees are digested, never a re-serialised Go struct:
-// an additive candidate field that the producer digested must be digested
-// here too, or a newer producer's overlay would look tampered with.
+// digestInput holds the overlay members that the content digest covers,
+// already checked by overlayMembers.decode (which also refuses numbers
+// beyond the double range, which canonicalisation would clamp). Raw
+// subtrees are digested, never a re-serialised Go struct: an additive
+// candidate field that the producer digested must be digested here too,
+// or a newer producer's overlay would look tampered with.
 type digestInput struct {
 	Network         jsontext.Value
 	LocalSite       jsontext.Value
-	Candidates      jsontext.Value
+	Candidates      *canonicalOut  // has taken the object up to the candidates
 	SelectionPolicy jsontext.Value // absent when nil
 }
 
-// canonical returns the RFC 8785 canonical form of
-// {"candidates", "local_site", "network"[, "selection_policy"]}.
-func (d digestInput) canonical() ([]byte, error) {
-	size := len(d.Network) + len(d.LocalSite) + len(d.Candidates) + len(d.SelectionPolicy) + 64
-	obj := make(jsontext.Value, 0, size)
-	obj = append(obj, `{"candidates":`...)
-	obj = append(obj, d.Candidates...)
-	obj = append(obj, `,"local_site":`...)
-	obj = append(obj, d.LocalSite...)
-	obj = append(obj, `,"network":`...)
-	obj = append(obj, d.Network...)
+// appendTail appends the canonical members that follow "candidates":
+// local_site, network and selection_policy (their names sort that way),
+// and the closing brace.
+func (d digestInput) appendTail(dst []byte) ([]byte, error) {
+	var w canonicalWriter
+	var err error
+	dst = append(dst, `,"local_site":`...)
+	if dst, err = w.appendValue(dst, d.LocalSite); err != nil {
+		return dst, err
+	}
+	dst = append(dst, `,"network":`...)
+	if dst, err = w.appendValue(dst, d.Network); err != nil {
+		return dst, err
+	}
 	if d.SelectionPolicy != nil {
-		obj = append(obj, `,"selection_policy":`...)
-		obj = append(obj, d.SelectionPolicy...)
+		dst = append(dst, `,"selection_policy":`...)
+		if dst, err = w.appendValue(dst, d.SelectionPolicy); err != nil {
+			return dst, err
+		}
 	}
-	obj = append(obj, '}')
-	// Canonicalize applies RFC 8785: members sorted by UTF-16 code units,
-	// numbers in ECMAScript form (3.0 -> 3, 1e-07 -> 1e-7), minimal string
-	// escaping (no HTML escaping of <>&, U+2028/2029 left as is). It also
-	// rejects duplicate member names and invalid UTF-8, which RFC 8785
-	// requires (I-JSON) and which would otherwise make the digest ambiguous.
-	if err := obj.Canonicalize(canonicalizeOptions...); err != nil {
-		return nil, fmt.Errorf("canonicalise overlay: %w", err)
-	}
-	return obj, nil
+	return append(dst, '}'), nil
 }
 
-func (d digestInput) digest() (string, error) {
-	canon, err := d.canonical()
+const canonicalHead = `{"candidates":`
+
+// finish completes the canonical form; call it once.
+func (d digestInput) finish() error {
+	tail, err := d.appendTail(make([]byte, 0, 128))
 	if err != nil {
+		return fmt.Errorf("canonicalise overlay: %w", err)
+	}
+	d.Candidates.write(tail)
+	return nil
+}
+
+// digest returns the hex sha256 of the canonical form; call it once.
+func (d digestInput) digest() (string, error) {
+	if err := d.finish(); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(canon)
-	return hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(d.Candidates.hash.Sum(nil)), nil
 }
 
 // Digest returns the semantic content digest (lowercase hex sha256) of an
@@ -72,7 +69,7 @@ func (d digestInput) digest() (string, error) {
 // present. Timestamps and any other member are not digested.
 func Digest(overlay []byte) (string, error) {
 	var members overlayMembers
-	if err := decodeWithCandidates(overlay, &members); err != nil {
+	if err := decodeWithCandidates(overlay, &members, false); err != nil {
 		return "", fmt.Errorf("decode overlay: %w", err)
 	}
 	in, _, rej := members.decode()
@@ -86,12 +83,15 @@ func Digest(overlay []byte) (string, error) {
 // and tests that need to show them.
 func CanonicalOverlay(overlay []byte) ([]byte, error) {
 	var members overlayMembers
-	if err := decodeWithCandidates(overlay, &members); err != nil {
+	if err := decodeWithCandidates(overlay, &members, true); err != nil {
 		return nil, fmt.Errorf("decode overlay: %w", err)
 	}
 	in, _, rej := members.decode()
 	if rej != nil {
 		return nil, rej
 	}
-	return in.canonical()
+	if err := in.finish(); err != nil {
+		return nil, err
+	}
+	return in.Candidates.kept.Bytes(), nil
 }

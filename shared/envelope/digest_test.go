@@ -124,13 +124,15 @@ func TestDigestIncludesSelectionPolicyOnlyWhenPresent(t *testing.T) {
 
 func TestDigestRefusesAmbiguousJSON(t *testing.T) {
 	tests := map[string]string{
-		"duplicate member":           `{"network":"n","network":"m","local_site":"s","candidates":[]}`,
-		"duplicate in a candidate":   `{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"a","name":"b","site":"s","cluster":"c","fresh":true}]}`,
-		"invalid utf-8":              "{\"network\":\"\xff\",\"local_site\":\"s\",\"candidates\":[]}",
-		"number beyond float64":      `{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"a","site":"s","cluster":"c","fresh":true,"x":1e400}]}`,
-		"lone surrogate":             `{"network":"\ud800","local_site":"s","candidates":[]}`,
-		"trailing garbage":           `{"network":"n","local_site":"s","candidates":[]} x`,
-		"candidates is not an array": `{"network":"n","local_site":"s","candidates":{}}`,
+		"duplicate member":             `{"network":"n","network":"m","local_site":"s","candidates":[]}`,
+		"duplicate in a candidate":     `{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"a","name":"b","site":"s","cluster":"c","fresh":true}]}`,
+		"invalid utf-8":                "{\"network\":\"\xff\",\"local_site\":\"s\",\"candidates\":[]}",
+		"number beyond float64":        `{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"a","site":"s","cluster":"c","fresh":true,"x":1e400}]}`,
+		"nested number beyond float64": `{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"a","site":"s","cluster":"c","fresh":true,"x":{"y":[1,-1E+400]}}]}`,
+		"beyond float64, escaped name": `{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"a","site":"s","cluster":"c","fresh":true,"\u00e9":1e400}]}`,
+		"lone surrogate":               `{"network":"\ud800","local_site":"s","candidates":[]}`,
+		"trailing garbage":             `{"network":"n","local_site":"s","candidates":[]} x`,
+		"candidates is not an array":   `{"network":"n","local_site":"s","candidates":{}}`,
 	}
 	for name, overlay := range tests {
 		t.Run(name, func(t *testing.T) {

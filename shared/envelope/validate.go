@@ -165,7 +165,7 @@ func validate(data []byte, opts Options) (Result, *Rejection) {
 	}
 
 	var top wireTop
-	if err := decodeWithCandidates(data, &top); err != nil {
+	if err := decodeWithCandidates(data, &top, false); err != nil {
 		return Result{}, diagnose(data, err)
 	}
 	hasEnvelopeMembers := top.Revision != nil || top.ContentDigest != nil || top.Scope != nil || top.Overlay != nil
@@ -407,7 +407,7 @@ func (m overlayMembers) decode() (decodedOverlay, int, *Rejection) {
 	out.digestInput = digestInput{
 		Network:         m.Network,
 		LocalSite:       m.LocalSite,
-		Candidates:      m.Candidates.raw,
+		Candidates:      m.Candidates.canonical,
 		SelectionPolicy: m.SelectionPolicy,
 	}
 	return out, count, nil
