@@ -10,18 +10,35 @@ import (
 
 // BenchmarkPublish measures one atomic replacement of a 64 KiB file,
 // including the fsync of the file and of its folder, on the local disk and
-// on tmpfs (/dev/shm, like a memory-backed emptyDir).
+// on tmpfs (/dev/shm, like a memory-backed emptyDir): Publish, which first
+// compares the current file, and Replace, which the sidecar uses because
+// it compares revisions instead.
 func BenchmarkPublish(b *testing.B) {
+	ops := []struct {
+		name string
+		do   func(*publish.File, []byte) (publish.Result, error)
+	}{
+		{"publish", (*publish.File).Publish},
+		{"replace", (*publish.File).Replace},
+	}
 	media := []struct{ name, dir string }{
 		{"disk", ""},
 		{"tmpfs", "/dev/shm"},
 	}
-	for _, medium := range media {
-		b.Run("size=64KiB/medium="+medium.name, func(b *testing.B) {
+	for _, op := range ops {
+		for _, medium := range media {
+			benchmarkPublish(b, op.name, op.do, medium.name, medium.dir)
+		}
+	}
+}
+
+func benchmarkPublish(b *testing.B, op string, do func(*publish.File, []byte) (publish.Result, error), medium, mediumDir string) {
+	{
+		b.Run("op="+op+"/size=64KiB/medium="+medium, func(b *testing.B) {
 			dir := b.TempDir()
-			if medium.dir != "" {
+			if mediumDir != "" {
 				var err error
-				if dir, err = os.MkdirTemp(medium.dir, "gridsync-bench-"); err != nil {
+				if dir, err = os.MkdirTemp(mediumDir, "gridsync-bench-"); err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { _ = os.RemoveAll(dir) })
@@ -37,7 +54,7 @@ func BenchmarkPublish(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if res, err := f.Publish(payloads[i%2]); err != nil || res != publish.Written {
+				if res, err := do(f, payloads[i%2]); err != nil || res != publish.Written {
 					b.Fatalf("publish: %v %v", res, err)
 				}
 				i++
