@@ -18,6 +18,13 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # Static binaries: the images are distroless and have no libc.
 BUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 
+# Pinned code generator for the controller's API: deepcopy functions and
+# CRD manifests.
+CONTROLLER_GEN_VERSION := v0.23.0
+CONTROLLER_GEN         := $(TOOLS_DIR)/controller-gen/$(CONTROLLER_GEN_VERSION)/controller-gen
+API_PATHS              := ./controller/api/...
+CRD_DIR                := controller/crds
+
 # Where the integration tests find kube-apiserver and etcd.
 export GRIDSYNC_TOOLS_BIN := $(TOOLS_DIR)/bin
 
@@ -42,8 +49,23 @@ $(GOLANGCI_LINT):
 	@echo "lint: building golangci-lint $(GOLANGCI_LINT_VERSION) (once; about a minute when cold)"
 	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
+$(CONTROLLER_GEN):
+	@echo "generate: building controller-gen $(CONTROLLER_GEN_VERSION) (once)"
+	GOBIN=$(dir $@) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## regenerate the API's deepcopy functions and CRD manifests
+	$(CONTROLLER_GEN) object paths=$(API_PATHS) crd:crdVersions=v1 output:crd:dir=$(CRD_DIR)
+
+.PHONY: verify-generated
+verify-generated: $(CONTROLLER_GEN) ## fail when the committed generated files differ from the types
+	@out="$$(mktemp -d)"; trap 'rm -rf "$$out"' EXIT; \
+	$(CONTROLLER_GEN) object paths=$(API_PATHS) output:object:dir="$$out/object" crd:crdVersions=v1 output:crd:dir="$$out/crds"; \
+	diff -u controller/api/v1alpha1/zz_generated.deepcopy.go "$$out/object/zz_generated.deepcopy.go" && \
+	diff -ru $(CRD_DIR) "$$out/crds" || { echo "generated files are stale: run make generate"; exit 1; }
+
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## gofmt, go vet and golangci-lint
+lint: $(GOLANGCI_LINT) verify-generated ## gofmt, go vet, golangci-lint, generated files current
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...

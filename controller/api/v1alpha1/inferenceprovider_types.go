@@ -1,0 +1,221 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// SiteLabel is the label that names a gateway's site for access policies:
+// a gateway of site S carries grid.praxis.fast/site=S.
+const SiteLabel = "grid.praxis.fast/site"
+
+// InferenceProvider is a backend that serves models to one Grid network.
+// Every model becomes a routing candidate in the overlay of each gateway
+// that its access policy admits, unless the provider is Unavailable. The
+// candidate's site is the provider's name: a provider is a site of the
+// network.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=iprov
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.gridNetworkRef.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type InferenceProvider struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   InferenceProviderSpec   `json:"spec,omitempty"`
+	Status InferenceProviderStatus `json:"status,omitempty"`
+}
+
+// InferenceProviderSpec describes the provider.
+type InferenceProviderSpec struct {
+	// GridNetworkRef names the GridNetwork this provider serves.
+	//
+	// +required
+	GridNetworkRef GridNetworkReference `json:"gridNetworkRef"`
+
+	// ProviderKind is what runs the provider (for example vllm, openai).
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$`
+	ProviderKind string `json:"providerKind"`
+
+	// BackendKind is the protocol the backend speaks (for example
+	// openai_compatible).
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$`
+	BackendKind string `json:"backendKind"`
+
+	// Endpoint is the provider's base URL.
+	//
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s/?#]+([/?#]\S*)?$`
+	Endpoint string `json:"endpoint"`
+
+	// Models served; each becomes one candidate.
+	//
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	Models []Model `json:"models"`
+
+	// ClusterName is the routing identity of the provider's cluster (the
+	// candidate's cluster). Defaults to the object's name.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	ClusterName string `json:"clusterName,omitempty"`
+
+	// Auth says how the gateway authenticates to the provider.
+	//
+	// +optional
+	Auth *ProviderAuth `json:"auth,omitempty"`
+
+	// AccessPolicy limits the gateways whose overlays carry this provider.
+	//
+	// +optional
+	AccessPolicy *AccessPolicy `json:"accessPolicy,omitempty"`
+
+	// HealthCheck, when set, is probed by the controller; failures mark
+	// the provider Degraded, then Unavailable.
+	//
+	// +optional
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+}
+
+// GridNetworkReference names a GridNetwork.
+type GridNetworkReference struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// Model is a model the provider serves.
+type Model struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^\S+$`
+	Name string `json:"name"`
+}
+
+// AuthStrategyBearerToken sends a token from a Secret as a bearer token.
+// It is the only strategy this controller supports.
+const AuthStrategyBearerToken = "bearer_token"
+
+// ProviderAuth is the provider's authentication. Only a reference to the
+// credential leaves the Secret: the overlay carries the reference, the
+// gateway reads the token itself.
+type ProviderAuth struct {
+	// Strategy is bearer_token. Other values are kept, so that a newer
+	// strategy is reported as unsupported rather than refused.
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9_]*$`
+	Strategy string `json:"strategy"`
+
+	// SecretRef locates the token; required for bearer_token.
+	//
+	// +optional
+	SecretRef *SecretKeyReference `json:"secretRef,omitempty"`
+
+	// CredentialsManagedExternally says the Secret is provisioned outside
+	// this cluster's view (for example by the gateway's own tooling): the
+	// controller does not check it, and the candidate still carries the
+	// reference.
+	//
+	// +optional
+	CredentialsManagedExternally bool `json:"credentialsManagedExternally,omitempty"`
+}
+
+// SecretKeyReference is a key in a namespaced Secret.
+type SecretKeyReference struct {
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// AccessPolicy selects the gateway sites that may use the provider.
+type AccessPolicy struct {
+	// SiteSelector matches a gateway's site labels
+	// (grid.praxis.fast/site=<siteName>). Empty selects every site.
+	//
+	// +optional
+	SiteSelector *metav1.LabelSelector `json:"siteSelector,omitempty"`
+}
+
+// HealthCheck is an HTTP probe of the provider.
+type HealthCheck struct {
+	// Endpoint is the URL probed with GET; a 2xx answer is healthy.
+	//
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s/?#]+([/?#]\S*)?$`
+	Endpoint string `json:"endpoint"`
+
+	// PeriodSeconds between probes.
+	//
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=3600
+	PeriodSeconds int32 `json:"periodSeconds,omitempty"`
+}
+
+// ProviderPhase is the provider's state as the controller sees it.
+//
+// +kubebuilder:validation:Enum=Pending;Available;Degraded;Unavailable
+type ProviderPhase string
+
+const (
+	// ProviderPending: not reconciled yet.
+	ProviderPending ProviderPhase = "Pending"
+	// ProviderAvailable: routed to, fresh.
+	ProviderAvailable ProviderPhase = "Available"
+	// ProviderDegraded: still routed to, but its candidates are not fresh.
+	ProviderDegraded ProviderPhase = "Degraded"
+	// ProviderUnavailable: left out of every overlay.
+	ProviderUnavailable ProviderPhase = "Unavailable"
+)
+
+// InferenceProviderStatus is the provider's observed state.
+type InferenceProviderStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	Phase ProviderPhase `json:"phase,omitempty"`
+	// Reason is a CamelCase word for the phase (for example
+	// CredentialSecretMissing, HealthCheckFailing).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// InferenceProviderList is a list of InferenceProviders.
+//
+// +kubebuilder:object:root=true
+type InferenceProviderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []InferenceProvider `json:"items"`
+}

@@ -1,0 +1,171 @@
+// Package assess decides an InferenceProvider's phase from what the
+// controller knows of it: its credential Secret, its access policy and its
+// health probes. It is pure; the reconcilers feed it and act on the
+// verdict. Only a Secret's shape (which keys exist, whether each value is
+// usable) is ever looked at here, never its bytes.
+package assess
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// Reasons of a provider's phase.
+const (
+	ReasonReady                        = "Ready"
+	ReasonUnsupportedAuthStrategy      = "UnsupportedAuthStrategy"
+	ReasonCredentialSecretRefInvalid   = "CredentialSecretRefInvalid"
+	ReasonCredentialSecretMissing      = "CredentialSecretMissing"
+	ReasonCredentialSecretKeyMissing   = "CredentialSecretKeyMissing"
+	ReasonCredentialSecretValueInvalid = "CredentialSecretValueInvalid"
+	ReasonAccessPolicyInvalid          = "AccessPolicyInvalid"
+	ReasonHealthCheckFailing           = "HealthCheckFailing"
+	ReasonHealthCheckFailed            = "HealthCheckFailed"
+)
+
+// The health rule: a provider whose probe has failed DegradedAfter times
+// in a row is Degraded (still routed to, its candidates not fresh);
+// UnavailableAfter failures in a row make it Unavailable (left out of every
+// overlay). One success makes it Available again. A provider not probed
+// yet counts as healthy, so that an agent restart does not withdraw routes
+// until the first probes return.
+const (
+	DegradedAfter    = 1
+	UnavailableAfter = 3
+)
+
+// SecretShape is what the controller keeps of a Secret: for every key,
+// whether its value is a usable token (non-empty, valid UTF-8).
+type SecretShape map[string]bool
+
+// Secrets finds the shape of a Secret; found is false when it does not
+// exist.
+type Secrets interface {
+	SecretShape(namespace, name string) (shape SecretShape, found bool, err error)
+}
+
+// Health is what the prober knows of a provider.
+type Health struct {
+	// Probed is false until a probe has completed.
+	Probed              bool
+	ConsecutiveFailures int
+	// LastError describes the last failure, without any credential.
+	LastError string
+}
+
+// Verdict is a provider's phase and what rendering needs of it.
+type Verdict struct {
+	Phase   v1alpha1.ProviderPhase
+	Reason  string
+	Message string
+	// Provider is the provider as rendering sees it.
+	Provider render.Provider
+}
+
+// Options hold what the verdict depends on beyond the provider.
+type Options struct {
+	Secrets Secrets
+	// SecretNamespaceWatched says whether the controller may read Secrets
+	// in a namespace; a reference elsewhere cannot be verified.
+	SecretNamespaceWatched func(namespace string) bool
+	Health                 Health
+}
+
+// Assess decides the provider's phase. Checks run in a fixed order and
+// the first failure decides: auth strategy, Secret reference, Secret,
+// key, value, access policy, health.
+func Assess(p *v1alpha1.InferenceProvider, opts Options) (Verdict, error) {
+	v := Verdict{Provider: render.Provider{
+		Name:    p.Name,
+		Cluster: p.Spec.ClusterName,
+		Models:  make([]string, 0, len(p.Spec.Models)),
+	}}
+	if v.Provider.Cluster == "" {
+		v.Provider.Cluster = p.Name
+	}
+	for _, m := range p.Spec.Models {
+		v.Provider.Models = append(v.Provider.Models, m.Name)
+	}
+
+	credential, reason, message, err := checkCredential(p.Spec.Auth, opts)
+	if err != nil {
+		return Verdict{}, err
+	}
+	if reason != "" {
+		return v.with(v1alpha1.ProviderUnavailable, reason, message), nil
+	}
+	v.Provider.Credential = credential
+
+	if policy := p.Spec.AccessPolicy; policy != nil && policy.SiteSelector != nil {
+		sites, err := metav1.LabelSelectorAsSelector(policy.SiteSelector)
+		if err != nil {
+			return v.with(v1alpha1.ProviderUnavailable, ReasonAccessPolicyInvalid, fmt.Sprintf("accessPolicy.siteSelector: %v", err)), nil
+		}
+		v.Provider.Sites = sites
+	}
+
+	if p.Spec.HealthCheck != nil && opts.Health.Probed {
+		switch failures := opts.Health.ConsecutiveFailures; {
+		case failures >= UnavailableAfter:
+			return v.with(v1alpha1.ProviderUnavailable, ReasonHealthCheckFailed,
+				fmt.Sprintf("health check failed %d times in a row: %s", failures, opts.Health.LastError)), nil
+		case failures >= DegradedAfter:
+			return v.with(v1alpha1.ProviderDegraded, ReasonHealthCheckFailing,
+				fmt.Sprintf("health check failed %d times in a row: %s", failures, opts.Health.LastError)), nil
+		}
+	}
+	return v.with(v1alpha1.ProviderAvailable, ReasonReady, "routed to by every admitted gateway"), nil
+}
+
+func (v Verdict) with(phase v1alpha1.ProviderPhase, reason, message string) Verdict {
+	v.Phase, v.Reason, v.Message = phase, reason, message
+	v.Provider.Phase = phase
+	return v
+}
+
+// checkCredential verifies a bearer-token reference. It returns the
+// reference the candidates carry, or the reason it cannot be used.
+func checkCredential(auth *v1alpha1.ProviderAuth, opts Options) (*envelope.Credential, string, string, error) {
+	if auth == nil {
+		return nil, "", "", nil
+	}
+	if auth.Strategy != v1alpha1.AuthStrategyBearerToken {
+		return nil, ReasonUnsupportedAuthStrategy, fmt.Sprintf("auth.strategy %q is not supported (only %s)", auth.Strategy, v1alpha1.AuthStrategyBearerToken), nil
+	}
+	ref := auth.SecretRef
+	if ref == nil || ref.Name == "" || ref.Namespace == "" || ref.Key == "" {
+		return nil, ReasonCredentialSecretRefInvalid, "auth.secretRef needs name, namespace and key", nil
+	}
+	credential := &envelope.Credential{
+		Strategy:  v1alpha1.AuthStrategyBearerToken,
+		SecretRef: envelope.SecretRef{Name: ref.Name, Namespace: ref.Namespace, Key: ref.Key},
+	}
+	if auth.CredentialsManagedExternally {
+		return credential, "", "", nil
+	}
+	where := ref.Namespace + "/" + ref.Name
+	if opts.SecretNamespaceWatched != nil && !opts.SecretNamespaceWatched(ref.Namespace) {
+		return nil, ReasonCredentialSecretRefInvalid,
+			fmt.Sprintf("Secret %s is in a namespace the agent does not watch; add it to the agent's namespaces or set credentialsManagedExternally", where), nil
+	}
+	shape, found, err := opts.Secrets.SecretShape(ref.Namespace, ref.Name)
+	switch {
+	case err != nil:
+		return nil, "", "", fmt.Errorf("read Secret %s: %w", where, err)
+	case !found:
+		return nil, ReasonCredentialSecretMissing, fmt.Sprintf("Secret %s does not exist", where), nil
+	}
+	usable, ok := shape[ref.Key]
+	switch {
+	case !ok:
+		return nil, ReasonCredentialSecretKeyMissing, fmt.Sprintf("Secret %s has no key %q", where, ref.Key), nil
+	case !usable:
+		return nil, ReasonCredentialSecretValueInvalid, fmt.Sprintf("Secret %s key %q is empty or not valid UTF-8", where, ref.Key), nil
+	}
+	return credential, "", "", nil
+}

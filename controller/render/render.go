@@ -1,0 +1,97 @@
+// Package render turns a network's providers into the overlay of one
+// gateway. It is pure: the reconciler gathers the inputs (provider phases,
+// verified credentials) and publishes the result.
+package render
+
+import (
+	"cmp"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// Gateway is a consumer gateway of the network.
+type Gateway struct {
+	Name      string
+	Namespace string
+	// Site is the gateway's site: the overlay's local_site, and what
+	// providers' access policies match (as the label
+	// grid.praxis.fast/site=<Site>).
+	Site string
+}
+
+// Provider is what rendering needs of one InferenceProvider.
+type Provider struct {
+	// Name is the object's name, the candidates' site.
+	Name string
+	// Cluster is the candidates' cluster.
+	Cluster string
+	Models  []string
+	Phase   v1alpha1.ProviderPhase
+	// Credential is the reference the candidates carry; nil for none.
+	Credential *envelope.Credential
+	// Sites selects the gateway sites that may use the provider; nil
+	// selects every site.
+	Sites labels.Selector
+}
+
+// Admits reports whether the provider's access policy lets gw use it.
+func (p Provider) Admits(gw Gateway) bool {
+	return p.Sites == nil || p.Sites.Matches(labels.Set{v1alpha1.SiteLabel: gw.Site})
+}
+
+// Overlay renders the overlay of gw: one candidate per model of every
+// provider that the gateway's site may use and that is not Unavailable.
+// No candidate at all is a valid, authoritative overlay: it withdraws
+// every route.
+//
+// The order is semantic (it is digested, and the gateway prefers lower
+// ranks): fresh candidates (Available providers) before stale ones
+// (Degraded), then by site (provider name), model and cluster. Rank is the
+// position in that order. Inputs in any order give the same overlay.
+func Overlay(network string, gw Gateway, providers []Provider) envelope.Overlay {
+	candidates := []envelope.Candidate{}
+	for _, p := range providers {
+		if p.Phase == v1alpha1.ProviderUnavailable || p.Phase == v1alpha1.ProviderPending || !p.Admits(gw) {
+			continue
+		}
+		for _, model := range p.Models {
+			c := envelope.Candidate{
+				Kind:    envelope.CandidateKindInferenceModel,
+				Name:    model,
+				Site:    p.Name,
+				Cluster: p.Cluster,
+				Fresh:   p.Phase == v1alpha1.ProviderAvailable,
+			}
+			if p.Credential != nil {
+				credential := *p.Credential
+				c.Credential = &credential
+			}
+			c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
+			candidates = append(candidates, c)
+		}
+	}
+	slices.SortFunc(candidates, compareCandidates)
+	for i := range candidates {
+		rank := int64(i)
+		candidates[i].Rank = &rank
+	}
+	return envelope.Overlay{Network: network, LocalSite: gw.Site, Candidates: candidates}
+}
+
+func compareCandidates(a, b envelope.Candidate) int {
+	if a.Fresh != b.Fresh {
+		if a.Fresh {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Or(
+		cmp.Compare(a.Site, b.Site),
+		cmp.Compare(a.Name, b.Name),
+		cmp.Compare(a.Cluster, b.Cluster),
+	)
+}

@@ -1,0 +1,130 @@
+package render_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+var east = render.Gateway{Name: "edge", Namespace: "grid-system", Site: "east"}
+
+func provider(name string, phase v1alpha1.ProviderPhase, models ...string) render.Provider {
+	return render.Provider{Name: name, Cluster: "cluster-" + name, Models: models, Phase: phase}
+}
+
+func onlySites(sites ...string) labels.Selector {
+	s, err := labels.Parse(v1alpha1.SiteLabel + " in (" + joinComma(sites) + ")")
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, v := range s {
+		if i > 0 {
+			out += ","
+		}
+		out += v
+	}
+	return out
+}
+
+type want struct{ name, site string }
+
+func names(o envelope.Overlay) []want {
+	var out []want
+	for _, c := range o.Candidates {
+		out = append(out, want{c.Name, c.Site})
+	}
+	return out
+}
+
+func TestOverlayRules(t *testing.T) {
+	restricted := provider("west", v1alpha1.ProviderAvailable, "m1")
+	restricted.Sites = onlySites("west")
+	admitted := provider("mid", v1alpha1.ProviderAvailable, "m1")
+	admitted.Sites = onlySites("east", "west")
+
+	tests := []struct {
+		name      string
+		providers []render.Provider
+		want      []want
+	}{
+		{"no providers is an empty, authoritative overlay", nil, nil},
+		{"one candidate per model", []render.Provider{provider("a", v1alpha1.ProviderAvailable, "m2", "m1")},
+			[]want{{"m1", "a"}, {"m2", "a"}}},
+		{"unavailable providers are left out", []render.Provider{
+			provider("a", v1alpha1.ProviderUnavailable, "m1"), provider("b", v1alpha1.ProviderAvailable, "m1"),
+		}, []want{{"m1", "b"}}},
+		{"pending providers are left out", []render.Provider{provider("a", v1alpha1.ProviderPending, "m1")}, nil},
+		{"degraded providers come after fresh ones", []render.Provider{
+			provider("a", v1alpha1.ProviderDegraded, "m1"), provider("b", v1alpha1.ProviderAvailable, "m1"),
+		}, []want{{"m1", "b"}, {"m1", "a"}}},
+		{"the access policy keeps other sites out", []render.Provider{restricted, admitted},
+			[]want{{"m1", "mid"}}},
+		{"order is site, then model", []render.Provider{
+			provider("b", v1alpha1.ProviderAvailable, "m1"), provider("a", v1alpha1.ProviderAvailable, "z", "m9"),
+		}, []want{{"m9", "a"}, {"z", "a"}, {"m1", "b"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := render.Overlay("net", east, tt.providers)
+			assert.Equal(t, "net", o.Network)
+			assert.Equal(t, "east", o.LocalSite)
+			require.NotNil(t, o.Candidates, "an empty overlay still has a candidate list")
+			assert.Equal(t, tt.want, names(o))
+			for i, c := range o.Candidates {
+				require.NotNil(t, c.Rank)
+				assert.Equal(t, int64(i), *c.Rank, "rank is the position")
+				assert.Equal(t, envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster), c.StableID)
+				assert.Equal(t, envelope.CandidateKindInferenceModel, c.Kind)
+			}
+		})
+	}
+}
+
+func TestOverlayCarriesFreshnessAndCredentialReference(t *testing.T) {
+	a := provider("a", v1alpha1.ProviderAvailable, "m")
+	a.Credential = &envelope.Credential{Strategy: "bearer_token", SecretRef: envelope.SecretRef{Name: "s", Namespace: "n", Key: "k"}}
+	d := provider("d", v1alpha1.ProviderDegraded, "m")
+	o := render.Overlay("net", east, []render.Provider{d, a})
+	require.Len(t, o.Candidates, 2)
+	assert.True(t, o.Candidates[0].Fresh)
+	assert.Equal(t, a.Credential, o.Candidates[0].Credential)
+	assert.NotSame(t, a.Credential, o.Candidates[0].Credential, "the overlay does not share the input's reference")
+	assert.False(t, o.Candidates[1].Fresh)
+	assert.Nil(t, o.Candidates[1].Credential)
+	assert.Equal(t, "cluster-a", o.Candidates[0].Cluster)
+}
+
+// Providers come from a cache in no particular order; the overlay, and so
+// the revision, must not depend on it.
+func TestOverlayDoesNotDependOnInputOrder(t *testing.T) {
+	var providers []render.Provider
+	for i := range 40 {
+		phase := v1alpha1.ProviderAvailable
+		if i%5 == 0 {
+			phase = v1alpha1.ProviderDegraded
+		}
+		providers = append(providers, provider(string(rune('a'+i%26))+string(rune('a'+i/26)), phase, "m1", "m2", "m3"))
+	}
+	scope := envelope.Scope{Network: "net", Gateway: east.Name, Namespace: east.Namespace, LocalSite: east.Site}
+	_, first, err := envelope.Build(render.Overlay("net", east, providers), scope, envelope.Provenance{})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20 {
+		rng.Shuffle(len(providers), func(i, j int) { providers[i], providers[j] = providers[j], providers[i] })
+		_, again, err := envelope.Build(render.Overlay("net", east, providers), scope, envelope.Provenance{})
+		require.NoError(t, err)
+		require.Equal(t, first, again)
+	}
+}
