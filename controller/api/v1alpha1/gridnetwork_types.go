@@ -130,7 +130,7 @@ type GatewayOverlayStatus struct {
 	// +optional
 	RenderedAt *metav1.Time `json:"renderedAt,omitempty"`
 	// +optional
-	CandidateCount int32 `json:"candidateCount"`
+	CandidateCount int32        `json:"candidateCount"`
 	Phase          OverlayPhase `json:"phase"`
 	// +optional
 	Reason string `json:"reason,omitempty"`
