@@ -3,8 +3,10 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,4 +84,73 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
 	return nil
+}
+
+// Grant binds rules to the ServiceAccount saNamespace/serviceAccount under
+// name: as a Role and RoleBinding in namespace, or as a ClusterRole and
+// ClusterRoleBinding when namespace is empty. It returns once the
+// authorizer allows the first verb of every rule.
+func (cp *ControlPlane) Grant(ctx context.Context, saNamespace, serviceAccount, name, namespace string, rules []rbacv1.PolicyRule) error {
+	admin := cp.AdminClient()
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serviceAccount, Namespace: saNamespace}}
+	var err error
+	if namespace == "" {
+		_, err = admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+				Subjects:   subject,
+			}, metav1.CreateOptions{})
+		}
+	} else {
+		if err := cp.EnsureNamespace(ctx, namespace); err != nil {
+			return err
+		}
+		_, err = admin.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			_, err = admin.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+				Subjects:   subject,
+			}, metav1.CreateOptions{})
+		}
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("grant %s to %s/%s: %w", name, saNamespace, serviceAccount, err)
+	}
+	user := "system:serviceaccount:" + saNamespace + ":" + serviceAccount
+	for _, rule := range rules {
+		attrs := &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: rule.Verbs[0], Group: rule.APIGroups[0]}
+		attrs.Resource, attrs.Subresource, _ = strings.Cut(rule.Resources[0], "/")
+		if err := cp.waitAllowed(ctx, user, attrs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitAllowed waits until the authorizer allows user what attrs describe:
+// it learns of new bindings asynchronously.
+func (cp *ControlPlane) waitAllowed(ctx context.Context, user string, attrs *authorizationv1.ResourceAttributes) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sar, err := cp.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: attrs},
+		}, metav1.CreateOptions{})
+		if err == nil && sar.Status.Allowed {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("review access of %s: %w", user, err)
+			}
+			return fmt.Errorf("%s is still not allowed to %s %s/%s", user, attrs.Verb, attrs.Group, attrs.Resource)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

@@ -1,0 +1,144 @@
+// Command gridsync-agent is the cluster-side agent of gridsync. It runs the
+// controller that turns GridNetworks and InferenceProviders into overlay
+// ConfigMaps, one replica active at a time, and serves /livez, /readyz,
+// /status and /metrics on one address.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/shared/health"
+	"github.com/gridsync/gridsync/shared/kubeconfig"
+)
+
+const binary = "gridsync-agent"
+
+// version is stamped by the build (make build).
+var version = "dev"
+
+const shutdownGrace = 2 * time.Second
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+}
+
+func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := parseFlags(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel})).With("binary", binary)
+	// controller-runtime and client-go log through the same JSON handler.
+	logger := logr.FromSlogHandler(log.Handler())
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+	fail := func(event string, err error) int {
+		log.Error(event, "error", err)
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return 1
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ln, err := health.Listen(ctx, cfg.healthAddr)
+	if err != nil {
+		return fail("health_bind_failed", err)
+	}
+	restConfig, err := kubeconfig.Load(cfg.kubeconfig, binary+"/"+version)
+	if err != nil {
+		return fail("kubeconfig_failed", err)
+	}
+	reg := health.NewRegistry(binary, version)
+	mgr, err := controller.NewManager(restConfig, controller.ManagerOptions{
+		Options: controller.Options{
+			Namespaces:      cfg.namespaces,
+			ProducerVersion: version,
+			Registerer:      reg,
+			Logger:          log,
+		},
+		LeaderElection:          cfg.leaderElect,
+		LeaderElectionNamespace: cfg.leaderElectionNamespace,
+		LeaderElectionID:        cfg.leaderElectionID,
+		LeaseDuration:           cfg.leaseDuration,
+		RenewDeadline:           cfg.renewDeadline,
+		RetryPeriod:             cfg.retryPeriod,
+	})
+	if err != nil {
+		return fail("start_failed", err)
+	}
+
+	var synced, leading atomic.Bool
+	go func() {
+		if mgr.GetCache().WaitForCacheSync(ctx) {
+			synced.Store(true)
+			log.Info("cache_synced")
+		}
+	}()
+	go func() {
+		select {
+		case <-mgr.Elected():
+			leading.Store(true)
+			log.Info("leading", "lease", cfg.leaderElectionNamespace+"/"+cfg.leaderElectionID)
+		case <-ctx.Done():
+		}
+	}()
+	handler := health.Handler(health.Checks{
+		// A passive replica is ready: it is healthy and waits its turn.
+		Ready: func() (bool, string) {
+			if !synced.Load() {
+				return false, "cache not synced"
+			}
+			return true, ""
+		},
+		Started: synced.Load,
+		Status: func() any {
+			return map[string]any{"version": version, "leader": leading.Load(), "cache_synced": synced.Load(), "namespaces": cfg.namespaces}
+		},
+	}, prometheus.Gatherers{reg, ctrlmetrics.Registry})
+
+	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- health.Serve(runCtx, ln, handler, shutdownGrace) }()
+	mgrErr := make(chan error, 1)
+	go func() { mgrErr <- mgr.Start(runCtx) }()
+
+	var errMgr, errServe error
+	select {
+	case errMgr = <-mgrErr:
+		cancel()
+		errServe = <-serveErr
+	case errServe = <-serveErr:
+		cancel()
+		errMgr = <-mgrErr
+		if errServe == nil && ctx.Err() == nil {
+			errServe = errors.New("health server stopped")
+		}
+	}
+	if err := errors.Join(errMgr, errServe); err != nil {
+		return fail("stopped_with_error", err)
+	}
+	log.Info("shutdown", "signal", "received")
+	return 0
+}

@@ -1,0 +1,214 @@
+// Package controller runs the reconcilers that turn GridNetworks and
+// InferenceProviders into published overlay ConfigMaps:
+//
+//   - the network reconciler renders one overlay per consumer gateway,
+//     publishes it with server-side apply (only when the stored revision
+//     differs), deletes the ConfigMaps of removed gateways and networks,
+//     and reports each gateway's overlay in the network's status;
+//   - the provider reconciler keeps the health probes running and reports
+//     each provider's phase.
+//
+// Both decide a provider's phase with package assess, so the two agree
+// without depending on each other's status writes. The controller only
+// ever touches ConfigMaps labelled as managed by its producer.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// DefaultProducer is the managed-by label value and the envelope's
+// provenance.producer, and the field manager of every write.
+const DefaultProducer = "gridsync-agent"
+
+// Options configure the controller.
+type Options struct {
+	// Namespaces where gateways may run: the controller publishes
+	// ConfigMaps and reads credential Secrets only there. Empty means
+	// every namespace (and cluster-wide permissions).
+	Namespaces []string
+	// Producer names the controller in labels, provenance and field
+	// ownership; DefaultProducer when empty.
+	Producer        string
+	ProducerVersion string
+	Registerer      prometheus.Registerer
+	Logger          *slog.Logger
+	// Now is the clock of rendered_at; time.Now when nil.
+	Now func() time.Time
+	// ProbeTransport carries health probes; http.DefaultTransport's
+	// settings when nil.
+	ProbeTransport http.RoundTripper
+}
+
+func (o Options) withDefaults() Options {
+	if o.Producer == "" {
+		o.Producer = DefaultProducer
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	return o
+}
+
+func (o Options) watches(namespace string) bool {
+	return len(o.Namespaces) == 0 || slices.Contains(o.Namespaces, namespace)
+}
+
+// CacheOptions is the cache the controller needs from its manager: only
+// the ConfigMaps it manages, and Secrets reduced to their shape (see
+// secretShape), both limited to Options.Namespaces.
+func CacheOptions(opts Options) cache.Options {
+	opts = opts.withDefaults()
+	c := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{envelope.LabelManagedBy: opts.Producer})},
+			&corev1.Secret{}:    {Transform: secretShape},
+		},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
+	if len(opts.Namespaces) > 0 {
+		c.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range opts.Namespaces {
+			c.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return c
+}
+
+// Field indexes of InferenceProviders.
+const (
+	indexNetwork = "spec.gridNetworkRef.name"
+	indexSecret  = "spec.auth.secretRef"
+)
+
+// Setup registers the reconcilers, indexes and health probes with mgr,
+// whose cache must have been built with CacheOptions.
+func Setup(mgr manager.Manager, opts Options) error {
+	opts = opts.withDefaults()
+	metrics, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return err
+	}
+	indexer := mgr.GetFieldIndexer()
+	ctx := context.Background()
+	if err := indexer.IndexField(ctx, &v1alpha1.InferenceProvider{}, indexNetwork, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.InferenceProvider).Spec.GridNetworkRef.Name}
+	}); err != nil {
+		return fmt.Errorf("index providers by network: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &v1alpha1.InferenceProvider{}, indexSecret, func(o client.Object) []string {
+		if key := secretKey(o.(*v1alpha1.InferenceProvider)); key != "" {
+			return []string{key}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index providers by Secret: %w", err)
+	}
+
+	// Health changes reach both reconcilers, each through its own channel.
+	toNetworks := make(chan event.GenericEvent, 1024)
+	toProviders := make(chan event.GenericEvent, 1024)
+	life := &lifetime{}
+	prober := probe.New(opts.ProbeTransport, func(provider string) {
+		p := &v1alpha1.InferenceProvider{}
+		p.Name = provider
+		life.send(toProviders, event.GenericEvent{Object: p})
+		life.send(toNetworks, event.GenericEvent{Object: p})
+	})
+	if err := mgr.Add(life); err != nil {
+		return err
+	}
+
+	shared := &common{
+		client:   mgr.GetClient(),
+		api:      mgr.GetAPIReader(),
+		opts:     opts,
+		metrics:  metrics,
+		prober:   prober,
+		lifetime: life,
+	}
+	if err := (&networkReconciler{common: shared}).setup(mgr, toNetworks); err != nil {
+		return err
+	}
+	return (&providerReconciler{common: shared}).setup(mgr, toProviders)
+}
+
+// common is what both reconcilers share.
+type common struct {
+	client   client.Client
+	api      client.Reader // uncached reads
+	opts     Options
+	metrics  *metrics
+	prober   *probe.Prober
+	lifetime *lifetime
+}
+
+// secretKey is "namespace/name" of a provider's credential Secret.
+func secretKey(p *v1alpha1.InferenceProvider) string {
+	if p.Spec.Auth == nil || p.Spec.Auth.SecretRef == nil {
+		return ""
+	}
+	ref := p.Spec.Auth.SecretRef
+	return ref.Namespace + "/" + ref.Name
+}
+
+// lifetime is the context the manager runs the leader's work in; probe
+// loops live in it, so they stop when leadership or the process ends.
+type lifetime struct {
+	mu  sync.Mutex
+	ctx context.Context
+}
+
+func (l *lifetime) Start(ctx context.Context) error {
+	l.mu.Lock()
+	l.ctx = ctx
+	l.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+func (l *lifetime) context() (context.Context, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		return nil, errors.New("controller not started")
+	}
+	return l.ctx, nil
+}
+
+// send delivers an event unless the manager has stopped.
+func (l *lifetime) send(ch chan<- event.GenericEvent, e event.GenericEvent) {
+	ctx, err := l.context()
+	if err != nil {
+		return
+	}
+	select {
+	case ch <- e:
+	case <-ctx.Done():
+	}
+}

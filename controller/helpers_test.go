@@ -1,0 +1,296 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+var (
+	crdsOnce sync.Once
+	crdsErr  error
+	seq      atomic.Int32
+)
+
+// env is one test's corner of the cluster: its own namespaces, a
+// ServiceAccount with exactly the agent's RBAC, and names that no other
+// test uses (the Grid resources are cluster-scoped).
+type env struct {
+	t        *testing.T
+	ctx      context.Context
+	id       string
+	agentNS  string // the agent's namespace (its Lease)
+	gwNS     string // where the gateways run
+	credNS   string // where credential Secrets live
+	admin    client.Client
+	saConfig *rest.Config
+	logs     *lockedBuffer
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	crdsOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		crdsErr = cp.InstallCRDs(ctx,
+			filepath.Join("crds", "grid.praxis.fast_gridnetworks.yaml"),
+			filepath.Join("crds", "grid.praxis.fast_inferenceproviders.yaml"))
+	})
+	require.NoError(t, crdsErr)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	n := seq.Add(1)
+	e := &env{t: t, ctx: ctx, id: fmt.Sprint(n), logs: &lockedBuffer{}}
+	e.agentNS, e.gwNS, e.credNS = fmt.Sprintf("agent-%d", n), fmt.Sprintf("gw-%d", n), fmt.Sprintf("cred-%d", n)
+	for _, ns := range []string{e.agentNS, e.gwNS, e.credNS} {
+		require.NoError(t, cp.EnsureNamespace(ctx, ns))
+	}
+	scheme, err := controller.Scheme()
+	require.NoError(t, err)
+	e.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	require.NoError(t, err)
+
+	// Exactly what the agent's chart grants: cluster-wide read of the Grid
+	// resources and their status, ConfigMaps and Secrets in the listed
+	// namespaces, the Lease in its own.
+	const sa = "gridsync-agent"
+	require.NoError(t, cp.Grant(ctx, e.agentNS, sa, "gridsync-agent-"+e.id, "", rbac.ClusterRules()))
+	for _, ns := range []string{e.gwNS, e.credNS} {
+		require.NoError(t, cp.Grant(ctx, e.agentNS, sa, "gridsync-agent", ns, rbac.NamespaceRules()))
+	}
+	require.NoError(t, cp.Grant(ctx, e.agentNS, sa, "gridsync-agent-leader-election", e.agentNS, rbac.LeaderElectionRules()))
+	e.saConfig, err = cp.ServiceAccountConfig(ctx, e.agentNS, sa)
+	require.NoError(t, err)
+
+	t.Cleanup(e.deleteGridObjects)
+	return e
+}
+
+// deleteGridObjects removes the test's cluster-scoped objects, so that the
+// next test's agent does not see them.
+func (e *env) deleteGridObjects() {
+	ctx := context.Background()
+	sel := client.MatchingLabels{"test": e.id}
+	_ = e.admin.DeleteAllOf(ctx, &v1alpha1.InferenceProvider{}, sel)
+	_ = e.admin.DeleteAllOf(ctx, &v1alpha1.GridNetwork{}, sel)
+}
+
+// agent is a running controller manager.
+type agent struct {
+	t       *testing.T
+	once    sync.Once
+	cancel  context.CancelFunc
+	done    chan error
+	elected <-chan struct{}
+}
+
+type agentOption func(*controller.ManagerOptions)
+
+func withProbeTransport(rt http.RoundTripper) agentOption {
+	return func(o *controller.ManagerOptions) { o.ProbeTransport = rt }
+}
+
+// startAgent runs the controller as the agent does, with the test's
+// ServiceAccount, until the test ends or stop is called.
+func (e *env) startAgent(opts ...agentOption) *agent {
+	e.t.Helper()
+	mo := controller.ManagerOptions{
+		Options: controller.Options{
+			Namespaces:      []string{e.gwNS, e.credNS},
+			ProducerVersion: "test",
+			Logger:          slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		},
+		LeaderElection:          true,
+		LeaderElectionNamespace: e.agentNS,
+		LeaderElectionID:        "gridsync-agent",
+		LeaseDuration:           4 * time.Second,
+		RenewDeadline:           3 * time.Second,
+		RetryPeriod:             500 * time.Millisecond,
+		SeveralPerProcess:       true,
+	}
+	for _, o := range opts {
+		o(&mo)
+	}
+	mgr, err := controller.NewManager(e.saConfig, mo)
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &agent{t: e.t, cancel: cancel, done: make(chan error, 1), elected: mgr.Elected()}
+	go func() { a.done <- mgr.Start(ctx) }()
+	e.t.Cleanup(a.stop)
+	return a
+}
+
+func (a *agent) stop() { a.once.Do(a.stopOnce) }
+
+func (a *agent) stopOnce() {
+	a.cancel()
+	select {
+	case err := <-a.done:
+		if err != nil {
+			a.t.Errorf("agent stopped with an error: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		a.t.Error("agent did not stop within 15s")
+	}
+}
+
+func (a *agent) leading() bool {
+	select {
+	case <-a.elected:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *env) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name + "-" + e.id, Labels: map[string]string{"test": e.id}}
+}
+
+func (e *env) create(obj client.Object) {
+	e.t.Helper()
+	require.NoError(e.t, e.admin.Create(e.ctx, obj))
+}
+
+// update re-reads obj, applies mutate and writes it, retrying conflicts.
+func update[T client.Object](e *env, obj T, mutate func(T)) {
+	e.t.Helper()
+	for range 10 {
+		require.NoError(e.t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(obj), obj))
+		mutate(obj)
+		err := e.admin.Update(e.ctx, obj)
+		if err == nil {
+			return
+		}
+		require.True(e.t, apierrors.IsConflict(err), "update %s: %v", obj.GetName(), err)
+	}
+	e.t.Fatalf("update %s: conflicts did not stop", obj.GetName())
+}
+
+func (e *env) network(gateways ...v1alpha1.ConsumerGateway) *v1alpha1.GridNetwork {
+	return &v1alpha1.GridNetwork{ObjectMeta: e.meta("net"), Spec: v1alpha1.GridNetworkSpec{ConsumerGateways: gateways}}
+}
+
+func (e *env) gateway(name, site string) v1alpha1.ConsumerGateway {
+	return v1alpha1.ConsumerGateway{Name: name, Namespace: e.gwNS, SiteName: site}
+}
+
+func (e *env) provider(name, network string, models ...string) *v1alpha1.InferenceProvider {
+	p := &v1alpha1.InferenceProvider{
+		ObjectMeta: e.meta(name),
+		Spec: v1alpha1.InferenceProviderSpec{
+			GridNetworkRef: v1alpha1.GridNetworkReference{Name: network},
+			ProviderKind:   "vllm",
+			BackendKind:    "openai_compatible",
+			Endpoint:       "https://" + name + ".example",
+		},
+	}
+	for _, m := range models {
+		p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: m})
+	}
+	return p
+}
+
+func (e *env) secret(name string, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.credNS}, Data: data}
+}
+
+func (e *env) bearer(secret, key string) *v1alpha1.ProviderAuth {
+	return &v1alpha1.ProviderAuth{Strategy: "bearer_token", SecretRef: &v1alpha1.SecretKeyReference{Name: secret, Namespace: e.credNS, Key: key}}
+}
+
+// eventually waits up to 20 s for cond, then fails with its last word.
+func (e *env) eventually(what string, cond func() (bool, string)) {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		last = why
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatalf("timed out waiting for %s: %s", what, last)
+}
+
+// overlayOf returns the gateway's ConfigMap once its envelope holds a
+// revision for which accept returns true.
+func (e *env) overlayOf(network *v1alpha1.GridNetwork, gateway v1alpha1.ConsumerGateway, accept func(envelope.Result) bool) (*corev1.ConfigMap, envelope.Result) {
+	e.t.Helper()
+	var cm corev1.ConfigMap
+	var res envelope.Result
+	key := types.NamespacedName{Namespace: gateway.Namespace, Name: envelope.ConfigMapName(network.Name, gateway.Name)}
+	e.eventually("overlay ConfigMap "+key.String(), func() (bool, string) {
+		if err := e.admin.Get(e.ctx, key, &cm); err != nil {
+			return false, err.Error()
+		}
+		site := gateway.SiteName
+		if site == "" {
+			site = network.Name
+		}
+		var err error
+		res, err = envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{Expect: envelope.Scope{
+			Network: network.Name, Gateway: gateway.Name, Namespace: gateway.Namespace, LocalSite: site,
+		}})
+		if err != nil {
+			return false, err.Error()
+		}
+		return accept(res), fmt.Sprintf("revision %s with %d candidates", res.Revision, res.CandidateCount)
+	})
+	return &cm, res
+}
+
+func anyRevision(envelope.Result) bool { return true }
+
+// providerPhase waits for a provider's phase and reason.
+func (e *env) providerPhase(p *v1alpha1.InferenceProvider, phase v1alpha1.ProviderPhase, reason string) *v1alpha1.InferenceProvider {
+	e.t.Helper()
+	var got v1alpha1.InferenceProvider
+	e.eventually(p.Name+" "+string(phase)+"/"+reason, func() (bool, string) {
+		if err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Phase == phase && got.Status.Reason == reason, string(got.Status.Phase) + "/" + got.Status.Reason
+	})
+	return &got
+}
+
+// lockedBuffer collects the agent's logs.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

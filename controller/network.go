@@ -1,0 +1,401 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/assess"
+	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// Reasons of a gateway's overlay phase.
+const (
+	ReasonPublished           = "Published"
+	ReasonNamespaceNotWatched = "NamespaceNotWatched"
+	ReasonConfigMapNotOwned   = "ConfigMapNotOwned"
+	ReasonOverlayTooLarge     = "OverlayTooLarge"
+	ReasonPublishFailed       = "PublishFailed"
+	ReasonRenderFailed        = "RenderFailed"
+)
+
+// maxConfigMapData is the API server's limit on a ConfigMap's data; both
+// copies of the overlay share it.
+const maxConfigMapData = 1 << 20
+
+type networkReconciler struct {
+	*common
+}
+
+func (r *networkReconciler) setup(mgr ctrl.Manager, health <-chan event.GenericEvent) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("gridnetwork").
+		For(&v1alpha1.GridNetwork{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A provider's old and new network are both reconciled when it
+		// moves (the map function sees both objects of an update).
+		Watches(&v1alpha1.InferenceProvider{}, handler.EnqueueRequestsFromMapFunc(providerNetwork),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A managed ConfigMap changed or deleted by anyone is put back; at
+		// start, the initial list brings every network that still has
+		// ConfigMaps, so those of networks deleted meanwhile are removed.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.configMapNetwork)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretNetworks)).
+		WatchesRawSource(source.Channel(health, handler.EnqueueRequestsFromMapFunc(r.providerByName))).
+		Complete(r)
+}
+
+func providerNetwork(_ context.Context, o client.Object) []reconcile.Request {
+	p, ok := o.(*v1alpha1.InferenceProvider)
+	if !ok || p.Spec.GridNetworkRef.Name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.Spec.GridNetworkRef.Name}}}
+}
+
+func (r *networkReconciler) configMapNetwork(_ context.Context, o client.Object) []reconcile.Request {
+	if o.GetLabels()[envelope.LabelManagedBy] != r.opts.Producer {
+		return nil
+	}
+	if network := o.GetLabels()[envelope.LabelNetwork]; network != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: network}}}
+	}
+	return nil
+}
+
+func (r *networkReconciler) secretNetworks(ctx context.Context, o client.Object) []reconcile.Request {
+	var providers v1alpha1.InferenceProviderList
+	if err := r.client.List(ctx, &providers, client.MatchingFields{indexSecret: o.GetNamespace() + "/" + o.GetName()}); err != nil {
+		r.opts.Logger.Error("list_providers_failed", "error", err)
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range providers.Items {
+		out = append(out, providerNetwork(ctx, &providers.Items[i])...)
+	}
+	return out
+}
+
+// providerByName maps a health event (which names the provider only) to
+// the provider's network.
+func (r *networkReconciler) providerByName(ctx context.Context, o client.Object) []reconcile.Request {
+	var p v1alpha1.InferenceProvider
+	if err := r.client.Get(ctx, types.NamespacedName{Name: o.GetName()}, &p); err != nil {
+		return nil
+	}
+	return providerNetwork(ctx, &p)
+}
+
+// Reconcile publishes the overlay of every consumer gateway of a network.
+func (r *networkReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var network v1alpha1.GridNetwork
+	err := r.client.Get(ctx, req.NamespacedName, &network)
+	if apierrors.IsNotFound(err) {
+		return reconcile.Result{}, r.deleteOverlays(ctx, req.Name, nil)
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !network.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil // garbage: the NotFound pass removes the ConfigMaps
+	}
+
+	providers, err := r.assessProviders(ctx, network.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	previous := map[types.NamespacedName]v1alpha1.GatewayOverlayStatus{}
+	for _, s := range network.Status.OverlayStatus {
+		previous[types.NamespacedName{Namespace: s.Namespace, Name: s.GatewayName}] = s
+	}
+	keep := map[types.NamespacedName]bool{}
+	var statuses []v1alpha1.GatewayOverlayStatus
+	var firstErr error
+	for _, gw := range gateways(&network) {
+		key := types.NamespacedName{Namespace: gw.Namespace, Name: envelope.ConfigMapName(network.Name, gw.Name)}
+		keep[key] = true
+		st, err := r.publish(ctx, &network, gw, providers, previous[types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}])
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		statuses = append(statuses, st)
+	}
+	if err := r.deleteOverlays(ctx, network.Name, keep); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	if err := r.writeStatus(ctx, &network, statuses); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return reconcile.Result{}, firstErr
+}
+
+// gateways lists the network's consumer gateways, each once.
+func gateways(n *v1alpha1.GridNetwork) []render.Gateway {
+	seen := map[types.NamespacedName]bool{}
+	var out []render.Gateway
+	for _, g := range n.Spec.ConsumerGateways {
+		key := types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		site := g.SiteName
+		if site == "" {
+			site = n.Name
+		}
+		out = append(out, render.Gateway{Name: g.Name, Namespace: g.Namespace, Site: site})
+	}
+	return out
+}
+
+// assessProviders assesses every provider of the network.
+func (r *networkReconciler) assessProviders(ctx context.Context, network string) ([]render.Provider, error) {
+	var list v1alpha1.InferenceProviderList
+	if err := r.client.List(ctx, &list, client.MatchingFields{indexNetwork: network}); err != nil {
+		return nil, fmt.Errorf("list providers of %s: %w", network, err)
+	}
+	out := make([]render.Provider, 0, len(list.Items))
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		v, err := r.assess(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v.Provider)
+	}
+	return out, nil
+}
+
+func (c *common) assess(ctx context.Context, p *v1alpha1.InferenceProvider) (assess.Verdict, error) {
+	return assess.Assess(p, assess.Options{
+		Secrets:                cachedSecrets{ctx: ctx, reader: c.client},
+		SecretNamespaceWatched: c.opts.watches,
+		Health:                 c.prober.Health(p.Name),
+	})
+}
+
+// publish renders and publishes one gateway's overlay and returns its
+// status entry. A failure is reported in the entry; the error is for a
+// retry.
+func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, providers []render.Provider, prev v1alpha1.GatewayOverlayStatus) (v1alpha1.GatewayOverlayStatus, error) {
+	name := envelope.ConfigMapName(network.Name, gw.Name)
+	st := v1alpha1.GatewayOverlayStatus{
+		GatewayName: gw.Name, Namespace: gw.Namespace, ConfigMapName: name,
+		ObservedGeneration: network.Generation, Phase: v1alpha1.OverlayPending,
+	}
+	fail := func(reason, message string) v1alpha1.GatewayOverlayStatus {
+		st.Phase, st.Reason, st.Message = v1alpha1.OverlayError, reason, message
+		return st
+	}
+	if !r.opts.watches(gw.Namespace) {
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		return fail(ReasonNamespaceNotWatched, fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace)), nil
+	}
+
+	start := time.Now()
+	overlay := render.Overlay(network.Name, gw, providers)
+	scope := envelope.Scope{Network: network.Name, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.Site}
+	renderedAt := r.opts.Now()
+	doc, revision, err := envelope.Build(overlay, scope, envelope.Provenance{
+		Producer: r.opts.Producer, ProducerVersion: r.opts.ProducerVersion,
+		SourceName: network.Name, SourceUID: string(network.UID), SourceGeneration: network.Generation,
+		RenderedAt: renderedAt,
+	})
+	var bare []byte
+	if err == nil {
+		bare, err = envelope.BareOverlay(overlay)
+	}
+	r.metrics.renderDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		return fail(ReasonRenderFailed, err.Error()), nil
+	}
+	st.SchemaVersion, st.RenderedRevision, st.ContentDigest = envelope.SchemaVersion, revision, revision
+	st.CandidateCount = int32(len(overlay.Candidates))
+	if size := len(doc) + len(bare); size > maxConfigMapData {
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		return fail(ReasonOverlayTooLarge, fmt.Sprintf("the overlay's two copies take %d bytes, over the ConfigMap limit of %d; narrow the providers' access policies", size, maxConfigMapData)), nil
+	}
+
+	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
+	var current corev1.ConfigMap
+	err = r.client.Get(ctx, key, &current)
+	var stored envelope.Result
+	switch {
+	case err == nil && r.holds(&current, scope, revision, bare, &stored):
+		r.metrics.publishes.WithLabelValues(publishUnchanged).Inc()
+		st.ConfigMapResourceVersion = current.ResourceVersion
+		st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(stored.Provenance.RenderedAt))
+		st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
+		return st, nil
+	case apierrors.IsNotFound(err):
+		// Not in the cache of managed ConfigMaps: one that is not ours may
+		// hold the name, and is never taken over.
+		var other corev1.ConfigMap
+		switch err := r.api.Get(ctx, key, &other); {
+		case err == nil:
+			r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+			return fail(ReasonConfigMapNotOwned, fmt.Sprintf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.opts.Producer)), nil
+		case !apierrors.IsNotFound(err):
+			return fail(ReasonPublishFailed, err.Error()), err
+		}
+	case err != nil:
+		return fail(ReasonPublishFailed, err.Error()), err
+	}
+
+	apply := corev1ac.ConfigMap(name, gw.Namespace).
+		WithLabels(map[string]string{
+			envelope.LabelManagedBy: r.opts.Producer,
+			envelope.LabelGateway:   gw.Name,
+			envelope.LabelNetwork:   network.Name,
+		}).
+		WithAnnotations(map[string]string{
+			envelope.AnnotationSchemaVersion: envelope.SchemaVersion,
+			envelope.AnnotationRevision:      revision,
+			envelope.AnnotationContentDigest: revision,
+		}).
+		WithData(map[string]string{
+			envelope.DataKeyEnvelope: string(doc),
+			envelope.DataKeyBare:     string(bare),
+		})
+	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+		r.metrics.publishes.WithLabelValues(publishFailed).Inc()
+		return fail(ReasonPublishFailed, err.Error()), fmt.Errorf("apply ConfigMap %s: %w", key, err)
+	}
+	r.metrics.publishes.WithLabelValues(publishApplied).Inc()
+	r.opts.Logger.Info("overlay_published", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+		"config_map", name, "revision", revision, "candidates", len(overlay.Candidates))
+	if apply.ResourceVersion != nil {
+		st.ConfigMapResourceVersion = *apply.ResourceVersion
+	}
+	st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(renderedAt))
+	st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
+	return st, nil
+}
+
+// holds reports whether a managed ConfigMap already carries revision,
+// checked on the data itself and not only the annotation, so that a
+// ConfigMap edited by hand is put back. It fills in the stored envelope's
+// validation result.
+func (r *networkReconciler) holds(cm *corev1.ConfigMap, scope envelope.Scope, revision string, bare []byte, stored *envelope.Result) bool {
+	if cm.Annotations[envelope.AnnotationRevision] != revision || cm.Data[envelope.DataKeyBare] != string(bare) ||
+		cm.Labels[envelope.LabelGateway] != scope.Gateway || cm.Labels[envelope.LabelNetwork] != scope.Network ||
+		cm.Annotations[envelope.AnnotationContentDigest] != revision || cm.Annotations[envelope.AnnotationSchemaVersion] != envelope.SchemaVersion {
+		return false
+	}
+	res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{Expect: scope})
+	*stored = res
+	return err == nil && res.Revision == revision
+}
+
+// keepRenderedAt keeps the time a revision was first rendered: the same
+// routing state rendered again is not news.
+func keepRenderedAt(prev v1alpha1.GatewayOverlayStatus, revision string, now metav1.Time) *metav1.Time {
+	if prev.RenderedRevision == revision && prev.RenderedAt != nil {
+		return prev.RenderedAt
+	}
+	t := metav1.NewTime(now.Truncate(time.Second))
+	return &t
+}
+
+// deleteOverlays deletes the network's managed ConfigMaps that are not in
+// keep (all of them when keep is nil).
+func (r *networkReconciler) deleteOverlays(ctx context.Context, network string, keep map[types.NamespacedName]bool) error {
+	var list corev1.ConfigMapList
+	if err := r.client.List(ctx, &list, client.MatchingLabels{
+		envelope.LabelManagedBy: r.opts.Producer,
+		envelope.LabelNetwork:   network,
+	}); err != nil {
+		return fmt.Errorf("list ConfigMaps of %s: %w", network, err)
+	}
+	var firstErr error
+	for i := range list.Items {
+		cm := &list.Items[i]
+		if keep[types.NamespacedName{Namespace: cm.Namespace, Name: cm.Name}] {
+			continue
+		}
+		// The precondition makes sure the object deleted is the one the
+		// cache showed as ours.
+		err := r.client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID})
+		if err != nil && !apierrors.IsNotFound(err) {
+			r.metrics.publishes.WithLabelValues(publishFailed).Inc()
+			if firstErr == nil {
+				firstErr = fmt.Errorf("delete ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+			}
+			continue
+		}
+		r.metrics.publishes.WithLabelValues(publishDeleted).Inc()
+		r.opts.Logger.Info("overlay_deleted", "network", network, "namespace", cm.Namespace, "config_map", cm.Name)
+	}
+	return firstErr
+}
+
+// writeStatus writes the network's status when it differs.
+func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus) error {
+	next := network.Status.DeepCopy()
+	next.ObservedGeneration = network.Generation
+	next.OverlayStatus = overlays
+	next.GatewayCount = int32(len(overlays))
+	next.DistributedCount = 0
+	var failing []string
+	for _, o := range overlays {
+		if o.Phase == v1alpha1.OverlayDistributed {
+			next.DistributedCount++
+		} else {
+			failing = append(failing, o.Namespace+"/"+o.GatewayName+": "+o.Reason)
+		}
+	}
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllOverlaysDistributed",
+		Message: fmt.Sprintf("%d of %d gateway overlays distributed", next.DistributedCount, next.GatewayCount), ObservedGeneration: network.Generation}
+	if len(failing) > 0 {
+		ready.Status, ready.Reason = metav1.ConditionFalse, "OverlaysNotDistributed"
+		ready.Message += "; " + joinLimited(failing, 5)
+	}
+	meta.SetStatusCondition(&next.Conditions, ready)
+	if equality.Semantic.DeepEqual(&network.Status, next) {
+		return nil
+	}
+	network.Status = *next
+	if err := r.client.Status().Update(ctx, network); err != nil {
+		return fmt.Errorf("update status of GridNetwork %s: %w", network.Name, err)
+	}
+	r.metrics.statusWrites.WithLabelValues("GridNetwork").Inc()
+	return nil
+}
+
+// joinLimited joins at most n items and says how many more there are, so
+// a condition message stays short.
+func joinLimited(items []string, n int) string {
+	out := ""
+	for i, s := range items {
+		if i == n {
+			return out + fmt.Sprintf(" and %d more", len(items)-n)
+		}
+		if i > 0 {
+			out += ", "
+		}
+		out += s
+	}
+	return out
+}

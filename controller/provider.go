@@ -1,0 +1,117 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/probe"
+)
+
+type providerReconciler struct {
+	*common
+}
+
+func (r *providerReconciler) setup(mgr ctrl.Manager, health <-chan event.GenericEvent) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("inferenceprovider").
+		For(&v1alpha1.InferenceProvider{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretProviders)).
+		WatchesRawSource(source.Channel(health, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+func (r *providerReconciler) secretProviders(ctx context.Context, o client.Object) []reconcile.Request {
+	var providers v1alpha1.InferenceProviderList
+	if err := r.client.List(ctx, &providers, client.MatchingFields{indexSecret: o.GetNamespace() + "/" + o.GetName()}); err != nil {
+		r.opts.Logger.Error("list_providers_failed", "error", err)
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(providers.Items))
+	for _, p := range providers.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+	}
+	return out
+}
+
+// Reconcile keeps the provider's health probe running and reports its
+// phase.
+func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var p v1alpha1.InferenceProvider
+	err := r.client.Get(ctx, req.NamespacedName, &p)
+	if apierrors.IsNotFound(err) || (err == nil && !p.DeletionTimestamp.IsZero()) {
+		r.prober.Remove(req.Name)
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.ensureProbe(&p); err != nil {
+		return reconcile.Result{}, err
+	}
+
+	v, err := r.assess(ctx, &p)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	before := p.Status.Phase
+	next := p.Status.DeepCopy()
+	next.ObservedGeneration = p.Generation
+	next.Phase, next.Reason, next.Message = v.Phase, v.Reason, v.Message
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: v.Reason, Message: v.Message, ObservedGeneration: p.Generation}
+	if v.Phase == v1alpha1.ProviderAvailable {
+		ready.Status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&next.Conditions, ready)
+	if equality.Semantic.DeepEqual(&p.Status, next) {
+		return reconcile.Result{}, nil
+	}
+	p.Status = *next
+	if err := r.client.Status().Update(ctx, &p); err != nil {
+		return reconcile.Result{}, fmt.Errorf("update status of InferenceProvider %s: %w", p.Name, err)
+	}
+	r.metrics.statusWrites.WithLabelValues("InferenceProvider").Inc()
+	if before != v.Phase {
+		r.opts.Logger.Info("provider_phase", "provider", p.Name, "phase", v.Phase, "reason", v.Reason)
+	}
+	return reconcile.Result{}, nil
+}
+
+// ensureProbe starts, updates or stops the provider's health probe.
+func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
+	hc := p.Spec.HealthCheck
+	if hc == nil {
+		r.prober.Remove(p.Name)
+		return nil
+	}
+	ctx, err := r.lifetime.context()
+	if err != nil {
+		return err
+	}
+	period := time.Duration(hc.PeriodSeconds) * time.Second
+	if period <= 0 {
+		period = 30 * time.Second
+	}
+	target := probe.Target{URL: hc.Endpoint, Origin: p.Spec.Endpoint, Period: period}
+	if auth := p.Spec.Auth; auth != nil && auth.Strategy == v1alpha1.AuthStrategyBearerToken && auth.SecretRef != nil && r.opts.watches(auth.SecretRef.Namespace) {
+		target.Token = readToken(r.api, auth.SecretRef.Namespace, auth.SecretRef.Name, auth.SecretRef.Key)
+	}
+	r.prober.Ensure(ctx, p.Name, target)
+	return nil
+}
