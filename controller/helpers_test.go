@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,13 +96,56 @@ func (e *env) deleteGridObjects() {
 	_ = e.admin.DeleteAllOf(ctx, &v1alpha1.GridNetwork{}, sel)
 }
 
+// requestLog records the agent's write requests (method and path).
+type requestLog struct {
+	mu     sync.Mutex
+	writes []string
+}
+
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet {
+			l.mu.Lock()
+			l.writes = append(l.writes, req.Method+" "+req.URL.Path)
+			l.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// since returns the writes after the first n, leaving out the Lease
+// renewals of leader election, which are the only writes an idle leader
+// makes by design.
+func (l *requestLog) since(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, w := range l.writes[n:] {
+		if !strings.Contains(w, "/leases/") {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func (l *requestLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.writes)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 // agent is a running controller manager.
 type agent struct {
-	t       *testing.T
-	once    sync.Once
-	cancel  context.CancelFunc
-	done    chan error
-	elected <-chan struct{}
+	requests *requestLog
+	t        *testing.T
+	once     sync.Once
+	cancel   context.CancelFunc
+	done     chan error
+	elected  <-chan struct{}
 }
 
 type agentOption func(*controller.ManagerOptions)
@@ -131,10 +175,13 @@ func (e *env) startAgent(opts ...agentOption) *agent {
 	for _, o := range opts {
 		o(&mo)
 	}
-	mgr, err := controller.NewManager(e.saConfig, mo)
+	requests := &requestLog{}
+	cfg := rest.CopyConfig(e.saConfig)
+	cfg.Wrap(requests.wrap)
+	mgr, err := controller.NewManager(cfg, mo)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &agent{t: e.t, cancel: cancel, done: make(chan error, 1), elected: mgr.Elected()}
+	a := &agent{requests: requests, t: e.t, cancel: cancel, done: make(chan error, 1), elected: mgr.Elected()}
 	go func() { a.done <- mgr.Start(ctx) }()
 	e.t.Cleanup(a.stop)
 	return a

@@ -45,7 +45,10 @@ func TestProviderChangeReachesARunningSidecar(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- syncer.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
 	onDisk := func(revision string) func() (bool, string) {
 		return func() (bool, string) {
 			data, err := os.ReadFile(output)
@@ -61,7 +64,9 @@ func TestProviderChangeReachesARunningSidecar(t *testing.T) {
 	}
 	e.eventually("first revision on disk", onDisk(first.Revision))
 
-	update(e, p, func(p *v1alpha1.InferenceProvider) { p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "model-b"}) })
+	update(e, p, func(p *v1alpha1.InferenceProvider) {
+		p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "model-b"})
+	})
 	_, second := e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 2 })
 	require.NotEqual(t, first.Revision, second.Revision)
 	e.eventually("changed revision on disk", onDisk(second.Revision))
