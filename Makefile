@@ -76,9 +76,9 @@ test: tools lint ## every test, the integration tests against the real kube-apis
 	$(GO) test -race -count=1 ./...
 
 .PHONY: bench
-bench: tools ## benchmarks: validation, atomic publish, and delivery end to end
+bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./shared/...
-	$(GO) test -run '^$$' -bench Delivery -benchtime 1x -timeout 30m ./test/bench
+	$(GO) test -run '^$$' -bench 'Delivery|Controller' -benchtime 1x -timeout 30m ./test/bench
 
 .PHONY: fuzz
 fuzz: ## fuzz the envelope validator and its canonical form, a minute each

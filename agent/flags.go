@@ -24,6 +24,8 @@ type config struct {
 	leaseDuration           time.Duration
 	renewDeadline           time.Duration
 	retryPeriod             time.Duration
+	apiQPS                  float64
+	apiBurst                int
 	logLevel                slog.Level
 }
 
@@ -62,6 +64,10 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	bind("renew-deadline")
 	fs.DurationVar(&c.retryPeriod, "retry-period", 2*time.Second, "how often replicas try to acquire or renew the Lease"+note("retry-period"))
 	bind("retry-period")
+	fs.Float64Var(&c.apiQPS, "kube-api-qps", 50, "requests per second to the API server, sustained"+note("kube-api-qps"))
+	bind("kube-api-qps")
+	fs.IntVar(&c.apiBurst, "kube-api-burst", 100, "requests to the API server in a burst"+note("kube-api-burst"))
+	bind("kube-api-burst")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error"+note("log-level"))
 	bind("log-level")
 
@@ -90,6 +96,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 			return nil, usageError(fs, "--namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
 		}
 		c.namespaces = append(c.namespaces, ns)
+	}
+	if c.apiQPS <= 0 || c.apiBurst <= 0 {
+		return nil, usageError(fs, "--kube-api-qps and --kube-api-burst must be positive")
 	}
 	if c.leaderElect {
 		if errs := validation.IsDNS1123Label(c.leaderElectionNamespace); len(errs) > 0 {

@@ -68,6 +68,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		return fail("kubeconfig_failed", err)
 	}
+	// client-go's default of 5 requests per second would take ten seconds
+	// to publish fifty gateways' overlays.
+	restConfig.QPS, restConfig.Burst = float32(cfg.apiQPS), cfg.apiBurst
 	reg := health.NewRegistry(binary, version)
 	mgr, err := controller.NewManager(restConfig, controller.ManagerOptions{
 		Options: controller.Options{

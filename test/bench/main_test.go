@@ -1,7 +1,8 @@
 // Package bench measures delivery end to end: the real kube-apiserver, the
 // sidecar binary as a separate process, and a consumer that watches the
-// output folder with fsnotify the way a gateway does. Run it with
-// `make bench`; it prints one line per case.
+// output folder with fsnotify the way a gateway does; and the controller:
+// the agent binary publishing the overlays of a thousand providers. Run
+// it with `make bench`; it prints one line per case.
 package bench
 
 import (
@@ -19,6 +20,7 @@ import (
 var (
 	cp      *controlplane.ControlPlane
 	sidecar string
+	agent   string
 )
 
 func TestMain(m *testing.M) {
@@ -39,7 +41,8 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	sidecar = filepath.Join(dir, "gridsync-sidecar")
-	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-sidecar": testbin.Sidecar}); err != nil {
+	agent = filepath.Join(dir, "gridsync-agent")
+	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-sidecar": testbin.Sidecar, "gridsync-agent": testbin.Agent}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

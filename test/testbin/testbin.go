@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 )
 
-// Sidecar and Init are the import paths of the binaries.
+// Sidecar, Init and Agent are the import paths of the binaries.
 const (
 	Sidecar = "github.com/gridsync/gridsync/sidecar"
 	Init    = "github.com/gridsync/gridsync/initcontainer"
+	Agent   = "github.com/gridsync/gridsync/agent"
 )
 
 // Build builds each package into dir under the given file name.

@@ -1,0 +1,318 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/controlplane"
+)
+
+// The controller case: 1,000 providers with 4 models each, in 10
+// networks of 5 gateways (50 gateways). Each provider is admitted to 2 of
+// its network's 5 sites, so a gateway's overlay has 40 providers, 160
+// candidates. The agent binary runs with its chart's RBAC.
+const (
+	benchNetworks         = 10
+	gatewaysPerNetwork    = 5
+	providersPerNetwork   = 100
+	modelsPerProvider     = 4
+	sitesAdmitted         = 2
+	candidatesPerGateway  = providersPerNetwork * sitesAdmitted / gatewaysPerNetwork * modelsPerProvider
+	controllerQuietPeriod = 2 * time.Second
+)
+
+// BenchmarkController prints, for a cold start and for a change to one
+// provider:
+//
+//	publish providers=<n> gateways=<m> reconcile_p50_ms=<> reconcile_p99_ms=<> writes=<> case=<> reconciles=<> converged_ms=<>
+//
+// The reconcile durations are the agent's own (its network_reconciled
+// debug lines), over every reconcile until it has been quiet for 2 s.
+// writes counts ConfigMap creations and updates seen by a watch; a change
+// to one provider must write only the 2 ConfigMaps whose content changed.
+// converged_ms runs from the start of the agent process (or the update's
+// response) until the watch delivers the last expected overlay.
+func BenchmarkController(b *testing.B) {
+	for b.Loop() {
+		benchController(b)
+	}
+}
+
+func benchController(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	n := caseSeq.Add(1)
+	agentNS, gwNS, credNS := fmt.Sprintf("bench-agent-%d", n), fmt.Sprintf("bench-gw-%d", n), fmt.Sprintf("bench-cred-%d", n)
+	for _, ns := range []string{agentNS, gwNS, credNS} {
+		must(b, cp.EnsureNamespace(ctx, ns))
+	}
+	must(b, cp.InstallCRDs(ctx, filepath.Join("..", "..", "controller", "crds", "grid.praxis.fast_gridnetworks.yaml"),
+		filepath.Join("..", "..", "controller", "crds", "grid.praxis.fast_inferenceproviders.yaml")))
+	scheme, err := controller.Scheme()
+	must(b, err)
+	admin, err := client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})
+	must(b, err)
+
+	// The Grid objects, before the agent starts.
+	for i := range 10 {
+		must(b, admin.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("token-%d", i), Namespace: credNS},
+			Data:       map[string][]byte{"token": []byte(fmt.Sprintf("bench-token-%d", i))},
+		}))
+	}
+	var changed *v1alpha1.InferenceProvider
+	for net := range benchNetworks {
+		network := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench%d-net-%02d", n, net)}}
+		for g := range gatewaysPerNetwork {
+			network.Spec.ConsumerGateways = append(network.Spec.ConsumerGateways, v1alpha1.ConsumerGateway{
+				Name: fmt.Sprintf("gateway-%d", g), Namespace: gwNS, SiteName: fmt.Sprintf("site-%d", g),
+			})
+		}
+		must(b, admin.Create(ctx, network))
+		for p := range providersPerNetwork {
+			provider := &v1alpha1.InferenceProvider{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-provider-%03d", network.Name, p)},
+				Spec: v1alpha1.InferenceProviderSpec{
+					GridNetworkRef: v1alpha1.GridNetworkReference{Name: network.Name},
+					ProviderKind:   "vllm", BackendKind: "openai_compatible",
+					Endpoint: fmt.Sprintf("https://provider-%03d.example", p),
+					AccessPolicy: &v1alpha1.AccessPolicy{SiteSelector: &metav1.LabelSelector{
+						MatchExpressions: []metav1.LabelSelectorRequirement{{
+							Key: v1alpha1.SiteLabel, Operator: metav1.LabelSelectorOpIn,
+							Values: []string{fmt.Sprintf("site-%d", p%gatewaysPerNetwork), fmt.Sprintf("site-%d", (p+1)%gatewaysPerNetwork)},
+						}},
+					}},
+				},
+			}
+			for m := range modelsPerProvider {
+				provider.Spec.Models = append(provider.Spec.Models, v1alpha1.Model{Name: fmt.Sprintf("model-%d", m)})
+			}
+			if p%2 == 0 {
+				provider.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "bearer_token", SecretRef: &v1alpha1.SecretKeyReference{
+					Name: fmt.Sprintf("token-%d", p%10), Namespace: credNS, Key: "token",
+				}}
+			}
+			must(b, admin.Create(ctx, provider))
+			if changed == nil {
+				changed = provider
+			}
+		}
+	}
+	providers := benchNetworks * providersPerNetwork
+	gateways := benchNetworks * gatewaysPerNetwork
+
+	writes := watchOverlays(ctx, b, admin, gwNS)
+	const sa = "gridsync-agent"
+	must(b, cp.Grant(ctx, agentNS, sa, fmt.Sprintf("bench-agent-%d", n), "", rbac.ClusterRules()))
+	for _, ns := range []string{gwNS, credNS} {
+		must(b, cp.Grant(ctx, agentNS, sa, "gridsync-agent", ns, rbac.NamespaceRules()))
+	}
+	must(b, cp.Grant(ctx, agentNS, sa, "gridsync-agent-leader-election", agentNS, rbac.LeaderElectionRules()))
+	saConfig, err := cp.ServiceAccountConfig(ctx, agentNS, sa)
+	must(b, err)
+	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
+	must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
+
+	start := time.Now()
+	reconciles := runAgent(b, "--kubeconfig", kubeconfig, "--namespaces", gwNS+","+credNS,
+		"--leader-election-namespace", agentNS, "--health-addr", freeAddr(b), "--log-level", "debug")
+
+	// Cold start: every gateway's overlay published.
+	converged := waitOverlays(b, writes, gateways, func(r envelope.Result) bool { return r.CandidateCount == candidatesPerGateway }).Sub(start)
+	waitQuiet(b, reconciles)
+	fmt.Println(controllerLine(providers, gateways, "cold_start", reconciles.take(), writes.take(), converged))
+
+	// One provider gains a model: the 2 gateways it is admitted to change.
+	start = time.Now()
+	var p v1alpha1.InferenceProvider
+	must(b, admin.Get(ctx, client.ObjectKeyFromObject(changed), &p))
+	p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "model-new"})
+	must(b, admin.Update(ctx, &p))
+	converged = waitOverlays(b, writes, sitesAdmitted, func(r envelope.Result) bool { return r.CandidateCount == candidatesPerGateway+1 }).Sub(start)
+	waitQuiet(b, reconciles)
+	changeWrites := writes.take()
+	fmt.Println(controllerLine(providers, gateways, "one_provider_changed", reconciles.take(), changeWrites, converged))
+	if changeWrites != sitesAdmitted {
+		b.Fatalf("a change to one provider wrote %d ConfigMaps, want %d", changeWrites, sitesAdmitted)
+	}
+}
+
+func controllerLine(providers, gateways int, what string, durations []float64, writes int, converged time.Duration) string {
+	return fmt.Sprintf("publish providers=%d gateways=%d reconcile_p50_ms=%.2f reconcile_p99_ms=%.2f writes=%d case=%s reconciles=%d converged_ms=%d",
+		providers, gateways, percentile(durations, 50), percentile(durations, 99), writes, what, len(durations), converged.Milliseconds())
+}
+
+func percentile(values []float64, p float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p/100))]
+}
+
+// overlays follows the ConfigMaps of a namespace through a watch: it
+// counts creations and updates, and keeps each one's validated envelope
+// and when it arrived, so that the benchmark never polls the API server
+// (polling would take CPU from the agent on this 2-core machine).
+type overlays struct {
+	mu      sync.Mutex
+	writes  int
+	results map[string]envelope.Result
+	at      map[string]time.Time
+}
+
+func (o *overlays) take() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.writes
+	o.writes = 0
+	return n
+}
+
+// matching returns how many overlays accept takes, and when the last of
+// them arrived.
+func (o *overlays) matching(accept func(envelope.Result) bool) (int, time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n, last := 0, time.Time{}
+	for name, res := range o.results {
+		if accept(res) {
+			n++
+			if o.at[name].After(last) {
+				last = o.at[name]
+			}
+		}
+	}
+	return n, last
+}
+
+func watchOverlays(ctx context.Context, b *testing.B, admin client.WithWatch, ns string) *overlays {
+	w, err := admin.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
+	must(b, err)
+	o := &overlays{results: map[string]envelope.Result{}, at: map[string]time.Time{}}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+				continue
+			}
+			now := time.Now()
+			res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{})
+			o.mu.Lock()
+			o.writes++
+			if err == nil {
+				o.results[cm.Name], o.at[cm.Name] = res, now
+			}
+			o.mu.Unlock()
+		}
+	}()
+	return o
+}
+
+// reconcileLog collects the durations of the agent's network reconciles
+// from its debug log.
+type reconcileLog struct {
+	mu        sync.Mutex
+	durations []float64
+	last      time.Time
+}
+
+func (r *reconcileLog) take() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.durations
+	r.durations = nil
+	return d
+}
+
+func (r *reconcileLog) quietFor() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Since(r.last)
+}
+
+func (r *reconcileLog) read(stderr io.Reader) {
+	scanner := bufio.NewScanner(stderr)
+	scanner.Buffer(make([]byte, 64<<10), 1<<20)
+	for scanner.Scan() {
+		var line struct {
+			Msg        string  `json:"msg"`
+			DurationMS float64 `json:"duration_ms"`
+		}
+		if json.Unmarshal(scanner.Bytes(), &line) != nil || line.Msg != "network_reconciled" {
+			continue
+		}
+		r.mu.Lock()
+		r.durations = append(r.durations, line.DurationMS)
+		r.last = time.Now()
+		r.mu.Unlock()
+	}
+}
+
+// runAgent starts the agent binary until the benchmark ends.
+func runAgent(b *testing.B, args ...string) *reconcileLog {
+	cmd := exec.Command(agent, args...) //nolint:noctx // stopped with SIGTERM below
+	stderr, err := cmd.StderrPipe()
+	must(b, err)
+	must(b, cmd.Start())
+	log := &reconcileLog{}
+	log.last = time.Now()
+	done := make(chan struct{})
+	go func() { log.read(stderr); close(done) }()
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-done
+		if err := cmd.Wait(); err != nil {
+			b.Errorf("agent: %v", err)
+		}
+	})
+	return log
+}
+
+// waitQuiet waits until the agent has not reconciled for a while.
+func waitQuiet(b *testing.B, r *reconcileLog) {
+	deadline := time.Now().Add(time.Minute)
+	for r.quietFor() < controllerQuietPeriod {
+		if time.Now().After(deadline) {
+			b.Fatal("the agent did not settle within a minute")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitOverlays waits until at least n overlays are taken by accept and
+// returns when the last of them arrived.
+func waitOverlays(b *testing.B, o *overlays, n int, accept func(envelope.Result) bool) time.Time {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		got, last := o.matching(accept)
+		if got >= n {
+			return last
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d overlays published", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
