@@ -36,9 +36,10 @@ help: ## list the targets
 build: ## build the binaries into bin/
 	$(BUILD) -o $(BIN_DIR)/gridsync-sidecar ./sidecar
 	$(BUILD) -o $(BIN_DIR)/gridsync-init ./initcontainer
+	$(BUILD) -o $(BIN_DIR)/gridsync-agent ./agent
 
 .PHONY: demo
-demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, updates, status
+demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, then the agent publishing from Grid resources
 	$(GO) run ./test/demo --bin $(BIN_DIR)
 
 .PHONY: tools

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -71,7 +70,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	// client-go's default of 5 requests per second would take ten seconds
 	// to publish fifty gateways' overlays.
 	restConfig.QPS, restConfig.Burst = float32(cfg.apiQPS), cfg.apiBurst
-	reg := health.NewRegistry(binary, version)
+	// controller-runtime registers its metrics, and the Go and process
+	// collectors, in its own registry at start-up; the agent's join it, so
+	// that each series is exported once.
+	reg := ctrlmetrics.Registry
+	health.RegisterBuildInfo(reg, binary, version)
 	mgr, err := controller.NewManager(restConfig, controller.ManagerOptions{
 		Options: controller.Options{
 			Namespaces:      cfg.namespaces,
@@ -117,7 +120,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		Status: func() any {
 			return map[string]any{"version": version, "leader": leading.Load(), "cache_synced": synced.Load(), "namespaces": cfg.namespaces}
 		},
-	}, prometheus.Gatherers{reg, ctrlmetrics.Registry})
+	}, reg)
 
 	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect)
 	runCtx, cancel := context.WithCancel(ctx)

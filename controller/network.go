@@ -111,6 +111,17 @@ func (r *networkReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	// controller benchmark) need to see how long a network takes.
 	r.opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount,
 		"duration_ms", float64(time.Since(start).Microseconds())/1000, "error", errString(err))
+	return retryConflicts(err)
+}
+
+// retryConflicts turns a write conflict (the cache had not yet seen the
+// object's latest version, often the controller's own last write) into a
+// quiet retry once the cache has caught up: it is expected, and not worth
+// an error in the log.
+func retryConflicts(err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
+	}
 	return reconcile.Result{}, err
 }
 

@@ -84,7 +84,7 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	}
 	p.Status = *next
 	if err := r.client.Status().Update(ctx, &p); err != nil {
-		return reconcile.Result{}, fmt.Errorf("update status of InferenceProvider %s: %w", p.Name, err)
+		return retryConflicts(fmt.Errorf("update status of InferenceProvider %s: %w", p.Name, err))
 	}
 	r.metrics.statusWrites.WithLabelValues("InferenceProvider").Inc()
 	if before != v.Phase {

@@ -40,13 +40,19 @@ func NewRegistry(binary, version string) *prometheus.Registry {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	RegisterBuildInfo(reg, binary, version)
+	return reg
+}
+
+// RegisterBuildInfo adds the build-info series to a registry that already
+// has the runtime collectors (controller-runtime's, for the agent).
+func RegisterBuildInfo(reg prometheus.Registerer, binary, version string) {
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gridsync_build_info",
 		Help: "Build information of the running binary; always 1.",
 	}, []string{"binary", "version", "goversion"})
 	info.WithLabelValues(binary, version, runtime.Version()).Set(1)
 	reg.MustRegister(info)
-	return reg
 }
 
 // Handler routes the endpoints.

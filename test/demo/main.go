@@ -1,8 +1,10 @@
 // Command demo runs gridsync's main job end to end on this machine: a real
 // kube-apiserver and etcd (built by `make tools`), an overlay ConfigMap,
 // gridsync-init gating the "gateway", then gridsync-sidecar delivering a
-// series of updates into a local folder, an invalid one included. It
-// prints what a person wants to see and cleans up. Run it with `make demo`.
+// series of updates into a local folder, an invalid one included; then
+// gridsync-agent takes over: Grid resources in, overlays out, a provider
+// change and a withdrawn credential delivered to the same file. It prints
+// what a person wants to see and cleans up. Run it with `make demo`.
 package main
 
 import (
@@ -32,10 +34,11 @@ import (
 )
 
 func main() {
-	binDir := flag.String("bin", "bin", "folder holding gridsync-init and gridsync-sidecar")
+	binDir := flag.String("bin", "bin", "folder holding gridsync-init, gridsync-sidecar and gridsync-agent")
+	crdDir := flag.String("crds", filepath.Join("controller", "crds"), "folder holding the Grid CRD manifests")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	err := run(ctx, *binDir)
+	err := run(ctx, *binDir, *crdDir)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -47,7 +50,9 @@ var scope = envelope.Scope{Network: "glb-demo", Gateway: "edge-gateway", Namespa
 
 func step(format string, args ...any) { fmt.Printf("\n==> "+format+"\n", args...) }
 
-func run(ctx context.Context, binDir string) error {
+func configMapName() string { return envelope.ConfigMapName(scope.Network, scope.Gateway) }
+
+func run(ctx context.Context, binDir, crdDir string) error {
 	work, err := os.MkdirTemp("", "gridsync-demo-")
 	if err != nil {
 		return err
@@ -68,7 +73,7 @@ func run(ctx context.Context, binDir string) error {
 	}()
 	fmt.Printf("    kube-apiserver ready at %s after %s\n", cp.Host(), time.Since(began).Round(time.Millisecond))
 
-	configMap := envelope.ConfigMapName(scope.Network, scope.Gateway)
+	configMap := configMapName()
 	step("granting the gateway's ServiceAccount get/list/watch on ConfigMap %s/%s only", scope.Namespace, configMap)
 	saConfig, err := cp.ConfigMapReaderConfig(ctx, scope.Namespace, "praxis-gateway", configMap)
 	if err != nil {
@@ -201,6 +206,13 @@ func run(ctx context.Context, binDir string) error {
 		return err
 	}
 	time.Sleep(200 * time.Millisecond)
+	fmt.Printf("    file holds %s\n", short(fileRevision(output)))
+
+	stopAgent, err := controllerLoop(ctx, cp, work, binDir, crdDir, output)
+	defer stopAgent()
+	if err != nil {
+		return err
+	}
 
 	step("/status")
 	status, err = getBody("http://" + health + "/status")
@@ -271,15 +283,24 @@ func put(ctx context.Context, admin kubernetes.Interface, name string, doc []byt
 }
 
 func fileRevision(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
+	if _, err := os.Stat(path); err != nil {
 		return "(none)"
 	}
-	res, err := envelope.Validate(data, envelope.Options{Expect: scope})
-	if err != nil {
+	res, ok := fileResult(path)
+	if !ok {
 		return "(invalid!)"
 	}
 	return res.Revision
+}
+
+// fileResult validates the file as the gateway would.
+func fileResult(path string) (envelope.Result, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return envelope.Result{}, false
+	}
+	res, err := envelope.Validate(data, envelope.Options{Expect: scope})
+	return res, err == nil
 }
 
 // waitFileRevision polls the file until it holds revision.

@@ -1,6 +1,6 @@
 // Package e2e runs the gridsync binaries as separate processes against a
-// real kube-apiserver, with a ServiceAccount token limited to the
-// sidecar's Role, the way a pod runs them.
+// real kube-apiserver, each with a ServiceAccount token limited to its
+// own Role, the way a pod runs them.
 package e2e
 
 import (
@@ -33,6 +33,7 @@ func run(m *testing.M) int {
 	err = testbin.Build(context.Background(), dir, map[string]string{
 		"gridsync-sidecar": testbin.Sidecar,
 		"gridsync-init":    testbin.Init,
+		"gridsync-agent":   testbin.Agent,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/test/controlplane"
+)
+
+// agentNamespace is where the agent runs and keeps its Lease; credential
+// Secrets live there too.
+const agentNamespace = "grid-system"
+
+// controllerLoop hands the ConfigMap over to gridsync-agent: Grid
+// resources in, overlays out, delivered by the running sidecar.
+func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, binDir, crdDir, output string) (stop func(), err error) {
+	stop = func() {}
+	step("installing the Grid CRDs and starting gridsync-agent with its least-privilege RBAC")
+	if err := cp.InstallCRDs(ctx, filepath.Join(crdDir, "grid.praxis.fast_gridnetworks.yaml"), filepath.Join(crdDir, "grid.praxis.fast_inferenceproviders.yaml")); err != nil {
+		return stop, err
+	}
+	const sa = "gridsync-agent"
+	if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent", "", rbac.ClusterRules()); err != nil {
+		return stop, err
+	}
+	for _, ns := range []string{scope.Namespace, agentNamespace} {
+		if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent", ns, rbac.NamespaceRules()); err != nil {
+			return stop, err
+		}
+	}
+	if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent-leader-election", agentNamespace, rbac.LeaderElectionRules()); err != nil {
+		return stop, err
+	}
+	saConfig, err := cp.ServiceAccountConfig(ctx, agentNamespace, sa)
+	if err != nil {
+		return stop, err
+	}
+	kubeconfig := filepath.Join(work, "agent.kubeconfig")
+	if err := controlplane.WriteKubeconfig(saConfig, kubeconfig); err != nil {
+		return stop, err
+	}
+	health, err := freeAddr()
+	if err != nil {
+		return stop, err
+	}
+	agentLog := filepath.Join(work, "agent.log")
+	agent, err := startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), agentLog,
+		"--kubeconfig", kubeconfig, "--namespaces", scope.Namespace+","+agentNamespace,
+		"--leader-election-namespace", agentNamespace, "--health-addr", health)
+	if err != nil {
+		return stop, err
+	}
+	stop = func() {
+		_ = agent.Process.Signal(syscall.SIGTERM)
+		_ = agent.Wait()
+	}
+	if err := waitHTTP(ctx, "http://"+health+"/readyz"); err != nil {
+		return stop, err
+	}
+	fmt.Printf("    gridsync-agent ready (health and metrics on %s); it only writes ConfigMaps it manages\n", health)
+
+	scheme, err := controller.Scheme()
+	if err != nil {
+		return stop, err
+	}
+	c, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		return stop, err
+	}
+
+	step("removing the hand-made ConfigMap (the agent never takes over one it does not manage)")
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: configMapName(), Namespace: scope.Namespace}}
+	if err := c.Delete(ctx, cm); err != nil {
+		return stop, err
+	}
+	fmt.Printf("    the sidecar keeps serving revision %s\n", short(fileRevision(output)))
+
+	step("creating a GridNetwork, a credential Secret and two InferenceProviders")
+	token := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "east-provider-token", Namespace: agentNamespace},
+		Data:       map[string][]byte{"token": []byte("demo-token-never-in-an-overlay")},
+	}
+	network := &v1alpha1.GridNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: scope.Network},
+		Spec: v1alpha1.GridNetworkSpec{ConsumerGateways: []v1alpha1.ConsumerGateway{
+			{Name: scope.Gateway, Namespace: scope.Namespace, SiteName: scope.LocalSite},
+		}},
+	}
+	east := demoProvider("east-provider", "sim-east", []string{"llama-3-70b", "mistral-7b"})
+	east.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "bearer_token", SecretRef: &v1alpha1.SecretKeyReference{
+		Name: token.Name, Namespace: agentNamespace, Key: "token",
+	}}
+	west := demoProvider("west-provider", "sim-west", []string{"llama-3-70b"})
+	sent := time.Now()
+	for _, obj := range []client.Object{token, network, east, west} {
+		if err := c.Create(ctx, obj); err != nil {
+			return stop, err
+		}
+	}
+	if err := showArrival(output, sent, 3, "first overlay from the agent"); err != nil {
+		return stop, err
+	}
+
+	step("a provider adds a model: the new revision reaches the file")
+	sent, err = updateProvider(ctx, c, east, func(p *v1alpha1.InferenceProvider) {
+		p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "qwen-2-72b"})
+	})
+	if err != nil {
+		return stop, err
+	}
+	if err := showArrival(output, sent, 4, "east-provider serves qwen-2-72b"); err != nil {
+		return stop, err
+	}
+
+	step("the credential Secret disappears: east-provider is Unavailable and its routes are withdrawn")
+	sent = time.Now()
+	if err := c.Delete(ctx, token); err != nil {
+		return stop, err
+	}
+	if err := showArrival(output, sent, 1, "only west-provider left"); err != nil {
+		return stop, err
+	}
+
+	step("what the cluster reports")
+	var providers v1alpha1.InferenceProviderList
+	if err := c.List(ctx, &providers); err != nil {
+		return stop, err
+	}
+	fmt.Printf("    %-15s %-12s %s\n", "PROVIDER", "PHASE", "REASON")
+	for _, p := range providers.Items {
+		fmt.Printf("    %-15s %-12s %s\n", p.Name, p.Status.Phase, p.Status.Reason)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(network), network); err != nil {
+		return stop, err
+	}
+	for _, o := range network.Status.OverlayStatus {
+		fmt.Printf("    GridNetwork %s, gateway %s: %s, revision %s, %d candidates, ConfigMap %s\n",
+			network.Name, o.GatewayName, o.Phase, short(o.RenderedRevision), o.CandidateCount, o.ConfigMapName)
+	}
+	metrics, err := getBody("http://" + health + "/metrics")
+	if err != nil {
+		return stop, err
+	}
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "gridsync_controller_overlay_publishes_total") || strings.HasPrefix(line, "gridsync_controller_status_writes_total") {
+			fmt.Println("    " + line)
+		}
+	}
+	return stop, nil
+}
+
+func demoProvider(name, cluster string, models []string) *v1alpha1.InferenceProvider {
+	p := &v1alpha1.InferenceProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.InferenceProviderSpec{
+			GridNetworkRef: v1alpha1.GridNetworkReference{Name: scope.Network},
+			ProviderKind:   "vllm", BackendKind: "openai_compatible",
+			Endpoint: "https://" + name + ".example", ClusterName: cluster,
+		},
+	}
+	for _, m := range models {
+		p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: m})
+	}
+	return p
+}
+
+// updateProvider applies mutate and returns when the API server answered.
+func updateProvider(ctx context.Context, c client.Client, p *v1alpha1.InferenceProvider, mutate func(*v1alpha1.InferenceProvider)) (time.Time, error) {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		return time.Time{}, err
+	}
+	mutate(p)
+	sent := time.Now()
+	return sent, c.Update(ctx, p)
+}
+
+// showArrival waits until the sidecar's file holds an overlay with the
+// given number of candidates and prints how long it took.
+func showArrival(output string, since time.Time, candidates int, what string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if res, ok := fileResult(output); ok && res.CandidateCount == candidates {
+			fmt.Printf("    %-36s revision %s, %d candidates, in the file %.1f ms after the API answered\n",
+				what, short(res.Revision), candidates, float64(time.Since(since).Microseconds())/1000)
+			return nil
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return fmt.Errorf("%s: the file never held %d candidates", what, candidates)
+}

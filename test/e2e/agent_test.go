@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/controlplane"
+)
+
+var agentSeq atomic.Int32
+
+// agentSetup prepares what the agent's chart would: CRDs, a
+// ServiceAccount with exactly the agent's RBAC, and its kubeconfig.
+type agentSetup struct {
+	agentNS, gwNS string
+	kubeconfig    string
+	admin         client.Client
+}
+
+func newAgentSetup(t *testing.T) *agentSetup {
+	t.Helper()
+	ctx := context.Background()
+	n := agentSeq.Add(1)
+	s := &agentSetup{agentNS: fmt.Sprintf("agent-e2e-%d", n), gwNS: fmt.Sprintf("gw-e2e-%d", n)}
+	crds := filepath.Join("..", "..", "controller", "crds")
+	require.NoError(t, cp.InstallCRDs(ctx, filepath.Join(crds, "grid.praxis.fast_gridnetworks.yaml"), filepath.Join(crds, "grid.praxis.fast_inferenceproviders.yaml")))
+	const sa = "gridsync-agent"
+	require.NoError(t, cp.Grant(ctx, s.agentNS, sa, fmt.Sprintf("gridsync-agent-e2e-%d", n), "", rbac.ClusterRules()))
+	require.NoError(t, cp.Grant(ctx, s.agentNS, sa, "gridsync-agent", s.gwNS, rbac.NamespaceRules()))
+	require.NoError(t, cp.Grant(ctx, s.agentNS, sa, "gridsync-agent-leader-election", s.agentNS, rbac.LeaderElectionRules()))
+	saConfig, err := cp.ServiceAccountConfig(ctx, s.agentNS, sa)
+	require.NoError(t, err)
+	s.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, controlplane.WriteKubeconfig(saConfig, s.kubeconfig))
+	scheme, err := controller.Scheme()
+	require.NoError(t, err)
+	s.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	return s
+}
+
+func (s *agentSetup) args(addr string, extra ...string) []string {
+	return append([]string{"--kubeconfig", s.kubeconfig, "--namespaces", s.gwNS,
+		"--leader-election-namespace", s.agentNS, "--health-addr", addr}, extra...)
+}
+
+// leads reports what the agent's /status says of its leadership.
+func leads(t *testing.T, addr string) bool {
+	_, body := get(t, "http://"+addr+"/status")
+	var st struct {
+		Leader bool `json:"leader"`
+	}
+	return json.Unmarshal([]byte(body), &st) == nil && st.Leader
+}
+
+func TestAgentPublishesAndServesProbesStatusAndMetrics(t *testing.T) {
+	s := newAgentSetup(t)
+	addr := freeAddr(t)
+	agent := start(t, "gridsync-agent", nil, s.args(addr)...)
+	require.Eventually(t, func() bool { code, _ := get(t, "http://"+addr+"/readyz"); return code == 200 }, 20*time.Second, 20*time.Millisecond)
+	code, _ := get(t, "http://"+addr+"/livez")
+	assert.Equal(t, 200, code)
+	require.Eventually(t, func() bool { return leads(t, addr) }, 20*time.Second, 20*time.Millisecond, "the only replica leads")
+
+	ctx := context.Background()
+	network := &v1alpha1.GridNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-net-" + s.gwNS},
+		Spec:       v1alpha1.GridNetworkSpec{ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.gwNS}}},
+	}
+	require.NoError(t, s.admin.Create(ctx, network))
+	t.Cleanup(func() { _ = s.admin.Delete(context.Background(), network) })
+	provider := &v1alpha1.InferenceProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-provider-" + s.gwNS},
+		Spec: v1alpha1.InferenceProviderSpec{
+			GridNetworkRef: v1alpha1.GridNetworkReference{Name: network.Name},
+			ProviderKind:   "vllm", BackendKind: "openai_compatible", Endpoint: "https://p.example",
+			Models: []v1alpha1.Model{{Name: "m"}},
+		},
+	}
+	require.NoError(t, s.admin.Create(ctx, provider))
+	t.Cleanup(func() { _ = s.admin.Delete(context.Background(), provider) })
+	name := envelope.ConfigMapName(network.Name, "edge")
+	require.Eventually(t, func() bool {
+		_, err := cp.AdminClient().CoreV1().ConfigMaps(s.gwNS).Get(ctx, name, metav1.GetOptions{})
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond)
+
+	code, metrics := get(t, "http://"+addr+"/metrics")
+	require.Equal(t, 200, code, metrics)
+	for _, want := range []string{
+		`gridsync_build_info{binary="gridsync-agent"`,
+		`gridsync_controller_overlay_publishes_total{outcome="applied"}`,
+		`gridsync_controller_render_duration_seconds_count`,
+		`controller_runtime_reconcile_total{controller="gridnetwork",result="success"}`,
+		`leader_election_master_status`,
+		`go_goroutines`,
+		`process_resident_memory_bytes`,
+	} {
+		assert.True(t, strings.Contains(metrics, want), "/metrics lacks %s", want)
+	}
+	assert.NotContains(t, metrics, `gridsync_controller_overlay_publishes_total{outcome="applied"} 0`)
+	for _, line := range strings.Split(strings.TrimSpace(agent.log()), "\n") {
+		assert.True(t, json.Valid([]byte(line)), "not a JSON log line: %s", line)
+	}
+}
+
+func TestAgentShutsDownCleanlyOnSIGTERMAndHandsOverTheLease(t *testing.T) {
+	s := newAgentSetup(t)
+	addr := freeAddr(t)
+	agent := start(t, "gridsync-agent", nil, s.args(addr)...)
+	require.Eventually(t, func() bool { return leads(t, addr) }, 20*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, agent.cmd.Process.Signal(syscall.SIGTERM))
+	began := time.Now()
+	assert.Equal(t, 0, agent.wait(t, 10*time.Second))
+	assert.Less(t, time.Since(began), 6*time.Second)
+	assert.Contains(t, agent.log(), `"msg":"shutdown"`)
+	lease, err := cp.AdminClient().CoordinationV1().Leases(s.agentNS).Get(context.Background(), "gridsync-agent", metav1.GetOptions{})
+	require.NoError(t, err)
+	holder := ""
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+	assert.Empty(t, holder, "a stopping leader releases the Lease, so a standby takes over at once")
+}
+
+func TestAgentRejectsBadFlagsNamingTheFlag(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--namespaces", "Not_A_Namespace"}, 2, "--namespaces"},
+		{[]string{"--lease-duration", "1s"}, 2, "--lease-duration"},
+		{[]string{"--log-level", "loud"}, 2, "--log-level"},
+		{[]string{"--kube-api-qps", "0"}, 2, "--kube-api-qps"},
+		{[]string{"--no-such-flag"}, 2, "no-such-flag"},
+	}
+	for _, tt := range tests {
+		agent := start(t, "gridsync-agent", nil, tt.args...)
+		assert.Equal(t, tt.code, agent.wait(t, 10*time.Second), "%v", tt.args)
+		assert.Contains(t, agent.log(), tt.want)
+	}
+	taken, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer func() { _ = taken.Close() }()
+	agent := start(t, "gridsync-agent", nil, "--health-addr", taken.Addr().String())
+	assert.Equal(t, 1, agent.wait(t, 10*time.Second))
+	assert.Contains(t, agent.log(), "health")
+}
