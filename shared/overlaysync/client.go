@@ -36,13 +36,6 @@ func newCoreClient(base *rest.Config) (rest.Interface, error) {
 	cfg.NegotiatedSerializer = coreCodecs.WithoutConversion()
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	// HTTP/1.1, not HTTP/2: the Syncer holds one list or watch at a time,
-	// so multiplexing buys nothing, while HTTP/2 adds a reader goroutine,
-	// a copy into its stream buffer and flow-control writes to every
-	// event (about a tenth of the sidecar's CPU per update in the delivery
-	// benchmark). A dead connection is still found: by TCP keep-alive and
-	// by the watch's idle timeout.
-	cfg.NextProtos = []string{"http/1.1"}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
