@@ -138,7 +138,7 @@ func benchController(b *testing.B) {
 
 	// Cold start: every gateway's overlay published.
 	converged := waitOverlays(b, writes, gateways, func(r envelope.Result) bool { return r.CandidateCount == candidatesPerGateway }).Sub(start)
-	waitQuiet(b, reconciles)
+	waitQuiet(b, reconciles, start)
 	fmt.Println(controllerLine(providers, gateways, "cold_start", reconciles.take(), writes.take(), converged))
 
 	// One provider gains a model: the 2 gateways it is admitted to change.
@@ -148,7 +148,7 @@ func benchController(b *testing.B) {
 	p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "model-new"})
 	must(b, admin.Update(ctx, &p))
 	converged = waitOverlays(b, writes, sitesAdmitted, func(r envelope.Result) bool { return r.CandidateCount == candidatesPerGateway+1 }).Sub(start)
-	waitQuiet(b, reconciles)
+	waitQuiet(b, reconciles, start)
 	changeWrites := writes.take()
 	fmt.Println(controllerLine(providers, gateways, "one_provider_changed", reconciles.take(), changeWrites, converged))
 	if changeWrites != sitesAdmitted {
@@ -246,10 +246,12 @@ func (r *reconcileLog) take() []float64 {
 	return d
 }
 
-func (r *reconcileLog) quietFor() time.Duration {
+// quietSince reports whether the agent has reconciled after since and
+// not at all in the last controllerQuietPeriod.
+func (r *reconcileLog) quietSince(since time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return time.Since(r.last)
+	return r.last.After(since) && time.Since(r.last) >= controllerQuietPeriod
 }
 
 func (r *reconcileLog) read(stderr io.Reader) {
@@ -277,7 +279,6 @@ func runAgent(b *testing.B, args ...string) *reconcileLog {
 	must(b, err)
 	must(b, cmd.Start())
 	log := &reconcileLog{}
-	log.last = time.Now()
 	done := make(chan struct{})
 	go func() { log.read(stderr); close(done) }()
 	b.Cleanup(func() {
@@ -290,10 +291,12 @@ func runAgent(b *testing.B, args ...string) *reconcileLog {
 	return log
 }
 
-// waitQuiet waits until the agent has not reconciled for a while.
-func waitQuiet(b *testing.B, r *reconcileLog) {
+// waitQuiet waits until the agent has reconciled after since (the
+// ConfigMaps can be written before the reconcile that wrote them ends)
+// and has then been quiet for a while.
+func waitQuiet(b *testing.B, r *reconcileLog, since time.Time) {
 	deadline := time.Now().Add(time.Minute)
-	for r.quietFor() < controllerQuietPeriod {
+	for !r.quietSince(since) {
 		if time.Now().After(deadline) {
 			b.Fatal("the agent did not settle within a minute")
 		}
