@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/rbac"
@@ -53,9 +53,7 @@ func newEnv(t *testing.T) *env {
 	crdsOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		crdsErr = cp.InstallCRDs(ctx,
-			filepath.Join("crds", "grid.praxis.fast_gridnetworks.yaml"),
-			filepath.Join("crds", "grid.praxis.fast_inferenceproviders.yaml"))
+		crdsErr = cp.InstallCRDsFS(ctx, crds.Manifests)
 	})
 	require.NoError(t, crdsErr)
 	ctx, cancel := context.WithCancel(context.Background())

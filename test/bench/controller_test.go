@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/rbac"
@@ -65,8 +66,7 @@ func benchController(b *testing.B) {
 	for _, ns := range []string{agentNS, gwNS, credNS} {
 		must(b, cp.EnsureNamespace(ctx, ns))
 	}
-	must(b, cp.InstallCRDs(ctx, filepath.Join("..", "..", "controller", "crds", "grid.praxis.fast_gridnetworks.yaml"),
-		filepath.Join("..", "..", "controller", "crds", "grid.praxis.fast_inferenceproviders.yaml")))
+	must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
 	scheme, err := controller.Scheme()
 	must(b, err)
 	admin, err := client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"time"
 
@@ -27,12 +28,45 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 func (cp *ControlPlane) InstallCRDs(ctx context.Context, paths ...string) error {
 	var crds []*unstructured.Unstructured
 	for _, path := range paths {
-		docs, err := readYAMLObjects(path)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		docs, err := decodeYAMLObjects(path, data)
 		if err != nil {
 			return err
 		}
 		crds = append(crds, docs...)
 	}
+	return cp.installCRDs(ctx, crds)
+}
+
+// InstallCRDsFS is InstallCRDs for every .yaml file at the root of fsys
+// (an embedded set of manifests).
+func (cp *ControlPlane) InstallCRDsFS(ctx context.Context, fsys fs.FS) error {
+	names, err := fs.Glob(fsys, "*.yaml")
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return errors.New("no CRD manifests")
+	}
+	var crds []*unstructured.Unstructured
+	for _, name := range names {
+		data, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return err
+		}
+		docs, err := decodeYAMLObjects(name, data)
+		if err != nil {
+			return err
+		}
+		crds = append(crds, docs...)
+	}
+	return cp.installCRDs(ctx, crds)
+}
+
+func (cp *ControlPlane) installCRDs(ctx context.Context, crds []*unstructured.Unstructured) error {
 	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return err
@@ -118,12 +152,8 @@ func crdServed(ctx context.Context, dyn dynamic.Interface, disco discovery.Disco
 	return nil
 }
 
-// readYAMLObjects decodes every non-empty YAML document in a file.
-func readYAMLObjects(path string) ([]*unstructured.Unstructured, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
+// decodeYAMLObjects decodes every non-empty YAML document of a file.
+func decodeYAMLObjects(path string, data []byte) ([]*unstructured.Unstructured, error) {
 	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var objects []*unstructured.Unstructured
 	for {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/rbac"
@@ -24,10 +25,10 @@ const agentNamespace = "grid-system"
 
 // controllerLoop hands the ConfigMap over to gridsync-agent: Grid
 // resources in, overlays out, delivered by the running sidecar.
-func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, binDir, crdDir, output string) (stop func(), err error) {
+func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, binDir, output string) (stop func(), err error) {
 	stop = func() {}
 	step("installing the Grid CRDs and starting gridsync-agent with its least-privilege RBAC")
-	if err := cp.InstallCRDs(ctx, filepath.Join(crdDir, "grid.praxis.fast_gridnetworks.yaml"), filepath.Join(crdDir, "grid.praxis.fast_inferenceproviders.yaml")); err != nil {
+	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
 		return stop, err
 	}
 	const sa = "gridsync-agent"

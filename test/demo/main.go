@@ -35,10 +35,9 @@ import (
 
 func main() {
 	binDir := flag.String("bin", "bin", "folder holding gridsync-init, gridsync-sidecar and gridsync-agent")
-	crdDir := flag.String("crds", filepath.Join("controller", "crds"), "folder holding the Grid CRD manifests")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	err := run(ctx, *binDir, *crdDir)
+	err := run(ctx, *binDir)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -52,7 +51,7 @@ func step(format string, args ...any) { fmt.Printf("\n==> "+format+"\n", args...
 
 func configMapName() string { return envelope.ConfigMapName(scope.Network, scope.Gateway) }
 
-func run(ctx context.Context, binDir, crdDir string) error {
+func run(ctx context.Context, binDir string) error {
 	work, err := os.MkdirTemp("", "gridsync-demo-")
 	if err != nil {
 		return err
@@ -208,7 +207,7 @@ func run(ctx context.Context, binDir, crdDir string) error {
 	time.Sleep(200 * time.Millisecond)
 	fmt.Printf("    file holds %s\n", short(fileRevision(output)))
 
-	stopAgent, err := controllerLoop(ctx, cp, work, binDir, crdDir, output)
+	stopAgent, err := controllerLoop(ctx, cp, work, binDir, output)
 	defer stopAgent()
 	if err != nil {
 		return err

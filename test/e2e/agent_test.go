@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/rbac"
@@ -39,8 +40,7 @@ func newAgentSetup(t *testing.T) *agentSetup {
 	ctx := context.Background()
 	n := agentSeq.Add(1)
 	s := &agentSetup{agentNS: fmt.Sprintf("agent-e2e-%d", n), gwNS: fmt.Sprintf("gw-e2e-%d", n)}
-	crds := filepath.Join("..", "..", "controller", "crds")
-	require.NoError(t, cp.InstallCRDs(ctx, filepath.Join(crds, "grid.praxis.fast_gridnetworks.yaml"), filepath.Join(crds, "grid.praxis.fast_inferenceproviders.yaml")))
+	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
 	const sa = "gridsync-agent"
 	require.NoError(t, cp.Grant(ctx, s.agentNS, sa, fmt.Sprintf("gridsync-agent-e2e-%d", n), "", rbac.ClusterRules()))
 	require.NoError(t, cp.Grant(ctx, s.agentNS, sa, "gridsync-agent", s.gwNS, rbac.NamespaceRules()))
