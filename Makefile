@@ -25,6 +25,12 @@ CONTROLLER_GEN         := $(TOOLS_DIR)/controller-gen/$(CONTROLLER_GEN_VERSION)/
 API_PATHS              := ./controller/api/...
 CRD_DIR                := charts/gridsync-agent/files/crds
 
+# Pinned Helm, built from the Go module proxy into .tools/, for the chart
+# tests.
+HELM_VERSION := v3.22.0
+HELM         := $(TOOLS_DIR)/helm/$(HELM_VERSION)/helm
+export GRIDSYNC_HELM := $(HELM)
+
 # Where the integration tests find kube-apiserver and etcd.
 export GRIDSYNC_TOOLS_BIN := $(TOOLS_DIR)/bin
 
@@ -43,8 +49,12 @@ demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, the
 	$(GO) run ./test/demo --bin $(BIN_DIR)
 
 .PHONY: tools
-tools: ## build the pinned kube-apiserver and etcd (cached; several minutes when cold)
+tools: $(HELM) ## build the pinned kube-apiserver, etcd and helm (cached; several minutes when cold)
 	@GRIDSYNC_TOOLS_DIR=$(TOOLS_DIR) test/tools/build.sh
+
+$(HELM):
+	@echo "tools: building helm $(HELM_VERSION) (once; a minute or two when cold)"
+	GOBIN=$(dir $@) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 $(GOLANGCI_LINT):
 	@echo "lint: building golangci-lint $(GOLANGCI_LINT_VERSION) (once; about a minute when cold)"
@@ -75,6 +85,10 @@ lint: $(GOLANGCI_LINT) verify-generated ## gofmt, go vet, golangci-lint, generat
 .PHONY: test
 test: tools lint ## every test, the integration tests against the real kube-apiserver included
 	$(GO) test -race -count=1 ./...
+
+.PHONY: golden
+golden: $(HELM) ## rewrite the charts' golden files from what they render now (review the diff)
+	$(GO) test ./test/charts -run Golden -count=1 -update
 
 .PHONY: bench
 bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller

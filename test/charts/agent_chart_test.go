@@ -1,0 +1,203 @@
+package charts
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+const agentChart = "gridsync-agent"
+
+var agentCases = []valueCase{
+	{name: "defaults", release: "gridsync", namespace: "grid-system", values: map[string]any{}},
+	{name: "namespaces", release: "gs", namespace: "agent-ns", values: map[string]any{
+		"namespaces": []string{"gateways-a", "gateways-b"},
+	}},
+	{name: "single-replica-no-crds", release: "single", namespace: "single-ns", values: map[string]any{
+		"replicaCount": 1, "crds": map[string]any{"enabled": false},
+		"leaderElection": map[string]any{"enabled": false}, "namespaces": []string{"gateways-c"},
+	}},
+	{name: "long-release-name", release: "a-release-name-long-enough-that-its-full-name-is-cut", namespace: "long-ns", values: map[string]any{
+		"namespaces": []string{"gateways-d"}, "logLevel": "debug",
+	}},
+}
+
+func TestAgentChartLintsAndMatchesItsGoldenFiles(t *testing.T) {
+	for _, c := range agentCases {
+		t.Run(c.name, func(t *testing.T) {
+			lint(t, agentChart, c)
+			checkGolden(t, agentChart, c.name, render(t, agentChart, c))
+		})
+	}
+}
+
+func TestAgentChartRefusesValuesOutsideItsSchema(t *testing.T) {
+	for name, values := range map[string]map[string]any{
+		"bad namespace":     {"namespaces": []string{"Not_A_Namespace"}},
+		"unknown value":     {"replicas": 2},
+		"bad log level":     {"logLevel": "loud"},
+		"no replicas":       {"replicaCount": 0},
+		"bad lease setting": {"leaderElection": map[string]any{"leaseDuration": "soon"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := runHelm(t, values, "template", "x", chartDir(agentChart), "--kube-version", kubeVersion)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "schema")
+		})
+	}
+}
+
+// Every rendered object is accepted by the API server: first a
+// server-side dry run, then for real.
+func TestAgentChartObjectsAreAcceptedByTheAPIServer(t *testing.T) {
+	c := adminClient(t)
+	for _, vc := range agentCases {
+		t.Run(vc.name, func(t *testing.T) {
+			applyRendered(t, c, vc, render(t, agentChart, vc))
+		})
+	}
+}
+
+// The chart grants exactly the controller's least privilege: the rules
+// match controller/rbac, access reviews say yes and no where they must,
+// and the controller runs on a token of the chart's ServiceAccount.
+func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T) {
+	vc := agentCases[1]
+	rendered := render(t, agentChart, vc)
+	objs := objects(t, rendered)
+	assert.Equal(t, rbac.ClusterRules(), rulesOf(t, ofKind(objs, "ClusterRole")[0]))
+	roles := map[string][]rbacv1.PolicyRule{}
+	for _, r := range ofKind(objs, "Role") {
+		roles[r.GetNamespace()+"/"+r.GetName()] = rulesOf(t, r)
+	}
+	assert.Equal(t, map[string][]rbacv1.PolicyRule{
+		"gateways-a/gs-gridsync-agent":               rbac.NamespaceRules(),
+		"gateways-b/gs-gridsync-agent":               rbac.NamespaceRules(),
+		"agent-ns/gs-gridsync-agent-leader-election": rbac.LeaderElectionRules(),
+	}, roles)
+
+	c := adminClient(t)
+	applyRendered(t, c, vc, rendered)
+	user := "system:serviceaccount:agent-ns:gs-gridsync-agent"
+	for _, review := range []struct {
+		allowed bool
+		attrs   authorizationv1.ResourceAttributes
+	}{
+		{true, authorizationv1.ResourceAttributes{Verb: "watch", Group: "grid.praxis.fast", Resource: "gridnetworks"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "update", Group: "grid.praxis.fast", Resource: "inferenceproviders", Subresource: "status"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "gateways-a", Resource: "configmaps"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "delete", Namespace: "gateways-b", Resource: "configmaps"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "list", Namespace: "gateways-a", Resource: "secrets"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "update", Namespace: "agent-ns", Group: "coordination.k8s.io", Resource: "leases"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "update", Group: "grid.praxis.fast", Resource: "gridnetworks"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "delete", Group: "grid.praxis.fast", Resource: "inferenceproviders"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "elsewhere", Resource: "configmaps"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Namespace: "elsewhere", Resource: "secrets"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "gateways-a", Resource: "secrets"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "update", Namespace: "gateways-a", Group: "coordination.k8s.io", Resource: "leases"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "gateways-a", Resource: "pods"}},
+	} {
+		sar, err := cp.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &review.attrs},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, review.allowed, sar.Status.Allowed, "%s %s/%s %s in %q", review.attrs.Verb, review.attrs.Group, review.attrs.Resource, review.attrs.Subresource, review.attrs.Namespace)
+	}
+
+	// The controller itself, on a token of the chart's ServiceAccount.
+	saConfig, err := cp.ServiceAccountConfig(t.Context(), "agent-ns", "gs-gridsync-agent")
+	require.NoError(t, err)
+	mgr, err := controller.NewManager(saConfig, controller.ManagerOptions{
+		Options:                 controller.Options{Namespaces: []string{"gateways-a", "gateways-b"}},
+		LeaderElection:          true,
+		LeaderElectionNamespace: "agent-ns",
+		LeaderElectionID:        "gs-gridsync-agent",
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+	network := &v1alpha1.GridNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: "chart-net"},
+		Spec:       v1alpha1.GridNetworkSpec{ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: "gateways-a"}}},
+	}
+	require.NoError(t, c.Create(t.Context(), network))
+	t.Cleanup(func() { _ = c.Delete(context.Background(), network) })
+	key := client.ObjectKey{Namespace: "gateways-a", Name: envelope.ConfigMapName(network.Name, "edge")}
+	require.Eventually(t, func() bool {
+		var got v1alpha1.GridNetwork
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(network), &got); err != nil {
+			return false
+		}
+		return got.Status.DistributedCount == 1
+	}, 30*time.Second, 50*time.Millisecond, "the agent publishes with the chart's RBAC")
+	_, err = cp.AdminClient().CoreV1().ConfigMaps(key.Namespace).Get(t.Context(), key.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+}
+
+func rulesOf(t *testing.T, role interface{ UnstructuredContent() map[string]any }) []rbacv1.PolicyRule {
+	t.Helper()
+	var r rbacv1.ClusterRole
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(role.UnstructuredContent(), &r))
+	return r.Rules
+}
+
+func adminClient(t *testing.T) client.Client {
+	t.Helper()
+	scheme, err := controller.Scheme()
+	require.NoError(t, err)
+	c, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	return c
+}
+
+// applyRendered applies every rendered object server-side: a dry run
+// first, then for real.
+func applyRendered(t *testing.T, c client.Client, vc valueCase, rendered string) {
+	t.Helper()
+	objs := objects(t, rendered)
+	require.NotEmpty(t, objs)
+	namespaces := map[string]bool{vc.namespace: true}
+	for _, o := range objs {
+		if ns := o.GetNamespace(); ns != "" {
+			namespaces[ns] = true
+		}
+	}
+	for ns := range namespaces {
+		require.NoError(t, cp.EnsureNamespace(t.Context(), ns))
+	}
+	for _, dryRun := range []bool{true, false} {
+		for _, o := range objs {
+			obj := o.DeepCopy()
+			opts := []client.PatchOption{client.FieldOwner("helm"), client.ForceOwnership}
+			if dryRun {
+				opts = append(opts, client.DryRunAll)
+			}
+			err := c.Patch(t.Context(), obj, client.Apply, opts...) //nolint:staticcheck // unstructured objects have no apply configuration
+			if apierrors.IsNotFound(err) && dryRun {
+				continue // a custom resource of a CRD that the dry run did not create
+			}
+			require.NoError(t, err, "apply %s %s/%s (dry run %v)", o.GetKind(), o.GetNamespace(), o.GetName(), dryRun)
+		}
+	}
+}
