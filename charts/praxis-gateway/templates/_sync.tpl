@@ -1,0 +1,75 @@
+{{/*
+The overlay-sync container, shared by the init container, the sidecar and
+the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
+*/}}
+{{- define "praxis-gateway.syncContainer" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values.overlay.sidecar -}}
+- name: {{ if eq .kind "init" }}overlay-init{{ else }}overlay-sync{{ end }}
+  image: "{{ $v.image.repository }}:{{ $v.image.tag }}"
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  {{- if eq .kind "init" }}
+  command: ["/usr/local/bin/gridsync-init"]
+  {{- end }}
+  {{- if eq .kind "native" }}
+  restartPolicy: Always
+  {{- end }}
+  args:
+    - --namespace=$(POD_NAMESPACE)
+    - --config-map={{ include "praxis-gateway.overlayConfigMap" $root }}
+    - --data-key={{ $v.dataKey }}
+    - --output={{ $root.Values.overlay.mountPath }}/routing-overlay.json
+    - --expected-network={{ required "overlay.sidecar.expectedNetwork is required with the sidecar" $v.expectedNetwork }}
+    - --expected-gateway={{ include "praxis-gateway.gatewayName" $root }}
+    - --expected-local-site={{ required "overlay.sidecar.expectedLocalSite is required with the sidecar" $v.expectedLocalSite }}
+    - --log-level={{ $v.logLevel }}
+    {{- if eq .kind "init" }}
+    - --timeout={{ $v.initTimeout }}
+    {{- else }}
+    - --health-addr=:{{ $v.healthPort }}
+    - --expire-after={{ $v.expireAfter }}
+    {{- end }}
+  env:
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+  {{- if ne .kind "init" }}
+  ports:
+    - name: metrics
+      containerPort: {{ $v.healthPort }}
+      protocol: TCP
+  {{- if eq .kind "native" }}
+  # Holds the gateway back until a valid overlay is on disk.
+  startupProbe:
+    httpGet: {path: /startupz, port: metrics}
+    periodSeconds: 1
+    failureThreshold: 600
+  {{- end }}
+  livenessProbe:
+    httpGet: {path: /livez, port: metrics}
+    periodSeconds: 10
+  readinessProbe:
+    httpGet: {path: /readyz, port: metrics}
+    periodSeconds: 5
+  {{- end }}
+  volumeMounts:
+    - name: routing-overlay
+      mountPath: {{ $root.Values.overlay.mountPath }}
+    # The API token: only the sync containers get one.
+    - name: overlay-sync-token
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+  securityContext:
+    {{- include "praxis-gateway.containerSecurityContext" $root | nindent 4 }}
+  resources:
+    {{- toYaml $v.resources | nindent 4 }}
+{{- end -}}
+
+{{- define "praxis-gateway.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
