@@ -153,6 +153,13 @@ func (s *Syncer) absent(reason, resourceVersion string) {
 	s.opts.Logger.Warn("config_map_absent", "reason", reason, "serving_revision", serving)
 }
 
+// confirmedAt is when the API server last answered for the source.
+func (s *Syncer) confirmedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.lastConfirmedAt
+}
+
 // confirm records that the API server answered for the source at t.
 func (s *Syncer) confirm(t time.Time) {
 	s.mu.Lock()

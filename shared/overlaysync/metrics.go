@@ -2,6 +2,7 @@ package overlaysync
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"time"
 
 	"github.com/gridsync/gridsync/shared/envelope"
 )
@@ -50,7 +51,7 @@ func rejectionReasons() []string {
 // newMetrics creates the upstream sidecar's metrics (same names and label
 // names) and ours. ready and degraded are computed at scrape time from the
 // same snapshot as /readyz and /status, so they can never disagree.
-func newMetrics(reg prometheus.Registerer, ready, degraded func() bool) *metrics {
+func newMetrics(reg prometheus.Registerer, ready, degraded func() bool, confirmedAt func() time.Time) *metrics {
 	m := &metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_overlay_sync_events_total",
@@ -104,6 +105,15 @@ func newMetrics(reg prometheus.Registerer, ready, degraded func() bool) *metrics
 			Name: "grid_overlay_sync_ready",
 			Help: "1 when a valid overlay is on disk and readiness is not withdrawn (matches /readyz).",
 		}, func() float64 { return boolGauge(ready()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "grid_overlay_sync_last_confirmed_timestamp_seconds",
+			Help: "When the API server last answered for the ConfigMap (list, event or bookmark); 0 before the first answer. What --expire-after measures, for alerts.",
+		}, func() float64 {
+			if t := confirmedAt(); !t.IsZero() {
+				return unixSeconds(t)
+			}
+			return 0
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_overlay_sync_degraded",
 			Help: "1 when the last-known-good serves but the source is not accepted (matches /status).",

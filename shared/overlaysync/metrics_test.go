@@ -30,6 +30,9 @@ func TestMetricsAgreeWithStatusAndCarryNoPayload(t *testing.T) {
 	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_revision_info", "revision", revision))
 	assert.Equal(t, float64(len(doc)), r.metric(t, "grid_overlay_sync_payload_bytes"))
 	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_events_total", "outcome", "accepted", "reason", "none"))
+	confirmed := r.Status().LastConfirmedAt
+	require.False(t, confirmed.IsZero())
+	assert.InDelta(t, float64(confirmed.UnixNano())/1e9, r.metric(t, "grid_overlay_sync_last_confirmed_timestamp_seconds"), 1e-6)
 
 	next, nextRevision := g.envelopeFor(2)
 	r.waitObserved(t, g.putEnvelope(next))

@@ -62,7 +62,7 @@ func New(config *rest.Config, opts Options) (*Syncer, error) {
 		return nil, err
 	}
 	s := &Syncer{opts: opts, client: client, file: file}
-	s.metrics = newMetrics(opts.Registerer, s.isReady, s.isDegraded)
+	s.metrics = newMetrics(opts.Registerer, s.isReady, s.isDegraded, s.confirmedAt)
 	s.restore()
 	return s, nil
 }
