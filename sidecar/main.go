@@ -7,6 +7,7 @@
 //
 //	gridsync-sidecar [flags]                 run the sidecar
 //	gridsync-sidecar validate [flags] FILE   check envelope files offline
+//	gridsync-sidecar probe URL               GET a URL, exit 0 on 2xx (for images without curl)
 package main
 
 import (
@@ -32,6 +33,9 @@ const (
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "validate" {
 		return runValidate(args[1:], stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "probe" {
+		return runProbe(args[1:], stdout, stderr)
 	}
 	return runSidecar(args, stderr)
 }

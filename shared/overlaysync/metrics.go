@@ -1,8 +1,9 @@
 package overlaysync
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gridsync/gridsync/shared/envelope"
 )

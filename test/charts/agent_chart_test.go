@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -185,6 +186,14 @@ func applyRendered(t *testing.T, c client.Client, vc valueCase, rendered string)
 	}
 	for ns := range namespaces {
 		require.NoError(t, cp.EnsureNamespace(t.Context(), ns))
+		// A cluster's controller manager creates each namespace's default
+		// ServiceAccount, which Pods without one name; this control plane
+		// runs none.
+		_, err := cp.AdminClient().CoreV1().ServiceAccounts(ns).Create(t.Context(),
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err)
+		}
 	}
 	for _, dryRun := range []bool{true, false} {
 		for _, o := range objs {

@@ -2,6 +2,7 @@ package charts
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gridsync/gridsync/shared/envelope"
@@ -28,13 +30,13 @@ func sidecarValues(extra map[string]any) map[string]any {
 	for k, v := range extra {
 		sidecar[k] = v
 	}
-	return map[string]any{"overlay": map[string]any{"sidecar": sidecar}}
+	return map[string]any{"overlay": map[string]any{"enabled": true, "sidecar": sidecar}}
 }
 
 var gatewayCases = []valueCase{
 	{name: "upstream-fallback", release: "praxis", namespace: "gw-fallback", values: map[string]any{
 		"config":  map[string]any{"existingConfigMap": "praxis-config"},
-		"overlay": map[string]any{"items": []map[string]string{{"key": "routing-overlay.json", "path": "routing-overlay.json"}}, "sidecar": map[string]any{"expectedNetwork": "glb-demo", "expectedGateway": "edge-gateway"}},
+		"overlay": map[string]any{"enabled": true, "items": []map[string]string{{"key": "routing-overlay.json", "path": "routing-overlay.json"}}, "sidecar": map[string]any{"expectedNetwork": "glb-demo", "expectedGateway": "edge-gateway"}},
 	}},
 	{name: "sidecar", release: "praxis", namespace: "gw-sidecar", values: func() map[string]any {
 		v := sidecarValues(nil)
@@ -47,6 +49,15 @@ var gatewayCases = []valueCase{
 	{name: "long-names", release: "praxis", namespace: "gw-long", values: sidecarValues(map[string]any{
 		"expectedNetwork": "production-network-east", "expectedGateway": "inference-edge-gateway-primary-01",
 	})},
+	{name: "identity-and-monitoring", release: "praxis", namespace: "gw-observed", values: func() map[string]any {
+		v := sidecarValues(map[string]any{"identity": map[string]any{"enabled": true, "secretName": "gateway-tls"}})
+		v["metrics"] = map[string]any{
+			"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true},
+			"prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true},
+		}
+		return v
+	}()},
+	{name: "defaults", release: "praxis", namespace: "gw-defaults", values: map[string]any{}},
 }
 
 func TestGatewayChartLintsAndMatchesItsGoldenFiles(t *testing.T) {
@@ -82,7 +93,7 @@ func deploymentOf(t *testing.T, rendered string) *appsv1.Deployment {
 }
 
 func TestGatewayChartWiresTheSyncContainersAndKeepsTheGatewayTokenless(t *testing.T) {
-	for _, c := range gatewayCases[1:] {
+	for _, c := range gatewayCases[1:5] {
 		t.Run(c.name, func(t *testing.T) {
 			d := deploymentOf(t, render(t, gatewayChart, c))
 			pod := d.Spec.Template.Spec
@@ -110,7 +121,11 @@ func TestGatewayChartWiresTheSyncContainersAndKeepsTheGatewayTokenless(t *testin
 				for _, m := range ctr.VolumeMounts {
 					mounts = append(mounts, m.Name)
 				}
-				assert.ElementsMatch(t, []string{"routing-overlay", "overlay-sync-token"}, mounts)
+				want := []string{"routing-overlay", "overlay-sync-token"}
+				if c.name == "identity-and-monitoring" {
+					want = append(want, "identity-source") // the TLS Secret: sync containers only
+				}
+				assert.ElementsMatch(t, want, mounts)
 				assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
 				assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
 			}
@@ -138,6 +153,7 @@ func boolInt(b bool) int {
 }
 
 func TestGatewayChartObjectsAreAcceptedByTheAPIServer(t *testing.T) {
+	installMonitoringCRDs(t)
 	c := adminClient(t)
 	for _, vc := range gatewayCases {
 		t.Run(vc.name, func(t *testing.T) {
@@ -203,4 +219,77 @@ func TestGatewayChartRoleLetsTheSidecarReadItsOverlayAndNothingElse(t *testing.T
 		res, err := envelope.Validate(data, envelope.Options{Expect: scope})
 		return err == nil && res.Revision == revision
 	}, 20*time.Second, 20*time.Millisecond, "the sidecar delivers with the chart's RBAC")
+}
+
+func TestGatewayChartRefusesValuesOutsideItsSchema(t *testing.T) {
+	for name, values := range map[string]map[string]any{
+		"sidecar without a network":   {"overlay": map[string]any{"enabled": true, "sidecar": map[string]any{"enabled": true, "expectedLocalSite": "s"}}},
+		"sidecar without a site":      {"overlay": map[string]any{"enabled": true, "sidecar": map[string]any{"enabled": true, "expectedNetwork": "n"}}},
+		"unknown sidecar value":       {"overlay": map[string]any{"sidecar": map[string]any{"expectedNetwrok": "n"}}},
+		"expire-after not a duration": {"overlay": map[string]any{"sidecar": map[string]any{"expireAfter": "soon"}}},
+		"disk-backed medium typo":     {"overlay": map[string]any{"sidecar": map[string]any{"volume": map[string]any{"medium": "memory"}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := runHelm(t, values, "template", "x", chartDir(gatewayChart), "--kube-version", kubeVersion)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "schema")
+		})
+	}
+}
+
+// The helm test asks the sidecar, through the Service, for /startupz: 200
+// only once the overlay file is in place.
+func TestGatewayChartHelmTestProbesTheOverlayFile(t *testing.T) {
+	objs := objects(t, render(t, gatewayChart, gatewayCases[1]))
+	var test *corev1.Pod
+	for _, o := range ofKind(objs, "Pod") {
+		if o.GetAnnotations()["helm.sh/hook"] == "test" {
+			test = &corev1.Pod{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.UnstructuredContent(), test))
+		}
+	}
+	require.NotNil(t, test, "a helm test pod")
+	assert.Equal(t, []string{"probe", "http://praxis-praxis-gateway.gw-sidecar.svc:9091/startupz"}, test.Spec.Containers[0].Args)
+}
+
+// The monitoring objects carry the alerts and dashboard panels a user
+// needs, and the dashboard is valid JSON.
+func TestGatewayChartShipsAlertsAndADashboard(t *testing.T) {
+	objs := objects(t, render(t, gatewayChart, gatewayCases[4]))
+	rule := ofKind(objs, "PrometheusRule")
+	require.Len(t, rule, 1)
+	var alerts []string
+	groups, _, _ := unstructured.NestedSlice(rule[0].Object, "spec", "groups")
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rules {
+			alerts = append(alerts, r.(map[string]any)["alert"].(string))
+		}
+	}
+	assert.ElementsMatch(t, []string{
+		"GridOverlaySidecarNotReady", "GridOverlayDeliveryDegraded", "GridOverlaySourceNotConfirmed",
+		"GridOverlayUpdatesRejected", "GridsyncIdentityRejected", "GridsyncIdentityExpiringSoon",
+	}, alerts)
+
+	var dashboard struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	for _, cm := range ofKind(objs, "ConfigMap") {
+		data, _, _ := unstructured.NestedString(cm.Object, "data", "gridsync-overlay-delivery.json")
+		require.NoError(t, json.Unmarshal([]byte(data), &dashboard))
+	}
+	var exprs []string
+	for _, p := range dashboard.Panels {
+		for _, target := range p.Targets {
+			exprs = append(exprs, target.Expr)
+		}
+	}
+	joined := strings.Join(exprs, "\n")
+	for _, metric := range []string{"grid_overlay_sync_delivery_latency_seconds_bucket", "grid_overlay_sync_revision_info",
+		"grid_overlay_sync_validation_failures_total", "gridsync_identity_not_after_timestamp_seconds"} {
+		assert.Contains(t, joined, metric)
+	}
 }

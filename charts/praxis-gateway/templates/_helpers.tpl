@@ -83,3 +83,14 @@ controller's rule: grid-overlay-<network>-<gateway>, or when that exceeds
 {{- define "praxis-gateway.serviceAccountName" -}}
 {{- default (printf "%s-overlay-sync" (include "praxis-gateway.fullname" . | trunc 50 | trimSuffix "-")) .Values.overlay.sidecar.serviceAccountName -}}
 {{- end -}}
+
+{{/* seconds converts a duration of the form 90s, 10m, 2h or 1d to seconds. */}}
+{{- define "praxis-gateway.seconds" -}}
+{{- $d := toString . -}}
+{{- $units := dict "s" 1 "m" 60 "h" 3600 "d" 86400 -}}
+{{- $unit := substr (int (sub (len $d) 1)) (len $d) $d -}}
+{{- if not (hasKey $units $unit) -}}
+{{- fail (printf "%q is not a duration like 90s, 10m, 2h or 1d" $d) -}}
+{{- end -}}
+{{- mul (int (trimSuffix $unit $d)) (get $units $unit) -}}
+{{- end -}}

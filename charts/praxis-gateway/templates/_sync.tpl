@@ -23,6 +23,15 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
     - --expected-gateway={{ include "praxis-gateway.gatewayName" $root }}
     - --expected-local-site={{ required "overlay.sidecar.expectedLocalSite is required with the sidecar" $v.expectedLocalSite }}
     - --log-level={{ $v.logLevel }}
+    {{- if $v.identity.enabled }}
+    - --identity-cert=/etc/gridsync/identity/tls.crt
+    - --identity-key=/etc/gridsync/identity/tls.key
+    {{- if $v.identity.verifyCA }}
+    - --identity-ca=/etc/gridsync/identity/ca.crt
+    {{- end }}
+    - --identity-dir={{ $root.Values.overlay.mountPath }}/identity
+    - --identity-interval={{ $v.identity.interval }}
+    {{- end }}
     {{- if eq .kind "init" }}
     - --timeout={{ $v.initTimeout }}
     {{- else }}
@@ -60,6 +69,12 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
     - name: overlay-sync-token
       mountPath: /var/run/secrets/kubernetes.io/serviceaccount
       readOnly: true
+    {{- if $v.identity.enabled }}
+    # The TLS Secret as mounted; the gateway gets validated generations only.
+    - name: identity-source
+      mountPath: /etc/gridsync/identity
+      readOnly: true
+    {{- end }}
   securityContext:
     {{- include "praxis-gateway.containerSecurityContext" $root | nindent 4 }}
   resources:
