@@ -130,6 +130,16 @@ func Setup(mgr manager.Manager, opts Options) error {
 		return fmt.Errorf("index providers by Secret: %w", err)
 	}
 
+	// Ask for every informer the reconcilers watch now, not when they
+	// start: caches run on every replica, so a standby is warm when it
+	// wins the election and reconciles at once, and /readyz (cache
+	// synced) covers all of them.
+	for _, obj := range []client.Object{&v1alpha1.GridNetwork{}, &v1alpha1.InferenceProvider{}, &corev1.ConfigMap{}, &corev1.Secret{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("informer for %T: %w", obj, err)
+		}
+	}
+
 	// Health changes reach both reconcilers, each through its own channel.
 	toNetworks := make(chan event.GenericEvent, 1024)
 	toProviders := make(chan event.GenericEvent, 1024)

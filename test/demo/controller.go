@@ -69,7 +69,10 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	if err := waitHTTP(ctx, "http://"+health+"/readyz"); err != nil {
 		return stop, err
 	}
-	fmt.Printf("    gridsync-agent ready (health and metrics on %s); it only writes ConfigMaps it manages\n", health)
+	if err := waitLeader(ctx, "http://"+health+"/status"); err != nil {
+		return stop, err
+	}
+	fmt.Printf("    gridsync-agent ready and leading (health and metrics on %s); it only writes ConfigMaps it manages\n", health)
 
 	scheme, err := controller.Scheme()
 	if err != nil {
@@ -103,11 +106,12 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 		Name: token.Name, Namespace: agentNamespace, Key: "token",
 	}}
 	west := demoProvider("west-provider", "sim-west", []string{"llama-3-70b"})
-	sent := time.Now()
+	var sent time.Time
 	for _, obj := range []client.Object{token, network, east, west} {
 		if err := c.Create(ctx, obj); err != nil {
 			return stop, err
 		}
+		sent = time.Now() // the overlay is complete once the last one exists
 	}
 	if err := showArrival(output, sent, 3, "first overlay from the agent"); err != nil {
 		return stop, err
@@ -199,4 +203,21 @@ func showArrival(output string, since time.Time, candidates int, what string) er
 		time.Sleep(200 * time.Microsecond)
 	}
 	return fmt.Errorf("%s: the file never held %d candidates", what, candidates)
+}
+
+// waitLeader waits until the agent's /status says it leads, so that the
+// delays shown afterwards are the controller's, not the election's.
+func waitLeader(ctx context.Context, url string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if body, err := getBody(url); err == nil && strings.Contains(strings.ReplaceAll(body, " ", ""), `"leader":true`) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s never reported leadership", url)
 }
