@@ -30,7 +30,9 @@ func sidecarValues(extra map[string]any) map[string]any {
 	for k, v := range extra {
 		sidecar[k] = v
 	}
-	return map[string]any{"overlay": map[string]any{"enabled": true, "sidecar": sidecar}}
+	// overlay.enabled is left out on purpose: the sidecar alone gives the
+	// gateway its overlay.
+	return map[string]any{"overlay": map[string]any{"sidecar": sidecar}}
 }
 
 var gatewayCases = []valueCase{
