@@ -94,10 +94,7 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 	c := adminClient(t)
 	applyRendered(t, c, vc, rendered)
 	user := "system:serviceaccount:agent-ns:gs-gridsync-agent"
-	for _, review := range []struct {
-		allowed bool
-		attrs   authorizationv1.ResourceAttributes
-	}{
+	assertAccess(t, user, []access{
 		{true, authorizationv1.ResourceAttributes{Verb: "watch", Group: "grid.praxis.fast", Resource: "gridnetworks"}},
 		{true, authorizationv1.ResourceAttributes{Verb: "update", Group: "grid.praxis.fast", Resource: "inferenceproviders", Subresource: "status"}},
 		{true, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "gateways-a", Resource: "configmaps"}},
@@ -113,13 +110,7 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 		{false, authorizationv1.ResourceAttributes{Verb: "update", Namespace: "gateways-a", Group: "coordination.k8s.io", Resource: "leases"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "gateways-a", Resource: "pods"}},
-	} {
-		sar, err := cp.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &review.attrs},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		assert.Equal(t, review.allowed, sar.Status.Allowed, "%s %s/%s %s in %q", review.attrs.Verb, review.attrs.Group, review.attrs.Resource, review.attrs.Subresource, review.attrs.Namespace)
-	}
+	})
 
 	// The controller itself, on a token of the chart's ServiceAccount.
 	saConfig, err := cp.ServiceAccountConfig(t.Context(), "agent-ns", "gs-gridsync-agent")

@@ -13,7 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
@@ -139,4 +142,24 @@ func ofKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unst
 		}
 	}
 	return out
+}
+
+// access is one question for the authorizer and its expected answer.
+type access struct {
+	allowed bool
+	attrs   authorizationv1.ResourceAttributes
+}
+
+// assertAccess asks the API server's authorizer, with a
+// SubjectAccessReview, what user may do.
+func assertAccess(t *testing.T, user string, reviews []access) {
+	t.Helper()
+	for _, review := range reviews {
+		sar, err := cp.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &review.attrs},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		a := review.attrs
+		assert.Equal(t, review.allowed, sar.Status.Allowed, "%s may %s %s/%s %s %s in %q", user, a.Verb, a.Group, a.Resource, a.Subresource, a.Name, a.Namespace)
+	}
 }
