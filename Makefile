@@ -36,7 +36,7 @@ export GRIDSYNC_TOOLS_BIN := $(TOOLS_DIR)/bin
 
 .PHONY: help
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## build the binaries into bin/
