@@ -120,6 +120,7 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 		LeaderElection:          true,
 		LeaderElectionNamespace: "agent-ns",
 		LeaderElectionID:        "gs-gridsync-agent",
+		SeveralPerProcess:       true, // -count=N runs this test again in the same process
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

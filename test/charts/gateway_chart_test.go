@@ -204,6 +204,9 @@ func TestGatewayChartRoleLetsTheSidecarReadItsOverlayAndNothingElse(t *testing.T
 		ObjectMeta: metav1.ObjectMeta{Name: configMap}, Data: map[string]string{envelope.DataKeyEnvelope: string(doc)},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cp.AdminClient().CoreV1().ConfigMaps(vc.namespace).Delete(context.Background(), configMap, metav1.DeleteOptions{})
+	})
 	require.Eventually(t, func() bool {
 		data, err := os.ReadFile(output)
 		if err != nil {
