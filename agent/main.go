@@ -123,26 +123,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}, reg)
 
 	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect)
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- health.Serve(runCtx, ln, handler, shutdownGrace) }()
-	mgrErr := make(chan error, 1)
-	go func() { mgrErr <- mgr.Start(runCtx) }()
-
-	var errMgr, errServe error
-	select {
-	case errMgr = <-mgrErr:
-		cancel()
-		errServe = <-serveErr
-	case errServe = <-serveErr:
-		cancel()
-		errMgr = <-mgrErr
-		if errServe == nil && ctx.Err() == nil {
-			errServe = errors.New("health server stopped")
-		}
-	}
-	if err := errors.Join(errMgr, errServe); err != nil {
+	if err := health.ServeWhile(ctx, ln, handler, shutdownGrace, mgr.Start); err != nil {
 		return fail("stopped_with_error", err)
 	}
 	log.Info("shutdown", "signal", "received")

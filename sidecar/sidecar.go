@@ -80,12 +80,8 @@ func runSidecar(args []string, stderr io.Writer) int {
 	}, reg)
 
 	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs)
+	// The identity reloader runs beside the sync loop and stops with it.
 	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- health.Serve(runCtx, ln, handler, shutdownGrace) }()
-	syncErr := make(chan error, 1)
-	go func() { syncErr <- syncer.Run(runCtx) }()
 	identityDone := make(chan struct{})
 	go func() {
 		defer close(identityDone)
@@ -93,23 +89,10 @@ func runSidecar(args []string, stderr io.Writer) int {
 			_ = identity.Run(runCtx) // returns when runCtx ends
 		}
 	}()
-	defer func() { cancel(); <-identityDone }()
-
-	// Whichever ends first ends the other: a dead health server would make
-	// the pod unready for reasons nobody could see, so it stops the process.
-	var errSync, errServe error
-	select {
-	case errSync = <-syncErr:
-		cancel()
-		errServe = <-serveErr
-	case errServe = <-serveErr:
-		cancel()
-		errSync = <-syncErr
-		if errServe == nil && ctx.Err() == nil {
-			errServe = errors.New("health server stopped")
-		}
-	}
-	if err := errors.Join(errSync, errServe); err != nil {
+	err = health.ServeWhile(runCtx, ln, handler, shutdownGrace, syncer.Run)
+	cancel()
+	<-identityDone
+	if err != nil {
 		return fail("stopped_with_error", err)
 	}
 	if ctx.Err() != nil {

@@ -133,3 +133,31 @@ func Serve(ctx context.Context, ln net.Listener, handler http.Handler, shutdownG
 	}
 	return nil
 }
+
+// ServeWhile serves handler on ln while work runs, and returns when either
+// ends, having stopped the other. The work ending (done, or ctx ended)
+// stops the server. The server ending stops the work, and is an error
+// unless ctx ended: a dead health server would leave the pod unready for
+// reasons nobody could see, so it must stop the process.
+func ServeWhile(ctx context.Context, ln net.Listener, handler http.Handler, shutdownGrace time.Duration, work func(context.Context) error) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- Serve(runCtx, ln, handler, shutdownGrace) }()
+	workErr := make(chan error, 1)
+	go func() { workErr <- work(runCtx) }()
+
+	var errWork, errServe error
+	select {
+	case errWork = <-workErr:
+		cancel()
+		errServe = <-serveErr
+	case errServe = <-serveErr:
+		cancel()
+		errWork = <-workErr
+		if errServe == nil && ctx.Err() == nil {
+			errServe = errors.New("health server stopped")
+		}
+	}
+	return errors.Join(errWork, errServe)
+}

@@ -2,7 +2,9 @@ package health_test
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -83,4 +85,45 @@ func TestListenFailsOnATakenAddress(t *testing.T) {
 	_, err = health.Listen(context.Background(), ln.Addr().String())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "bind health address")
+}
+
+func TestServeWhileStopsTheServerWhenTheWorkEnds(t *testing.T) {
+	ln, err := health.Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	workErr := errors.New("work failed")
+	err = health.ServeWhile(context.Background(), ln, http.NotFoundHandler(), time.Second, func(context.Context) error { return workErr })
+	require.ErrorIs(t, err, workErr)
+	_, dialErr := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", addr)
+	assert.Error(t, dialErr, "the server is closed")
+}
+
+func TestServeWhileStopsTheWorkWhenTheServerDies(t *testing.T) {
+	ln, err := health.Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	stopped := make(chan struct{})
+	err = health.ServeWhile(context.Background(), ln, http.NotFoundHandler(), time.Second, func(ctx context.Context) error {
+		require.NoError(t, ln.Close()) // the server's listener dies under it
+		<-ctx.Done()
+		close(stopped)
+		return nil
+	})
+	require.Error(t, err, "a dead health server is an error")
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("the work was not stopped")
+	}
+}
+
+func TestServeWhileEndsQuietlyWithTheContext(t *testing.T) {
+	ln, err := health.Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	err = health.ServeWhile(ctx, ln, http.NotFoundHandler(), time.Second, func(ctx context.Context) error {
+		cancel()
+		<-ctx.Done()
+		return nil
+	})
+	assert.NoError(t, err)
 }
