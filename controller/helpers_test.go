@@ -23,7 +23,6 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
@@ -72,13 +71,7 @@ func newEnv(t *testing.T) *env {
 	// Exactly what the agent's chart grants: cluster-wide read of the Grid
 	// resources and their status, ConfigMaps and Secrets in the listed
 	// namespaces, the Lease in its own.
-	const sa = "gridsync-agent"
-	require.NoError(t, cp.Grant(ctx, e.agentNS, sa, "gridsync-agent-"+e.id, "", rbac.ClusterRules()))
-	for _, ns := range []string{e.gwNS, e.credNS} {
-		require.NoError(t, cp.Grant(ctx, e.agentNS, sa, "gridsync-agent", ns, rbac.NamespaceRules()))
-	}
-	require.NoError(t, cp.Grant(ctx, e.agentNS, sa, "gridsync-agent-leader-election", e.agentNS, rbac.LeaderElectionRules()))
-	e.saConfig, err = cp.ServiceAccountConfig(ctx, e.agentNS, sa)
+	e.saConfig, err = cp.AgentConfig(ctx, e.agentNS, []string{e.gwNS, e.credNS})
 	require.NoError(t, err)
 
 	t.Cleanup(e.deleteGridObjects)

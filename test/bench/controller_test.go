@@ -22,7 +22,6 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
 )
@@ -121,13 +120,7 @@ func benchController(b *testing.B) {
 	gateways := benchNetworks * gatewaysPerNetwork
 
 	writes := watchOverlays(ctx, b, admin, gwNS)
-	const sa = "gridsync-agent"
-	must(b, cp.Grant(ctx, agentNS, sa, fmt.Sprintf("bench-agent-%d", n), "", rbac.ClusterRules()))
-	for _, ns := range []string{gwNS, credNS} {
-		must(b, cp.Grant(ctx, agentNS, sa, "gridsync-agent", ns, rbac.NamespaceRules()))
-	}
-	must(b, cp.Grant(ctx, agentNS, sa, "gridsync-agent-leader-election", agentNS, rbac.LeaderElectionRules()))
-	saConfig, err := cp.ServiceAccountConfig(ctx, agentNS, sa)
+	saConfig, err := cp.AgentConfig(ctx, agentNS, []string{gwNS, credNS})
 	must(b, err)
 	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
 	must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))

@@ -15,7 +15,6 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
 )
 
@@ -31,19 +30,7 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
 		return stop, err
 	}
-	const sa = "gridsync-agent"
-	if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent", "", rbac.ClusterRules()); err != nil {
-		return stop, err
-	}
-	for _, ns := range []string{scope.Namespace, agentNamespace} {
-		if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent", ns, rbac.NamespaceRules()); err != nil {
-			return stop, err
-		}
-	}
-	if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent-leader-election", agentNamespace, rbac.LeaderElectionRules()); err != nil {
-		return stop, err
-	}
-	saConfig, err := cp.ServiceAccountConfig(ctx, agentNamespace, sa)
+	saConfig, err := cp.AgentConfig(ctx, agentNamespace, []string{scope.Namespace, agentNamespace})
 	if err != nil {
 		return stop, err
 	}

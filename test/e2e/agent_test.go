@@ -20,7 +20,6 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
 )
@@ -41,11 +40,7 @@ func newAgentSetup(t *testing.T) *agentSetup {
 	n := agentSeq.Add(1)
 	s := &agentSetup{agentNS: fmt.Sprintf("agent-e2e-%d", n), gwNS: fmt.Sprintf("gw-e2e-%d", n)}
 	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
-	const sa = "gridsync-agent"
-	require.NoError(t, cp.Grant(ctx, s.agentNS, sa, fmt.Sprintf("gridsync-agent-e2e-%d", n), "", rbac.ClusterRules()))
-	require.NoError(t, cp.Grant(ctx, s.agentNS, sa, "gridsync-agent", s.gwNS, rbac.NamespaceRules()))
-	require.NoError(t, cp.Grant(ctx, s.agentNS, sa, "gridsync-agent-leader-election", s.agentNS, rbac.LeaderElectionRules()))
-	saConfig, err := cp.ServiceAccountConfig(ctx, s.agentNS, sa)
+	saConfig, err := cp.AgentConfig(ctx, s.agentNS, []string{s.gwNS})
 	require.NoError(t, err)
 	s.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, controlplane.WriteKubeconfig(saConfig, s.kubeconfig))
