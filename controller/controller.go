@@ -25,11 +25,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
@@ -176,6 +178,17 @@ type common struct {
 	metrics  *metrics
 	prober   *probe.Prober
 	lifetime *lifetime
+}
+
+// retryConflicts turns a write conflict (the cache had not yet seen the
+// object's latest version, often the controller's own last write) into a
+// quiet retry once the cache has caught up: it is expected, and not worth
+// an error in the log.
+func retryConflicts(err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
+	}
+	return reconcile.Result{}, err
 }
 
 // secretKey is "namespace/name" of a provider's credential Secret.

@@ -114,17 +114,6 @@ func (r *networkReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	return retryConflicts(err)
 }
 
-// retryConflicts turns a write conflict (the cache had not yet seen the
-// object's latest version, often the controller's own last write) into a
-// quiet retry once the cache has caught up: it is expected, and not worth
-// an error in the log.
-func retryConflicts(err error) (reconcile.Result, error) {
-	if apierrors.IsConflict(err) {
-		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
-	}
-	return reconcile.Result{}, err
-}
-
 func errString(err error) string {
 	if err == nil {
 		return ""
@@ -269,12 +258,17 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 		return fail(ReasonOverlayTooLarge, fmt.Sprintf("the overlay's two copies take %d bytes, over the ConfigMap limit of %d; narrow the providers' access policies", size, maxConfigMapData)), nil
 	}
 
+	labels, annotations := r.overlayMetadata(network.Name, gw.Name, revision)
 	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
 	var current corev1.ConfigMap
 	err = r.client.Get(ctx, key, &current)
 	var stored envelope.Result
+	var held bool
+	if err == nil {
+		stored, held = holds(&current, labels, annotations, scope, revision, bare)
+	}
 	switch {
-	case err == nil && r.holds(&current, scope, revision, bare, &stored):
+	case held:
 		r.metrics.publishes.WithLabelValues(publishUnchanged).Inc()
 		st.ConfigMapResourceVersion = current.ResourceVersion
 		st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(stored.Provenance.RenderedAt))
@@ -296,16 +290,8 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	}
 
 	apply := corev1ac.ConfigMap(name, gw.Namespace).
-		WithLabels(map[string]string{
-			envelope.LabelManagedBy: r.opts.Producer,
-			envelope.LabelGateway:   gw.Name,
-			envelope.LabelNetwork:   network.Name,
-		}).
-		WithAnnotations(map[string]string{
-			envelope.AnnotationSchemaVersion: envelope.SchemaVersion,
-			envelope.AnnotationRevision:      revision,
-			envelope.AnnotationContentDigest: revision,
-		}).
+		WithLabels(labels).
+		WithAnnotations(annotations).
 		WithData(map[string]string{
 			envelope.DataKeyEnvelope: string(doc),
 			envelope.DataKeyBare:     string(bare),
@@ -325,28 +311,50 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	return st, nil
 }
 
-// holds reports whether a managed ConfigMap already carries revision,
-// checked on the data itself and not only the annotation, so that a
-// ConfigMap edited by hand is put back. It fills in the stored envelope's
-// validation result.
-func (r *networkReconciler) holds(cm *corev1.ConfigMap, scope envelope.Scope, revision string, bare []byte, stored *envelope.Result) bool {
-	if cm.Annotations[envelope.AnnotationRevision] != revision || cm.Data[envelope.DataKeyBare] != string(bare) ||
-		cm.Labels[envelope.LabelGateway] != scope.Gateway || cm.Labels[envelope.LabelNetwork] != scope.Network ||
-		cm.Annotations[envelope.AnnotationContentDigest] != revision || cm.Annotations[envelope.AnnotationSchemaVersion] != envelope.SchemaVersion {
-		return false
+// overlayMetadata is the labels and annotations the contract puts on an
+// overlay ConfigMap.
+func (r *networkReconciler) overlayMetadata(network, gateway, revision string) (labels, annotations map[string]string) {
+	return map[string]string{
+			envelope.LabelManagedBy: r.opts.Producer,
+			envelope.LabelGateway:   gateway,
+			envelope.LabelNetwork:   network,
+		}, map[string]string{
+			envelope.AnnotationSchemaVersion: envelope.SchemaVersion,
+			envelope.AnnotationRevision:      revision,
+			envelope.AnnotationContentDigest: revision,
+		}
+}
+
+// holds reports whether a managed ConfigMap already carries revision with
+// the contract's metadata, checked on the data itself and not only the
+// annotation, so that a ConfigMap edited by hand is put back. It returns
+// the stored envelope's validation result.
+func holds(cm *corev1.ConfigMap, labels, annotations map[string]string, scope envelope.Scope, revision string, bare []byte) (envelope.Result, bool) {
+	if !hasAll(cm.Labels, labels) || !hasAll(cm.Annotations, annotations) || cm.Data[envelope.DataKeyBare] != string(bare) {
+		return envelope.Result{}, false
 	}
 	res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{Expect: scope})
-	*stored = res
-	return err == nil && res.Revision == revision
+	return res, err == nil && res.Revision == revision
+}
+
+// hasAll reports whether every entry of want is in got.
+func hasAll(got, want map[string]string) bool {
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // keepRenderedAt keeps the time a revision was first rendered: the same
-// routing state rendered again is not news.
-func keepRenderedAt(prev v1alpha1.GatewayOverlayStatus, revision string, now metav1.Time) *metav1.Time {
+// routing state rendered again is not news. renderedAt is used when the
+// previous status does not know the revision.
+func keepRenderedAt(prev v1alpha1.GatewayOverlayStatus, revision string, renderedAt metav1.Time) *metav1.Time {
 	if prev.RenderedRevision == revision && prev.RenderedAt != nil {
 		return prev.RenderedAt
 	}
-	t := metav1.NewTime(now.Truncate(time.Second))
+	t := metav1.NewTime(renderedAt.Truncate(time.Second))
 	return &t
 }
 

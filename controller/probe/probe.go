@@ -33,10 +33,8 @@ type Target struct {
 
 // Prober runs the probe loops.
 type Prober struct {
-	client  *http.Client
-	timeout time.Duration
-	notify  func(provider string)
-	now     func() time.Time
+	client *http.Client
+	notify func(provider string)
 
 	mu     sync.Mutex
 	loops  map[string]*loop
@@ -64,11 +62,9 @@ func New(transport http.RoundTripper, notify func(provider string)) *Prober {
 			// could carry the token elsewhere.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		timeout: MaxTimeout,
-		notify:  notify,
-		now:     time.Now,
-		loops:   map[string]*loop{},
-		health:  map[string]assess.Health{},
+		notify: notify,
+		loops:  map[string]*loop{},
+		health: map[string]assess.Health{},
 	}
 }
 
@@ -167,7 +163,7 @@ func (p *Prober) record(provider string, l *loop, err error) {
 
 // probe GETs the health endpoint once.
 func (p *Prober) probe(ctx context.Context, t Target) error {
-	timeout := min(p.timeout, t.Period)
+	timeout := min(MaxTimeout, t.Period)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
