@@ -216,17 +216,9 @@ func fieldValueOK(field candidateField, v jsontext.Value) bool {
 // isInt64 reports whether a JSON number is written as an integer that
 // fits int64 (no fraction, no exponent), as a typed consumer requires.
 func isInt64(v []byte) bool {
-	digits := v
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 {
+	digits := bytes.TrimPrefix(v, []byte("-"))
+	if len(digits) == 0 || !allDigits(digits) {
 		return false
-	}
-	for _, c := range digits {
-		if c < '0' || c > '9' {
-			return false
-		}
 	}
 	if len(digits) < 19 {
 		return true

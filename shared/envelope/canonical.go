@@ -247,12 +247,9 @@ func plainASCIIString(raw []byte) bool {
 // most 15 digits other than -0: a double holds it exactly and ECMAScript
 // prints it as written.
 func isSafeInteger(v []byte) bool {
-	digits := v
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-		if len(digits) > 0 && digits[0] == '0' {
-			return false
-		}
+	digits := bytes.TrimPrefix(v, []byte("-"))
+	if len(digits) < len(v) && len(digits) > 0 && digits[0] == '0' {
+		return false // -0
 	}
 	return len(digits) > 0 && len(digits) <= 15 && allDigits(digits)
 }
