@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/shared/envflag"
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
@@ -81,11 +82,6 @@ const MinExpireAfter = 2 * time.Minute
 // envPrefix is the upstream sidecar's environment variable prefix.
 const envPrefix = "OVERLAY_SYNC_"
 
-type binding struct {
-	flag string
-	env  string
-}
-
 // Parse parses args (without the program name). getenv reads the
 // environment (os.Getenv). Usage and errors go to output. It returns
 // flag.ErrHelp when help was asked for.
@@ -93,12 +89,12 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	c := &Config{}
 	fs := flag.NewFlagSet(program, flag.ContinueOnError)
 	fs.SetOutput(output)
-	var bindings []binding
+	var bindings []envflag.Binding
 	bind := func(name, env string) {
-		bindings = append(bindings, binding{flag: name, env: env})
+		bindings = append(bindings, envflag.Binding{Flag: name, Env: env})
 	}
 	str := func(p *string, name, env, def, usage string) {
-		fs.StringVar(p, name, def, usage+envNote(env))
+		fs.StringVar(p, name, def, usage+envflag.Note(env))
 		bind(name, env)
 	}
 	str(&c.Namespace, "namespace", envPrefix+"NAMESPACE", DefaultNamespace, "namespace of the overlay ConfigMap")
@@ -109,71 +105,52 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	str(&c.ExpectedGateway, "expected-gateway", envPrefix+"EXPECTED_GATEWAY", "", "gateway name (required)")
 	str(&c.ExpectedLocalSite, "expected-local-site", envPrefix+"EXPECTED_LOCAL_SITE", "", "site of this gateway (required)")
 	str(&c.ExpectedNamespace, "expected-namespace", envPrefix+"EXPECTED_NAMESPACE", "", "namespace in the envelope's scope (default: --namespace)")
-	fs.IntVar(&c.MaxBytes, "max-bytes", envelope.DefaultMaxBytes, "largest envelope accepted, in bytes"+envNote(envPrefix+"MAX_BYTES"))
+	fs.IntVar(&c.MaxBytes, "max-bytes", envelope.DefaultMaxBytes, "largest envelope accepted, in bytes"+envflag.Note(envPrefix+"MAX_BYTES"))
 	bind("max-bytes", envPrefix+"MAX_BYTES")
-	fs.BoolVar(&c.AcceptLegacy, "accept-legacy", false, "deliver a bare overlay without an envelope"+envNote(envPrefix+"ACCEPT_LEGACY"))
+	fs.BoolVar(&c.AcceptLegacy, "accept-legacy", false, "deliver a bare overlay without an envelope"+envflag.Note(envPrefix+"ACCEPT_LEGACY"))
 	bind("accept-legacy", envPrefix+"ACCEPT_LEGACY")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for out-of-cluster use (default: in-cluster, then $KUBECONFIG)")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error"+envNote(envPrefix+"LOG_LEVEL"))
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error"+envflag.Note(envPrefix+"LOG_LEVEL"))
 	bind("log-level", envPrefix+"LOG_LEVEL")
-	fs.DurationVar(&c.WatchIdleTimeout, "watch-idle-timeout", 3*time.Minute, "restart a watch that delivered nothing, not even a bookmark, for this long"+envNote(envPrefix+"WATCH_IDLE_TIMEOUT"))
+	fs.DurationVar(&c.WatchIdleTimeout, "watch-idle-timeout", 3*time.Minute, "restart a watch that delivered nothing, not even a bookmark, for this long"+envflag.Note(envPrefix+"WATCH_IDLE_TIMEOUT"))
 	bind("watch-idle-timeout", envPrefix+"WATCH_IDLE_TIMEOUT")
 	str(&c.IdentityCert, "identity-cert", envPrefix+"IDENTITY_CERT", "", "TLS certificate (leaf and chain) of the pod, in its mounted Secret")
 	str(&c.IdentityKey, "identity-key", envPrefix+"IDENTITY_KEY", "", "TLS private key of the pod, in its mounted Secret")
 	str(&c.IdentityCA, "identity-ca", envPrefix+"IDENTITY_CA", "", "CA bundle the certificate must verify to (optional)")
 	str(&c.IdentityDir, "identity-dir", envPrefix+"IDENTITY_DIR", "", "folder in the shared volume that receives tls.crt, tls.key and ca.crt as one generation")
-	fs.DurationVar(&c.IdentityInterval, "identity-interval", 30*time.Second, "how often the mounted identity is read"+envNote(envPrefix+"IDENTITY_INTERVAL"))
+	fs.DurationVar(&c.IdentityInterval, "identity-interval", 30*time.Second, "how often the mounted identity is read"+envflag.Note(envPrefix+"IDENTITY_INTERVAL"))
 	bind("identity-interval", envPrefix+"IDENTITY_INTERVAL")
 	switch mode {
 	case Sidecar:
 		str(&c.HealthAddr, "health-addr", envPrefix+"HEALTH_ADDR", DefaultHealthAddr, "address of /livez, /readyz, /startupz, /status and /metrics")
 		fs.BoolVar(&c.Once, "once", false, "publish one valid overlay, then exit")
-		fs.DurationVar(&c.ExpireAfter, "expire-after", 0, "withdraw readiness when the ConfigMap has not been confirmed by the API for this long (0: never)"+envNote(envPrefix+"EXPIRE_AFTER"))
+		fs.DurationVar(&c.ExpireAfter, "expire-after", 0, "withdraw readiness when the ConfigMap has not been confirmed by the API for this long (0: never)"+envflag.Note(envPrefix+"EXPIRE_AFTER"))
 		bind("expire-after", envPrefix+"EXPIRE_AFTER")
 	case Init:
-		fs.DurationVar(&c.Timeout, "timeout", 0, "give up and exit non-zero after this long (0: wait for ever)"+envNote(envPrefix+"TIMEOUT"))
+		fs.DurationVar(&c.Timeout, "timeout", 0, "give up and exit non-zero after this long (0: wait for ever)"+envflag.Note(envPrefix+"TIMEOUT"))
 		bind("timeout", envPrefix+"TIMEOUT")
 	}
 
-	// Environment first, so that the command line overrides it.
-	for _, b := range bindings {
-		if v := getenv(b.env); v != "" {
-			if err := fs.Set(b.flag, v); err != nil {
-				fmt.Fprintf(output, "%s: invalid %s=%q for --%s: %v\n", program, b.env, v, b.flag, err)
-				return nil, fmt.Errorf("invalid %s for --%s: %w", b.env, b.flag, err)
-			}
-		}
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := envflag.Parse(fs, bindings, args, getenv); err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, usageError(fs, "unexpected argument %q", fs.Arg(0))
-	}
-	if err := c.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
-		return nil, usageError(fs, "--log-level: %q is not debug, info, warn or error", *logLevel)
+	var err error
+	if c.LogLevel, err = envflag.LogLevel(fs, *logLevel); err != nil {
+		return nil, err
 	}
 	if c.ExpectedNamespace == "" {
 		c.ExpectedNamespace = c.Namespace
 	}
 	if err := c.validate(bindings); err != nil {
-		return nil, usageError(fs, "%v", err)
+		return nil, envflag.UsageError(fs, "%v", err)
 	}
 	return c, nil
 }
 
-func envNote(env string) string { return " [$" + env + "]" }
-
-func usageError(fs *flag.FlagSet, format string, args ...any) error {
-	err := fmt.Errorf(format, args...)
-	fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
-	return err
-}
-
-func (c *Config) validate(bindings []binding) error {
+func (c *Config) validate(bindings []envflag.Binding) error {
 	envOf := map[string]string{}
 	for _, b := range bindings {
-		envOf[b.flag] = b.env
+		envOf[b.Flag] = b.Env
 	}
 	var errs []error
 	required := func(value, name string) {
