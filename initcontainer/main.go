@@ -61,6 +61,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	log := cfg.NewLogger(stderr, binary)
 	runtimecfg.SingleProcessor()
+	runtimecfg.MemoryLimitFromContainer(os.Getenv)
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
@@ -132,6 +133,8 @@ func waitingFor(st overlaysync.Status) string {
 		return "the ConfigMap does not exist"
 	case overlaysync.ReasonAPIUnreachable:
 		return "the API server is unreachable"
+	case overlaysync.ReasonSourceUnconfirmed:
+		return "the API server does not answer in time"
 	case overlaysync.ReasonAPIForbidden:
 		return "the API server refuses this ServiceAccount (check the Role and RoleBinding)"
 	default:

@@ -50,7 +50,8 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 	if unchanged {
 		// The same routing state (perhaps re-rendered with new
 		// timestamps): nothing to write, and nothing wrong any more.
-		s.st.degradedReason = ""
+		s.st.sourceReason = ""
+		s.st.writeFailed = false
 		s.pending = nil
 	}
 	s.mu.Unlock()
@@ -73,7 +74,7 @@ func (s *Syncer) write(a *accepted) {
 		s.metrics.writes.WithLabelValues("failure").Inc()
 		s.mu.Lock()
 		retry := s.pending == a
-		s.st.degradedReason = ReasonWriteFailed
+		s.st.writeFailed = true
 		s.pending = a
 		s.mu.Unlock()
 		// Retried every RetryWrite: the first failure is an error, the
@@ -101,7 +102,8 @@ func (s *Syncer) write(a *accepted) {
 
 	s.mu.Lock()
 	s.pending = nil
-	s.st.degradedReason = ""
+	s.st.sourceReason = ""
+	s.st.writeFailed = false
 	s.st.restored = false
 	s.st.lastWrittenAt = doneAt
 	s.st.lastDeliveryLatency = latency
@@ -127,7 +129,7 @@ func (s *Syncer) markOnDiskLocked(revision string, size int) {
 func (s *Syncer) reject(reason, detail, resourceVersion string) {
 	now := s.opts.Now()
 	s.mu.Lock()
-	s.st.degradedReason = reason
+	s.st.sourceReason = reason
 	s.st.observedRevision = ""
 	s.st.lastRejectionReason = reason
 	s.st.lastRejectionAt = now
@@ -143,9 +145,10 @@ func (s *Syncer) reject(reason, detail, resourceVersion string) {
 // yet): the file stays, the Syncer is degraded until it comes back.
 func (s *Syncer) absent(reason, resourceVersion string) {
 	s.mu.Lock()
-	s.st.degradedReason = reason
+	s.st.sourceReason = reason
 	s.st.observedRevision = ""
 	s.st.resourceVersion = resourceVersion
+	s.st.writeFailed = false
 	s.pending = nil
 	serving := s.st.writtenRevision
 	s.mu.Unlock()
@@ -164,10 +167,8 @@ func (s *Syncer) confirmedAt() time.Time {
 func (s *Syncer) confirm(t time.Time) {
 	s.mu.Lock()
 	s.st.lastConfirmedAt = t
-	recovered := s.st.degradedReason == ReasonAPIUnreachable || s.st.degradedReason == ReasonAPIForbidden
-	if recovered {
-		s.st.degradedReason = ""
-	}
+	recovered := s.st.apiReason != ""
+	s.st.apiReason = ""
 	s.mu.Unlock()
 	if recovered {
 		s.opts.Logger.Info("api_reachable")
@@ -175,17 +176,21 @@ func (s *Syncer) confirm(t time.Time) {
 }
 
 // apiFailure marks the Syncer degraded while the API cannot be used:
-// api_forbidden when it refuses this identity (fix the RBAC), else
+// api_forbidden when it refuses this identity (fix the RBAC),
+// source_unconfirmed when a request got no answer in time, else
 // api_unreachable. The first failure of a kind is a warning; repeats are
 // debug, so an outage does not flood the log.
 func (s *Syncer) apiFailure(op string, err error) {
 	reason := ReasonAPIUnreachable
-	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 		reason = ReasonAPIForbidden
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUnanswered):
+		reason = ReasonSourceUnconfirmed
 	}
 	s.mu.Lock()
-	first := s.st.degradedReason != reason
-	s.st.degradedReason = reason
+	first := s.st.apiReason != reason
+	s.st.apiReason = reason
 	s.mu.Unlock()
 	if first {
 		s.opts.Logger.Warn(reason, "op", op, "error", err)

@@ -31,6 +31,11 @@ const (
 	// ServiceAccount (a Role or RoleBinding that does not match).
 	ReasonAPIForbidden = "api_forbidden"
 	ReasonWriteFailed  = "write_failed"
+	// ReasonSourceUnconfirmed: a request to the API server got no answer
+	// within the watch idle timeout (a held request, a frozen path, an
+	// overloaded server): what is on disk may no longer be what the source
+	// holds.
+	ReasonSourceUnconfirmed = "source_unconfirmed"
 )
 
 // state is the Syncer's mutable view of delivery, guarded by Syncer.mu.
@@ -40,7 +45,12 @@ type state struct {
 	writtenRevision     string
 	observedRevision    string
 	resourceVersion     string
-	degradedReason      string
+	// The causes of degradation are kept apart, so that one ending does
+	// not hide another: the API coming back does not clear a rejection
+	// that still stands.
+	sourceReason        string // the source: rejected, deleted, not found
+	apiReason           string // the path to it: unreachable, forbidden, unconfirmed
+	writeFailed         bool   // an accepted revision could not be written yet
 	lastRejectionReason string
 	lastRejectionAt     time.Time
 	lastObservedAt      time.Time
@@ -87,6 +97,20 @@ type SourceStatus struct {
 	ResourceVersion string `json:"resource_version,omitempty"`
 }
 
+// degradedReason is the one reason /status and the degraded gauge report:
+// the API first (nothing is known of the source while it is away), then a
+// failed write, then the source itself.
+func (st *state) degradedReason() string {
+	switch {
+	case st.apiReason != "":
+		return st.apiReason
+	case st.writeFailed:
+		return ReasonWriteFailed
+	default:
+		return st.sourceReason
+	}
+}
+
 // readiness applies the readiness policy: ready once a valid overlay is on
 // disk, and for as long as the last-known-good serves, unless the source
 // has gone unconfirmed for longer than expireAfter.
@@ -107,8 +131,8 @@ func (st *state) status(now time.Time, expireAfter time.Duration) Status {
 	s := Status{
 		Ready:                      ready,
 		NotReadyReason:             why,
-		Degraded:                   st.degradedReason != "",
-		DegradedReason:             st.degradedReason,
+		Degraded:                   st.degradedReason() != "",
+		DegradedReason:             st.degradedReason(),
 		Restored:                   st.restored,
 		ObservedRevision:           st.observedRevision,
 		WrittenRevision:            st.writtenRevision,

@@ -116,7 +116,7 @@ func (s *Syncer) isReady() bool { ok, _ := s.Ready(); return ok }
 func (s *Syncer) isDegraded() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.st.degradedReason != ""
+	return s.st.degradedReason() != ""
 }
 
 // Status returns the /status document.
@@ -178,8 +178,18 @@ func (s *Syncer) Run(ctx context.Context) error {
 			s.metrics.reconnects.WithLabelValues(reconnectClosed).Inc()
 			retry.Reset()
 		case watchIdle:
+			// Nothing came back in time: a held request, a frozen path or
+			// an overloaded server. Say so at once, rather than when the
+			// connection's health check gives up, then relist after one
+			// backoff step: the list is bounded too, and it finds the
+			// source as it is now when the path heals.
+			s.apiFailure("watch", errUnanswered)
 			s.opts.Logger.Warn("watch_idle", "resource_version", rv, "idle_timeout", s.opts.WatchIdleTimeout.String())
 			s.metrics.reconnects.WithLabelValues(reconnectIdle).Inc()
+			relist = true
+			if !sleep(ctx, retry.Next()) {
+				return nil
+			}
 		case watchFailed:
 			s.apiFailure("watch", err)
 			s.metrics.reconnects.WithLabelValues(reconnectWatchError).Inc()
@@ -208,13 +218,15 @@ func (s *Syncer) selector() string {
 	return fields.OneTermEqualSelector("metadata.name", s.opts.ConfigMap).String()
 }
 
-// listTimeout bounds one list call; a watch is bounded by the idle timeout.
+// listTimeout bounds one list call, unless the watch idle timeout is
+// shorter; a watch is bounded by the idle timeout, from the request to its
+// first byte and between events.
 const listTimeout = 30 * time.Second
 
 // list reads the current state of the one ConfigMap and returns the list's
 // resourceVersion to watch from.
 func (s *Syncer) list(ctx context.Context) (string, error) {
-	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	lctx, cancel := context.WithTimeout(ctx, min(listTimeout, s.opts.WatchIdleTimeout))
 	defer cancel()
 	list := &corev1.ConfigMapList{}
 	err := s.request().
@@ -249,13 +261,28 @@ func (s *Syncer) watch(ctx context.Context, rv string) (watchEnd, string, error)
 	// Spread server-side watch timeouts over 5 to 10 minutes, as client-go's
 	// reflector does, so that a fleet does not reconnect in step.
 	timeout := int64((5*time.Minute + rand.N(5*time.Minute)) / time.Second)
+	// The idle timeout also bounds the wait for the response headers: a
+	// proxy or an overloaded server may hold the request on a connection
+	// whose health checks still pass, and client-go would wait for ever.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	unanswered := time.AfterFunc(s.opts.WatchIdleTimeout, cancel)
 	w, err := s.request().VersionedParams(&metav1.ListOptions{
 		Watch:               true,
 		FieldSelector:       s.selector(),
 		ResourceVersion:     rv,
 		AllowWatchBookmarks: true,
 		TimeoutSeconds:      &timeout,
-	}, parameterCodec).Watch(ctx)
+	}, parameterCodec).Watch(wctx)
+	if !unanswered.Stop() {
+		if w != nil {
+			w.Stop()
+		}
+		if ctx.Err() != nil {
+			return watchDone, rv, nil
+		}
+		return watchIdle, rv, nil
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return watchDone, rv, nil
@@ -361,7 +388,10 @@ func (s *Syncer) handleEvent(ev watch.Event, rv *string) (ending, bool) {
 	return ending{}, false
 }
 
-var errShortWatch = errors.New("watch stream closed before it started (connection lost)")
+var (
+	errShortWatch = errors.New("watch stream closed before it started (connection lost)")
+	errUnanswered = errors.New("no answer from the API server within the watch idle timeout")
+)
 
 func isExpired(err error) bool {
 	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)

@@ -14,12 +14,16 @@ import (
 // Proxy is a TCP forwarder in front of kube-apiserver that a test can cut
 // and restore, so that one client loses the API while others (the admin
 // client changing things) keep it. Cutting closes every open connection
-// and refuses new ones until Restore.
+// and refuses new ones until Restore. Freezing keeps every connection open
+// and forwards nothing until Thaw: a path that went silent, which only
+// timeouts notice.
 type Proxy struct {
 	ln     net.Listener
 	target string
 
 	mu      sync.Mutex
+	thawed  *sync.Cond // signalled on Thaw and Close
+	frozen  bool
 	cut     bool
 	conns   map[net.Conn]struct{}
 	closed  bool
@@ -33,6 +37,7 @@ func (cp *ControlPlane) NewProxy() (*Proxy, error) {
 		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
 	p := &Proxy{ln: ln, target: "127.0.0.1:" + strconv.Itoa(cp.apiPort), conns: map[net.Conn]struct{}{}}
+	p.thawed = sync.NewCond(&p.mu)
 	p.serving.Add(1)
 	go p.accept()
 	return p, nil
@@ -63,10 +68,36 @@ func (p *Proxy) Restore() {
 	p.cut = false
 }
 
+// Freeze stops forwarding bytes in both directions; connections stay
+// open and what arrives meanwhile is delivered on Thaw.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = true
+}
+
+// Thaw forwards again, starting with what was held.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = false
+	p.thawed.Broadcast()
+}
+
+// waitThawed blocks while the proxy is frozen.
+func (p *Proxy) waitThawed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.frozen && !p.closed {
+		p.thawed.Wait()
+	}
+}
+
 // Close stops the proxy and its connections.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
+	p.thawed.Broadcast()
 	p.mu.Unlock()
 	p.Cut()
 	err := p.ln.Close()
@@ -107,7 +138,7 @@ func (p *Proxy) forward(client net.Conn) {
 	}
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		_, _ = io.Copy(dst, thawReader{p, src})
 		_ = dst.Close()
 		_ = src.Close()
 		done <- struct{}{}
@@ -132,4 +163,16 @@ func (p *Proxy) track(conns ...net.Conn) bool {
 		p.conns[c] = struct{}{}
 	}
 	return true
+}
+
+// thawReader hands on what it reads only while the proxy is not frozen.
+type thawReader struct {
+	p   *Proxy
+	src io.Reader
+}
+
+func (r thawReader) Read(b []byte) (int, error) {
+	n, err := r.src.Read(b)
+	r.p.waitThawed()
+	return n, err
 }

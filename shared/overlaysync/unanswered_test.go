@@ -1,0 +1,138 @@
+package overlaysync_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/shared/overlaysync"
+)
+
+// A proxy (or an overloaded API server) that holds the watch request
+// without answering, on a connection whose health checks pass: the idle
+// timeout must bound the wait for the first byte, the sidecar must say the
+// source is unconfirmed, and an update must still arrive (by relisting).
+func TestAWatchRequestThatIsNeverAnsweredIsNoticed(t *testing.T) {
+	g := newGateway(t)
+	proxy, err := cp.NewHoldingProxy()
+	require.NoError(t, err)
+	defer func() { _ = proxy.Close() }()
+	opts := fastRetry(g.options())
+	opts.WatchIdleTimeout = time.Second
+	r := g.start(opts, proxy.Config(g.saConfig))
+	first, _ := g.envelopeFor(1)
+	r.waitObserved(t, g.putEnvelope(first))
+
+	proxy.HoldWatches()
+	r.waitStatus(t, "unconfirmed while watches are held", func(st overlaysync.Status) bool {
+		return st.DegradedReason == overlaysync.ReasonSourceUnconfirmed && st.State == overlaysync.StateReadyDegraded
+	})
+	second, secondRevision := g.envelopeFor(2)
+	g.putEnvelope(second)
+	st := r.waitStatus(t, "update delivered although every watch is held", func(st overlaysync.Status) bool {
+		return st.WrittenRevision == secondRevision
+	})
+	assert.Equal(t, string(second), readOutput(t, g.output()))
+	assert.Positive(t, proxy.Held.Load())
+	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_reconnects_total", "reason", "idle"))
+	assert.True(t, st.Ready, "the last-known-good keeps serving")
+
+	proxy.Release()
+	third, thirdRevision := g.envelopeFor(3)
+	r.waitObserved(t, g.putEnvelope(third))
+	assert.Equal(t, thirdRevision, r.Status().WrittenRevision)
+}
+
+// Every response delayed beyond the idle timeout: no answer ever arrives
+// in time, so the sidecar stays degraded (not "ready") the whole time, and
+// recovers once responses are prompt again.
+func TestResponsesDelayedBeyondTheIdleTimeoutKeepTheSourceUnconfirmed(t *testing.T) {
+	g := newGateway(t)
+	proxy, err := cp.NewHoldingProxy()
+	require.NoError(t, err)
+	defer func() { _ = proxy.Close() }()
+	opts := fastRetry(g.options())
+	opts.WatchIdleTimeout = time.Second
+	r := g.start(opts, proxy.Config(g.saConfig))
+	first, firstRevision := g.envelopeFor(1)
+	r.waitObserved(t, g.putEnvelope(first))
+
+	// The watch already open stays live; it goes idle within a second,
+	// and every request after it is answered too late.
+	proxy.DelayAll(4 * time.Second)
+	r.waitStatus(t, "unconfirmed", func(st overlaysync.Status) bool {
+		return st.DegradedReason == overlaysync.ReasonSourceUnconfirmed
+	})
+	second, secondRevision := g.envelopeFor(2)
+	g.putEnvelope(second)
+	// Each request now times out before its answer: the state must hold.
+	for range 30 {
+		st := r.Status()
+		if st.WrittenRevision == firstRevision {
+			assert.Equal(t, overlaysync.ReasonSourceUnconfirmed, st.DegradedReason, "never reported fresh while no answer arrives")
+			assert.Equal(t, overlaysync.StateReadyDegraded, st.State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.Equal(t, firstRevision, r.Status().WrittenRevision, "no answer arrived, so nothing new was written")
+
+	proxy.DelayAll(0)
+	st := r.waitStatus(t, "recovered", func(st overlaysync.Status) bool {
+		return st.WrittenRevision == secondRevision && st.DegradedReason == ""
+	})
+	assert.Equal(t, overlaysync.StateReady, st.State)
+}
+
+// A frozen TCP path: the connection stays open and carries nothing. The
+// idle timeout says so at once, not when HTTP/2's health check gives up
+// on the connection (tens of seconds later).
+func TestAFrozenPathIsReportedAtTheIdleTimeout(t *testing.T) {
+	g := newGateway(t)
+	proxy, err := cp.NewProxy()
+	require.NoError(t, err)
+	defer func() { _ = proxy.Close() }()
+	opts := fastRetry(g.options())
+	opts.WatchIdleTimeout = 2 * time.Second
+	r := g.start(opts, proxy.Config(g.saConfig))
+	first, _ := g.envelopeFor(1)
+	r.waitObserved(t, g.putEnvelope(first))
+
+	proxy.Freeze()
+	frozenAt := time.Now()
+	second, secondRevision := g.envelopeFor(2)
+	g.putEnvelope(second)
+	r.waitStatus(t, "unconfirmed on the frozen path", func(st overlaysync.Status) bool {
+		return st.DegradedReason == overlaysync.ReasonSourceUnconfirmed
+	})
+	assert.Less(t, time.Since(frozenAt), 10*time.Second, "reported within the idle timeout and a backoff step")
+
+	proxy.Thaw()
+	st := r.waitStatus(t, "recovered", func(st overlaysync.Status) bool {
+		return st.WrittenRevision == secondRevision && st.DegradedReason == ""
+	})
+	assert.Equal(t, overlaysync.StateReady, st.State)
+}
+
+// The API coming back must not hide a rejection that still stands: the
+// watch resumes from where it was and replays nothing, so the rejection
+// has to be remembered apart from the outage.
+func TestARejectionOutlivesAnOutage(t *testing.T) {
+	g := newGateway(t)
+	proxy, err := cp.NewProxy()
+	require.NoError(t, err)
+	defer func() { _ = proxy.Close() }()
+	r := g.start(fastRetry(g.options()), proxy.Config(g.saConfig))
+	first, _ := g.envelopeFor(1)
+	r.waitObserved(t, g.putEnvelope(first))
+	r.waitObserved(t, g.put(map[string]string{"unrelated": "x"}))
+	require.Equal(t, overlaysync.ReasonMissingDataKey, r.Status().DegradedReason)
+
+	proxy.Cut()
+	r.waitStatus(t, "cut off", func(st overlaysync.Status) bool { return st.DegradedReason == overlaysync.ReasonAPIUnreachable })
+	proxy.Restore()
+	st := r.waitStatus(t, "reconnected", func(st overlaysync.Status) bool { return st.DegradedReason != overlaysync.ReasonAPIUnreachable })
+	assert.Equal(t, overlaysync.ReasonMissingDataKey, st.DegradedReason)
+	assert.Equal(t, overlaysync.StateReadyDegraded, st.State)
+}
