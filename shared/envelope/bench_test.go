@@ -2,6 +2,7 @@ package envelope_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,4 +83,34 @@ func BenchmarkValidate(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkNested is the worst shape for canonicalisation: 1 MiB of
+// nesting, about 9,980 levels, in a candidate's member and in
+// selection_policy. Validate refuses it at the depth limit before any
+// canonicalisation; CanonicalOverlay (what Digest does) canonicalises it,
+// and must stay linear: compare with the flat 1 MiB case.
+func BenchmarkNested(b *testing.B) {
+	const levels = 9980
+	member := strings.Repeat(`{"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa":`, levels/2) + "1" + strings.Repeat("}", levels/2)
+	policy := strings.Repeat(`{"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb":[`, levels/2) + "1" + strings.Repeat("]}", levels/2)
+	overlay := []byte(`{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"m","site":"s","cluster":"c","fresh":true,"x":` + member + `}],"selection_policy":{"mode":"weighted","deep":` + policy + `}}`)
+	doc := []byte(`{"schema_version":"1.0.0","revision":{"kind":"content_addressed","algorithm":"sha256","value":"0"},` +
+		`"content_digest":{"algorithm":"sha256","value":"0"},"scope":{"network":"n","gateway":"g","namespace":"ns","local_site":"s"},"overlay":` + string(overlay) + `}`)
+	b.Run("op=validate", func(b *testing.B) {
+		b.SetBytes(int64(len(doc)))
+		for b.Loop() {
+			if _, err := envelope.Validate(doc, envelope.Options{MaxBytes: 2 << 20}); envelope.RejectionReason(err) != envelope.ReasonMalformedStructure {
+				b.Fatalf("not refused as malformed: %v", err)
+			}
+		}
+	})
+	b.Run("op=canonicalise", func(b *testing.B) {
+		b.SetBytes(int64(len(overlay)))
+		for b.Loop() {
+			if _, err := envelope.CanonicalOverlay(overlay); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -158,7 +158,7 @@ func checkCandidate(dec *jsontext.Decoder, data []byte, i int, canonical []byte,
 	end := int(dec.InputOffset())
 	raw = data[end-len(raw) : end]
 
-	base, plain := w.collect(raw)
+	base, plain := w.collectRoot(raw)
 	defer w.release(base)
 	var seen uint8
 	for _, m := range w.members[base:] {
@@ -282,15 +282,24 @@ func checkNestedNumbers(v []byte) error {
 }
 
 // endOfString returns the index of the quote closing the string that
-// opens at v[start].
+// opens at v[start]. It jumps from quote to quote (bytes.IndexByte is
+// vectorised) and counts the backslashes before each: an odd count
+// escapes it.
 func endOfString(v []byte, start int) int {
-	for i := start + 1; i < len(v); i++ {
-		switch v[i] {
-		case '\\':
-			i++
-		case '"':
-			return i
+	for i := start + 1; i < len(v); {
+		j := bytes.IndexByte(v[i:], '"')
+		if j < 0 {
+			break
 		}
+		q := i + j
+		escaped := false
+		for k := q - 1; k > start && v[k] == '\\'; k-- {
+			escaped = !escaped
+		}
+		if !escaped {
+			return q
+		}
+		i = q + 1
 	}
 	return len(v)
 }

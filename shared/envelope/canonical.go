@@ -33,6 +33,25 @@ type canonicalWriter struct {
 	// the objects it is nested in, and truncates them when done.
 	members []rawMember
 	scratch jsontext.Value
+
+	// root is the value being canonicalised, depth how many containers
+	// deep the writer is in it. Near the top, finding where a member ends
+	// is a scan of the member; deeper down, scanning at every level would
+	// make nested input quadratic, so the ends of all containers in root
+	// are found once, in one pass, and looked up.
+	root  []byte
+	depth int
+	ends  containerEnds
+}
+
+// scanDepth is how deep a container's end is still found by scanning it.
+// Overlays nest three or four levels; beyond this the one-pass table pays.
+const scanDepth = 6
+
+// start makes root the value that the next calls canonicalise.
+func (w *canonicalWriter) start(root []byte) {
+	w.root, w.depth = root, 0
+	w.ends.reset()
 }
 
 type rawMember struct {
@@ -42,9 +61,27 @@ type rawMember struct {
 
 // appendValue appends the canonical form of the checked JSON value v.
 func (w *canonicalWriter) appendValue(dst, v []byte) ([]byte, error) {
+	w.start(v)
 	i := skipSpace(v, 0)
 	end := endOfValue(v, i)
 	return w.appendAt(dst, v[i:end])
+}
+
+// collectRoot makes the object v the root and pushes its members.
+func (w *canonicalWriter) collectRoot(v []byte) (base int, plain bool) {
+	w.start(v)
+	return w.collect(v)
+}
+
+// endOf returns the index just past the value that starts at v[i], v
+// being a part of root.
+func (w *canonicalWriter) endOf(v []byte, i int) int {
+	if w.depth < scanDepth || (v[i] != '{' && v[i] != '[') {
+		return endOfValue(v, i)
+	}
+	// v is a slice of root, so their capacities tell where v starts.
+	offset := cap(w.root) - cap(v)
+	return w.ends.of(w.root, offset+i) - offset
 }
 
 // appendAt appends the canonical form of v, a value without surrounding
@@ -75,6 +112,8 @@ func (w *canonicalWriter) appendAt(dst, v []byte) ([]byte, error) {
 }
 
 func (w *canonicalWriter) appendObject(dst, v []byte) ([]byte, error) {
+	w.depth++
+	defer func() { w.depth-- }()
 	base, plain := w.collect(v)
 	defer w.release(base)
 	return w.appendMembers(dst, v, base, plain)
@@ -89,7 +128,7 @@ func (w *canonicalWriter) collect(v []byte) (base int, plain bool) {
 		name := v[i:nameEnd]
 		plain = plain && plainASCIIString(name)
 		i = skipSpace(v, skipSpace(v, nameEnd)+1) // past the ':'
-		valueEnd := endOfValue(v, i)
+		valueEnd := w.endOf(v, i)
 		w.members = append(w.members, rawMember{name: name, value: v[i:valueEnd]})
 		i = skipSpace(v, valueEnd)
 		if v[i] == ',' {
@@ -156,6 +195,8 @@ func nameLess(a, b []byte) bool {
 func unquoted(raw []byte) []byte { return raw[1 : len(raw)-1] }
 
 func (w *canonicalWriter) appendArray(dst, v []byte) ([]byte, error) {
+	w.depth++
+	defer func() { w.depth-- }()
 	dst = append(dst, '[')
 	first := true
 	for i := skipSpace(v, 1); v[i] != ']'; {
@@ -163,7 +204,7 @@ func (w *canonicalWriter) appendArray(dst, v []byte) ([]byte, error) {
 			dst = append(dst, ',')
 		}
 		first = false
-		end := endOfValue(v, i)
+		end := w.endOf(v, i)
 		var err error
 		if dst, err = w.appendAt(dst, v[i:end]); err != nil {
 			return dst, err
@@ -187,6 +228,51 @@ func (w *canonicalWriter) appendByLibrary(dst, v []byte) ([]byte, error) {
 		return dst, err
 	}
 	return append(dst, w.scratch...), nil
+}
+
+// containerEnds holds where every container of a root value opens and
+// ends, in the order they open, so that both lists are sorted by opening.
+type containerEnds struct {
+	built       bool
+	opens, ends []int32
+}
+
+func (c *containerEnds) reset() {
+	c.built = false
+	c.opens, c.ends = c.opens[:0], c.ends[:0]
+}
+
+// of returns the index just past the container that opens at root[i].
+func (c *containerEnds) of(root []byte, i int) int {
+	if !c.built {
+		c.build(root)
+	}
+	k, found := slices.BinarySearch(c.opens, int32(i))
+	if !found {
+		return endOfValue(root, i) // cannot happen for a checked value
+	}
+	return int(c.ends[k])
+}
+
+// build finds every container's end in one pass over root.
+func (c *containerEnds) build(root []byte) {
+	c.built = true
+	var open []int // indices into opens of the containers not yet closed
+	for i := 0; i < len(root); i++ {
+		switch root[i] {
+		case '"':
+			i = endOfString(root, i)
+		case '{', '[':
+			open = append(open, len(c.opens))
+			c.opens = append(c.opens, int32(i))
+			c.ends = append(c.ends, int32(len(root)))
+		case '}', ']':
+			if n := len(open); n > 0 {
+				c.ends[open[n-1]] = int32(i + 1)
+				open = open[:n-1]
+			}
+		}
+	}
 }
 
 // endOfValue returns the index just past the valid JSON value that starts

@@ -163,6 +163,9 @@ func validate(data []byte, opts Options) (Result, *Rejection) {
 	if len(data) > maxBytes {
 		return Result{}, reject(ReasonOversized, "payload is %d bytes, limit is %d", len(data), maxBytes)
 	}
+	if rej := checkDepth(data); rej != nil {
+		return Result{}, rej
+	}
 
 	var top wireTop
 	if err := decodeWithCandidates(data, &top, false); err != nil {
