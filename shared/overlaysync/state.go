@@ -40,11 +40,11 @@ const (
 
 // state is the Syncer's mutable view of delivery, guarded by Syncer.mu.
 type state struct {
-	onDisk              bool // a valid overlay for this scope is on disk
-	restored            bool // ... and it was found there at start
-	writtenRevision     string
-	observedRevision    string
-	resourceVersion     string
+	onDisk           bool // a valid overlay for this scope is on disk
+	restored         bool // ... and it was found there at start
+	writtenRevision  string
+	observedRevision string
+	resourceVersion  string
 	// The causes of degradation are kept apart, so that one ending does
 	// not hide another: the API coming back does not clear a rejection
 	// that still stands.
