@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gridsync/gridsync/controller/probe"
 
 	"github.com/gridsync/gridsync/shared/envflag"
 )
@@ -28,6 +31,8 @@ type config struct {
 	apiQPS                  float64
 	apiBurst                int
 	logLevel                slog.Level
+	probeDestinations       probe.Destinations
+	probeSecretSelector     labels.Selector
 }
 
 // parseFlags parses args; the environment (GRIDSYNC_AGENT_<FLAG>, and
@@ -61,6 +66,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.Float64Var(&c.apiQPS, "kube-api-qps", 50, "requests per second to the API server, sustained"+note("kube-api-qps"))
 	fs.IntVar(&c.apiBurst, "kube-api-burst", 100, "requests to the API server in a burst"+note("kube-api-burst"))
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error"+note("log-level"))
+	probeAllow := fs.String("probe-allow-destinations", "", "comma-separated CIDRs and host suffixes that health probes may connect to (empty: any address but loopback, link-local and cloud metadata, which only a listed CIDR allows)"+note("probe-allow-destinations"))
+	probeSelector := fs.String("probe-secret-selector", "", "label selector a credential Secret must match before its token is sent in a health probe (empty: off)"+note("probe-secret-selector"))
 
 	if err := envflag.Parse(fs, bindings, args, getenv); err != nil {
 		return nil, err
@@ -78,6 +85,14 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 			return nil, envflag.UsageError(fs, "--namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
 		}
 		c.namespaces = append(c.namespaces, ns)
+	}
+	if c.probeDestinations, err = probe.ParseDestinations(strings.Split(*probeAllow, ",")); err != nil {
+		return nil, envflag.UsageError(fs, "--probe-allow-destinations: %v", err)
+	}
+	if *probeSelector != "" {
+		if c.probeSecretSelector, err = labels.Parse(*probeSelector); err != nil {
+			return nil, envflag.UsageError(fs, "--probe-secret-selector: %v", err)
+		}
 	}
 	if c.apiQPS <= 0 || c.apiBurst <= 0 {
 		return nil, envflag.UsageError(fs, "--kube-api-qps and --kube-api-burst must be positive")

@@ -37,3 +37,22 @@ func TestFlagErrorsNameTheVariable(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, out.String(), `GRIDSYNC_AGENT_KUBE_API_BURST="lots" for --kube-api-burst`)
 }
+
+func TestProbeFlags(t *testing.T) {
+	var out bytes.Buffer
+	c, err := parseFlags([]string{"--probe-allow-destinations", "10.0.0.0/8, models.example.com", "--probe-secret-selector", "grid.praxis.fast/probe-credential=true"}, func(string) string { return "" }, &out)
+	require.NoError(t, err, out.String())
+	assert.Len(t, c.probeDestinations.AllowCIDRs, 1)
+	assert.Equal(t, []string{"models.example.com"}, c.probeDestinations.AllowHostSuffixes)
+	require.NotNil(t, c.probeSecretSelector)
+	assert.Equal(t, "grid.praxis.fast/probe-credential=true", c.probeSecretSelector.String())
+
+	c, err = parseFlags(nil, func(string) string { return "" }, &out)
+	require.NoError(t, err)
+	assert.Nil(t, c.probeSecretSelector, "off by default")
+
+	for _, bad := range [][]string{{"--probe-allow-destinations", "10.0.0.1"}, {"--probe-secret-selector", "a in ("}} {
+		_, err := parseFlags(bad, func(string) string { return "" }, &out)
+		assert.Error(t, err, bad)
+	}
+}

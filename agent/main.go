@@ -25,6 +25,7 @@ import (
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
+	"github.com/gridsync/gridsync/shared/runtimecfg"
 )
 
 const binary = "gridsync-agent"
@@ -51,6 +52,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	logger := logr.FromSlogHandler(log.Handler())
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
+	memoryLimit := runtimecfg.MemoryLimitFromContainer(getenv)
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
@@ -77,10 +79,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	health.RegisterBuildInfo(reg, binary, version)
 	mgr, err := controller.NewManager(restConfig, controller.ManagerOptions{
 		Options: controller.Options{
-			Namespaces:      cfg.namespaces,
-			ProducerVersion: version,
-			Registerer:      reg,
-			Logger:          log,
+			Namespaces:          cfg.namespaces,
+			ProducerVersion:     version,
+			Registerer:          reg,
+			Logger:              log,
+			ProbeDestinations:   cfg.probeDestinations,
+			ProbeSecretSelector: cfg.probeSecretSelector,
 		},
 		LeaderElection:          cfg.leaderElect,
 		LeaderElectionNamespace: cfg.leaderElectionNamespace,
@@ -122,7 +126,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		},
 	}, reg)
 
-	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect)
+	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect, "memory_limit_bytes", memoryLimit)
 	if err := health.ServeWhile(ctx, ln, handler, shutdownGrace, mgr.Start); err != nil {
 		return fail("stopped_with_error", err)
 	}

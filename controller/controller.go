@@ -15,10 +15,10 @@ package controller
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -56,9 +56,16 @@ type Options struct {
 	Logger          *slog.Logger
 	// Now is the clock of rendered_at; time.Now when nil.
 	Now func() time.Time
-	// ProbeTransport carries health probes; http.DefaultTransport's
-	// settings when nil.
-	ProbeTransport http.RoundTripper
+	// ProbeDestinations limit where health probes connect (see
+	// probe.Destinations: loopback, link-local and metadata addresses are
+	// refused unless an allowed CIDR names them).
+	ProbeDestinations probe.Destinations
+	// ProbeRootCAs verify probed HTTPS servers; the system's when nil.
+	ProbeRootCAs *x509.CertPool
+	// ProbeSecretSelector, when set, must match a credential Secret's
+	// labels before its value is sent in a health probe. Nil sends the
+	// credential of every provider whose probe may carry it.
+	ProbeSecretSelector labels.Selector
 }
 
 func (o Options) withDefaults() Options {
@@ -146,11 +153,15 @@ func Setup(mgr manager.Manager, opts Options) error {
 	toNetworks := make(chan event.GenericEvent, 1024)
 	toProviders := make(chan event.GenericEvent, 1024)
 	life := &lifetime{}
-	prober := probe.New(opts.ProbeTransport, func(provider string) {
-		p := &v1alpha1.InferenceProvider{}
-		p.Name = provider
-		life.send(toProviders, event.GenericEvent{Object: p})
-		life.send(toNetworks, event.GenericEvent{Object: p})
+	prober := probe.New(probe.Options{
+		Destinations: opts.ProbeDestinations,
+		RootCAs:      opts.ProbeRootCAs,
+		Notify: func(provider string) {
+			p := &v1alpha1.InferenceProvider{}
+			p.Name = provider
+			life.send(toProviders, event.GenericEvent{Object: p})
+			life.send(toNetworks, event.GenericEvent{Object: p})
+		},
 	})
 	if err := mgr.Add(life); err != nil {
 		return err

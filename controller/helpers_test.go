@@ -3,9 +3,12 @@ package controller_test
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +26,7 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
@@ -141,8 +145,14 @@ type agent struct {
 
 type agentOption func(*controller.ManagerOptions)
 
-func withProbeTransport(rt http.RoundTripper) agentOption {
-	return func(o *controller.ManagerOptions) { o.ProbeTransport = rt }
+// withProbesTo lets the agent probe the test's HTTPS server on loopback,
+// which probes never dial by default.
+func withProbesTo(srv *httptest.Server) agentOption {
+	return func(o *controller.ManagerOptions) {
+		o.ProbeDestinations = probe.Destinations{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+		o.ProbeRootCAs = x509.NewCertPool()
+		o.ProbeRootCAs.AddCert(srv.Certificate())
+	}
 }
 
 // startAgent runs the controller as the agent does, with the test's

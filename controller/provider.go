@@ -110,7 +110,7 @@ func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 	}
 	target := probe.Target{URL: hc.Endpoint, Origin: p.Spec.Endpoint, Period: period}
 	if auth := p.Spec.Auth; auth != nil && auth.Strategy == v1alpha1.AuthStrategyBearerToken && auth.SecretRef != nil && r.opts.watches(auth.SecretRef.Namespace) {
-		target.Token = readToken(r.api, auth.SecretRef.Namespace, auth.SecretRef.Name, auth.SecretRef.Key)
+		target.Token = readToken(r.api, auth.SecretRef.Namespace, auth.SecretRef.Name, auth.SecretRef.Key, r.opts.ProbeSecretSelector)
 	}
 	r.prober.Ensure(ctx, p.Name, target)
 	return nil

@@ -7,10 +7,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller/assess"
+	"github.com/gridsync/gridsync/controller/probe"
 )
 
 // A Secret in the controller's cache keeps its keys, each with one of
@@ -70,12 +72,18 @@ func (c cachedSecrets) SecretShape(namespace, name string) (assess.SecretShape, 
 }
 
 // readToken reads a bearer token straight from the API server, for a
-// health probe: the cache has no values.
-func readToken(reader client.Reader, namespace, name, key string) func(context.Context) (string, error) {
+// health probe: the cache has no values. With a selector, a Secret whose
+// labels do not match gives no token (probe.ErrTokenWithheld): a cluster
+// owner who does not trust every InferenceProvider writer marks the
+// Secrets that may be sent.
+func readToken(reader client.Reader, namespace, name, key string, selector labels.Selector) func(context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
 		var s corev1.Secret
 		if err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s); err != nil {
 			return "", err
+		}
+		if selector != nil && !selector.Matches(labels.Set(s.Labels)) {
+			return "", probe.ErrTokenWithheld
 		}
 		v := s.Data[key]
 		if len(v) == 0 || !utf8.Valid(v) {

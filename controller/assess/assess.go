@@ -54,9 +54,17 @@ type Health struct {
 	// Probed is false until a probe has completed.
 	Probed              bool
 	ConsecutiveFailures int
-	// LastError describes the last failure, without any credential.
+	// LastError is the last failure's outcome: a word from a closed set,
+	// never what the server answered.
 	LastError string
+	// TokenWithheld: the provider's credential exists but was not sent
+	// in probes (its Secret does not match the probe Secret selector).
+	TokenWithheld bool
 }
+
+// withheldNote is added to a probed provider's message while its token is
+// withheld from probes.
+const withheldNote = "; probes carry no token: its Secret does not match the agent's probe Secret selector"
 
 // Verdict is a provider's phase and what rendering needs of it.
 type Verdict struct {
@@ -109,17 +117,21 @@ func Assess(p *v1alpha1.InferenceProvider, opts Options) (Verdict, error) {
 		v.Provider.Sites = sites
 	}
 
+	note := ""
 	if p.Spec.HealthCheck != nil && opts.Health.Probed {
+		if opts.Health.TokenWithheld {
+			note = withheldNote
+		}
 		switch failures := opts.Health.ConsecutiveFailures; {
 		case failures >= UnavailableAfter:
 			return v.with(v1alpha1.ProviderUnavailable, ReasonHealthCheckFailed,
-				fmt.Sprintf("health check failed %d times in a row: %s", failures, opts.Health.LastError)), nil
+				fmt.Sprintf("health check failed %d times in a row: %s%s", failures, opts.Health.LastError, note)), nil
 		case failures >= DegradedAfter:
 			return v.with(v1alpha1.ProviderDegraded, ReasonHealthCheckFailing,
-				fmt.Sprintf("health check failed %d times in a row: %s", failures, opts.Health.LastError)), nil
+				fmt.Sprintf("health check failed %d times in a row: %s%s", failures, opts.Health.LastError, note)), nil
 		}
 	}
-	return v.with(v1alpha1.ProviderAvailable, ReasonReady, "routed to by every admitted gateway"), nil
+	return v.with(v1alpha1.ProviderAvailable, ReasonReady, "routed to by every admitted gateway"+note), nil
 }
 
 func (v Verdict) with(phase v1alpha1.ProviderPhase, reason, message string) Verdict {

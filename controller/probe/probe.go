@@ -3,16 +3,24 @@
 // following a redirect. It reports a provider only when its health level
 // changes (healthy, failing, failed), so a provider that keeps failing
 // does not cause a status write on every probe.
+//
+// Probes connect only where Destinations allow, and a failure is reported
+// as one of a closed set of outcomes: what a foreign server answered, or
+// which internal address refused, never reaches a status.
 package probe
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
-	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gridsync/gridsync/controller/assess"
@@ -28,12 +36,47 @@ type Target struct {
 	Period time.Duration
 	// Token returns the bearer token, or "" for none. It is called for
 	// each probe that may carry it, so a rotated Secret is picked up.
+	// ErrTokenWithheld probes without a token and says so.
 	Token func(ctx context.Context) (string, error)
+}
+
+// ErrTokenWithheld is what a Target's Token returns when the credential
+// exists but must not be sent in probes (its Secret does not match the
+// agent's probe Secret selector).
+var ErrTokenWithheld = errors.New("credential withheld from health probes")
+
+// Outcomes of a failed probe: the closed set that a provider's status
+// may carry.
+const (
+	OutcomeTimeout              = "timeout"
+	OutcomeDestinationDenied    = "destination_denied"
+	OutcomeDNSError             = "dns_error"
+	OutcomeConnectionRefused    = "connection_refused"
+	OutcomeConnectionFailed     = "connection_failed"
+	OutcomeTLSError             = "tls_error"
+	OutcomeRedirect             = "redirect"
+	OutcomeClientError          = "status_4xx"
+	OutcomeServerError          = "status_5xx"
+	OutcomeUnexpectedStatus     = "unexpected_status"
+	OutcomeBadEndpoint          = "bad_endpoint"
+	OutcomeCredentialUnreadable = "credential_unreadable"
+)
+
+// Options configure a Prober.
+type Options struct {
+	// Destinations limit where probes connect.
+	Destinations Destinations
+	// RootCAs verify probed HTTPS servers; nil means the system's.
+	RootCAs *x509.CertPool
+	// Notify is called with a provider's name whenever its health level
+	// changes.
+	Notify func(provider string)
 }
 
 // Prober runs the probe loops.
 type Prober struct {
 	client *http.Client
+	dest   Destinations
 	notify func(provider string)
 
 	mu     sync.Mutex
@@ -42,7 +85,7 @@ type Prober struct {
 }
 
 type loop struct {
-	target Target
+	target Target // guarded by Prober.mu: Ensure replaces its Token
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -50,22 +93,52 @@ type loop struct {
 // MaxTimeout bounds a probe; a shorter period bounds it further.
 const MaxTimeout = 5 * time.Second
 
-// New returns a Prober that calls notify with a provider's name whenever
-// its health level changes. transport is the HTTP transport (nil for the
-// default one).
-func New(transport http.RoundTripper, notify func(provider string)) *Prober {
-	return &Prober{
-		client: &http.Client{
-			Transport: transport,
-			// A redirect is an answer, not a hop to follow: a health
-			// endpoint that redirects is misconfigured, and following it
-			// could carry the token elsewhere.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
-		notify: notify,
+// New returns a Prober.
+func New(opts Options) *Prober {
+	p := &Prober{
+		dest:   opts.Destinations,
+		notify: opts.Notify,
 		loops:  map[string]*loop{},
 		health: map[string]assess.Health{},
 	}
+	transport := &http.Transport{
+		// No proxy: a proxy would connect where the rule cannot see.
+		Proxy:               nil,
+		DialContext:         p.dial,
+		TLSClientConfig:     &tls.Config{RootCAs: opts.RootCAs, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: MaxTimeout,
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	p.client = &http.Client{
+		Transport: transport,
+		// A redirect is an answer, not a hop to follow: a health
+		// endpoint that redirects is misconfigured, and following it
+		// could carry the token elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return p
+}
+
+// dial connects with the destination rule checked on every address the
+// name resolves to, at the moment of connecting.
+func (p *Prober) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	d := net.Dialer{
+		Timeout: MaxTimeout,
+		Control: func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return err
+			}
+			return p.dest.check(host, ap.Addr())
+		},
+	}
+	return d.DialContext(ctx, network, addr)
 }
 
 // Health returns what is known of a provider.
@@ -82,7 +155,7 @@ func (p *Prober) Ensure(ctx context.Context, provider string, target Target) {
 	defer p.mu.Unlock()
 	if l, ok := p.loops[provider]; ok {
 		if l.target.URL == target.URL && l.target.Origin == target.Origin && l.target.Period == target.Period {
-			l.target.Token = target.Token
+			l.target.Token = target.Token // read by the loop under p.mu
 			return
 		}
 		l.cancel()
@@ -112,11 +185,14 @@ func (p *Prober) run(ctx context.Context, provider string, l *loop) {
 	ticker := time.NewTicker(l.target.Period)
 	defer ticker.Stop()
 	for {
-		err := p.probe(ctx, l.target)
+		p.mu.Lock()
+		target := l.target
+		p.mu.Unlock()
+		withheld, err := p.probe(ctx, target)
 		if ctx.Err() != nil {
 			return
 		}
-		p.record(provider, l, err)
+		p.record(provider, l, withheld, err)
 		select {
 		case <-ctx.Done():
 			return
@@ -136,19 +212,20 @@ func level(failures int) int {
 	return 0
 }
 
-func (p *Prober) record(provider string, l *loop, err error) {
+func (p *Prober) record(provider string, l *loop, withheld bool, err error) {
 	p.mu.Lock()
 	if p.loops[provider] != l {
 		p.mu.Unlock()
 		return // replaced or removed meanwhile
 	}
 	before := p.health[provider]
-	after := assess.Health{Probed: true}
+	after := assess.Health{Probed: true, TokenWithheld: withheld}
 	if err != nil {
 		after.ConsecutiveFailures = before.ConsecutiveFailures + 1
 		after.LastError = err.Error()
 	}
-	changed := !before.Probed || level(before.ConsecutiveFailures) != level(after.ConsecutiveFailures)
+	changed := !before.Probed || level(before.ConsecutiveFailures) != level(after.ConsecutiveFailures) ||
+		before.TokenWithheld != after.TokenWithheld
 	if !changed {
 		// Keep the error that explained the level, so that the status
 		// message does not change with every probe.
@@ -161,43 +238,81 @@ func (p *Prober) record(provider string, l *loop, err error) {
 	}
 }
 
-// probe GETs the health endpoint once.
-func (p *Prober) probe(ctx context.Context, t Target) error {
+// failure is a failed probe; its text is one of the outcomes.
+type failure string
+
+func (f failure) Error() string { return string(f) }
+
+// probe GETs the health endpoint once. withheld says a token existed but
+// was not sent. A failure is one of the outcomes.
+func (p *Prober) probe(ctx context.Context, t Target) (withheld bool, err error) {
 	timeout := min(MaxTimeout, t.Period)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
 	if err != nil {
-		return fmt.Errorf("bad health endpoint: %w", err)
+		return false, failure(OutcomeBadEndpoint)
 	}
 	if t.Token != nil && mayCarryToken(t.URL, t.Origin) {
 		token, err := t.Token(ctx)
-		if err != nil {
-			return fmt.Errorf("read credential: %w", err)
-		}
-		if token != "" {
+		switch {
+		case errors.Is(err, ErrTokenWithheld):
+			withheld = true
+		case err != nil:
+			return false, failure(OutcomeCredentialUnreadable)
+		case token != "":
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			// The URL is the provider's own configuration; the error
-			// without it stays short in a status message.
-			err = uerr.Err
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("no answer within %s", timeout)
-		}
-		return err
+		return withheld, failure(outcomeOf(err))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("status %d", resp.StatusCode)
+	switch code := resp.StatusCode; {
+	case code >= 200 && code <= 299:
+		return withheld, nil
+	case code >= 300 && code <= 399:
+		return withheld, failure(OutcomeRedirect)
+	case code >= 400 && code <= 499:
+		return withheld, failure(OutcomeClientError)
+	case code >= 500 && code <= 599:
+		return withheld, failure(OutcomeServerError)
+	default:
+		return withheld, failure(OutcomeUnexpectedStatus)
 	}
-	return nil
+}
+
+// outcomeOf names a failed request by its kind only: the error's text
+// holds addresses and the server's words.
+func outcomeOf(err error) string {
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var alert tls.AlertError
+	var recordErr tls.RecordHeaderError
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostnameErr x509.HostnameError
+	var invalidCert x509.CertificateInvalidError
+	switch {
+	case errors.Is(err, errDenied):
+		return OutcomeDestinationDenied
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || isTimeout(err):
+		return OutcomeTimeout
+	case errors.As(err, &dnsErr):
+		return OutcomeDNSError
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return OutcomeConnectionRefused
+	case errors.As(err, &certErr), errors.As(err, &alert), errors.As(err, &recordErr),
+		errors.As(err, &unknownAuthority), errors.As(err, &hostnameErr), errors.As(err, &invalidCert):
+		return OutcomeTLSError
+	}
+	return OutcomeConnectionFailed
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // mayCarryToken: only HTTPS, and only to the provider's own origin

@@ -2,8 +2,10 @@ package probe_test
 
 import (
 	"context"
+	"crypto/x509"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +18,9 @@ import (
 	"github.com/gridsync/gridsync/controller/probe"
 )
 
-const period = 40 * time.Millisecond
+// period is short for quick tests, long enough that a probe (bounded by
+// its period) still completes on a loaded machine under -race.
+const period = 150 * time.Millisecond
 
 // server answers with the status in *status and records the
 // Authorization header of each request.
@@ -65,6 +69,24 @@ func (n *notes) get() int    { n.mu.Lock(); defer n.mu.Unlock(); return n.count 
 
 func token(context.Context) (string, error) { return "s3cret-token", nil }
 
+// loopback allows what the tests' servers listen on; by default probes
+// never dial it.
+var loopback = probe.Destinations{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+
+// newProber probes the test servers (httptest's TLS servers share one
+// certificate) on loopback.
+func newProber(notify func(string)) *probe.Prober {
+	roots := x509.NewCertPool()
+	roots.AddCert(testCert)
+	return probe.New(probe.Options{Destinations: loopback, RootCAs: roots, Notify: notify})
+}
+
+var testCert = func() *x509.Certificate {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	return srv.Certificate()
+}()
+
 func waitFailures(t *testing.T, p *probe.Prober, name string, atLeast int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -76,7 +98,7 @@ func waitFailures(t *testing.T, p *probe.Prober, name string, atLeast int) {
 func TestProberReportsLevelChangesOnly(t *testing.T) {
 	srv := newServer(t, true)
 	var n notes
-	p := probe.New(srv.Client().Transport, n.note)
+	p := newProber(n.note)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p.Ensure(ctx, "a", probe.Target{URL: srv.URL + "/health", Origin: srv.URL, Period: period, Token: token})
@@ -88,7 +110,7 @@ func TestProberReportsLevelChangesOnly(t *testing.T) {
 	srv.status.Store(http.StatusServiceUnavailable)
 	waitFailures(t, p, "a", 5)
 	h := p.Health("a")
-	assert.Equal(t, "status 503", h.LastError)
+	assert.Equal(t, probe.OutcomeServerError, h.LastError)
 	assert.Equal(t, 3, n.get(), "failing, then failed; later failures are no news")
 
 	srv.status.Store(http.StatusOK)
@@ -100,12 +122,12 @@ func TestProberReportsLevelChangesOnly(t *testing.T) {
 func TestProberDoesNotFollowRedirects(t *testing.T) {
 	srv := newServer(t, true)
 	srv.status.Store(http.StatusFound)
-	p := probe.New(srv.Client().Transport, nil)
+	p := newProber(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p.Ensure(ctx, "a", probe.Target{URL: srv.URL + "/health", Origin: srv.URL, Period: period})
 	waitFailures(t, p, "a", 2)
-	assert.Equal(t, "status 302", p.Health("a").LastError)
+	assert.Equal(t, probe.OutcomeRedirect, p.Health("a").LastError)
 	for _, a := range srv.authHeaders() {
 		assert.Empty(t, a)
 	}
@@ -121,12 +143,12 @@ func TestProberBoundsEachProbe(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(block)
-	p := probe.New(nil, nil)
+	p := newProber(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p.Ensure(ctx, "a", probe.Target{URL: srv.URL, Origin: srv.URL, Period: period})
 	waitFailures(t, p, "a", 1)
-	assert.Contains(t, p.Health("a").LastError, "no answer within")
+	assert.Equal(t, probe.OutcomeTimeout, p.Health("a").LastError)
 }
 
 func TestProberSendsTheTokenOnlyOverHTTPSToTheProvidersOrigin(t *testing.T) {
@@ -146,7 +168,7 @@ func TestProberSendsTheTokenOnlyOverHTTPSToTheProvidersOrigin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := probe.New(same.Client().Transport, nil)
+			p := newProber(nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			p.Ensure(ctx, "a", probe.Target{URL: tt.url, Origin: tt.origin, Period: period, Token: token})
@@ -170,7 +192,7 @@ func TestProberRestartsWhenTheTargetChangesAndStopsOnRemove(t *testing.T) {
 	bad := newServer(t, true)
 	bad.status.Store(http.StatusInternalServerError)
 	good := newServer(t, true)
-	p := probe.New(bad.Client().Transport, nil)
+	p := newProber(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p.Ensure(ctx, "a", probe.Target{URL: bad.URL, Origin: bad.URL, Period: period})
