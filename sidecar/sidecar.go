@@ -38,6 +38,7 @@ func runSidecar(args []string, stderr io.Writer) int {
 	}
 	log := cfg.NewLogger(stderr, binary)
 	procs := runtimecfg.SingleProcessor()
+	memoryLimit := runtimecfg.MemoryLimitFromContainer(os.Getenv)
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
@@ -79,7 +80,7 @@ func runSidecar(args []string, stderr io.Writer) int {
 		Status:  func() any { return statusOf(syncer, identity) },
 	}, reg)
 
-	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs)
+	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
 	// The identity reloader runs beside the sync loop and stops with it.
 	runCtx, cancel := context.WithCancel(ctx)
 	identityDone := make(chan struct{})

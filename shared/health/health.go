@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 )
 
 // Checks are the answers behind the endpoints.
@@ -85,9 +86,29 @@ func Handler(checks Checks, gatherer prometheus.Gatherer) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write(append(body, '\n'))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	// A render holds a copy of every series: a few at a time is plenty
+	// for Prometheus and the kubelet, and more would let anyone who can
+	// reach the port grow the process past its memory limit.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{MaxRequestsInFlight: MaxMetricsInFlight}))
 	return mux
 }
+
+// Limits of the health server. The port is reachable by whatever can reach
+// the pod; these keep a flood of requests or idle connections from growing
+// the process (the sidecar runs within 32 MiB) rather than queueing them
+// in the kernel or refusing them.
+const (
+	// MaxConnections are served at once; more wait in the listen backlog
+	// until one ends (an idle one within the read-header timeout).
+	MaxConnections = 32
+	// MaxMetricsInFlight renders of /metrics at once; more get 503.
+	MaxMetricsInFlight = 2
+	// MaxHeaderBytes of a request: probes and scrapes send a few hundred.
+	MaxHeaderBytes = 8 << 10
+	// readHeaderTimeout frees the slot of a connection that sends
+	// nothing, or half a request.
+	readHeaderTimeout = 2 * time.Second
+)
 
 func writeText(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -111,13 +132,14 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 func Serve(ctx context.Context, ln net.Listener, handler http.Handler, shutdownGrace time.Duration) error {
 	srv := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
+		IdleTimeout:       30 * time.Second,
+		MaxHeaderBytes:    MaxHeaderBytes,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(netutil.LimitListener(ln, MaxConnections)) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("health server: %w", err)
@@ -126,7 +148,10 @@ func Serve(ctx context.Context, ln net.Listener, handler http.Handler, shutdownG
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("health server shutdown: %w", err)
+		// A client still mid-request when the grace ends (a probe that
+		// sent half its headers) is no reason to fail a clean stop: its
+		// answer no longer matters, so its connection is closed.
+		_ = srv.Close()
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("health server: %w", err)

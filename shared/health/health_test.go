@@ -7,9 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -126,4 +130,114 @@ func TestServeWhileEndsQuietlyWithTheContext(t *testing.T) {
 		return nil
 	})
 	assert.NoError(t, err)
+}
+
+// A client that sent half a request when the stop comes must not turn a
+// clean stop into an error: its connection is closed when the grace ends.
+func TestServeStopsCleanlyWithAHalfSentRequest(t *testing.T) {
+	ln, err := health.Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- health.Serve(ctx, ln, http.NotFoundHandler(), 200*time.Millisecond) }()
+	conn, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	_, err = conn.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n"))
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // the server is reading the headers
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+}
+
+// More connections than the server serves at once wait in the backlog;
+// requests still get answers once the idle ones time out, and headers
+// are bounded.
+func TestServeLimitsConnectionsAndHeaders(t *testing.T) {
+	ln, err := health.Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_ = health.Serve(ctx, ln, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), time.Second)
+	}()
+	addr := ln.Addr().String()
+
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			_ = c.Close()
+		}
+	}()
+	for range health.MaxConnections + 20 {
+		c, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", addr)
+		require.NoError(t, err)
+		idle = append(idle, c)
+	}
+	// The idle connections hold every slot until the read-header timeout.
+	client := &http.Client{Timeout: 10 * time.Second}
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+addr+"/livez", http.NoBody)
+	require.NoError(t, err)
+	began := time.Now()
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Greater(t, time.Since(began), time.Second, "the request waited for a slot")
+
+	req.Header.Set("X-Big", strings.Repeat("x", 4*health.MaxHeaderBytes))
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+}
+
+// At most MaxMetricsInFlight renders run at once; the rest get 503.
+func TestMetricsRendersAreBounded(t *testing.T) {
+	release := make(chan struct{})
+	var inFlight, peak atomic.Int64
+	gatherer := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		n := inFlight.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+		inFlight.Add(-1)
+		return nil, nil
+	})
+	srv := httptest.NewServer(health.Handler(health.Checks{}, gatherer))
+	defer srv.Close()
+	codes := make(chan int, 10)
+	for range 10 {
+		go func() {
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL+"/metrics", http.NoBody)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			_ = resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	busy := 0
+	for range 10 - health.MaxMetricsInFlight {
+		if <-codes == http.StatusServiceUnavailable {
+			busy++
+		}
+	}
+	close(release)
+	for range health.MaxMetricsInFlight {
+		assert.Equal(t, http.StatusOK, <-codes)
+	}
+	assert.Equal(t, 10-health.MaxMetricsInFlight, busy)
+	assert.LessOrEqual(t, peak.Load(), int64(health.MaxMetricsInFlight))
 }

@@ -5,6 +5,8 @@ package runtimecfg
 import (
 	"os"
 	"runtime"
+	"runtime/debug"
+	"strconv"
 )
 
 // SingleProcessor runs Go code on one processor unless the GOMAXPROCS
@@ -20,4 +22,27 @@ func SingleProcessor() int {
 		runtime.GOMAXPROCS(1)
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+// MemoryLimitEnv carries the container's memory limit in bytes; the charts
+// set it from the container's resources (a resourceFieldRef).
+const MemoryLimitEnv = "GRIDSYNC_MEMORY_LIMIT"
+
+// memoryHeadroom is the share of the container's limit given to the Go
+// runtime as its soft limit: the rest is for what Go does not count
+// (thread stacks outside the heap, the binary's own pages).
+const memoryHeadroom = 0.9
+
+// MemoryLimitFromContainer sets the Go runtime's soft memory limit to 90%
+// of the container's (MemoryLimitEnv), so that the garbage collector works
+// harder as the process nears the limit instead of the kernel killing it.
+// GOMEMLIMIT, when set, wins. It returns the limit in force (math.MaxInt64
+// when none).
+func MemoryLimitFromContainer(getenv func(string) string) int64 {
+	if getenv("GOMEMLIMIT") == "" {
+		if limit, err := strconv.ParseInt(getenv(MemoryLimitEnv), 10, 64); err == nil && limit > 0 {
+			debug.SetMemoryLimit(int64(float64(limit) * memoryHeadroom))
+		}
+	}
+	return debug.SetMemoryLimit(-1)
 }

@@ -43,6 +43,11 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
+    # The Go runtime keeps itself under 90% of the container's limit.
+    - name: GRIDSYNC_MEMORY_LIMIT
+      valueFrom:
+        resourceFieldRef:
+          resource: limits.memory
   {{- if ne .kind "init" }}
   ports:
     - name: metrics
