@@ -113,6 +113,10 @@ func CacheOptions(opts Options) cache.Options {
 const (
 	indexNetwork = "spec.gridNetworkRef.name"
 	indexSecret  = "spec.auth.secretRef"
+	// indexOverlay indexes GridNetworks by the namespace/name of every
+	// overlay ConfigMap their gateways map to: a network refused a name
+	// that another holds is woken when that ConfigMap goes.
+	indexOverlay = "overlayConfigMaps"
 )
 
 // Setup registers the reconcilers, indexes and health probes with mgr,
@@ -137,6 +141,16 @@ func Setup(mgr manager.Manager, opts Options) error {
 		return nil
 	}); err != nil {
 		return fmt.Errorf("index providers by Secret: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &v1alpha1.GridNetwork{}, indexOverlay, func(o client.Object) []string {
+		n := o.(*v1alpha1.GridNetwork)
+		var keys []string
+		for _, gw := range gateways(n) {
+			keys = append(keys, gw.Namespace+"/"+envelope.ConfigMapName(n.Name, gw.Name))
+		}
+		return keys
+	}); err != nil {
+		return fmt.Errorf("index networks by overlay ConfigMap: %w", err)
 	}
 
 	// Ask for every informer the reconcilers watch now, not when they

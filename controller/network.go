@@ -32,9 +32,13 @@ const (
 	ReasonPublished           = "Published"
 	ReasonNamespaceNotWatched = "NamespaceNotWatched"
 	ReasonConfigMapNotOwned   = "ConfigMapNotOwned"
-	ReasonOverlayTooLarge     = "OverlayTooLarge"
-	ReasonPublishFailed       = "PublishFailed"
-	ReasonRenderFailed        = "RenderFailed"
+	// ReasonConfigMapNameConflict: another network's gateway maps to the
+	// same ConfigMap name (the upstream naming joins network and gateway
+	// with a dash, so x-a/b-c and x-a-b/c collide) and holds it.
+	ReasonConfigMapNameConflict = "ConfigMapNameConflict"
+	ReasonOverlayTooLarge       = "OverlayTooLarge"
+	ReasonPublishFailed         = "PublishFailed"
+	ReasonRenderFailed          = "RenderFailed"
 )
 
 // maxConfigMapData is the API server's limit on a ConfigMap's data; both
@@ -70,14 +74,26 @@ func providerNetwork(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.Spec.GridNetworkRef.Name}}}
 }
 
-func (r *networkReconciler) configMapNetwork(_ context.Context, o client.Object) []reconcile.Request {
+func (r *networkReconciler) configMapNetwork(ctx context.Context, o client.Object) []reconcile.Request {
 	if o.GetLabels()[envelope.LabelManagedBy] != r.opts.Producer {
 		return nil
 	}
-	if network := o.GetLabels()[envelope.LabelNetwork]; network != "" {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: network}}}
+	var out []reconcile.Request
+	holder := o.GetLabels()[envelope.LabelNetwork]
+	if holder != "" {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: holder}})
 	}
-	return nil
+	// Other networks whose gateways map to the same name (refused while
+	// the holder has it) get their turn when it changes or goes.
+	var claims v1alpha1.GridNetworkList
+	if err := r.client.List(ctx, &claims, client.MatchingFields{indexOverlay: o.GetNamespace() + "/" + o.GetName()}); err == nil {
+		for _, n := range claims.Items {
+			if n.Name != holder {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
+			}
+		}
+	}
+	return out
 }
 
 func (r *networkReconciler) secretNetworks(ctx context.Context, o client.Object) []reconcile.Request {
@@ -267,6 +283,15 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	if err == nil {
 		stored, held = holds(&current, labels, annotations, scope, revision, bare)
 	}
+	if err == nil {
+		if holder, ok := claimedByAnother(&current, network.Name, gw.Name); ok {
+			// The first claim keeps the name; refusing here, every time,
+			// is what keeps the two networks from rewriting it in turn.
+			r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+			return fail(ReasonConfigMapNameConflict, fmt.Sprintf("ConfigMap %s is held by %s; network %s gateway %s maps to the same name: rename one of the two",
+				key, holder, network.Name, gw.Name)), nil
+		}
+	}
 	switch {
 	case held:
 		r.metrics.publishes.WithLabelValues(publishUnchanged).Inc()
@@ -335,6 +360,17 @@ func holds(cm *corev1.ConfigMap, labels, annotations map[string]string, scope en
 	}
 	res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{Expect: scope})
 	return res, err == nil && res.Revision == revision
+}
+
+// claimedByAnother reports whether a managed ConfigMap's labels name
+// another network or gateway, and which. A ConfigMap whose labels were
+// removed by hand names nobody and is put back.
+func claimedByAnother(cm *corev1.ConfigMap, network, gateway string) (string, bool) {
+	n, g := cm.Labels[envelope.LabelNetwork], cm.Labels[envelope.LabelGateway]
+	if n == "" || g == "" || (n == network && g == gateway) {
+		return "", false
+	}
+	return fmt.Sprintf("network %s gateway %s", n, g), true
 }
 
 // hasAll reports whether every entry of want is in got.
