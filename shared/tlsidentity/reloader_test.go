@@ -2,6 +2,7 @@ package tlsidentity_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -194,6 +195,24 @@ func TestRejectedCandidatesKeepTheActiveIdentity(t *testing.T) {
 			cert, _ := f.root.Leaf(t, "x", testpki.Opts{})
 			return map[string][]byte{"tls.crt": cert, "tls.key": {}, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonEmpty},
+		{"a valid leaf and 1,500 unrelated certificates", func(t *testing.T, f *fixture) map[string][]byte {
+			cert, key := f.root.Leaf(t, "x", testpki.Opts{})
+			stranger, _ := other(t)
+			return map[string][]byte{"tls.crt": append(cert, bytes.Repeat(stranger, 1500)...), "tls.key": key, "ca.crt": f.root.PEM}
+		}, tlsidentity.ReasonBadChain},
+		{"a chain that does not chain", func(t *testing.T, f *fixture) map[string][]byte {
+			cert, key := f.root.Leaf(t, "x", testpki.Opts{})
+			stranger, _ := other(t)
+			return map[string][]byte{"tls.crt": append(cert, stranger...), "tls.key": key, "ca.crt": f.root.PEM}
+		}, tlsidentity.ReasonBadChain},
+		{"a 1024-bit RSA key", func(t *testing.T, f *fixture) map[string][]byte {
+			cert, key := f.root.Leaf(t, "weak", testpki.Opts{RSABits: 1024})
+			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.PEM}
+		}, tlsidentity.ReasonWeakKey},
+		{"an expired CA bundle", func(t *testing.T, f *fixture) map[string][]byte {
+			cert, key := f.root.Leaf(t, "x", testpki.Opts{})
+			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": expiredRoot(t)}
+		}, tlsidentity.ReasonExpired},
 		{"oversized certificate", func(t *testing.T, f *fixture) map[string][]byte {
 			cert, key := f.root.Leaf(t, "x", testpki.Opts{})
 			return map[string][]byte{"tls.crt": append(cert, make([]byte, 2<<20)...), "tls.key": key, "ca.crt": f.root.PEM}

@@ -3,6 +3,7 @@ package tlsidentity
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
@@ -35,6 +36,21 @@ const (
 	ReasonNotYetValid   Reason = "not_yet_valid"
 	ReasonUntrusted     Reason = "untrusted"
 	ReasonNotServerAuth Reason = "not_server_auth"
+	// ReasonBadChain: the certificates do not form a chain (each signed
+	// by the next), or more of them than a handshake carries.
+	ReasonBadChain Reason = "bad_chain"
+	// ReasonWeakKey: an RSA key shorter than MinRSABits.
+	ReasonWeakKey Reason = "weak_key"
+)
+
+// Bounds of a certificate chain. A TLS handshake carries the chain in one
+// message, and clients cap it (Go's at 256 KiB); real chains are a leaf
+// and one or two intermediates, a few KiB.
+const (
+	MaxChainCertificates = 8
+	MaxChainBytes        = 64 << 10
+	// MinRSABits is the shortest RSA key accepted, as for the Web PKI.
+	MinRSABits = 2048
 )
 
 // Rejection says why a candidate was refused. Detail names files and
@@ -84,17 +100,15 @@ func validate(m material, now time.Time, requireServerAuth bool) (*Identity, *Re
 		}
 		return nil, rejection(MaterialCertificate, ReasonUnparseable, err.Error())
 	}
-	chain := make([]*x509.Certificate, 0, len(pair.Certificate))
-	for _, der := range pair.Certificate {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return nil, rejection(MaterialCertificate, ReasonUnparseable, err.Error())
-		}
-		chain = append(chain, c)
+	chain, rej := checkChain(pair.Certificate)
+	if rej != nil {
+		return nil, rej
 	}
 	leaf := chain[0]
 	pair.Leaf = leaf
-	id := &Identity{Certificate: pair, CertPEM: m.cert, KeyPEM: m.key, CAPEM: m.ca, Generation: m.generation}
+	// Only certificates are published from the certificate file: whatever
+	// else it held (text, a stray key) stays behind.
+	id := &Identity{Certificate: pair, CertPEM: encodeChain(chain), KeyPEM: m.key, Generation: m.generation}
 	sum := sha256.Sum256(leaf.Raw)
 	id.Fingerprint = hex.EncodeToString(sum[:])
 	id.NotAfter = leaf.NotAfter
@@ -110,20 +124,18 @@ func validate(m material, now time.Time, requireServerAuth bool) (*Identity, *Re
 		return nil, rejection(MaterialCertificate, ReasonNotServerAuth, fmt.Sprintf("leaf %q has no server-auth usage", leaf.Subject.String()))
 	}
 	if m.ca != nil {
-		roots := parseChain(m.ca)
-		if roots == nil {
-			return nil, rejection(MaterialCABundle, ReasonUnparseable, "no certificate in the CA bundle")
+		roots, rej := usableRoots(parseChain(m.ca), now)
+		if rej != nil {
+			return nil, rej
 		}
 		pool := x509.NewCertPool()
 		for _, c := range roots {
-			if rej := checkValidity(MaterialCABundle, c, now); rej != nil {
-				return nil, rej
-			}
-			if id.CANotAfter.IsZero() || c.NotAfter.Before(id.CANotAfter) {
+			if !now.Before(c.NotBefore) && (id.CANotAfter.IsZero() || c.NotAfter.Before(id.CANotAfter)) {
 				id.CANotAfter = c.NotAfter
 			}
 			pool.AddCert(c)
 		}
+		id.CAPEM = encodeChain(roots)
 		intermediates := x509.NewCertPool()
 		for _, c := range chain[1:] {
 			intermediates.AddCert(c)
@@ -137,6 +149,78 @@ func validate(m material, now time.Time, requireServerAuth bool) (*Identity, *Re
 		}
 	}
 	return id, nil
+}
+
+// checkChain parses the certificate file's chain and checks that a client
+// can use it: bounded, every certificate signed by the next, and no weak
+// RSA key. The last certificate may be signed by a root of the bundle.
+func checkChain(ders [][]byte) ([]*x509.Certificate, *Rejection) {
+	if len(ders) > MaxChainCertificates {
+		return nil, rejection(MaterialCertificate, ReasonBadChain, fmt.Sprintf("%d certificates, at most %d", len(ders), MaxChainCertificates))
+	}
+	size := 0
+	chain := make([]*x509.Certificate, 0, len(ders))
+	for _, der := range ders {
+		size += len(der)
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, rejection(MaterialCertificate, ReasonUnparseable, err.Error())
+		}
+		chain = append(chain, c)
+	}
+	if size > MaxChainBytes {
+		return nil, rejection(MaterialCertificate, ReasonBadChain, fmt.Sprintf("the chain takes %d bytes, at most %d", size, MaxChainBytes))
+	}
+	for i, c := range chain {
+		if rsaKey, ok := c.PublicKey.(*rsa.PublicKey); ok && rsaKey.N.BitLen() < MinRSABits {
+			return nil, rejection(MaterialCertificate, ReasonWeakKey, fmt.Sprintf("%q has a %d-bit RSA key, at least %d", c.Subject.String(), rsaKey.N.BitLen(), MinRSABits))
+		}
+		if i+1 < len(chain) {
+			if err := c.CheckSignatureFrom(chain[i+1]); err != nil {
+				return nil, rejection(MaterialCertificate, ReasonBadChain, fmt.Sprintf("certificate %d (%q) is not signed by certificate %d (%q)", i, c.Subject.String(), i+1, chain[i+1].Subject.String()))
+			}
+		}
+	}
+	return chain, nil
+}
+
+// usableRoots keeps the roots of a bundle that are or will become valid.
+// A bundle mid-rotation holds the old root next to the new one; an expired
+// old root is left out rather than failing the whole identity, as long as
+// one root is valid now (the chain must still verify to it).
+func usableRoots(roots []*x509.Certificate, now time.Time) ([]*x509.Certificate, *Rejection) {
+	if len(roots) == 0 {
+		return nil, rejection(MaterialCABundle, ReasonUnparseable, "no certificate in the CA bundle")
+	}
+	var kept []*x509.Certificate
+	var firstProblem *Rejection
+	validNow := false
+	for _, c := range roots {
+		rej := checkValidity(MaterialCABundle, c, now)
+		switch {
+		case rej == nil:
+			validNow = true
+			kept = append(kept, c)
+		case rej.Reason == ReasonNotYetValid:
+			kept = append(kept, c) // staged ahead of a rotation
+		}
+		if rej != nil && firstProblem == nil {
+			firstProblem = rej
+		}
+	}
+	if !validNow {
+		return nil, firstProblem
+	}
+	return kept, nil
+}
+
+// encodeChain is the PEM of certificates, nothing else.
+func encodeChain(certs []*x509.Certificate) []byte {
+	var out []byte
+	for _, c := range certs {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	return out
 }
 
 func checkValidity(m Material, c *x509.Certificate, now time.Time) *Rejection {

@@ -4,9 +4,11 @@
 package testpki
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -27,7 +29,7 @@ var serial atomic.Int64
 // Issuer is a CA: a root or an intermediate.
 type Issuer struct {
 	Cert *x509.Certificate
-	Key  *ecdsa.PrivateKey
+	Key  crypto.Signer
 	PEM  []byte
 	root bool
 }
@@ -37,12 +39,21 @@ type Issuer struct {
 type Opts struct {
 	NotBefore, NotAfter time.Time
 	ClientOnly          bool // no server-auth usage
+	RSABits             int  // an RSA key of this size instead of P-256
 }
 
 // NewRoot makes a self-signed root CA.
 func NewRoot(t testing.TB, name string) *Issuer {
 	t.Helper()
 	i := issue(t, nil, name, true, Opts{})
+	i.root = true
+	return i
+}
+
+// NewRootWith makes a self-signed root CA with chosen validity.
+func NewRootWith(t testing.TB, name string, o Opts) *Issuer {
+	t.Helper()
+	i := issue(t, nil, name, true, o)
 	i.root = true
 	return i
 }
@@ -63,14 +74,25 @@ func (i *Issuer) Leaf(t testing.TB, name string, o Opts) (certPEM, keyPEM []byte
 	if !i.root {
 		certPEM = append(append([]byte(nil), certPEM...), i.PEM...)
 	}
-	der, err := x509.MarshalECPrivateKey(l.Key)
+	if ec, ok := l.Key.(*ecdsa.PrivateKey); ok {
+		der, err := x509.MarshalECPrivateKey(ec)
+		require.NoError(t, err)
+		return certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(l.Key)
 	require.NoError(t, err)
-	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
 
 func issue(t testing.TB, parent *Issuer, name string, ca bool, o Opts) *Issuer {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	var key crypto.Signer
+	var err error
+	if o.RSABits > 0 {
+		key, err = rsa.GenerateKey(rand.Reader, o.RSABits) //nolint:gosec // weak keys are what some tests need
+	} else {
+		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	}
 	require.NoError(t, err)
 	now := time.Now()
 	if o.NotBefore.IsZero() {
@@ -101,7 +123,7 @@ func issue(t testing.TB, parent *Issuer, name string, ca bool, o Opts) *Issuer {
 	if parent != nil {
 		parentCert, parentKey = parent.Cert, parent.Key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parentCert, &key.PublicKey, parentKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parentCert, key.Public(), parentKey)
 	require.NoError(t, err)
 	cert, err := x509.ParseCertificate(der)
 	require.NoError(t, err)
