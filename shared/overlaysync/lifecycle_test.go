@@ -2,7 +2,9 @@ package overlaysync_test
 
 import (
 	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -155,4 +157,44 @@ func TestOnceFetchesANewerRevisionThanTheRestoredFile(t *testing.T) {
 	r.done <- nil // for the cleanup's stop
 	assert.Equal(t, revision, r.Status().WrittenRevision)
 	assert.Equal(t, string(newer), readOutput(t, g.output()))
+}
+
+// The output found at start is read only as far as the size limit: an
+// endless one (here a pipe that never ends) is refused as oversized.
+func TestRestartReadsTheOutputOnlyUpToTheSizeLimit(t *testing.T) {
+	g := newGateway(t)
+	require.NoError(t, syscall.Mkfifo(g.output(), 0o600))
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		w, err := os.OpenFile(g.output(), os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer func() { _ = w.Close() }()
+		chunk := make([]byte, 64<<10)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := w.Write(chunk); err != nil {
+				return // the reader closed its end
+			}
+		}
+	}()
+	done := make(chan *overlaysync.Syncer, 1)
+	go func() {
+		s, err := overlaysync.New(g.saConfig, g.options())
+		assert.NoError(t, err)
+		done <- s
+	}()
+	select {
+	case s := <-done:
+		require.NotNil(t, s)
+		assert.False(t, s.Started(), "an oversized output is not restored")
+	case <-time.After(10 * time.Second):
+		t.Fatal("New read the endless output without a bound")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -73,7 +74,7 @@ func (s *Syncer) validationOptions() envelope.Options {
 
 func (s *Syncer) restore() {
 	log := s.opts.Logger
-	data, err := os.ReadFile(s.opts.Output)
+	data, err := readAtMost(s.opts.Output, s.opts.MaxBytes+1)
 	if errors.Is(err, os.ErrNotExist) {
 		log.Info("output_empty", "output", s.opts.Output)
 		return
@@ -95,6 +96,17 @@ func (s *Syncer) restore() {
 	s.st.lastConfirmedAt = s.opts.Now()
 	s.markOnDiskLocked(res.Revision, len(data))
 	log.Info("overlay_restored", "revision", res.Revision, "output", s.opts.Output)
+}
+
+// readAtMost reads up to limit bytes of a file: enough to tell an
+// oversized file (refused by validation) without reading all of it.
+func readAtMost(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	return io.ReadAll(io.LimitReader(f, int64(limit)))
 }
 
 // Started reports whether a valid overlay is on disk (/startupz).
