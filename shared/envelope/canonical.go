@@ -42,11 +42,14 @@ type canonicalWriter struct {
 	root  []byte
 	depth int
 	ends  containerEnds
+	// maxDepth, when positive, is how many containers deep below the root
+	// a value may nest; deeper is errTooDeep.
+	maxDepth int
 }
 
-// scanDepth is how deep a container's end is still found by scanning it.
+// shallowDepth is how deep a container's end is still found by scanning it.
 // Overlays nest three or four levels; beyond this the one-pass table pays.
-const scanDepth = 6
+const shallowDepth = 6
 
 // start makes root the value that the next calls canonicalise.
 func (w *canonicalWriter) start(root []byte) {
@@ -76,7 +79,7 @@ func (w *canonicalWriter) collectRoot(v []byte) (base int, plain bool) {
 // endOf returns the index just past the value that starts at v[i], v
 // being a part of root.
 func (w *canonicalWriter) endOf(v []byte, i int) int {
-	if w.depth < scanDepth || (v[i] != '{' && v[i] != '[') {
+	if w.depth < shallowDepth || (v[i] != '{' && v[i] != '[') {
 		return endOfValue(v, i)
 	}
 	// v is a slice of root, so their capacities tell where v starts.
@@ -114,6 +117,9 @@ func (w *canonicalWriter) appendAt(dst, v []byte) ([]byte, error) {
 func (w *canonicalWriter) appendObject(dst, v []byte) ([]byte, error) {
 	w.depth++
 	defer func() { w.depth-- }()
+	if w.maxDepth > 0 && w.depth > w.maxDepth {
+		return dst, errTooDeep
+	}
 	base, plain := w.collect(v)
 	defer w.release(base)
 	return w.appendMembers(dst, v, base, plain)
@@ -145,7 +151,11 @@ func (w *canonicalWriter) release(base int) { w.members = w.members[:base] }
 // collect pushed from base.
 func (w *canonicalWriter) appendMembers(dst, v []byte, base int, plain bool) ([]byte, error) {
 	if !plain {
-		// Unescaping and UTF-16 ordering of names: the library's job.
+		// Unescaping and UTF-16 ordering of names: the library's job. It
+		// does not count depth: v itself is at w.depth.
+		if w.maxDepth > 0 && w.depth+nesting(v)-1 > w.maxDepth {
+			return dst, errTooDeep
+		}
 		return w.appendByLibrary(dst, v)
 	}
 	// Plain ASCII names sort by UTF-16 code units exactly as by bytes; the
@@ -197,6 +207,9 @@ func unquoted(raw []byte) []byte { return raw[1 : len(raw)-1] }
 func (w *canonicalWriter) appendArray(dst, v []byte) ([]byte, error) {
 	w.depth++
 	defer func() { w.depth-- }()
+	if w.maxDepth > 0 && w.depth > w.maxDepth {
+		return dst, errTooDeep
+	}
 	dst = append(dst, '[')
 	first := true
 	for i := skipSpace(v, 1); v[i] != ']'; {

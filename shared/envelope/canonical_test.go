@@ -1,6 +1,7 @@
 package envelope_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/go-json-experiment/json"
@@ -46,6 +47,10 @@ var canonicalSeeds = []string{
 	`{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"m","site":"s","cluster":"c","fresh":true,"credential":{ "strategy":"bearer_token","secret_ref":{"namespace":"ns","name":"x","key":"k"}},"score_breakdown":{"total":1.0E0,"cost":3},"list":[ 1 , "a\u0000" , {"z":1,"a":2} ]}]}`,
 	`{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"m","site":"s","cluster":"c","fresh":true}],"selection_policy":{"mode":"weighted","weights":{"b":1.0,"a":2e-7}}}`,
 	"{\"network\":\"n\",\"local_site\":\"s\",\"candidates\":[{\"kind\":\"k\",\"name\":\"\u2028\x7f<>&\",\"site\":\"s\",\"cluster\":\"c\",\"fresh\":true}]}",
+	// Deep enough for the canonicaliser's table of container ends.
+	`{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"m","site":"s","cluster":"c","fresh":true,"x":` +
+		strings.Repeat(`{"b":[1,{"z":2,"a":`, 12) + "1" + strings.Repeat("}]}", 12) + `}],"selection_policy":{"mode":"m","d":` +
+		strings.Repeat(`[{"y":0,"x":`, 12) + "1" + strings.Repeat("}]", 12) + `}}`,
 }
 
 // FuzzCanonicalMatchesLibrary holds the validator's incremental RFC 8785

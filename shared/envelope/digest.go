@@ -69,7 +69,7 @@ func (d digestInput) digest() (string, error) {
 // present. Timestamps and any other member are not digested.
 func Digest(overlay []byte) (string, error) {
 	var members overlayMembers
-	if err := decodeWithCandidates(overlay, &members, false); err != nil {
+	if err := decodeWithCandidates(overlay, &members, decodeOptions{}); err != nil {
 		return "", fmt.Errorf("decode overlay: %w", err)
 	}
 	in, _, rej := members.decode()
@@ -83,7 +83,7 @@ func Digest(overlay []byte) (string, error) {
 // and tests that need to show them.
 func CanonicalOverlay(overlay []byte) ([]byte, error) {
 	var members overlayMembers
-	if err := decodeWithCandidates(overlay, &members, true); err != nil {
+	if err := decodeWithCandidates(overlay, &members, decodeOptions{keepCanonical: true}); err != nil {
 		return nil, fmt.Errorf("decode overlay: %w", err)
 	}
 	in, _, rej := members.decode()

@@ -25,6 +25,9 @@ func FuzzValidate(f *testing.F) {
 		f.Add(readFixture(f, filepath.Base(file)), true)
 	}
 	f.Add([]byte(`{"schema_version":"1"}`), false)
+	// The deepest the gateway reads, and one level more.
+	f.Add(envelopeWithMember(f, nestedArrays(envelope.MaxDepth-4)), false)
+	f.Add(envelopeWithMember(f, nestedObjects(envelope.MaxDepth-3)), false)
 	f.Add([]byte(`{"network":"n","local_site":"s","candidates":[]}`), true)
 
 	known := map[envelope.Reason]bool{}

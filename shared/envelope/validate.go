@@ -163,13 +163,21 @@ func validate(data []byte, opts Options) (Result, *Rejection) {
 	if len(data) > maxBytes {
 		return Result{}, reject(ReasonOversized, "payload is %d bytes, limit is %d", len(data), maxBytes)
 	}
-	if rej := checkDepth(data); rej != nil {
-		return Result{}, rej
-	}
 
 	var top wireTop
-	if err := decodeWithCandidates(data, &top, false); err != nil {
+	if err := decodeWithCandidates(data, &top, decodeOptions{limitDepth: true}); err != nil {
+		// Too deep for the gateway's parser comes first, as it does there.
+		if rej := checkDepth(data); rej != nil {
+			return Result{}, rej
+		}
 		return Result{}, diagnose(data, err)
+	}
+	var overlayCandidates []byte
+	if top.Overlay != nil {
+		overlayCandidates = top.Overlay.Candidates.raw
+	}
+	if rej := checkDepth(data, top.Candidates.raw, overlayCandidates); rej != nil {
+		return Result{}, rej
 	}
 	hasEnvelopeMembers := top.Revision != nil || top.ContentDigest != nil || top.Scope != nil || top.Overlay != nil
 	legacy := isBareOverlay(hasEnvelopeMembers, top.Candidates.raw != nil)
