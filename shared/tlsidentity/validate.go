@@ -2,8 +2,8 @@ package tlsidentity
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
