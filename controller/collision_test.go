@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -108,4 +109,52 @@ func TestTwoNetworksMappingToOneConfigMapNameDoNotFight(t *testing.T) {
 		require.NoError(t, err)
 		return cm.Labels[envelope.LabelNetwork] == second.Name, cm.Labels[envelope.LabelNetwork]
 	})
+}
+
+// Replacing the Grid operator: its overlay ConfigMaps (managed by
+// grid-operator, or carrying its older grid.praxis-proxy.io labels) are
+// taken over, its older labels removed; one made by anybody else is still
+// refused, and one of the operator's that names another network is not
+// taken.
+func TestTakesOverTheGridOperatorsConfigMaps(t *testing.T) {
+	e := newEnv(t)
+	a, b, c, d := e.gateway("op-a", "east"), e.gateway("op-b", "east"), e.gateway("op-c", "east"), e.gateway("op-d", "east")
+	network := e.network(a, b, c, d)
+	cm := func(gw v1alpha1.ConsumerGateway, labels map[string]string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: envelope.ConfigMapName(network.Name, gw.Name), Namespace: e.gwNS, Labels: labels,
+				Annotations: map[string]string{"grid.praxis-proxy.io/overlay-revision": "old"}},
+			Data: map[string]string{envelope.DataKeyEnvelope: "{}"},
+		}
+	}
+	e.create(cm(a, map[string]string{envelope.LabelManagedBy: "grid-operator", envelope.LabelNetwork: network.Name, envelope.LabelGateway: a.Name}))
+	e.create(cm(b, map[string]string{"grid.praxis-proxy.io/network": network.Name, "grid.praxis-proxy.io/gateway": b.Name}))
+	e.create(cm(c, map[string]string{"team": "someone-else"}))
+	e.create(cm(d, map[string]string{envelope.LabelManagedBy: "grid-operator", envelope.LabelNetwork: "another-network", envelope.LabelGateway: d.Name}))
+	e.create(network)
+	e.startAgent()
+
+	for _, gw := range []v1alpha1.ConsumerGateway{a, b} {
+		e.overlayOf(network, gw, anyRevision)
+		e.eventually(gw.Name+" taken over, older metadata removed", func() (bool, string) {
+			var got corev1.ConfigMap
+			require.NoError(t, e.admin.Get(e.ctx, client.ObjectKey{Namespace: e.gwNS, Name: envelope.ConfigMapName(network.Name, gw.Name)}, &got))
+			for k := range got.Labels {
+				if strings.HasPrefix(k, envelope.LegacyPrefix) {
+					return false, "label " + k
+				}
+			}
+			for k := range got.Annotations {
+				if strings.HasPrefix(k, envelope.LegacyPrefix) {
+					return false, "annotation " + k
+				}
+			}
+			return got.Labels[envelope.LabelManagedBy] == controller.DefaultProducer && got.Labels[envelope.LabelNetwork] == network.Name, fmt.Sprint(got.Labels)
+		})
+	}
+	e.gatewayStatus(network, c.Name, func(s v1alpha1.GatewayOverlayStatus) bool { return s.Reason == controller.ReasonConfigMapNotOwned })
+	e.gatewayStatus(network, d.Name, func(s v1alpha1.GatewayOverlayStatus) bool { return s.Reason == controller.ReasonConfigMapNameConflict })
+	var foreign corev1.ConfigMap
+	require.NoError(t, e.admin.Get(e.ctx, client.ObjectKey{Namespace: e.gwNS, Name: envelope.ConfigMapName(network.Name, c.Name)}, &foreign))
+	assert.Equal(t, "{}", foreign.Data[envelope.DataKeyEnvelope], "never touched")
 }

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -280,6 +282,7 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	err = r.client.Get(ctx, key, &current)
 	var stored envelope.Result
 	var held bool
+	var adopt *corev1.ConfigMap // written by the Grid operator: taken over
 	if err == nil {
 		stored, held = holds(&current, labels, annotations, scope, revision, bare)
 	}
@@ -304,9 +307,16 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 		// hold the name, and is never taken over.
 		var other corev1.ConfigMap
 		switch err := r.api.Get(ctx, key, &other); {
-		case err == nil:
+		case err == nil && !adoptable(&other):
 			r.metrics.publishes.WithLabelValues(publishRefused).Inc()
 			return fail(ReasonConfigMapNotOwned, fmt.Sprintf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.opts.Producer)), nil
+		case err == nil:
+			if holder, ok := claimedByAnother(&other, network.Name, gw.Name); ok {
+				r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+				return fail(ReasonConfigMapNameConflict, fmt.Sprintf("ConfigMap %s is held by %s; network %s gateway %s maps to the same name: rename one of the two",
+					key, holder, network.Name, gw.Name)), nil
+			}
+			adopt = &other
 		case !apierrors.IsNotFound(err):
 			return fail(ReasonPublishFailed, err.Error()), err
 		}
@@ -324,6 +334,13 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
 		r.metrics.publishes.WithLabelValues(publishFailed).Inc()
 		return fail(ReasonPublishFailed, err.Error()), fmt.Errorf("apply ConfigMap %s: %w", key, err)
+	}
+	if adopt != nil {
+		if err := r.dropLegacyMetadata(ctx, adopt); err != nil {
+			return fail(ReasonPublishFailed, err.Error()), err
+		}
+		r.opts.Logger.Info("overlay_adopted", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+			"config_map", name, "previous_producer", adopt.Labels[envelope.LabelManagedBy])
 	}
 	r.metrics.publishes.WithLabelValues(publishApplied).Inc()
 	r.opts.Logger.Info("overlay_published", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
@@ -364,13 +381,63 @@ func holds(cm *corev1.ConfigMap, labels, annotations map[string]string, scope en
 
 // claimedByAnother reports whether a managed ConfigMap's labels name
 // another network or gateway, and which. A ConfigMap whose labels were
-// removed by hand names nobody and is put back.
+// removed by hand names nobody and is put back. The Grid operator's older
+// labels count too.
 func claimedByAnother(cm *corev1.ConfigMap, network, gateway string) (string, bool) {
-	n, g := cm.Labels[envelope.LabelNetwork], cm.Labels[envelope.LabelGateway]
-	if n == "" || g == "" || (n == network && g == gateway) {
-		return "", false
+	for _, prefix := range []string{"", envelope.LegacyPrefix} {
+		n, g := cm.Labels[envelope.LabelNetwork], cm.Labels[envelope.LabelGateway]
+		if prefix != "" {
+			n, g = cm.Labels[prefix+"network"], cm.Labels[prefix+"gateway"]
+		}
+		if n != "" && g != "" && (n != network || g != gateway) {
+			return fmt.Sprintf("network %s gateway %s", n, g), true
+		}
 	}
-	return fmt.Sprintf("network %s gateway %s", n, g), true
+	return "", false
+}
+
+// adoptable reports whether a ConfigMap the agent does not manage is one
+// the Grid operator wrote: the agent takes those over when it replaces
+// that operator, and never one made by anybody else.
+func adoptable(cm *corev1.ConfigMap) bool {
+	if cm.Labels[envelope.LabelManagedBy] == envelope.LegacyProducer {
+		return true
+	}
+	for k := range cm.Labels {
+		if strings.HasPrefix(k, envelope.LegacyPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// dropLegacyMetadata removes the Grid operator's older labels and
+// annotations from an adopted ConfigMap: another field manager owns
+// them, so the apply alone would leave them.
+func (r *networkReconciler) dropLegacyMetadata(ctx context.Context, cm *corev1.ConfigMap) error {
+	patch := map[string]map[string]map[string]any{"metadata": {"labels": {}, "annotations": {}}}
+	for k := range cm.Labels {
+		if strings.HasPrefix(k, envelope.LegacyPrefix) {
+			patch["metadata"]["labels"][k] = nil
+		}
+	}
+	for k := range cm.Annotations {
+		if strings.HasPrefix(k, envelope.LegacyPrefix) {
+			patch["metadata"]["annotations"][k] = nil
+		}
+	}
+	if len(patch["metadata"]["labels"])+len(patch["metadata"]["annotations"]) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm.Name, Namespace: cm.Namespace}}
+	if err := r.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, body), client.FieldOwner(r.opts.Producer)); err != nil {
+		return fmt.Errorf("remove the Grid operator's labels from ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	return nil
 }
 
 // hasAll reports whether every entry of want is in got.

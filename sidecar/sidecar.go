@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -48,9 +49,13 @@ func runSidecar(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
-	ln, err := health.Listen(ctx, cfg.HealthAddr)
-	if err != nil {
-		return fail("health_bind_failed", err)
+	// --once publishes and exits, like the upstream sidecar's: it serves
+	// no endpoints, so it never needs (or fails for) the health port.
+	var ln net.Listener
+	if !cfg.Once {
+		if ln, err = health.Listen(ctx, cfg.HealthAddr); err != nil {
+			return fail("health_bind_failed", err)
+		}
 	}
 	restConfig, err := kubeconfig.Load(cfg.Kubeconfig, binary+"/"+version)
 	if err != nil {
@@ -80,6 +85,18 @@ func runSidecar(args []string, stderr io.Writer) int {
 		Status:  func() any { return statusOf(syncer, identity) },
 	}, reg)
 
+	if cfg.Once {
+		log.Info("started", "version", version, "once", true, "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
+		if err := syncer.Run(ctx); err != nil {
+			return fail("stopped_with_error", err)
+		}
+		if !syncer.Started() {
+			log.Info("shutdown", "signal", "received")
+			return exitOK
+		}
+		log.Info("done", "revision", syncer.Status().WrittenRevision)
+		return exitOK
+	}
 	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
 	// The identity reloader runs beside the sync loop and stops with it.
 	runCtx, cancel := context.WithCancel(ctx)

@@ -11,12 +11,19 @@ const (
 	DataKeyBare     = "routing-config.json"
 
 	LabelManagedBy = "app.kubernetes.io/managed-by"
-	LabelGateway   = "grid.praxis-proxy.io/gateway"
-	LabelNetwork   = "grid.praxis-proxy.io/network"
+	LabelGateway   = "grid.praxis.fast/gateway"
+	LabelNetwork   = "grid.praxis.fast/network"
 
-	AnnotationSchemaVersion = "grid.praxis-proxy.io/overlay-schema-version"
-	AnnotationRevision      = "grid.praxis-proxy.io/overlay-revision"
-	AnnotationContentDigest = "grid.praxis-proxy.io/overlay-content-digest"
+	AnnotationSchemaVersion = "grid.praxis.fast/overlay-schema-version"
+	AnnotationRevision      = "grid.praxis.fast/overlay-revision"
+	AnnotationContentDigest = "grid.praxis.fast/overlay-content-digest"
+
+	// LegacyPrefix is the prefix of the same labels and annotations in
+	// releases of the Grid operator before the API group was renamed; a
+	// producer replacing that operator takes over ConfigMaps carrying it.
+	LegacyPrefix = "grid.praxis-proxy.io/"
+	// LegacyProducer is the Grid operator's managed-by value.
+	LegacyProducer = "grid-operator"
 )
 
 // maxObjectName is the longest ConfigMap name the contract produces (a DNS

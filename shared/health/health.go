@@ -67,7 +67,8 @@ func Handler(checks Checks, gatherer prometheus.Gatherer) http.Handler {
 			writeText(w, http.StatusServiceUnavailable, "not ready: "+why)
 			return
 		}
-		writeText(w, http.StatusOK, "ok")
+		// The upstream sidecar's words, which probes and scripts match.
+		writeText(w, http.StatusOK, "ready")
 	})
 	mux.HandleFunc("GET /startupz", func(w http.ResponseWriter, _ *http.Request) {
 		if !checks.Started() {

@@ -46,6 +46,7 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 
 	s.mu.Lock()
 	s.st.observedRevision = res.Revision
+	s.st.lastValidRevision = res.Revision
 	unchanged := s.st.onDisk && s.st.writtenRevision == res.Revision
 	if unchanged {
 		// The same routing state (perhaps re-rendered with new
@@ -56,7 +57,7 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 	}
 	s.mu.Unlock()
 	if unchanged {
-		s.metrics.events.WithLabelValues(outcomeUnchanged, labelNone).Inc()
+		s.metrics.unchanged()
 		s.opts.Logger.Debug("overlay_unchanged", "revision", res.Revision, "resource_version", cm.ResourceVersion)
 		return
 	}
@@ -71,7 +72,7 @@ func (s *Syncer) write(a *accepted) {
 	res, err := s.file.Replace(a.data)
 	doneAt := s.opts.Now()
 	if err != nil && res != publish.Written {
-		s.metrics.writes.WithLabelValues("failure").Inc()
+		s.metrics.writeFailed()
 		s.mu.Lock()
 		retry := s.pending == a
 		s.st.writeFailed = true
@@ -98,7 +99,7 @@ func (s *Syncer) write(a *accepted) {
 		s.metrics.renderToDisk.Observe(doneAt.Sub(rendered).Seconds())
 	}
 	s.metrics.lastWrite.Set(unixSeconds(doneAt))
-	s.metrics.events.WithLabelValues(outcomeAccepted, labelNone).Inc()
+	s.metrics.accepted()
 
 	s.mu.Lock()
 	s.pending = nil
@@ -109,7 +110,7 @@ func (s *Syncer) write(a *accepted) {
 	s.st.lastDeliveryLatency = latency
 	s.markOnDiskLocked(a.result.Revision, len(a.data))
 	s.mu.Unlock()
-	log.Info("overlay_published", "revision", a.result.Revision, "candidates", a.result.CandidateCount,
+	log.Info("overlay_written", "revision", a.result.Revision, "candidates", a.result.CandidateCount,
 		"bytes", len(a.data), "delivery_latency_ms", float64(latency.Microseconds())/1000)
 }
 
@@ -135,8 +136,7 @@ func (s *Syncer) reject(reason, detail, resourceVersion string) {
 	s.st.lastRejectionAt = now
 	serving := s.st.writtenRevision
 	s.mu.Unlock()
-	s.metrics.validationFailures.WithLabelValues(reason).Inc()
-	s.metrics.events.WithLabelValues(outcomeRejected, reason).Inc()
+	s.metrics.rejected(reason)
 	s.opts.Logger.Warn("overlay_rejected", "reason", reason, "detail", detail,
 		"resource_version", resourceVersion, "serving_revision", serving)
 }
@@ -152,8 +152,12 @@ func (s *Syncer) absent(reason, resourceVersion string) {
 	s.pending = nil
 	serving := s.st.writtenRevision
 	s.mu.Unlock()
-	s.metrics.events.WithLabelValues(outcomeDeleted, reason).Inc()
-	s.opts.Logger.Warn("config_map_absent", "reason", reason, "serving_revision", serving)
+	s.metrics.absent(reason)
+	event := "config_map_absent"
+	if reason == ReasonDeleted {
+		event = "overlay_source_deleted" // the upstream sidecar's name
+	}
+	s.opts.Logger.Warn(event, "reason", reason, "serving_revision", serving)
 }
 
 // confirmedAt is when the API server last answered for the source.
@@ -192,6 +196,7 @@ func (s *Syncer) apiFailure(op string, err error) {
 	first := s.st.apiReason != reason
 	s.st.apiReason = reason
 	s.mu.Unlock()
+	s.metrics.apiFailed(reason)
 	if first {
 		s.opts.Logger.Warn(reason, "op", op, "error", err)
 	} else {

@@ -49,7 +49,8 @@ func TestMissingDataKeyIsARejectionWithItsOwnReason(t *testing.T) {
 	st := r.waitObserved(t, g.put(map[string]string{envelope.DataKeyBare: "{}"}))
 	assert.Equal(t, overlaysync.ReasonMissingDataKey, st.DegradedReason)
 	assert.Equal(t, string(doc), readOutput(t, g.output()))
-	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_validation_failures_total", "reason", overlaysync.ReasonMissingDataKey))
+	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_validation_failures_total", "reason", "missing_key"), "the upstream reason")
+	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_rejections_total", "reason", overlaysync.ReasonMissingDataKey))
 }
 
 func TestRestartRestoresAValidOutputFile(t *testing.T) {

@@ -8,15 +8,54 @@ import (
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
-// Event outcomes, the outcome label of grid_overlay_sync_events_total.
+// Event outcomes, the outcome label of grid_overlay_sync_events_total, as
+// the upstream sidecar has them.
 const (
 	outcomeAccepted  = "accepted"  // a new revision was published
 	outcomeUnchanged = "unchanged" // the revision on disk was seen again
 	outcomeRejected  = "rejected"  // kept the last-known-good
 	outcomeDeleted   = "deleted"   // the ConfigMap is gone
+	outcomeError     = "error"     // the API failed, or a write did
 )
 
-// Watch restart reasons, the reason label of the reconnect counter.
+// Reasons of the upstream sidecar's metrics and of /status's
+// degraded_reason: dashboards and alerts written for it match these.
+const (
+	upstreamValid          = "valid"
+	upstreamUnchanged      = "unchanged"
+	upstreamMalformed      = "malformed"
+	upstreamUnsupported    = "unsupported_schema"
+	upstreamMissingKey     = "missing_key"
+	upstreamDeleted        = "deleted"
+	upstreamAPIUnavailable = "api_unavailable"
+	upstreamWriteFailed    = "write_failed"
+	upstreamStreamEnded    = "stream_ended"
+	upstreamStreamError    = "stream_error"
+)
+
+// upstreamReason maps one of our reasons (the envelope's, or a degraded
+// reason) to the upstream sidecar's coarser one.
+func upstreamReason(reason string) string {
+	switch reason {
+	case string(envelope.ReasonMalformedStructure), string(envelope.ReasonMissingSchemaVersion), string(envelope.ReasonLegacyPayload):
+		return upstreamMalformed // upstream's parser fails on all three
+	case string(envelope.ReasonUnsupportedSchemaVersion):
+		return upstreamUnsupported
+	case ReasonMissingDataKey:
+		return upstreamMissingKey
+	case ReasonDeleted:
+		return upstreamDeleted
+	case ReasonNotFound, ReasonAPIUnreachable, ReasonAPIForbidden, ReasonSourceUnconfirmed:
+		return upstreamAPIUnavailable // upstream's GET or watch fails
+	case ReasonWriteFailed:
+		return upstreamWriteFailed
+	}
+	return reason // oversized, scope_mismatch, digest_mismatch, revision_digest_mismatch
+}
+
+// Watch restart reasons, the reason label of our restart counter; the
+// upstream counter has stream_ended for closed and stream_error for the
+// rest.
 const (
 	reconnectClosed     = "closed"      // the server ended the watch (timeout)
 	reconnectExpired    = "expired"     // 410 Gone: relisted
@@ -25,9 +64,8 @@ const (
 	reconnectListError  = "list_error"  // the list failed
 )
 
-const labelNone = "none"
-
 type metrics struct {
+	// The upstream sidecar's, with its label values.
 	events             *prometheus.CounterVec
 	writes             *prometheus.CounterVec
 	validationFailures *prometheus.CounterVec
@@ -35,18 +73,68 @@ type metrics struct {
 	lastObserved       prometheus.Gauge
 	lastWrite          prometheus.Gauge
 	payloadBytes       prometheus.Gauge
-	deliveryLatency    prometheus.Histogram
-	renderToDisk       prometheus.Histogram
-	revisionInfo       *prometheus.GaugeVec
+	// Ours: the finer reasons, and latency.
+	rejections      *prometheus.CounterVec
+	watchRestarts   *prometheus.CounterVec
+	apiFailures     *prometheus.CounterVec
+	deliveryLatency prometheus.Histogram
+	renderToDisk    prometheus.Histogram
+	revisionInfo    *prometheus.GaugeVec
 }
 
-// rejectionReasons is the closed set of the reason labels.
+// rejectionReasons is the closed set of our rejection reasons.
 func rejectionReasons() []string {
 	reasons := []string{ReasonMissingDataKey}
 	for _, r := range envelope.Reasons() {
 		reasons = append(reasons, string(r))
 	}
 	return reasons
+}
+
+// accepted counts a published revision.
+func (m *metrics) accepted() { m.events.WithLabelValues(outcomeAccepted, upstreamValid).Inc() }
+
+// unchanged counts a revision seen again.
+func (m *metrics) unchanged() { m.events.WithLabelValues(outcomeUnchanged, upstreamUnchanged).Inc() }
+
+// rejected counts a refused envelope under our reason and upstream's.
+func (m *metrics) rejected(reason string) {
+	up := upstreamReason(reason)
+	m.validationFailures.WithLabelValues(up).Inc()
+	m.events.WithLabelValues(outcomeRejected, up).Inc()
+	m.rejections.WithLabelValues(reason).Inc()
+}
+
+// absent counts a deletion, or a ConfigMap not found (an API error to the
+// upstream sidecar, whose GET fails).
+func (m *metrics) absent(reason string) {
+	if reason == ReasonDeleted {
+		m.events.WithLabelValues(outcomeDeleted, upstreamDeleted).Inc()
+		return
+	}
+	m.events.WithLabelValues(outcomeError, upstreamAPIUnavailable).Inc()
+}
+
+// apiFailed counts a failed request to the API server.
+func (m *metrics) apiFailed(reason string) {
+	m.events.WithLabelValues(outcomeError, upstreamAPIUnavailable).Inc()
+	m.apiFailures.WithLabelValues(reason).Inc()
+}
+
+// writeFailed counts a failed write of the overlay file.
+func (m *metrics) writeFailed() {
+	m.writes.WithLabelValues("failure").Inc()
+	m.events.WithLabelValues(outcomeError, upstreamWriteFailed).Inc()
+}
+
+// watchRestarted counts a watch that ended, and why.
+func (m *metrics) watchRestarted(reason string) {
+	up := upstreamStreamError
+	if reason == reconnectClosed {
+		up = upstreamStreamEnded
+	}
+	m.reconnects.WithLabelValues(up).Inc()
+	m.watchRestarts.WithLabelValues(reason).Inc()
 }
 
 // newMetrics creates the upstream sidecar's metrics (same names and label
@@ -92,6 +180,18 @@ func newMetrics(reg prometheus.Registerer, ready, degraded func() bool, confirme
 			Help:    "From the envelope's provenance.rendered_at to the new file being in place (clocks of producer and node).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 15), // 5 ms .. 80 s
 		}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_overlay_sync_rejections_total",
+			Help: "Envelopes rejected, by gridsync's finer reason (the envelope contract's reasons and missing_data_key).",
+		}, []string{"reason"}),
+		watchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_overlay_sync_watch_restarts_total",
+			Help: "Watch restarts, by gridsync's finer reason (closed, expired, idle, watch_error, list_error).",
+		}, []string{"reason"}),
+		apiFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_overlay_sync_api_failures_total",
+			Help: "Failed requests to the API server, by reason (api_unreachable, api_forbidden, source_unconfirmed).",
+		}, []string{"reason"}),
 		revisionInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "grid_overlay_sync_revision_info",
 			Help: "The revision of the overlay file on disk, as a label; one series.",
@@ -101,7 +201,8 @@ func newMetrics(reg prometheus.Registerer, ready, degraded func() bool, confirme
 		return m
 	}
 	reg.MustRegister(m.events, m.writes, m.validationFailures, m.reconnects,
-		m.lastObserved, m.lastWrite, m.payloadBytes, m.deliveryLatency, m.renderToDisk, m.revisionInfo,
+		m.lastObserved, m.lastWrite, m.payloadBytes,
+		m.rejections, m.watchRestarts, m.apiFailures, m.deliveryLatency, m.renderToDisk, m.revisionInfo,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_overlay_sync_ready",
 			Help: "1 when a valid overlay is on disk and readiness is not withdrawn (matches /readyz).",
@@ -123,16 +224,25 @@ func newMetrics(reg prometheus.Registerer, ready, degraded func() bool, confirme
 	// Every series of a closed label set exists from the first scrape, so
 	// that rate() and absent() work without waiting for the first failure.
 	for _, r := range rejectionReasons() {
-		m.validationFailures.WithLabelValues(r)
-		m.events.WithLabelValues(outcomeRejected, r)
+		up := upstreamReason(r)
+		m.validationFailures.WithLabelValues(up)
+		m.events.WithLabelValues(outcomeRejected, up)
+		m.rejections.WithLabelValues(r)
 	}
-	m.events.WithLabelValues(outcomeAccepted, labelNone)
-	m.events.WithLabelValues(outcomeUnchanged, labelNone)
-	m.events.WithLabelValues(outcomeDeleted, ReasonDeleted)
+	m.events.WithLabelValues(outcomeAccepted, upstreamValid)
+	m.events.WithLabelValues(outcomeUnchanged, upstreamUnchanged)
+	m.events.WithLabelValues(outcomeDeleted, upstreamDeleted)
+	m.events.WithLabelValues(outcomeError, upstreamAPIUnavailable)
+	m.events.WithLabelValues(outcomeError, upstreamWriteFailed)
 	m.writes.WithLabelValues("success")
 	m.writes.WithLabelValues("failure")
+	m.reconnects.WithLabelValues(upstreamStreamEnded)
+	m.reconnects.WithLabelValues(upstreamStreamError)
 	for _, r := range []string{reconnectClosed, reconnectExpired, reconnectIdle, reconnectWatchError, reconnectListError} {
-		m.reconnects.WithLabelValues(r)
+		m.watchRestarts.WithLabelValues(r)
+	}
+	for _, r := range []string{ReasonAPIUnreachable, ReasonAPIForbidden, ReasonSourceUnconfirmed} {
+		m.apiFailures.WithLabelValues(r)
 	}
 	return m
 }

@@ -19,7 +19,7 @@ func TestMetricsAgreeWithStatusAndCarryNoPayload(t *testing.T) {
 	r.waitStatus(t, "not found", func(st overlaysync.Status) bool { return st.DegradedReason == overlaysync.ReasonNotFound })
 	assert.Zero(t, r.metric(t, "grid_overlay_sync_ready"))
 	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_degraded"))
-	for _, reason := range []string{"digest_mismatch", "scope_mismatch", "missing_data_key", "oversized"} {
+	for _, reason := range []string{"digest_mismatch", "scope_mismatch", "missing_key", "oversized", "malformed", "unsupported_schema", "revision_digest_mismatch"} {
 		assert.Zero(t, r.metric(t, "grid_overlay_sync_validation_failures_total", "reason", reason))
 	}
 
@@ -29,7 +29,7 @@ func TestMetricsAgreeWithStatusAndCarryNoPayload(t *testing.T) {
 	assert.Zero(t, r.metric(t, "grid_overlay_sync_degraded"))
 	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_revision_info", "revision", revision))
 	assert.Equal(t, float64(len(doc)), r.metric(t, "grid_overlay_sync_payload_bytes"))
-	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_events_total", "outcome", "accepted", "reason", "none"))
+	assert.Equal(t, 1.0, r.metric(t, "grid_overlay_sync_events_total", "outcome", "accepted", "reason", "valid"))
 	confirmed := r.Status().LastConfirmedAt
 	require.False(t, confirmed.IsZero())
 	assert.InDelta(t, float64(confirmed.UnixNano())/1e9, r.metric(t, "grid_overlay_sync_last_confirmed_timestamp_seconds"), 1e-6)

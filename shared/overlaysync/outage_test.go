@@ -43,7 +43,7 @@ func TestCatchesUpAfterKubeAPIServerRestartWithoutRestarting(t *testing.T) {
 	assert.Equal(t, overlaysync.StateReady, st.State)
 	assert.Equal(t, revision, st.WrittenRevision)
 	assert.Equal(t, string(next), readOutput(t, g.output()))
-	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_reconnects_total", "reason", "watch_error"))
+	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_restarts_total", "reason", "watch_error"))
 }
 
 func TestNoticesChangesAndADeletionMadeWhileDisconnected(t *testing.T) {
@@ -103,7 +103,7 @@ func TestRelistsAfterCompactionAnswers410Gone(t *testing.T) {
 	st := r.waitStatus(t, "caught up after 410", func(st overlaysync.Status) bool { return st.WrittenRevision == secondRevision })
 	assert.Equal(t, overlaysync.StateReady, st.State)
 	assert.Equal(t, string(second), readOutput(t, g.output()))
-	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_reconnects_total", "reason", "expired"), "the watch must have been answered 410 Gone")
+	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_restarts_total", "reason", "expired"), "the watch must have been answered 410 Gone")
 }
 
 // churn writes other ConfigMaps so that the store moves on.
@@ -152,7 +152,7 @@ func TestIdleWatchIsRestarted(t *testing.T) {
 	doc, _ := g.envelopeFor(1)
 	r.waitObserved(t, g.putEnvelope(doc))
 	require.Eventually(t, func() bool {
-		return r.metric(t, "grid_overlay_sync_watch_reconnects_total", "reason", "idle") >= 2
+		return r.metric(t, "grid_overlay_sync_watch_restarts_total", "reason", "idle") >= 2
 	}, 10*time.Second, 20*time.Millisecond)
 
 	next, revision := g.envelopeFor(2)

@@ -44,7 +44,10 @@ type state struct {
 	restored         bool // ... and it was found there at start
 	writtenRevision  string
 	observedRevision string
-	resourceVersion  string
+	// lastValidRevision is the last valid revision the source held, kept
+	// across later rejections (the upstream observed_overlay_revision).
+	lastValidRevision string
+	resourceVersion   string
 	// The causes of degradation are kept apart, so that one ending does
 	// not hide another: the API coming back does not clear a rejection
 	// that still stands.
@@ -63,11 +66,26 @@ type state struct {
 // Status is the /status document. It carries revisions, reasons and
 // times, never envelope content.
 type Status struct {
+	// The upstream sidecar's fields, with its names and values, always
+	// present and null when unset, so that scripts written for it work.
+	Namespace               string     `json:"namespace"`
+	ConfigMap               string     `json:"config_map"`
+	DataKey                 string     `json:"data_key"`
+	ObservedOverlayRevision *string    `json:"observed_overlay_revision"`
+	WrittenOverlayRevision  *string    `json:"written_overlay_revision"`
+	LastObservedAt          *time.Time `json:"last_observed_at"`
+	LastWrittenAt           *time.Time `json:"last_written_at"`
+	// UpstreamDegradedReason is DegradedReason in the upstream sidecar's
+	// words (malformed, missing_key, api_unavailable...).
+	UpstreamDegradedReason *string `json:"degraded_reason"`
+
 	State          string `json:"state"`
 	Ready          bool   `json:"ready"`
 	NotReadyReason string `json:"not_ready_reason,omitempty"`
 	Degraded       bool   `json:"degraded"`
-	DegradedReason string `json:"degraded_reason,omitempty"`
+	// DegradedReason is gridsync's finer reason (the envelope contract's
+	// reasons, api_unreachable, api_forbidden, source_unconfirmed...).
+	DegradedReason string `json:"degraded_detail,omitempty"`
 	// Restored: the overlay on disk was found there at start (a restarted
 	// container) and has not been replaced since.
 	Restored bool `json:"restored"`
@@ -80,8 +98,6 @@ type Status struct {
 
 	LastRejectionReason string    `json:"last_rejection_reason,omitempty"`
 	LastRejectionAt     time.Time `json:"last_rejection_at,omitzero"`
-	LastObservedAt      time.Time `json:"last_observed_at,omitzero"`
-	LastWrittenAt       time.Time `json:"last_written_at,omitzero"`
 	LastConfirmedAt     time.Time `json:"last_confirmed_at,omitzero"`
 	// LastDeliveryLatencySeconds: from receiving the update from the API
 	// server to the new file being in place.
@@ -138,9 +154,12 @@ func (st *state) status(now time.Time, expireAfter time.Duration) Status {
 		WrittenRevision:            st.writtenRevision,
 		LastRejectionReason:        st.lastRejectionReason,
 		LastRejectionAt:            st.lastRejectionAt,
-		LastObservedAt:             st.lastObservedAt,
-		LastWrittenAt:              st.lastWrittenAt,
 		LastConfirmedAt:            st.lastConfirmedAt,
+		ObservedOverlayRevision:    nullable(st.lastValidRevision),
+		WrittenOverlayRevision:     nullable(st.writtenRevision),
+		LastObservedAt:             nullableTime(st.lastObservedAt),
+		LastWrittenAt:              nullableTime(st.lastWrittenAt),
+		UpstreamDegradedReason:     nullable(upstreamReason(st.degradedReason())),
 		LastDeliveryLatencySeconds: st.lastDeliveryLatency.Seconds(),
 		PayloadBytes:               st.payloadBytes,
 	}
@@ -155,4 +174,18 @@ func (st *state) status(now time.Time, expireAfter time.Duration) Status {
 		s.State = StateReady
 	}
 	return s
+}
+
+func nullable(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
+}
+
+func nullableTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

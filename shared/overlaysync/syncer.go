@@ -91,6 +91,7 @@ func (s *Syncer) restore() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st.restored = true
+	s.st.lastValidRevision = res.Revision
 	// The restored file stands for the source until the API says
 	// otherwise; expiry counts from now.
 	s.st.lastConfirmedAt = s.opts.Now()
@@ -136,6 +137,7 @@ func (s *Syncer) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.st.status(s.opts.Now(), s.opts.ExpireAfter)
+	st.Namespace, st.ConfigMap, st.DataKey = s.opts.Namespace, s.opts.ConfigMap, s.opts.DataKey
 	st.Source = SourceStatus{Namespace: s.opts.Namespace, ConfigMap: s.opts.ConfigMap, DataKey: s.opts.DataKey, ResourceVersion: s.st.resourceVersion}
 	st.Output = s.opts.Output
 	return st
@@ -164,7 +166,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 					return nil //nolint:nilerr // the list failed because we are shutting down
 				}
 				s.apiFailure("list", err)
-				s.metrics.reconnects.WithLabelValues(reconnectListError).Inc()
+				s.metrics.watchRestarted(reconnectListError)
 				if !sleep(ctx, retry.Next()) {
 					return nil
 				}
@@ -183,11 +185,11 @@ func (s *Syncer) Run(ctx context.Context) error {
 			return nil
 		case watchExpired:
 			s.opts.Logger.Info("watch_expired", "resource_version", rv)
-			s.metrics.reconnects.WithLabelValues(reconnectExpired).Inc()
+			s.metrics.watchRestarted(reconnectExpired)
 			relist = true
 		case watchClosed:
 			s.opts.Logger.Debug("watch_closed", "resource_version", rv)
-			s.metrics.reconnects.WithLabelValues(reconnectClosed).Inc()
+			s.metrics.watchRestarted(reconnectClosed)
 			retry.Reset()
 		case watchIdle:
 			// Nothing came back in time: a held request, a frozen path or
@@ -197,14 +199,14 @@ func (s *Syncer) Run(ctx context.Context) error {
 			// source as it is now when the path heals.
 			s.apiFailure("watch", errUnanswered)
 			s.opts.Logger.Warn("watch_idle", "resource_version", rv, "idle_timeout", s.opts.WatchIdleTimeout.String())
-			s.metrics.reconnects.WithLabelValues(reconnectIdle).Inc()
+			s.metrics.watchRestarted(reconnectIdle)
 			relist = true
 			if !sleep(ctx, retry.Next()) {
 				return nil
 			}
 		case watchFailed:
 			s.apiFailure("watch", err)
-			s.metrics.reconnects.WithLabelValues(reconnectWatchError).Inc()
+			s.metrics.watchRestarted(reconnectWatchError)
 			// Resume from the last resourceVersion: the events missed while
 			// the API was away, a deletion included, are replayed, or the
 			// server answers 410 and a relist finds the current state.

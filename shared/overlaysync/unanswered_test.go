@@ -36,7 +36,7 @@ func TestAWatchRequestThatIsNeverAnsweredIsNoticed(t *testing.T) {
 	})
 	assert.Equal(t, string(second), readOutput(t, g.output()))
 	assert.Positive(t, proxy.Held.Load())
-	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_reconnects_total", "reason", "idle"))
+	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_restarts_total", "reason", "idle"))
 	assert.True(t, st.Ready, "the last-known-good keeps serving")
 
 	proxy.Release()

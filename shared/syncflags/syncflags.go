@@ -123,7 +123,8 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	switch mode {
 	case Sidecar:
 		str(&c.HealthAddr, "health-addr", envPrefix+"HEALTH_ADDR", DefaultHealthAddr, "address of /livez, /readyz, /startupz, /status and /metrics")
-		fs.BoolVar(&c.Once, "once", false, "publish one valid overlay, then exit")
+		fs.BoolVar(&c.Once, "once", false, "publish one valid overlay, then exit (no health port)"+envflag.Note(envPrefix+"ONCE"))
+		bind("once", envPrefix+"ONCE")
 		fs.DurationVar(&c.ExpireAfter, "expire-after", 0, "withdraw readiness when the ConfigMap has not been confirmed by the API for this long (0: never)"+envflag.Note(envPrefix+"EXPIRE_AFTER"))
 		bind("expire-after", envPrefix+"EXPIRE_AFTER")
 	case Init:
@@ -137,6 +138,11 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	var err error
 	if c.LogLevel, err = envflag.LogLevel(fs, *logLevel); err != nil {
 		return nil, err
+	}
+	// RUST_LOG, the upstream sidecar's level, counts when neither the flag
+	// nor its variable says otherwise.
+	if level, ok := rustLogLevel(getenv("RUST_LOG")); ok && !isSet(fs, "log-level") {
+		c.LogLevel = level
 	}
 	if c.ExpectedNamespace == "" {
 		c.ExpectedNamespace = c.Namespace
@@ -226,4 +232,51 @@ func (c *Config) IdentityOptions() tlsidentity.Options {
 // NewLogger returns the JSON logger of a binary at the configured level.
 func (c *Config) NewLogger(w io.Writer, binary string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: c.LogLevel})).With("binary", binary)
+}
+
+// isSet reports whether a flag was given, on the command line or by its
+// environment variable.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// rustLogLevel reads a level from a RUST_LOG value: a bare level
+// ("debug"), or the default of a directive list ("warn,overlay_sync=debug":
+// warn; a target's own level counts when it names the sidecar). trace is
+// debug, off is error.
+func rustLogLevel(value string) (slog.Level, bool) {
+	var level slog.Level
+	found := false
+	for _, directive := range strings.Split(value, ",") {
+		directive = strings.TrimSpace(directive)
+		target, name, scoped := strings.Cut(directive, "=")
+		if !scoped {
+			name, target = directive, ""
+		}
+		if scoped && !strings.Contains(target, "overlay_sync") {
+			continue
+		}
+		l, ok := rustLevels[strings.ToLower(strings.TrimSpace(name))]
+		if !ok {
+			continue
+		}
+		if scoped || !found {
+			level, found = l, true
+		}
+		if scoped {
+			return level, true // the sidecar's own directive wins
+		}
+	}
+	return level, found
+}
+
+var rustLevels = map[string]slog.Level{
+	"trace": slog.LevelDebug,
+	"debug": slog.LevelDebug,
+	"info":  slog.LevelInfo,
+	"warn":  slog.LevelWarn,
+	"error": slog.LevelError,
+	"off":   slog.LevelError,
 }

@@ -98,3 +98,32 @@ func TestHelpIsNotAnError(t *testing.T) {
 	assert.Contains(t, out.String(), "-timeout")
 	assert.Contains(t, out.String(), "$OVERLAY_SYNC_CONFIGMAP")
 }
+
+// The upstream sidecar's environment: OVERLAY_SYNC_ONCE, and RUST_LOG as
+// the level when nothing of ours says otherwise.
+func TestUpstreamOnceAndRustLog(t *testing.T) {
+	var out bytes.Buffer
+	c, err := syncflags.Parse(syncflags.Sidecar, "gridsync-sidecar", required, env(map[string]string{"OVERLAY_SYNC_ONCE": "true"}), &out)
+	require.NoError(t, err, out.String())
+	assert.True(t, c.Once)
+
+	for value, want := range map[string]slog.Level{
+		"debug":                       slog.LevelDebug,
+		"TRACE":                       slog.LevelDebug,
+		"warn":                        slog.LevelWarn,
+		"error,hyper=debug":           slog.LevelError,
+		"info,overlay_sync=debug":     slog.LevelDebug,
+		"overlay_sync=warn,kube=info": slog.LevelWarn,
+		"nonsense":                    slog.LevelInfo,
+	} {
+		c, err := syncflags.Parse(syncflags.Sidecar, "gridsync-sidecar", required, env(map[string]string{"RUST_LOG": value}), &out)
+		require.NoError(t, err)
+		assert.Equal(t, want, c.LogLevel, "RUST_LOG=%s", value)
+	}
+	c, err = syncflags.Parse(syncflags.Sidecar, "gridsync-sidecar", required, env(map[string]string{"RUST_LOG": "debug", "OVERLAY_SYNC_LOG_LEVEL": "error"}), &out)
+	require.NoError(t, err)
+	assert.Equal(t, slog.LevelError, c.LogLevel, "our variable wins")
+	c, err = syncflags.Parse(syncflags.Sidecar, "gridsync-sidecar", append([]string{"--log-level", "warn"}, required...), env(map[string]string{"RUST_LOG": "debug"}), &out)
+	require.NoError(t, err)
+	assert.Equal(t, slog.LevelWarn, c.LogLevel, "the flag wins")
+}

@@ -105,6 +105,24 @@ func (p *pod) put(doc []byte) {
 	require.NoError(p.t, err)
 }
 
+// putRaw stores data as the envelope, valid or not.
+func (p *pod) putRaw(data string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: p.configMap}, Data: map[string]string{envelope.DataKeyEnvelope: data}}
+	_, err := p.admin.CoreV1().ConfigMaps(p.namespace).Update(ctx, cm, metav1.UpdateOptions{})
+	require.NoError(p.t, err)
+}
+
+// deleteConfigMap deletes the overlay ConfigMap.
+func (p *pod) deleteConfigMap() {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(p.t, p.admin.CoreV1().ConfigMaps(p.namespace).Delete(ctx, p.configMap, metav1.DeleteOptions{}))
+}
+
 // proc is a binary running as a child process.
 type proc struct {
 	cmd    *exec.Cmd
