@@ -111,7 +111,7 @@ func CacheOptions(opts Options) cache.Options {
 
 // Field indexes of InferenceProviders.
 const (
-	indexNetwork = "spec.gridNetworkRef.name"
+	indexNetwork = "spec.gridNetworkRef"
 	indexSecret  = "spec.auth.secretRef"
 	// indexOverlay indexes GridNetworks by the namespace/name of every
 	// overlay ConfigMap their gateways map to: a network refused a name
@@ -130,7 +130,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 	indexer := mgr.GetFieldIndexer()
 	ctx := context.Background()
 	if err := indexer.IndexField(ctx, &v1alpha1.InferenceProvider{}, indexNetwork, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.InferenceProvider).Spec.GridNetworkRef.Name}
+		return []string{o.(*v1alpha1.InferenceProvider).Spec.GridNetworkRef}
 	}); err != nil {
 		return fmt.Errorf("index providers by network: %w", err)
 	}

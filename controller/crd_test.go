@@ -22,7 +22,7 @@ func TestAPIServerRefusesInvalidGridObjects(t *testing.T) {
 	}{
 		{name: "no models", field: "spec.models", mutate: func(p *v1alpha1.InferenceProvider) { p.Spec.Models = nil }},
 		{name: "endpoint not a URL", field: "spec.endpoint", mutate: func(p *v1alpha1.InferenceProvider) { p.Spec.Endpoint = "east.example" }},
-		{name: "no network", field: "spec.gridNetworkRef.name", mutate: func(p *v1alpha1.InferenceProvider) { p.Spec.GridNetworkRef.Name = "" }},
+		{name: "no network", field: "spec.gridNetworkRef", mutate: func(p *v1alpha1.InferenceProvider) { p.Spec.GridNetworkRef = "" }},
 		{name: "bad provider kind", field: "spec.providerKind", mutate: func(p *v1alpha1.InferenceProvider) { p.Spec.ProviderKind = "Not OK" }},
 		{name: "health period too short", field: "spec.healthCheck.periodSeconds", mutate: func(p *v1alpha1.InferenceProvider) {
 			p.Spec.HealthCheck = &v1alpha1.HealthCheck{Endpoint: "https://x.example/h", PeriodSeconds: 1}
@@ -54,7 +54,27 @@ func TestAPIServerRefusesInvalidGridObjects(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "spec.consumerGateways[0].name")
 
-	// Defaults come from the schema too.
+	// Site names are lowercase DNS labels, as everywhere in the Grid.
+	for _, site := range []string{"East", "east_edge", "east.edge"} {
+		err = e.admin.Create(e.ctx, e.network(v1alpha1.ConsumerGateway{Name: "edge", Namespace: e.gwNS, SiteName: site}))
+		require.Error(t, err, site)
+		assert.Contains(t, err.Error(), "spec.consumerGateways[0].siteName")
+	}
+	// An unknown auth strategy is refused; the reference's others are
+	// accepted (and reported UnsupportedAuthStrategy).
+	unknown := valid()
+	unknown.Name += "-auth"
+	unknown.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "magic"}
+	err = e.admin.Create(e.ctx, unknown)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.auth.strategy")
+
+	// Defaults come from the schema too; a health check may be empty.
+	empty := valid()
+	empty.Name += "-empty-hc"
+	empty.Spec.HealthCheck = &v1alpha1.HealthCheck{}
+	e.create(empty)
+	assert.Equal(t, int32(30), empty.Spec.HealthCheck.PeriodSeconds)
 	p := valid()
 	p.Spec.HealthCheck = &v1alpha1.HealthCheck{Endpoint: "https://x.example/h"}
 	e.create(p)

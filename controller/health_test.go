@@ -134,3 +134,28 @@ func TestProbesToDeniedDestinationsAreRefused(t *testing.T) {
 	assert.NotContains(t, got.Status.Message, "127.0.0.1")
 	assert.Zero(t, requests.Load(), "no request reached the loopback server")
 }
+
+// A health check without an endpoint probes the provider's own endpoint;
+// with credentialsManagedExternally no token is sent, none projected.
+func TestAnEmptyHealthCheckProbesTheProvidersEndpoint(t *testing.T) {
+	srv, requests, lastAuth := recordingServer(t)
+	e := newEnv(t)
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	e.create(network)
+	e.create(e.secret("external", map[string][]byte{"token": []byte("never-sent")}))
+	p := e.provider("self-probed", network.Name, "model-a")
+	p.Spec.Endpoint = srv.URL + "/v1"
+	p.Spec.Auth = e.bearer("external", "token")
+	p.Spec.Auth.CredentialsManagedExternally = true
+	p.Spec.HealthCheck = &v1alpha1.HealthCheck{}
+	e.create(p)
+	e.startAgent(withProbesTo(srv))
+
+	e.eventually("probed", func() (bool, string) { return requests.Load() > 0, "no probe yet" })
+	assert.Empty(t, lastAuth.Load(), "externally managed: no token in probes")
+	cm, _ := e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 1 })
+	for _, c := range candidatesOf(t, cm) {
+		assert.Nil(t, c.Credential, "externally managed: no credential reference projected")
+	}
+}

@@ -247,7 +247,7 @@ func (e *env) provider(name, network string, models ...string) *v1alpha1.Inferen
 	p := &v1alpha1.InferenceProvider{
 		ObjectMeta: e.meta(name),
 		Spec: v1alpha1.InferenceProviderSpec{
-			GridNetworkRef: v1alpha1.GridNetworkReference{Name: network},
+			GridNetworkRef: network,
 			ProviderKind:   "vllm",
 			BackendKind:    "openai_compatible",
 			Endpoint:       "https://" + name + ".example",

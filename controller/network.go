@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,10 +71,10 @@ func (r *networkReconciler) setup(mgr ctrl.Manager, health <-chan event.GenericE
 
 func providerNetwork(_ context.Context, o client.Object) []reconcile.Request {
 	p, ok := o.(*v1alpha1.InferenceProvider)
-	if !ok || p.Spec.GridNetworkRef.Name == "" {
+	if !ok || p.Spec.GridNetworkRef == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.Spec.GridNetworkRef.Name}}}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.Spec.GridNetworkRef}}}
 }
 
 func (r *networkReconciler) configMapNetwork(ctx context.Context, o client.Object) []reconcile.Request {
@@ -187,6 +188,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, er
 
 // gateways lists the network's consumer gateways, each once.
 func gateways(n *v1alpha1.GridNetwork) []render.Gateway {
+	policy := sitePolicy(n.Spec.NetworkPolicy)
 	seen := map[types.NamespacedName]bool{}
 	var out []render.Gateway
 	for _, g := range n.Spec.ConsumerGateways {
@@ -199,9 +201,25 @@ func gateways(n *v1alpha1.GridNetwork) []render.Gateway {
 		if site == "" {
 			site = n.Name
 		}
-		out = append(out, render.Gateway{Name: g.Name, Namespace: g.Namespace, Site: site})
+		out = append(out, render.Gateway{Name: g.Name, Namespace: g.Namespace, Site: site, Policy: policy})
 	}
 	return out
+}
+
+// sitePolicy reads the network's networkPolicy.
+func sitePolicy(np *v1alpha1.NetworkPolicy) render.SitePolicy {
+	var p render.SitePolicy
+	if np == nil {
+		return p
+	}
+	p.OwnSiteOnly = np.DefaultAllow != nil && !*np.DefaultAllow
+	for _, d := range np.Deny {
+		if p.Denied == nil {
+			p.Denied = map[string]bool{}
+		}
+		p.Denied[d.Site] = true
+	}
+	return p
 }
 
 // assessProviders assesses every provider of the network.
@@ -514,6 +532,15 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 		ready.Status, ready.Reason = metav1.ConditionFalse, "OverlaysNotDistributed"
 		ready.Message += "; " + joinLimited(failing, 5)
 	}
+	// A field this release does not act on is said, never silently
+	// ignored: the network is not what it asks for.
+	if unsupported := unsupportedFields(network); len(unsupported) > 0 {
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonFieldNotSupported
+		ready.Message = "not supported by this release, so not in effect: " + strings.Join(unsupported, ", ") + "; " + ready.Message
+	}
+	// No SWIM membership runs yet: the network has no peers.
+	next.Phase = v1alpha1.NetworkPending
+	next.ConnectedSites, next.RemoteProviderCount = 0, 0
 	meta.SetStatusCondition(&next.Conditions, ready)
 	if equality.Semantic.DeepEqual(&network.Status, next) {
 		return nil
@@ -524,6 +551,53 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	}
 	r.metrics.statusWrites.WithLabelValues("GridNetwork").Inc()
 	return nil
+}
+
+// ReasonFieldNotSupported is the Ready condition's reason while a network
+// sets fields this release does not act on.
+const ReasonFieldNotSupported = "FieldNotSupported"
+
+// AutoDiscoverSitesLabel asks for GridSites of discovered sites.
+const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
+
+// unsupportedFields lists the paths of the fields a network sets that
+// this release does not act on yet (SWIM membership, site trust, Praxis
+// config generation). Nothing they ask to secure is done without them:
+// there is no gossip at all, and no remote site is ever routable.
+func unsupportedFields(n *v1alpha1.GridNetwork) []string {
+	var out []string
+	if len(n.Spec.Seeds) > 0 {
+		out = append(out, "spec.seeds")
+	}
+	if t := n.Spec.TLS; t != nil {
+		for path, set := range map[string]bool{
+			"spec.tls.caSecretRef":      t.CASecretRef != nil,
+			"spec.tls.caConfigMapRef":   t.CAConfigMapRef != nil,
+			"spec.tls.siteSecretRef":    t.SiteSecretRef != nil,
+			"spec.tls.swimKeySecretRef": t.SwimKeySecretRef != nil,
+		} {
+			if set {
+				out = append(out, path)
+			}
+		}
+	}
+	if n.Spec.PeerTrust != nil {
+		out = append(out, "spec.peerTrust")
+	}
+	for _, g := range n.Spec.ConsumerGateways {
+		at := fmt.Sprintf("spec.consumerGateways[%s/%s]", g.Namespace, g.Name)
+		if g.PraxisConfig != nil && g.PraxisConfig.Generate {
+			out = append(out, at+".praxisConfig.generate")
+		}
+		if len(g.ProviderHopEndpoints) > 0 {
+			out = append(out, at+".providerHopEndpoints")
+		}
+	}
+	if n.Labels[AutoDiscoverSitesLabel] == "true" {
+		out = append(out, "metadata.labels["+AutoDiscoverSitesLabel+"]")
+	}
+	slices.Sort(out)
+	return out
 }
 
 // joinLimited joins at most n items and says how many more there are, so

@@ -108,8 +108,14 @@ func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 	if period <= 0 {
 		period = 30 * time.Second
 	}
-	target := probe.Target{URL: hc.Endpoint, Origin: p.Spec.Endpoint, Period: period}
-	if auth := p.Spec.Auth; auth != nil && auth.Strategy == v1alpha1.AuthStrategyBearerToken && auth.SecretRef != nil && r.opts.watches(auth.SecretRef.Namespace) {
+	url := hc.Endpoint
+	if url == "" {
+		url = p.Spec.Endpoint // no override: the provider's own endpoint
+	}
+	target := probe.Target{URL: url, Origin: p.Spec.Endpoint, Period: period}
+	// Externally managed credentials are not Grid's to send.
+	if auth := p.Spec.Auth; auth != nil && auth.Strategy == v1alpha1.AuthStrategyBearerToken && auth.SecretRef != nil &&
+		!auth.CredentialsManagedExternally && r.opts.watches(auth.SecretRef.Namespace) {
 		target.Token = readToken(r.api, auth.SecretRef.Namespace, auth.SecretRef.Name, auth.SecretRef.Key, r.opts.ProbeSecretSelector)
 	}
 	r.prober.Ensure(ctx, p.Name, target)

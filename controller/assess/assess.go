@@ -146,6 +146,11 @@ func checkCredential(auth *v1alpha1.ProviderAuth, opts Options) (*envelope.Crede
 	if auth == nil {
 		return nil, "", "", nil
 	}
+	if auth.CredentialsManagedExternally {
+		// Authentication is managed outside Grid: the Secret is not read,
+		// the candidates carry no credential, probes send no token.
+		return nil, "", "", nil
+	}
 	if auth.Strategy != v1alpha1.AuthStrategyBearerToken {
 		return nil, ReasonUnsupportedAuthStrategy, fmt.Sprintf("auth.strategy %q is not supported (only %s)", auth.Strategy, v1alpha1.AuthStrategyBearerToken), nil
 	}
@@ -156,9 +161,6 @@ func checkCredential(auth *v1alpha1.ProviderAuth, opts Options) (*envelope.Crede
 	credential := &envelope.Credential{
 		Strategy:  v1alpha1.AuthStrategyBearerToken,
 		SecretRef: envelope.SecretRef{Name: ref.Name, Namespace: ref.Namespace, Key: ref.Key},
-	}
-	if auth.CredentialsManagedExternally {
-		return credential, "", "", nil
 	}
 	where := ref.Namespace + "/" + ref.Name
 	if opts.SecretNamespaceWatched != nil && !opts.SecretNamespaceWatched(ref.Namespace) {

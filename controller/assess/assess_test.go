@@ -28,7 +28,7 @@ func newProvider(mutate func(*v1alpha1.InferenceProvider)) *v1alpha1.InferencePr
 	p := &v1alpha1.InferenceProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: "east-provider"},
 		Spec: v1alpha1.InferenceProviderSpec{
-			GridNetworkRef: v1alpha1.GridNetworkReference{Name: "net"},
+			GridNetworkRef: "net",
 			Models:         []v1alpha1.Model{{Name: "m1"}, {Name: "m2"}},
 			Endpoint:       "https://east.example",
 		},
@@ -76,10 +76,13 @@ func TestAssess(t *testing.T) {
 			assess.Health{}, v1alpha1.ProviderUnavailable, assess.ReasonCredentialSecretValueInvalid, false},
 		{"empty value", func(p *v1alpha1.InferenceProvider) { p.Spec.Auth = bearer("empty", "token") },
 			assess.Health{}, v1alpha1.ProviderUnavailable, assess.ReasonCredentialSecretValueInvalid, false},
-		{"externally managed credentials are not checked", func(p *v1alpha1.InferenceProvider) {
+		{"externally managed credentials are neither checked nor projected", func(p *v1alpha1.InferenceProvider) {
 			p.Spec.Auth = bearer("gone", "token")
 			p.Spec.Auth.CredentialsManagedExternally = true
-		}, assess.Health{}, v1alpha1.ProviderAvailable, assess.ReasonReady, true},
+		}, assess.Health{}, v1alpha1.ProviderAvailable, assess.ReasonReady, false},
+		{"externally managed, any strategy", func(p *v1alpha1.InferenceProvider) {
+			p.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "sigv4", CredentialsManagedExternally: true}
+		}, assess.Health{}, v1alpha1.ProviderAvailable, assess.ReasonReady, false},
 		{"invalid access policy", func(p *v1alpha1.InferenceProvider) {
 			p.Spec.AccessPolicy = &v1alpha1.AccessPolicy{SiteSelector: &metav1.LabelSelector{
 				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: v1alpha1.SiteLabel, Operator: "In"}},

@@ -21,6 +21,28 @@ type Gateway struct {
 	// providers' access policies match (as the label
 	// grid.praxis.fast/site=<Site>).
 	Site string
+	// Policy is the network's site-to-site policy.
+	Policy SitePolicy
+}
+
+// SitePolicy is a network's networkPolicy. The zero value lets every site
+// connect.
+type SitePolicy struct {
+	// OwnSiteOnly: defaultAllow is false, so a gateway uses only the
+	// providers of its own site.
+	OwnSiteOnly bool
+	// Denied sites connect to nobody: their providers reach no overlay,
+	// and their gateways get an empty one.
+	Denied map[string]bool
+}
+
+// allows reports whether a gateway of site from may use a provider of
+// site to.
+func (p SitePolicy) allows(from, to string) bool {
+	if p.Denied[from] || p.Denied[to] {
+		return false
+	}
+	return !p.OwnSiteOnly || from == to
 }
 
 // Provider is what rendering needs of one InferenceProvider.
@@ -44,7 +66,8 @@ func (p Provider) Admits(gw Gateway) bool {
 }
 
 // Overlay renders the overlay of gw: one candidate per model of every
-// provider that the gateway's site may use and that is not Unavailable.
+// provider that the gateway's site may use (by the provider's access
+// policy and the network's site policy) and that is not Unavailable.
 // No candidate at all is a valid, authoritative overlay: it withdraws
 // every route.
 //
@@ -55,7 +78,7 @@ func (p Provider) Admits(gw Gateway) bool {
 func Overlay(network string, gw Gateway, providers []Provider) envelope.Overlay {
 	candidates := []envelope.Candidate{}
 	for _, p := range providers {
-		if p.Phase == v1alpha1.ProviderUnavailable || p.Phase == v1alpha1.ProviderPending || !p.Admits(gw) {
+		if p.Phase == v1alpha1.ProviderUnavailable || p.Phase == v1alpha1.ProviderPending || !p.Admits(gw) || !gw.Policy.allows(gw.Site, p.Name) {
 			continue
 		}
 		for _, model := range p.Models {

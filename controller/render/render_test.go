@@ -128,3 +128,35 @@ func TestOverlayDoesNotDependOnInputOrder(t *testing.T) {
 		require.Equal(t, first, again)
 	}
 }
+
+// The network's site policy: a denied site's providers reach no overlay
+// and its gateways get an empty one; without defaultAllow a gateway uses
+// only its own site's providers.
+func TestOverlayFollowsTheNetworksSitePolicy(t *testing.T) {
+	providers := []render.Provider{
+		provider("east", v1alpha1.ProviderAvailable, "m1"),
+		provider("west", v1alpha1.ProviderAvailable, "m1"),
+		provider("untrusted-partner", v1alpha1.ProviderAvailable, "m1"),
+	}
+	deny := render.SitePolicy{Denied: map[string]bool{"untrusted-partner": true}}
+	tests := []struct {
+		name   string
+		gw     render.Gateway
+		policy render.SitePolicy
+		want   []want
+	}{
+		{"no policy", east, render.SitePolicy{}, []want{{"m1", "east"}, {"m1", "untrusted-partner"}, {"m1", "west"}}},
+		{"a denied site's providers are left out", east, deny, []want{{"m1", "east"}, {"m1", "west"}}},
+		{"a denied site's gateway gets nothing", render.Gateway{Name: "gw", Namespace: "ns", Site: "untrusted-partner"}, deny, nil},
+		{"without defaultAllow, the own site only", east, render.SitePolicy{OwnSiteOnly: true}, []want{{"m1", "east"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gw := tt.gw
+			gw.Policy = tt.policy
+			o := render.Overlay("net", gw, providers)
+			require.NotNil(t, o.Candidates, "an empty overlay is authoritative")
+			assert.Equal(t, tt.want, names(o))
+		})
+	}
+}

@@ -91,7 +91,7 @@ func benchController(b *testing.B) {
 			provider := &v1alpha1.InferenceProvider{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-provider-%03d", network.Name, p)},
 				Spec: v1alpha1.InferenceProviderSpec{
-					GridNetworkRef: v1alpha1.GridNetworkReference{Name: network.Name},
+					GridNetworkRef: network.Name,
 					ProviderKind:   "vllm", BackendKind: "openai_compatible",
 					Endpoint: fmt.Sprintf("https://provider-%03d.example", p),
 					AccessPolicy: &v1alpha1.AccessPolicy{SiteSelector: &metav1.LabelSelector{

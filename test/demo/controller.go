@@ -156,7 +156,7 @@ func demoProvider(name, cluster string, models []string) *v1alpha1.InferenceProv
 	p := &v1alpha1.InferenceProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.InferenceProviderSpec{
-			GridNetworkRef: v1alpha1.GridNetworkReference{Name: scope.Network},
+			GridNetworkRef: scope.Network,
 			ProviderKind:   "vllm", BackendKind: "openai_compatible",
 			Endpoint: "https://" + name + ".example", ClusterName: cluster,
 		},

@@ -84,7 +84,7 @@ func TestAgentPublishesAndServesProbesStatusAndMetrics(t *testing.T) {
 	provider := &v1alpha1.InferenceProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-provider-" + s.gwNS},
 		Spec: v1alpha1.InferenceProviderSpec{
-			GridNetworkRef: v1alpha1.GridNetworkReference{Name: network.Name},
+			GridNetworkRef: network.Name,
 			ProviderKind:   "vllm", BackendKind: "openai_compatible", Endpoint: "https://p.example",
 			Models: []v1alpha1.Model{{Name: "m"}},
 		},

@@ -10,6 +10,8 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=gnet
 // +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Sites",type=integer,JSONPath=`.status.connectedSites`
 // +kubebuilder:printcolumn:name="Gateways",type=integer,JSONPath=`.status.gatewayCount`
 // +kubebuilder:printcolumn:name="Distributed",type=integer,JSONPath=`.status.distributedCount`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -22,8 +24,33 @@ type GridNetwork struct {
 	Status GridNetworkStatus `json:"status,omitempty"`
 }
 
-// GridNetworkSpec lists the gateways that consume the network's overlays.
+// GridNetworkSpec is the network: its gateways, how its sites find and
+// trust each other, and which sites may connect.
 type GridNetworkSpec struct {
+	// Seeds are SWIM addresses (host:port) of other sites to join.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=262
+	Seeds []string `json:"seeds,omitempty"`
+
+	// TLS names the grid CA, this site's certificate and the SWIM key.
+	//
+	// +optional
+	TLS *GridTLS `json:"tls,omitempty"`
+
+	// NetworkPolicy says which sites may connect at all; every site of the
+	// network may when it is absent.
+	//
+	// +optional
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+
+	// PeerTrust says how remote sites are trusted.
+	//
+	// +optional
+	PeerTrust *PeerTrust `json:"peerTrust,omitempty"`
+
 	// ConsumerGateways receive one overlay each. A gateway is identified
 	// by its name and namespace.
 	//
@@ -31,7 +58,7 @@ type GridNetworkSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	// +listMapKey=namespace
-	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:MaxItems=500
 	ConsumerGateways []ConsumerGateway `json:"consumerGateways,omitempty"`
 }
 
@@ -56,12 +83,29 @@ type ConsumerGateway struct {
 
 	// SiteName is the gateway's site (the overlay's local_site), matched by
 	// providers' access policies through the label
-	// grid.praxis.fast/site=<siteName>. Defaults to the network's name.
+	// grid.praxis.fast/site=<siteName>. A lowercase DNS label, as site
+	// names are everywhere in the Grid. Defaults to the network's name.
 	//
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	SiteName string `json:"siteName,omitempty"`
+
+	// PraxisConfig, when generate is true, renders the gateway's whole
+	// Praxis config into a ConfigMap.
+	//
+	// +optional
+	PraxisConfig *PraxisConfig `json:"praxisConfig,omitempty"`
+
+	// ProviderHopEndpoints are the mutual-TLS endpoints an embedded
+	// gateway may send provider-hop context to.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=cluster
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:XValidation:rule="has(self.transport) && self.transport.mode == 'mutual_tls' && has(self.transport.sni) && self.transport.sni.size() > 0",message="a provider-hop endpoint needs transport.mode mutual_tls and a nonblank sni"
+	ProviderHopEndpoints []ClusterEndpoint `json:"providerHopEndpoints,omitempty"`
 }
 
 // OverlayPhase says where a gateway's overlay stands.
@@ -79,12 +123,52 @@ const (
 	OverlayError OverlayPhase = "Error"
 )
 
-// GridNetworkStatus reports the overlay of every consumer gateway.
+// NetworkPhase is the network's membership state.
+//
+// +kubebuilder:validation:Enum=Pending;Initializing;Active;Degraded
+type NetworkPhase string
+
+const (
+	// NetworkPending: no SWIM membership runs for the network.
+	NetworkPending NetworkPhase = "Pending"
+	// NetworkInitializing: membership started, no peer yet.
+	NetworkInitializing NetworkPhase = "Initializing"
+	// NetworkActive: at least one peer is alive.
+	NetworkActive NetworkPhase = "Active"
+	// NetworkDegraded: peers are known but all suspect or dead.
+	NetworkDegraded NetworkPhase = "Degraded"
+)
+
+// GridNetworkStatus reports the network's membership and the overlay of
+// every consumer gateway.
 type GridNetworkStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	//
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is the network's membership state.
+	//
+	// +optional
+	Phase NetworkPhase `json:"phase,omitempty"`
+	// ConnectedSites counts the alive remote sites.
+	//
+	// +optional
+	ConnectedSites int32 `json:"connectedSites"`
+	// RemoteProviderCount counts this network's provider records from
+	// other sites.
+	//
+	// +optional
+	RemoteProviderCount int32 `json:"remoteProviderCount"`
+
+	// PraxisConfigStatus has one entry per gateway whose Praxis config is
+	// generated.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=gatewayName
+	// +listMapKey=namespace
+	PraxisConfigStatus []PraxisConfigStatus `json:"praxisConfigStatus,omitempty"`
 
 	// GatewayCount and DistributedCount summarise OverlayStatus.
 	//

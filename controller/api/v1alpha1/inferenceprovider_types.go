@@ -15,7 +15,7 @@ const SiteLabel = "grid.praxis.fast/site"
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=iprov
 // +kubebuilder:subresource:status
-// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.gridNetworkRef.name`
+// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.gridNetworkRef`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -29,10 +29,13 @@ type InferenceProvider struct {
 
 // InferenceProviderSpec describes the provider.
 type InferenceProviderSpec struct {
-	// GridNetworkRef names the GridNetwork this provider serves.
+	// GridNetworkRef names the GridNetwork this provider serves (a name,
+	// as in the Grid reference: gridNetworkRef: production).
 	//
 	// +required
-	GridNetworkRef GridNetworkReference `json:"gridNetworkRef"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	GridNetworkRef string `json:"gridNetworkRef"`
 
 	// ProviderKind is what runs the provider (for example vllm, openai).
 	//
@@ -92,14 +95,6 @@ type InferenceProviderSpec struct {
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
 }
 
-// GridNetworkReference names a GridNetwork.
-type GridNetworkReference struct {
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	Name string `json:"name"`
-}
-
 // Model is a model the provider serves.
 type Model struct {
 	// +required
@@ -110,20 +105,20 @@ type Model struct {
 }
 
 // AuthStrategyBearerToken sends a token from a Secret as a bearer token.
-// It is the only strategy this controller supports.
+// It is the only strategy this controller supports; the others of the
+// Grid reference are accepted and reported UnsupportedAuthStrategy.
 const AuthStrategyBearerToken = "bearer_token"
 
 // ProviderAuth is the provider's authentication. Only a reference to the
 // credential leaves the Secret: the overlay carries the reference, the
 // gateway reads the token itself.
 type ProviderAuth struct {
-	// Strategy is bearer_token. Other values are kept, so that a newer
-	// strategy is reported as unsupported rather than refused.
+	// Strategy is one of the Grid reference's strategies; only
+	// bearer_token is implemented, the others make the provider
+	// Unavailable with reason UnsupportedAuthStrategy.
 	//
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9_]*$`
+	// +kubebuilder:validation:Enum=bearer_token;api_key;custom;mtls_only;oauth2;service_account;sigv4
 	Strategy string `json:"strategy"`
 
 	// SecretRef locates the token; required for bearer_token.
@@ -131,10 +126,9 @@ type ProviderAuth struct {
 	// +optional
 	SecretRef *SecretKeyReference `json:"secretRef,omitempty"`
 
-	// CredentialsManagedExternally says the Secret is provisioned outside
-	// this cluster's view (for example by the gateway's own tooling): the
-	// controller does not check it, and the candidate still carries the
-	// reference.
+	// CredentialsManagedExternally says authentication is managed outside
+	// Grid: the controller neither reads the Secret, nor puts a credential
+	// reference into the candidates, nor sends a token in health probes.
 	//
 	// +optional
 	CredentialsManagedExternally bool `json:"credentialsManagedExternally,omitempty"`
@@ -159,14 +153,16 @@ type AccessPolicy struct {
 	SiteSelector *metav1.LabelSelector `json:"siteSelector,omitempty"`
 }
 
-// HealthCheck is an HTTP probe of the provider.
+// HealthCheck is an HTTP probe of the provider. Every field is optional:
+// an empty healthCheck probes the provider's endpoint every 30 s.
 type HealthCheck struct {
-	// Endpoint is the URL probed with GET; a 2xx answer is healthy.
+	// Endpoint is the URL probed with GET, when it is not the provider's
+	// own endpoint; a 2xx answer is healthy.
 	//
-	// +required
+	// +optional
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https?://[^\s/?#]+([/?#]\S*)?$`
-	Endpoint string `json:"endpoint"`
+	Endpoint string `json:"endpoint,omitempty"`
 
 	// PeriodSeconds between probes.
 	//

@@ -14,6 +14,7 @@ func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&GridNetwork{}, &GridNetworkList{},
 		&InferenceProvider{}, &InferenceProviderList{},
+		&GridSite{}, &GridSiteList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -1,0 +1,362 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// The shapes below are the Grid reference's. Parts of them are honoured by
+// releases to come (SWIM membership, site trust, Praxis config
+// generation); until then a network that sets them says so in its Ready
+// condition (reason FieldNotSupported, naming the fields), and nothing
+// they ask to secure is done without them.
+
+// GridTLS names the network's trust material.
+type GridTLS struct {
+	// CASecretRef is the grid CA (tls.crt, tls.key).
+	//
+	// +optional
+	CASecretRef *NamespacedName `json:"caSecretRef,omitempty"`
+	// CAConfigMapRef is the grid CA's public certificate, for sites that
+	// do not hold its key.
+	//
+	// +optional
+	CAConfigMapRef *NamespacedKeyRef `json:"caConfigMapRef,omitempty"`
+	// SiteSecretRef is this site's certificate (tls.crt, tls.key,
+	// ca.crt).
+	//
+	// +optional
+	SiteSecretRef *NamespacedName `json:"siteSecretRef,omitempty"`
+	// SwimKeySecretRef is the 32-byte key that encrypts SWIM gossip.
+	//
+	// +optional
+	SwimKeySecretRef *NamespacedKeyRef `json:"swimKeySecretRef,omitempty"`
+}
+
+// NamespacedName names an object in a namespace.
+type NamespacedName struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+}
+
+// NamespacedKeyRef names a key of an object in a namespace.
+type NamespacedKeyRef struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// Key within the object; each reference documents its default.
+	//
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// NetworkPolicy controls which sites may connect at all.
+type NetworkPolicy struct {
+	// DefaultAllow lets every site of the network connect; when false,
+	// a gateway uses only its own site's providers.
+	//
+	// +optional
+	// +kubebuilder:default=true
+	DefaultAllow *bool `json:"defaultAllow,omitempty"`
+	// Deny lists sites that may not connect: their providers reach no
+	// overlay, and their gateways get an empty one.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=site
+	// +kubebuilder:validation:MaxItems=1000
+	Deny []SiteRef `json:"deny,omitempty"`
+}
+
+// SiteRef names a site.
+type SiteRef struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Site string `json:"site"`
+}
+
+// PeerTrust says how remote sites are trusted.
+type PeerTrust struct {
+	// Mode pinned trusts a site whose GridSite pins its certificate;
+	// spiffe trusts any site the grid CA signed.
+	//
+	// +optional
+	// +kubebuilder:default=pinned
+	// +kubebuilder:validation:Enum=pinned;spiffe
+	Mode string `json:"mode,omitempty"`
+}
+
+// PraxisConfig is the opt-in generation of a gateway's Praxis config.
+type PraxisConfig struct {
+	// +optional
+	Generate bool `json:"generate,omitempty"`
+	// +optional
+	// +kubebuilder:default=praxis-consumer-config
+	// +kubebuilder:validation:MaxLength=253
+	ConfigMapName string `json:"configMapName,omitempty"`
+	// +optional
+	// +kubebuilder:default=8080
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ListenerPort int32 `json:"listenerPort,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=cluster
+	// +kubebuilder:validation:MaxItems=128
+	ClusterEndpoints []ClusterEndpoint `json:"clusterEndpoints,omitempty"`
+	// +optional
+	DeriveTopology *DeriveTopology `json:"deriveTopology,omitempty"`
+	// +optional
+	EnableProjectedCredentials bool `json:"enableProjectedCredentials,omitempty"`
+	// +optional
+	SupportsProjectedCredentials bool `json:"supportsProjectedCredentials,omitempty"`
+	// +optional
+	// +kubebuilder:default=/run/secrets/grid-credentials
+	CredentialMountPath string `json:"credentialMountPath,omitempty"`
+	// +optional
+	// +kubebuilder:default=/etc/praxis/tls
+	TLSCertMountPath string `json:"tlsCertMountPath,omitempty"`
+	// Telemetry adds process-level OTLP settings to the generated config.
+	//
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Telemetry *runtime.RawExtension `json:"telemetry,omitempty"`
+	// MountReconciliation delegates the gateway Deployment's Secret mounts.
+	//
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	MountReconciliation *runtime.RawExtension `json:"mountReconciliation,omitempty"`
+}
+
+// ClusterEndpoint is where a load_balancer cluster is reached.
+type ClusterEndpoint struct {
+	// Cluster is a candidate's cluster name.
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Cluster string `json:"cluster"`
+	// Address is host:port.
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=262
+	Address string `json:"address"`
+	// Transport is required when a config is rendered: a missing one
+	// fails closed (MissingTransport).
+	//
+	// +optional
+	Transport *EndpointTransport `json:"transport,omitempty"`
+}
+
+// EndpointTransport is an endpoint's transport security.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode == 'tls' || !has(self.caSecretRef)",message="caSecretRef is only valid for tls transport"
+type EndpointTransport struct {
+	// +required
+	// +kubebuilder:validation:Enum=mutual_tls;tls;plaintext
+	Mode string `json:"mode"`
+	// SNI is required for mutual_tls and tls.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SNI *string `json:"sni,omitempty"`
+	// CASecretRef is a CA bundle Secret in the gateway's namespace.
+	//
+	// +optional
+	CASecretRef *LocalSecretKeyRef `json:"caSecretRef,omitempty"`
+}
+
+// LocalSecretKeyRef is a key of a Secret in the gateway's namespace.
+type LocalSecretKeyRef struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// +optional
+	// +kubebuilder:default=ca.crt
+	// +kubebuilder:validation:MinLength=1
+	Key string `json:"key,omitempty"`
+}
+
+// DeriveTopology fills endpoints from the named providers' declarations.
+type DeriveTopology struct {
+	// FromProviders are routing identities (clusterName, else name).
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MaxLength=253
+	FromProviders []string `json:"fromProviders,omitempty"`
+	// Transport is the trust of every derived endpoint; its mode is tls.
+	//
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.mode == 'tls'",message="deriveTopology.transport.mode must be tls"
+	Transport *EndpointTransport `json:"transport,omitempty"`
+}
+
+// PraxisConfigStatus is the generated Praxis config of one gateway.
+type PraxisConfigStatus struct {
+	GatewayName string `json:"gatewayName"`
+	Namespace   string `json:"namespace"`
+	// +optional
+	ConfigMapName string `json:"configMapName,omitempty"`
+	// +kubebuilder:validation:Enum=Rendered;Error;Disabled
+	Phase string `json:"phase"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// GridSite is a remote site of a Grid network. It is discovered over SWIM
+// gossip; it becomes routable (Active) only after its gateway passed a
+// mutual-TLS probe against the grid CA, its server name and a pinned
+// certificate. A departed site is kept: it is evidence.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.gridNetworkRef`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type GridSite struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   GridSiteSpec   `json:"spec,omitempty"`
+	Status GridSiteStatus `json:"status,omitempty"`
+}
+
+// GridSiteSpec is how to reach and trust a remote site.
+type GridSiteSpec struct {
+	// GridNetworkRef names the site's GridNetwork.
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	GridNetworkRef string `json:"gridNetworkRef"`
+	// +optional
+	GatewayEndpoint *GatewayEndpoint `json:"gatewayEndpoint,omitempty"`
+	// +optional
+	Trust *SiteTrust `json:"trust,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Region string `json:"region,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Zone string `json:"zone,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	SovereigntyZone string `json:"sovereigntyZone,omitempty"`
+}
+
+// GatewayEndpoint is the site's data-plane gateway.
+type GatewayEndpoint struct {
+	// Address is host:port, from gossip for a discovered site.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=262
+	Address string `json:"address,omitempty"`
+	// +optional
+	TLS *GatewayTLS `json:"tls,omitempty"`
+}
+
+// GatewayTLS is how the gateway is verified.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Plaintext' || !has(self.serverName)",message="serverName must be absent for Plaintext"
+type GatewayTLS struct {
+	// +optional
+	// +kubebuilder:default=Mutual
+	// +kubebuilder:validation:Enum=Mutual;Plaintext
+	Mode string `json:"mode,omitempty"`
+	// ServerName is the DNS SAN the gateway's certificate must carry.
+	//
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// SiteTrust pins the site's gateway certificate.
+type SiteTrust struct {
+	// CanonicalFingerprints are sha256 digests of the leaf's DER: the
+	// current one, and the next during a rotation.
+	//
+	// +optional
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:Pattern=`^[0-9a-f]{64}$`
+	CanonicalFingerprints []string `json:"canonicalFingerprints,omitempty"`
+}
+
+// SitePhase is where a remote site stands.
+//
+// +kubebuilder:validation:Enum=Pending;Discovered;Connecting;Active;Unreachable;Left
+type SitePhase string
+
+// GridSiteStatus is what is known of the site.
+type GridSiteStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	Phase SitePhase `json:"phase,omitempty"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// PublicCertPem is the site's public certificate as gossiped, after a
+	// structural check; it is not trusted for that.
+	//
+	// +optional
+	PublicCertPem string `json:"publicCertPem,omitempty"`
+	// +optional
+	Capabilities *SiteCapabilities `json:"capabilities,omitempty"`
+	// +optional
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+	// +optional
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SiteCapabilities are the broad capability classes a site offers.
+type SiteCapabilities struct {
+	// +optional
+	Inference bool `json:"inference,omitempty"`
+	// +optional
+	AgentTools bool `json:"agentTools,omitempty"`
+	// +optional
+	AgentToAgent bool `json:"agentToAgent,omitempty"`
+}
+
+// GridSiteList is a list of GridSites.
+//
+// +kubebuilder:object:root=true
+type GridSiteList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GridSite `json:"items"`
+}

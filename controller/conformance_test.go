@@ -1,0 +1,71 @@
+package controller_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// A network that asks for what this release does not do says so in its
+// Ready condition, naming every such field, instead of running as if it
+// had not asked; its overlays are still delivered, and nothing is
+// gossiped (there is no membership at all: phase Pending).
+func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
+	e := newEnv(t)
+	gw := e.gateway("edge", "east")
+	gw.PraxisConfig = &v1alpha1.PraxisConfig{Generate: true}
+	network := e.network(gw)
+	network.Spec.Seeds = []string{"127.0.0.1:7946"}
+	network.Spec.TLS = &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: e.credNS}}
+	e.create(network)
+	e.create(e.provider("east", network.Name, "model-a"))
+	e.startAgent()
+
+	e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 1 })
+	var got v1alpha1.GridNetwork
+	e.eventually("FieldNotSupported", func() (bool, string) {
+		require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &got))
+		c := meta.FindStatusCondition(got.Status.Conditions, "Ready")
+		if c == nil {
+			return false, "no Ready condition"
+		}
+		return c.Reason == controller.ReasonFieldNotSupported, c.Reason + ": " + c.Message
+	})
+	ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
+	assert.Equal(t, "False", string(ready.Status))
+	for _, path := range []string{"spec.seeds", "spec.tls.swimKeySecretRef", "spec.consumerGateways[" + e.gwNS + "/edge].praxisConfig.generate"} {
+		assert.Contains(t, ready.Message, path)
+	}
+	assert.Equal(t, v1alpha1.NetworkPending, got.Status.Phase)
+	assert.Zero(t, got.Status.ConnectedSites)
+}
+
+// networkPolicy is honoured: a denied site's providers reach no overlay,
+// and a denied site's gateway gets an authoritative empty overlay.
+func TestNetworkPolicyDeniesSites(t *testing.T) {
+	e := newEnv(t)
+	east := e.gateway("edge-east", "east")
+	partnerProvider := e.provider("partner", "", "model-p")
+	partnerSite := partnerProvider.Name // a provider is a site of the network
+	partnerGateway := e.gateway("edge-partner", partnerSite)
+	network := e.network(east, partnerGateway)
+	network.Spec.NetworkPolicy = &v1alpha1.NetworkPolicy{Deny: []v1alpha1.SiteRef{{Site: partnerSite}}}
+	e.create(network)
+	partnerProvider.Spec.GridNetworkRef = network.Name
+	e.create(partnerProvider)
+	e.create(e.provider("trusted", network.Name, "model-t"))
+	e.startAgent()
+
+	cm, _ := e.overlayOf(network, east, func(r envelope.Result) bool { return r.CandidateCount == 1 })
+	for _, c := range candidatesOf(t, cm) {
+		assert.NotEqual(t, partnerSite, c.Site, "a denied site's provider reaches no overlay")
+	}
+	e.overlayOf(network, partnerGateway, func(r envelope.Result) bool { return r.CandidateCount == 0 })
+}
