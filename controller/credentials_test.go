@@ -49,7 +49,7 @@ func TestCredentialProblemsMakeTheProviderUnavailableAndTokensNeverLeak(t *testi
 	cm, _ := e.overlayOf(network, gw, withCandidates(2))
 	assert.Equal(t, v1alpha1.ProviderAvailable, got.Status.Phase)
 
-	update(e, p, func(p *v1alpha1.InferenceProvider) { p.Spec.Auth.Strategy = "mtls" })
+	update(e, p, func(p *v1alpha1.InferenceProvider) { p.Spec.Auth.Strategy = "mtls_only" })
 	e.providerPhase(p, v1alpha1.ProviderUnavailable, "UnsupportedAuthStrategy")
 	update(e, p, func(p *v1alpha1.InferenceProvider) {
 		p.Spec.Auth.Strategy = "bearer_token"

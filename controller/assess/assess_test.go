@@ -58,7 +58,7 @@ func TestAssess(t *testing.T) {
 		{"no auth", nil, assess.Health{}, v1alpha1.ProviderAvailable, assess.ReasonReady, false},
 		{"verified bearer token", func(p *v1alpha1.InferenceProvider) { p.Spec.Auth = bearer("good", "token") },
 			assess.Health{}, v1alpha1.ProviderAvailable, assess.ReasonReady, true},
-		{"unsupported strategy", func(p *v1alpha1.InferenceProvider) { p.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "mtls"} },
+		{"unsupported strategy", func(p *v1alpha1.InferenceProvider) { p.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "mtls_only"} },
 			assess.Health{}, v1alpha1.ProviderUnavailable, assess.ReasonUnsupportedAuthStrategy, false},
 		{"bearer token without a reference", func(p *v1alpha1.InferenceProvider) { p.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "bearer_token"} },
 			assess.Health{}, v1alpha1.ProviderUnavailable, assess.ReasonCredentialSecretRefInvalid, false},

@@ -29,13 +29,13 @@ func TestAWatchRequestThatIsNeverAnsweredIsNoticed(t *testing.T) {
 	r.waitStatus(t, "unconfirmed while watches are held", func(st overlaysync.Status) bool {
 		return st.DegradedReason == overlaysync.ReasonSourceUnconfirmed && st.State == overlaysync.StateReadyDegraded
 	})
+	require.Eventually(t, func() bool { return proxy.Held.Load() > 0 }, 10*time.Second, 10*time.Millisecond, "a watch request is held")
 	second, secondRevision := g.envelopeFor(2)
 	g.putEnvelope(second)
 	st := r.waitStatus(t, "update delivered although every watch is held", func(st overlaysync.Status) bool {
 		return st.WrittenRevision == secondRevision
 	})
 	assert.Equal(t, string(second), readOutput(t, g.output()))
-	assert.Positive(t, proxy.Held.Load())
 	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_restarts_total", "reason", "idle"))
 	assert.True(t, st.Ready, "the last-known-good keeps serving")
 

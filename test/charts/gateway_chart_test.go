@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
@@ -43,8 +44,8 @@ var gatewayCases = []valueCase{
 	{name: "sidecar", release: "praxis", namespace: "gw-sidecar", values: func() map[string]any {
 		v := sidecarValues(nil)
 		v["config"] = map[string]any{"existingConfigMap": "praxis-config"}
-		v["tls"] = map[string]any{"enabled": true, "secretName": "praxis-tls"}
-		v["credentials"] = []map[string]string{{"secretName": "east-token", "mountPath": "/var/run/praxis/credentials/east"}}
+		v["tls"] = map[string]any{"enabled": true, "existingSecret": "praxis-tls"}
+		v["credentials"] = []map[string]any{{"name": "east-token", "mountPath": "/var/run/praxis/credentials/east"}}
 		return v
 	}()},
 	{name: "native-sidecar", release: "praxis", namespace: "gw-native", values: sidecarValues(map[string]any{"native": true, "expireAfter": "5m"})},
@@ -104,7 +105,7 @@ func TestGatewayChartWiresTheSyncContainersAndKeepsTheGatewayTokenless(t *testin
 			var gateway corev1.Container
 			var sync []corev1.Container
 			for _, ctr := range append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...) {
-				if ctr.Name == "gateway" {
+				if ctr.Name == "praxis" {
 					gateway = ctr
 				} else {
 					sync = append(sync, ctr)
@@ -224,6 +225,9 @@ func TestGatewayChartRefusesValuesOutsideItsSchema(t *testing.T) {
 		"unknown sidecar value":       {"overlay": map[string]any{"sidecar": map[string]any{"expectedNetwrok": "n"}}},
 		"expire-after not a duration": {"overlay": map[string]any{"sidecar": map[string]any{"expireAfter": "soon"}}},
 		"disk-backed medium typo":     {"overlay": map[string]any{"sidecar": map[string]any{"volume": map[string]any{"medium": "memory"}}}},
+		"a typo at the top level":     {"typoField": true},
+		"a typo in an upstream key":   {"service": map[string]any{"prot": 8080}},
+		"an invalid digest":           {"image": map[string]any{"digest": "invalid"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := runHelm(t, values, "template", "x", chartDir(gatewayChart), "--kube-version", kubeVersion)
@@ -288,4 +292,159 @@ func TestGatewayChartShipsAlertsAndADashboard(t *testing.T) {
 		"grid_overlay_sync_validation_failures_total", "gridsync_identity_not_after_timestamp_seconds"} {
 		assert.Contains(t, joined, metric)
 	}
+}
+
+// upstreamCase loads a values file written in the shape of the upstream
+// chart's CI and example values.
+func upstreamCase(t *testing.T, name string) valueCase {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "upstream-values", name+".yaml"))
+	require.NoError(t, err)
+	values := map[string]any{}
+	require.NoError(t, sigsyaml.Unmarshal(data, &values))
+	return valueCase{name: "upstream-" + name, release: "grid", namespace: "gw-upstream-" + name, values: values}
+}
+
+func containerNamed(t *testing.T, pod corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	for _, c := range append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...) {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %s", name)
+	return corev1.Container{}
+}
+
+func volumeNamed(t *testing.T, pod corev1.PodSpec, name string) corev1.Volume {
+	t.Helper()
+	for _, v := range pod.Volumes {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("no volume %s", name)
+	return corev1.Volume{}
+}
+
+func mountOf(c corev1.Container, volume string) *corev1.VolumeMount {
+	for _, m := range c.VolumeMounts {
+		if m.Name == volume {
+			return &m
+		}
+	}
+	return nil
+}
+
+// Values written for the upstream chart render, lint, apply, and every key
+// takes effect as it does there.
+func TestGatewayChartTakesTheUpstreamChartsValues(t *testing.T) {
+	c := adminClient(t)
+	for _, name := range []string{"provider-gateway", "consumer-gateway", "upstream-sidecar", "hardened"} {
+		t.Run(name, func(t *testing.T) {
+			vc := upstreamCase(t, name)
+			lint(t, gatewayChart, vc)
+			rendered := render(t, gatewayChart, vc)
+			checkGolden(t, gatewayChart, vc.name, rendered)
+			applyRendered(t, c, vc, rendered)
+		})
+	}
+
+	t.Run("provider-gateway", func(t *testing.T) {
+		rendered := render(t, gatewayChart, upstreamCase(t, "provider-gateway"))
+		pod := deploymentOf(t, rendered).Spec.Template.Spec
+		praxis := containerNamed(t, pod, "praxis")
+		assert.Equal(t, "ghcr.io/praxis-proxy/grid-ai-rollup:v0.1.3", praxis.Image)
+		assert.Equal(t, []string{"--config", "/etc/praxis/praxis.yaml"}, praxis.Args)
+		require.Len(t, praxis.Ports, 1)
+		assert.Equal(t, corev1.ContainerPort{Name: "https", ContainerPort: 8443, Protocol: corev1.ProtocolTCP}, praxis.Ports[0])
+		assert.Equal(t, "provider-tls", volumeNamed(t, pod, "tls").Secret.SecretName)
+		assert.Equal(t, "/etc/praxis/tls", mountOf(praxis, "tls").MountPath)
+		secondary := volumeNamed(t, pod, "credential-secondary-credential").Secret
+		assert.Equal(t, "secondary-credential", secondary.SecretName)
+		require.NotNil(t, secondary.Optional)
+		assert.True(t, *secondary.Optional)
+		assert.Equal(t, "/etc/praxis/credentials/inference", mountOf(praxis, "credential-inference-credential").MountPath)
+		assert.Equal(t, "/etc/praxis", mountOf(praxis, "config").MountPath)
+		assert.Equal(t, "praxis.yaml", volumeNamed(t, pod, "config").ConfigMap.Items[0].Path)
+		assert.NotNil(t, praxis.ReadinessProbe)
+		assert.NotNil(t, praxis.LivenessProbe)
+		svc := ofKind(objects(t, rendered), "Service")
+		require.Len(t, svc, 1)
+		ports, _, _ := unstructured.NestedSlice(svc[0].Object, "spec", "ports")
+		assert.EqualValues(t, 8443, ports[0].(map[string]any)["port"])
+		assert.Equal(t, "https", ports[0].(map[string]any)["targetPort"])
+	})
+
+	t.Run("consumer-gateway", func(t *testing.T) {
+		rendered := render(t, gatewayChart, upstreamCase(t, "consumer-gateway"))
+		pod := deploymentOf(t, rendered).Spec.Template.Spec
+		praxis := containerNamed(t, pod, "praxis")
+		overlay := volumeNamed(t, pod, "routing-overlay").ConfigMap
+		assert.Equal(t, "grid-overlay-production-consumer-gateway", overlay.Name)
+		assert.Len(t, overlay.Items, 2, "the upstream default items")
+		m := mountOf(praxis, "routing-overlay")
+		assert.Equal(t, "/etc/praxis/routing", m.MountPath, "where Praxis configs read the overlay")
+		assert.Empty(t, m.SubPath)
+		svc := ofKind(objects(t, rendered), "Service")[0]
+		ip, _, _ := unstructured.NestedString(svc.Object, "spec", "loadBalancerIP")
+		assert.Equal(t, "192.0.2.10", ip)
+	})
+
+	t.Run("upstream-sidecar", func(t *testing.T) {
+		rendered := render(t, gatewayChart, upstreamCase(t, "upstream-sidecar"))
+		d := deploymentOf(t, rendered)
+		pod := d.Spec.Template.Spec
+		assert.Equal(t, "ghcr.io/gridsync/gridsync-sidecar:0.1.0", containerNamed(t, pod, "overlay-sync").Image, "an empty tag takes gridsync's release")
+		labels := d.Spec.Template.Labels
+		assert.Equal(t, "edge-gateway", labels["app.kubernetes.io/name"], "the selector label wins over podLabels")
+		assert.Equal(t, "edge", labels["tier"])
+		assert.Equal(t, "inference", labels["team"], "commonLabels")
+		assert.NotContains(t, labels, "helm.sh/chart", "no chart version in the pod template")
+		assert.NotContains(t, labels, "app.kubernetes.io/version")
+		for _, o := range objects(t, rendered) {
+			assert.Equal(t, "inference", o.GetLabels()["team"], "commonLabels on %s %s", o.GetKind(), o.GetName())
+		}
+		assert.Equal(t, "true", d.Spec.Template.Annotations["example.com/scrape"])
+	})
+
+	t.Run("hardened", func(t *testing.T) {
+		rendered := render(t, gatewayChart, upstreamCase(t, "hardened"))
+		pod := deploymentOf(t, rendered).Spec.Template.Spec
+		praxis := containerNamed(t, pod, "praxis")
+		assert.Equal(t, "registry.example.com/praxis@sha256:0000000000000000000000000000000000000000000000000000000000000000", praxis.Image)
+		assert.Nil(t, praxis.ReadinessProbe, "null disables")
+		assert.Nil(t, praxis.LivenessProbe)
+		assert.Equal(t, []string{"--config", "/etc/praxis/praxis.yaml", "--log-format=json"}, praxis.Args)
+		require.NotNil(t, pod.SecurityContext.RunAsUser)
+		assert.Equal(t, int64(1000680000), *pod.SecurityContext.RunAsUser)
+		assert.True(t, *pod.SecurityContext.RunAsNonRoot)
+		assert.Empty(t, ofKind(objects(t, rendered), "Service"), "service.enabled false")
+		for _, p := range ofKind(objects(t, rendered), "Pod") {
+			t.Errorf("a helm test pod without a Service to test: %s", p.GetName())
+		}
+	})
+
+	t.Run("no user forced by default", func(t *testing.T) {
+		pod := deploymentOf(t, render(t, gatewayChart, gatewayCases[5])).Spec.Template.Spec
+		assert.Nil(t, pod.SecurityContext.RunAsUser)
+		assert.Nil(t, pod.SecurityContext.FSGroup)
+	})
+}
+
+// The upstream chart's helm test is kept: the Service accepts connections.
+func TestGatewayChartKeepsTheUpstreamConnectivityTest(t *testing.T) {
+	var found bool
+	for _, o := range ofKind(objects(t, render(t, gatewayChart, upstreamCase(t, "provider-gateway"))), "Pod") {
+		if o.GetAnnotations()["helm.sh/hook"] != "test" {
+			continue
+		}
+		var pod corev1.Pod
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.UnstructuredContent(), &pod))
+		if pod.Spec.Containers[0].Name == "connectivity-check" {
+			found = true
+			assert.Contains(t, strings.Join(pod.Spec.Containers[0].Command, " "), "nc -z -w5 provider-gateway 8443")
+		}
+	}
+	assert.True(t, found)
 }

@@ -20,11 +20,41 @@ app.kubernetes.io/name: {{ include "praxis-gateway.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Labels of every object: commonLabels, then the chart's own (which win). */}}
 {{- define "praxis-gateway.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "praxis-gateway.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- $own := dict
+  "helm.sh/chart" (printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-")
+  "app.kubernetes.io/version" .Chart.AppVersion
+  "app.kubernetes.io/managed-by" .Release.Service -}}
+{{- $labels := mustMergeOverwrite (dict) (.Values.commonLabels | default dict) $own (include "praxis-gateway.selectorLabels" . | fromYaml) -}}
+{{- toYaml $labels -}}
+{{- end -}}
+
+{{/*
+The pod template's labels: podLabels and commonLabels, then the selector
+labels, which cannot be overridden. One map, so no key is written twice,
+and no chart version, so that a chart upgrade alone does not roll the pods.
+*/}}
+{{- define "praxis-gateway.podLabels" -}}
+{{- $labels := mustMergeOverwrite (dict) (.Values.commonLabels | default dict) (.Values.podLabels | default dict) (include "praxis-gateway.selectorLabels" . | fromYaml) -}}
+{{- toYaml $labels -}}
+{{- end -}}
+
+{{/* The gateway's image: the digest when set, else the tag. */}}
+{{- define "praxis-gateway.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* gridsync's release that this chart was tested with. */}}
+{{- define "praxis-gateway.gridsyncVersion" -}}0.1.0{{- end -}}
+
+{{/* The sidecar's image: its tag, else gridsync's tested release. */}}
+{{- define "praxis-gateway.syncImage" -}}
+{{- printf "%s:%s" .Values.overlay.sidecar.image.repository (.Values.overlay.sidecar.image.tag | default (include "praxis-gateway.gridsyncVersion" .)) -}}
 {{- end -}}
 
 {{/* The gateway's name in its GridNetwork (the overlay's scope.gateway). */}}

@@ -6,7 +6,7 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
 {{- $root := .root -}}
 {{- $v := $root.Values.overlay.sidecar -}}
 - name: {{ if eq .kind "init" }}overlay-init{{ else }}overlay-sync{{ end }}
-  image: "{{ $v.image.repository }}:{{ $v.image.tag }}"
+  image: {{ include "praxis-gateway.syncImage" $root | quote }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
   {{- if eq .kind "init" }}
   command: ["/usr/local/bin/gridsync-init"]
