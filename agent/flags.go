@@ -33,6 +33,8 @@ type config struct {
 	logLevel                slog.Level
 	probeDestinations       probe.Destinations
 	probeSecretSelector     labels.Selector
+	resyncPeriod            time.Duration
+	deleteOrphans           bool
 }
 
 // parseFlags parses args; the environment (GRIDSYNC_AGENT_<FLAG>, and
@@ -54,7 +56,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	if electionNamespace == "" {
 		electionNamespace = "grid-system"
 	}
-	namespaces := fs.String("namespaces", "", "comma-separated namespaces where gateways run: ConfigMaps are published and credential Secrets read only there (empty: every namespace)"+note("namespaces"))
+	namespaces := fs.String("namespaces", "", "comma-separated namespaces where gateways run and credential Secrets live: ConfigMaps are published and Secrets read only there (empty: every namespace the RBAC allows)"+note("namespaces"))
+	fs.DurationVar(&c.resyncPeriod, "resync-period", 300*time.Second, "reconcile everything this often: Secrets and ConfigMaps are not watched, so a rotated Secret or a hand edit is noticed within it"+note("resync-period"))
+	fs.BoolVar(&c.deleteOrphans, "delete-orphaned-overlays", false, "delete the overlay ConfigMap of a removed gateway or deleted network (needs the delete verb) instead of publishing an empty overlay there"+note("delete-orphaned-overlays"))
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file for out-of-cluster use (default: in-cluster, then $KUBECONFIG)")
 	fs.StringVar(&c.healthAddr, "health-addr", ":8081", "address of /livez, /readyz, /status and /metrics"+note("health-addr"))
 	fs.BoolVar(&c.leaderElect, "leader-elect", true, "run as one of several replicas, one active at a time"+note("leader-elect"))
@@ -93,6 +97,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 		if c.probeSecretSelector, err = labels.Parse(*probeSelector); err != nil {
 			return nil, envflag.UsageError(fs, "--probe-secret-selector: %v", err)
 		}
+	}
+	if c.resyncPeriod < 10*time.Second {
+		return nil, envflag.UsageError(fs, "--resync-period must be at least 10s, got %s", c.resyncPeriod)
 	}
 	if c.apiQPS <= 0 || c.apiBurst <= 0 {
 		return nil, envflag.UsageError(fs, "--kube-api-qps and --kube-api-burst must be positive")

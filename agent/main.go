@@ -79,12 +79,17 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	health.RegisterBuildInfo(reg, binary, version)
 	mgr, err := controller.NewManager(restConfig, controller.ManagerOptions{
 		Options: controller.Options{
-			Namespaces:          cfg.namespaces,
-			ProducerVersion:     version,
-			Registerer:          reg,
-			Logger:              log,
-			ProbeDestinations:   cfg.probeDestinations,
-			ProbeSecretSelector: cfg.probeSecretSelector,
+			Namespaces:             cfg.namespaces,
+			ProducerVersion:        version,
+			Registerer:             reg,
+			Logger:                 log,
+			ProbeDestinations:      cfg.probeDestinations,
+			ProbeSecretSelector:    cfg.probeSecretSelector,
+			ResyncPeriod:           cfg.resyncPeriod,
+			DeleteOrphanedOverlays: cfg.deleteOrphans,
+			// Events of the cluster-scoped Grid objects land where the
+			// Lease lives: the agent's own namespace.
+			EventNamespace: cfg.leaderElectionNamespace,
 		},
 		LeaderElection:          cfg.leaderElect,
 		LeaderElectionNamespace: cfg.leaderElectionNamespace,

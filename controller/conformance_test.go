@@ -1,10 +1,12 @@
 package controller_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,4 +70,32 @@ func TestNetworkPolicyDeniesSites(t *testing.T) {
 		assert.NotEqual(t, partnerSite, c.Site, "a denied site's provider reaches no overlay")
 	}
 	e.overlayOf(network, partnerGateway, func(r envelope.Result) bool { return r.CandidateCount == 0 })
+}
+
+// Phase changes are Kubernetes Events in the agent's namespace (the Grid
+// objects are cluster-scoped), never carrying a Secret's value.
+func TestPhaseChangesAreRecordedAsEvents(t *testing.T) {
+	e := newEnv(t)
+	network := e.network(e.gateway("edge", "east"))
+	e.create(network)
+	p := e.provider("evented", network.Name, "model-a")
+	p.Spec.Auth = e.bearer("absent", "token")
+	e.create(p)
+	e.startAgent()
+	e.providerPhase(p, v1alpha1.ProviderUnavailable, "CredentialSecretMissing")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(e.logs.String())
+		}
+	})
+	e.eventually("an Event for the provider's phase", func() (bool, string) {
+		var events corev1.EventList
+		require.NoError(t, e.admin.List(e.ctx, &events, client.InNamespace(e.agentNS)))
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Kind == "InferenceProvider" && ev.InvolvedObject.Name == p.Name {
+				return ev.Reason == "CredentialSecretMissing" && ev.Type == corev1.EventTypeWarning, ev.Reason
+			}
+		}
+		return false, fmt.Sprintf("%d events, none for %s", len(events.Items), p.Name)
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -35,7 +36,6 @@ import (
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
-	"github.com/gridsync/gridsync/shared/envelope"
 )
 
 // DefaultProducer is the managed-by label value and the envelope's
@@ -66,7 +66,25 @@ type Options struct {
 	// labels before its value is sent in a health probe. Nil sends the
 	// credential of every provider whose probe may carry it.
 	ProbeSecretSelector labels.Selector
+
+	// ResyncPeriod re-reconciles every network and provider this often
+	// (jittered by up to a tenth): the agent does not watch Secrets or
+	// ConfigMaps (least privilege: it only gets them), so a rotated or
+	// deleted Secret, or a hand edit of an overlay, is noticed within it.
+	// 0 means DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+	// DeleteOrphanedOverlays deletes the overlay ConfigMap of a removed
+	// gateway or a deleted network (the delete verb is then needed).
+	// Off, the default, publishes an authoritative empty overlay there
+	// instead (its routes are withdrawn) and marks it orphaned.
+	DeleteOrphanedOverlays bool
+	// EventNamespace receives the Events of the cluster-scoped Grid
+	// objects: the agent's own namespace. Empty: no Events.
+	EventNamespace string
 }
+
+// DefaultResyncPeriod is how often everything is reconciled anyway.
+const DefaultResyncPeriod = 300 * time.Second
 
 func (o Options) withDefaults() Options {
 	if o.Producer == "" {
@@ -81,83 +99,56 @@ func (o Options) withDefaults() Options {
 	if o.Registerer == nil {
 		o.Registerer = prometheus.NewRegistry()
 	}
+	if o.ResyncPeriod <= 0 {
+		o.ResyncPeriod = DefaultResyncPeriod
+	}
 	return o
+}
+
+// resync is the next periodic reconcile, jittered so that a thousand
+// objects do not come due together.
+func (o Options) resync() reconcile.Result {
+	return reconcile.Result{RequeueAfter: o.ResyncPeriod + rand.N(o.ResyncPeriod/10+1)}
 }
 
 func (o Options) watches(namespace string) bool {
 	return len(o.Namespaces) == 0 || slices.Contains(o.Namespaces, namespace)
 }
 
-// CacheOptions is the cache the controller needs from its manager: only
-// the ConfigMaps it manages, and Secrets reduced to their shape (see
-// secretShape), both limited to Options.Namespaces.
+// CacheOptions is the cache the controller needs from its manager: the
+// cluster-scoped Grid resources only. ConfigMaps and Secrets are never
+// cached, listed or watched: the agent gets the ones it names.
 func CacheOptions(opts Options) cache.Options {
-	opts = opts.withDefaults()
-	c := cache.Options{
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{envelope.LabelManagedBy: opts.Producer})},
-			&corev1.Secret{}:    {Transform: secretShape},
-		},
-		DefaultTransform: cache.TransformStripManagedFields(),
-	}
-	if len(opts.Namespaces) > 0 {
-		c.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range opts.Namespaces {
-			c.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
-	return c
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 }
 
-// Field indexes of InferenceProviders.
-const (
-	indexNetwork = "spec.gridNetworkRef"
-	indexSecret  = "spec.auth.secretRef"
-	// indexOverlay indexes GridNetworks by the namespace/name of every
-	// overlay ConfigMap their gateways map to: a network refused a name
-	// that another holds is woken when that ConfigMap goes.
-	indexOverlay = "overlayConfigMaps"
-)
+// uncached are read straight from the API server by the manager's client,
+// so that a Get never starts an informer (a list and a watch).
+var uncached = []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}
+
+// Field index of InferenceProviders.
+const indexNetwork = "spec.gridNetworkRef"
 
 // Setup registers the reconcilers, indexes and health probes with mgr,
-// whose cache must have been built with CacheOptions.
+// which must use CacheOptions and a client that does not cache uncached.
 func Setup(mgr manager.Manager, opts Options) error {
 	opts = opts.withDefaults()
 	metrics, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return err
 	}
-	indexer := mgr.GetFieldIndexer()
 	ctx := context.Background()
-	if err := indexer.IndexField(ctx, &v1alpha1.InferenceProvider{}, indexNetwork, func(o client.Object) []string {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.InferenceProvider{}, indexNetwork, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.InferenceProvider).Spec.GridNetworkRef}
 	}); err != nil {
 		return fmt.Errorf("index providers by network: %w", err)
-	}
-	if err := indexer.IndexField(ctx, &v1alpha1.InferenceProvider{}, indexSecret, func(o client.Object) []string {
-		if key := secretKey(o.(*v1alpha1.InferenceProvider)); key != "" {
-			return []string{key}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index providers by Secret: %w", err)
-	}
-	if err := indexer.IndexField(ctx, &v1alpha1.GridNetwork{}, indexOverlay, func(o client.Object) []string {
-		n := o.(*v1alpha1.GridNetwork)
-		var keys []string
-		for _, gw := range gateways(n) {
-			keys = append(keys, gw.Namespace+"/"+envelope.ConfigMapName(n.Name, gw.Name))
-		}
-		return keys
-	}); err != nil {
-		return fmt.Errorf("index networks by overlay ConfigMap: %w", err)
 	}
 
 	// Ask for every informer the reconcilers watch now, not when they
 	// start: caches run on every replica, so a standby is warm when it
 	// wins the election and reconciles at once, and /readyz (cache
 	// synced) covers all of them.
-	for _, obj := range []client.Object{&v1alpha1.GridNetwork{}, &v1alpha1.InferenceProvider{}, &corev1.ConfigMap{}, &corev1.Secret{}} {
+	for _, obj := range []client.Object{&v1alpha1.GridNetwork{}, &v1alpha1.InferenceProvider{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
 		}
@@ -188,6 +179,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 		metrics:  metrics,
 		prober:   prober,
 		lifetime: life,
+		events:   eventWriter{client: mgr.GetClient(), namespace: opts.EventNamespace, component: opts.Producer, logger: opts.Logger},
 	}
 	if err := (&networkReconciler{common: shared}).setup(mgr, toNetworks); err != nil {
 		return err
@@ -203,6 +195,7 @@ type common struct {
 	metrics  *metrics
 	prober   *probe.Prober
 	lifetime *lifetime
+	events   eventWriter
 }
 
 // retryConflicts turns a write conflict (the cache had not yet seen the
@@ -214,15 +207,6 @@ func retryConflicts(err error) (reconcile.Result, error) {
 		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
 	}
 	return reconcile.Result{}, err
-}
-
-// secretKey is "namespace/name" of a provider's credential Secret.
-func secretKey(p *v1alpha1.InferenceProvider) string {
-	if p.Spec.Auth == nil || p.Spec.Auth.SecretRef == nil {
-		return ""
-	}
-	ref := p.Spec.Auth.SecretRef
-	return ref.Namespace + "/" + ref.Name
 }
 
 // lifetime is the context the manager runs the leader's work in; probe

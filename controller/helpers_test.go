@@ -163,7 +163,11 @@ func (e *env) startAgent(opts ...agentOption) *agent {
 		Options: controller.Options{
 			Namespaces:      []string{e.gwNS, e.credNS},
 			ProducerVersion: "test",
-			Logger:          slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			// Secrets and ConfigMaps are not watched: tests see their
+			// changes at a short resync.
+			ResyncPeriod:   2 * time.Second,
+			EventNamespace: e.agentNS,
+			Logger:         slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		},
 		LeaderElection:          true,
 		LeaderElectionNamespace: e.agentNS,

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,9 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/test/controlplane"
 )
 
 // The loop closed: a provider change becomes a new revision, which a
@@ -88,7 +92,39 @@ func TestDeletingTheLastProviderPublishesTheEmptyOverlay(t *testing.T) {
 	assert.Equal(t, res.Revision, cm.Annotations[envelope.AnnotationRevision])
 }
 
-func TestConfigMapsOfRemovedGatewaysAndNetworksAreDeletedAndOthersLeftAlone(t *testing.T) {
+// orphaned waits until a ConfigMap holds an authoritative empty overlay
+// marked orphaned: its gateway routes nowhere.
+func (e *env) orphaned(key client.ObjectKey) {
+	e.t.Helper()
+	e.eventually("withdrawn "+key.String(), func() (bool, string) {
+		var cm corev1.ConfigMap
+		if err := e.admin.Get(e.ctx, key, &cm); err != nil {
+			return false, err.Error()
+		}
+		res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return res.CandidateCount == 0 && cm.Annotations[controller.AnnotationOrphaned] == "true",
+			fmt.Sprintf("%d candidates, annotations %v", res.CandidateCount, cm.Annotations)
+	})
+}
+
+// gone waits until a network has been deleted for good (its finalizer
+// removed).
+func (e *env) gone(network *v1alpha1.GridNetwork) {
+	e.t.Helper()
+	e.eventually("network "+network.Name+" gone", func() (bool, string) {
+		err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &v1alpha1.GridNetwork{})
+		return apierrors.IsNotFound(err), "still there"
+	})
+}
+
+// The agent never lists ConfigMaps: a removed gateway's overlay, and a
+// deleted network's, are withdrawn (an authoritative empty overlay, marked
+// orphaned, so the gateway routes nowhere), the network held by a
+// finalizer until they are. Nothing else is touched.
+func TestOverlaysOfRemovedGatewaysAndNetworksAreWithdrawnAndOthersLeftAlone(t *testing.T) {
 	e := newEnv(t)
 	a, b := e.gateway("edge-a", "east"), e.gateway("edge-b", "east")
 	network := e.network(a, b)
@@ -107,57 +143,68 @@ func TestConfigMapsOfRemovedGatewaysAndNetworksAreDeletedAndOthersLeftAlone(t *t
 	e.create(unrelated)
 
 	e.startAgent()
-	cmA, _ := e.overlayOf(network, a, anyRevision)
-	e.overlayOf(network, b, anyRevision)
+	cmA, _ := e.overlayOf(network, a, func(r envelope.Result) bool { return r.CandidateCount == 1 })
+	cmB, _ := e.overlayOf(network, b, func(r envelope.Result) bool { return r.CandidateCount == 1 })
 
-	// A hand edit of a managed ConfigMap is put back.
+	// A hand edit of a managed ConfigMap is put back at the next resync.
 	update(e, cmA, func(cm *corev1.ConfigMap) { cm.Data[envelope.DataKeyEnvelope] = "{}" })
-	e.overlayOf(network, a, anyRevision)
+	e.overlayOf(network, a, func(r envelope.Result) bool { return r.CandidateCount == 1 })
 
 	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.ConsumerGateways = []v1alpha1.ConsumerGateway{a, c} })
-	e.eventually("gateway b's ConfigMap deleted", func() (bool, string) {
-		err := e.admin.Get(e.ctx, client.ObjectKey{Namespace: e.gwNS, Name: envelope.ConfigMapName(network.Name, b.Name)}, &corev1.ConfigMap{})
-		return apierrors.IsNotFound(err), "still there"
-	})
-	var got v1alpha1.GridNetwork
-	e.eventually("gateway c refused", func() (bool, string) {
-		require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &got))
-		for _, s := range got.Status.OverlayStatus {
-			if s.GatewayName == c.Name {
-				return s.Phase == v1alpha1.OverlayError && s.Reason == "ConfigMapNotOwned", s.Reason
-			}
-		}
-		return false, "no entry"
-	})
+	e.orphaned(client.ObjectKeyFromObject(cmB))
+	e.gatewayStatus(network, c.Name, func(s v1alpha1.GatewayOverlayStatus) bool { return s.Reason == controller.ReasonConfigMapNotOwned })
 
 	require.NoError(t, e.admin.Delete(e.ctx, network))
-	e.eventually("gateway a's ConfigMap deleted with the network", func() (bool, string) {
-		err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(cmA), &corev1.ConfigMap{})
-		return apierrors.IsNotFound(err), "still there"
-	})
-	time.Sleep(500 * time.Millisecond) // give a wrong delete the chance to happen
+	e.orphaned(client.ObjectKeyFromObject(cmA))
+	e.gone(network)
 	var stillForeign, stillUnrelated corev1.ConfigMap
 	require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(foreign), &stillForeign))
 	assert.Equal(t, foreign.Data, stillForeign.Data)
 	assert.Empty(t, stillForeign.Labels)
 	require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(unrelated), &stillUnrelated))
+	assert.Empty(t, stillUnrelated.Annotations)
 }
 
-// ConfigMaps of a network deleted while no agent ran are removed when an
-// agent starts (upstream leaks them).
-func TestConfigMapsOfANetworkDeletedWhileTheAgentWasDownAreRemoved(t *testing.T) {
+// A network deleted while no agent ran waits for one (its finalizer), and
+// its overlays are withdrawn when an agent starts (upstream leaks them).
+func TestOverlaysOfANetworkDeletedWhileTheAgentWasDownAreWithdrawn(t *testing.T) {
 	e := newEnv(t)
 	gw := e.gateway("edge", "east")
 	network := e.network(gw)
 	e.create(network)
+	e.create(e.provider("p", network.Name, "m"))
 	first := e.startAgent()
-	cm, _ := e.overlayOf(network, gw, anyRevision)
+	cm, _ := e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 1 })
 	first.stop()
 
 	require.NoError(t, e.admin.Delete(e.ctx, network))
+	time.Sleep(time.Second)
+	require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &v1alpha1.GridNetwork{}), "held by its finalizer")
 	e.startAgent()
-	e.eventually("orphaned ConfigMap deleted", func() (bool, string) {
-		err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{})
-		return apierrors.IsNotFound(err), "still there"
-	})
+	e.orphaned(client.ObjectKeyFromObject(cm))
+	e.gone(network)
+}
+
+// Deleting orphaned overlays is an opt-in, with the delete verb granted
+// for it.
+func TestDeletingOrphanedOverlaysIsOptIn(t *testing.T) {
+	e := newEnv(t)
+	require.NoError(t, cp.Grant(e.ctx, e.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-delete", e.gwNS, rbac.NamespaceRules(true)))
+	a, b := e.gateway("edge-a", "east"), e.gateway("edge-b", "east")
+	network := e.network(a, b)
+	e.create(network)
+	e.startAgent(func(o *controller.ManagerOptions) { o.DeleteOrphanedOverlays = true })
+	cmA, _ := e.overlayOf(network, a, anyRevision)
+	cmB, _ := e.overlayOf(network, b, anyRevision)
+	deleted := func(cm *corev1.ConfigMap) {
+		e.eventually("deleted "+cm.Name, func() (bool, string) {
+			err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{})
+			return apierrors.IsNotFound(err), "still there"
+		})
+	}
+	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.ConsumerGateways = []v1alpha1.ConsumerGateway{a} })
+	deleted(cmB)
+	require.NoError(t, e.admin.Delete(e.ctx, network))
+	deleted(cmA)
+	e.gone(network)
 }

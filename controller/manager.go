@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -57,6 +59,7 @@ func NewManager(cfg *rest.Config, mo ManagerOptions) (manager.Manager, error) {
 	mgrOpts := manager.Options{
 		Scheme:                        scheme,
 		Cache:                         CacheOptions(opts),
+		Client:                        client.Options{Cache: &client.CacheOptions{DisableFor: uncached}},
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                mo.LeaderElection,

@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -60,11 +61,9 @@ func (r *networkReconciler) setup(mgr ctrl.Manager, health <-chan event.GenericE
 		// moves (the map function sees both objects of an update).
 		Watches(&v1alpha1.InferenceProvider{}, handler.EnqueueRequestsFromMapFunc(providerNetwork),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		// A managed ConfigMap changed or deleted by anyone is put back; at
-		// start, the initial list brings every network that still has
-		// ConfigMaps, so those of networks deleted meanwhile are removed.
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.configMapNetwork)).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretNetworks)).
+		// ConfigMaps and Secrets are not watched (the agent only gets
+		// them): a hand edit, a rotated Secret or a freed ConfigMap name is
+		// noticed at the periodic resync.
 		WatchesRawSource(source.Channel(health, handler.EnqueueRequestsFromMapFunc(r.providerByName))).
 		Complete(r)
 }
@@ -75,41 +74,6 @@ func providerNetwork(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.Spec.GridNetworkRef}}}
-}
-
-func (r *networkReconciler) configMapNetwork(ctx context.Context, o client.Object) []reconcile.Request {
-	if o.GetLabels()[envelope.LabelManagedBy] != r.opts.Producer {
-		return nil
-	}
-	var out []reconcile.Request
-	holder := o.GetLabels()[envelope.LabelNetwork]
-	if holder != "" {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: holder}})
-	}
-	// Other networks whose gateways map to the same name (refused while
-	// the holder has it) get their turn when it changes or goes.
-	var claims v1alpha1.GridNetworkList
-	if err := r.client.List(ctx, &claims, client.MatchingFields{indexOverlay: o.GetNamespace() + "/" + o.GetName()}); err == nil {
-		for _, n := range claims.Items {
-			if n.Name != holder {
-				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
-			}
-		}
-	}
-	return out
-}
-
-func (r *networkReconciler) secretNetworks(ctx context.Context, o client.Object) []reconcile.Request {
-	var providers v1alpha1.InferenceProviderList
-	if err := r.client.List(ctx, &providers, client.MatchingFields{indexSecret: o.GetNamespace() + "/" + o.GetName()}); err != nil {
-		r.opts.Logger.Error("list_providers_failed", "error", err)
-		return nil
-	}
-	var out []reconcile.Request
-	for i := range providers.Items {
-		out = append(out, providerNetwork(ctx, &providers.Items[i])...)
-	}
-	return out
 }
 
 // providerByName maps a health event (which names the provider only) to
@@ -130,7 +94,10 @@ func (r *networkReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	// controller benchmark) need to see how long a network takes.
 	r.opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount,
 		"duration_ms", float64(time.Since(start).Microseconds())/1000, "error", errString(err))
-	return retryConflicts(err)
+	if err != nil {
+		return retryConflicts(err)
+	}
+	return r.opts.resync(), nil
 }
 
 func errString(err error) string {
@@ -146,13 +113,23 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, er
 	var network v1alpha1.GridNetwork
 	err := r.client.Get(ctx, types.NamespacedName{Name: name}, &network)
 	if apierrors.IsNotFound(err) {
-		return 0, r.deleteOverlays(ctx, name, nil)
+		return 0, nil // its overlays were withdrawn before the finalizer went
 	}
 	if err != nil {
 		return 0, err
 	}
 	if !network.DeletionTimestamp.IsZero() {
-		return 0, nil // garbage: the NotFound pass removes the ConfigMaps
+		return 0, r.finalize(ctx, &network)
+	}
+	// Without listing ConfigMaps the agent finds a deleted network's
+	// overlays only from the network itself: the finalizer keeps it until
+	// they are withdrawn.
+	if !controllerutil.ContainsFinalizer(&network, overlaysFinalizer) {
+		orig := network.DeepCopy()
+		controllerutil.AddFinalizer(&network, overlaysFinalizer)
+		if err := r.client.Patch(ctx, &network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return 0, fmt.Errorf("add finalizer to GridNetwork %s: %w", name, err)
+		}
 	}
 
 	providers, err := r.assessProviders(ctx, network.Name)
@@ -164,21 +141,27 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, er
 	for _, s := range network.Status.OverlayStatus {
 		previous[types.NamespacedName{Namespace: s.Namespace, Name: s.GatewayName}] = s
 	}
-	keep := map[types.NamespacedName]bool{}
 	var statuses []v1alpha1.GatewayOverlayStatus
 	var firstErr error
 	gws := gateways(&network)
 	for _, gw := range gws {
-		key := types.NamespacedName{Namespace: gw.Namespace, Name: envelope.ConfigMapName(network.Name, gw.Name)}
-		keep[key] = true
-		st, err := r.publish(ctx, &network, gw, providers, previous[types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}])
+		gwKey := types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}
+		st, err := r.publish(ctx, &network, gw, providers, previous[gwKey])
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
 		statuses = append(statuses, st)
+		delete(previous, gwKey)
 	}
-	if err := r.deleteOverlays(ctx, network.Name, keep); err != nil && firstErr == nil {
-		firstErr = err
+	// What is left of the previous status are gateways removed from the
+	// network: their overlays are withdrawn (or deleted, when asked).
+	for _, prev := range previous {
+		if err := r.withdraw(ctx, network.Name, prev.GatewayName, prev.Namespace); err != nil {
+			statuses = append(statuses, prev) // kept, so that it is tried again
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
 	}
 	if err := r.writeStatus(ctx, &network, statuses); err != nil && firstErr == nil {
 		firstErr = err
@@ -229,12 +212,13 @@ func (r *networkReconciler) assessProviders(ctx context.Context, network string)
 		return nil, fmt.Errorf("list providers of %s: %w", network, err)
 	}
 	out := make([]render.Provider, 0, len(list.Items))
+	secrets := newSecretReader(ctx, r.client) // each Secret read once per reconcile
 	for i := range list.Items {
 		p := &list.Items[i]
 		if !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		v, err := r.assess(ctx, p)
+		v, err := r.assess(p, secrets)
 		if err != nil {
 			return nil, err
 		}
@@ -243,9 +227,9 @@ func (r *networkReconciler) assessProviders(ctx context.Context, network string)
 	return out, nil
 }
 
-func (c *common) assess(ctx context.Context, p *v1alpha1.InferenceProvider) (assess.Verdict, error) {
+func (c *common) assess(p *v1alpha1.InferenceProvider, secrets assess.Secrets) (assess.Verdict, error) {
 	return assess.Assess(p, assess.Options{
-		Secrets:                cachedSecrets{ctx: ctx, reader: c.client},
+		Secrets:                secrets,
 		SecretNamespaceWatched: c.opts.watches,
 		Health:                 c.prober.Health(p.Name),
 	})
@@ -296,15 +280,19 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 
 	labels, annotations := r.overlayMetadata(network.Name, gw.Name, revision)
 	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
+	// Read straight from the API server: the agent neither lists nor
+	// watches ConfigMaps, it gets the ones it names.
 	var current corev1.ConfigMap
 	err = r.client.Get(ctx, key, &current)
-	var stored envelope.Result
-	var held bool
 	var adopt *corev1.ConfigMap // written by the Grid operator: taken over
-	if err == nil {
-		stored, held = holds(&current, labels, annotations, scope, revision, bare)
-	}
-	if err == nil {
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fail(ReasonPublishFailed, err.Error()), err
+	case current.Labels[envelope.LabelManagedBy] != r.opts.Producer && !adoptable(&current):
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		return fail(ReasonConfigMapNotOwned, fmt.Sprintf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.opts.Producer)), nil
+	default:
 		if holder, ok := claimedByAnother(&current, network.Name, gw.Name); ok {
 			// The first claim keeps the name; refusing here, every time,
 			// is what keeps the two networks from rewriting it in turn.
@@ -312,34 +300,17 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 			return fail(ReasonConfigMapNameConflict, fmt.Sprintf("ConfigMap %s is held by %s; network %s gateway %s maps to the same name: rename one of the two",
 				key, holder, network.Name, gw.Name)), nil
 		}
-	}
-	switch {
-	case held:
-		r.metrics.publishes.WithLabelValues(publishUnchanged).Inc()
-		st.ConfigMapResourceVersion = current.ResourceVersion
-		st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(stored.Provenance.RenderedAt))
-		st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
-		return st, nil
-	case apierrors.IsNotFound(err):
-		// Not in the cache of managed ConfigMaps: one that is not ours may
-		// hold the name, and is never taken over.
-		var other corev1.ConfigMap
-		switch err := r.api.Get(ctx, key, &other); {
-		case err == nil && !adoptable(&other):
-			r.metrics.publishes.WithLabelValues(publishRefused).Inc()
-			return fail(ReasonConfigMapNotOwned, fmt.Sprintf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.opts.Producer)), nil
-		case err == nil:
-			if holder, ok := claimedByAnother(&other, network.Name, gw.Name); ok {
-				r.metrics.publishes.WithLabelValues(publishRefused).Inc()
-				return fail(ReasonConfigMapNameConflict, fmt.Sprintf("ConfigMap %s is held by %s; network %s gateway %s maps to the same name: rename one of the two",
-					key, holder, network.Name, gw.Name)), nil
-			}
-			adopt = &other
-		case !apierrors.IsNotFound(err):
-			return fail(ReasonPublishFailed, err.Error()), err
+		if current.Labels[envelope.LabelManagedBy] != r.opts.Producer {
+			adopt = &current
+			break
 		}
-	case err != nil:
-		return fail(ReasonPublishFailed, err.Error()), err
+		if stored, held := holds(&current, labels, annotations, scope, revision, bare); held {
+			r.metrics.publishes.WithLabelValues(publishUnchanged).Inc()
+			st.ConfigMapResourceVersion = current.ResourceVersion
+			st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(stored.Provenance.RenderedAt))
+			st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
+			return st, nil
+		}
 	}
 
 	apply := corev1ac.ConfigMap(name, gw.Namespace).
@@ -402,6 +373,9 @@ func holds(cm *corev1.ConfigMap, labels, annotations map[string]string, scope en
 // removed by hand names nobody and is put back. The Grid operator's older
 // labels count too.
 func claimedByAnother(cm *corev1.ConfigMap, network, gateway string) (string, bool) {
+	if cm.Annotations[AnnotationOrphaned] == "true" {
+		return "", false // its network let it go
+	}
 	for _, prefix := range []string{"", envelope.LegacyPrefix} {
 		n, g := cm.Labels[envelope.LabelNetwork], cm.Labels[envelope.LabelGateway]
 		if prefix != "" {
@@ -479,36 +453,95 @@ func keepRenderedAt(prev v1alpha1.GatewayOverlayStatus, revision string, rendere
 	return &t
 }
 
-// deleteOverlays deletes the network's managed ConfigMaps that are not in
-// keep (all of them when keep is nil).
-func (r *networkReconciler) deleteOverlays(ctx context.Context, network string, keep map[types.NamespacedName]bool) error {
-	var list corev1.ConfigMapList
-	if err := r.client.List(ctx, &list, client.MatchingLabels{
-		envelope.LabelManagedBy: r.opts.Producer,
-		envelope.LabelNetwork:   network,
-	}); err != nil {
-		return fmt.Errorf("list ConfigMaps of %s: %w", network, err)
+// overlaysFinalizer holds a deleted GridNetwork until its overlays are
+// withdrawn.
+const overlaysFinalizer = "grid.praxis.fast/overlays"
+
+// AnnotationOrphaned marks an overlay ConfigMap whose gateway left its
+// network, or whose network was deleted: it holds an authoritative empty
+// overlay, so that its gateway routes nowhere, and another network may
+// claim its name.
+const AnnotationOrphaned = "grid.praxis.fast/orphaned"
+
+// finalize withdraws the overlays of a network being deleted, then lets
+// it go.
+func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.GridNetwork) error {
+	if !controllerutil.ContainsFinalizer(network, overlaysFinalizer) {
+		return nil
 	}
-	var firstErr error
-	for i := range list.Items {
-		cm := &list.Items[i]
-		if keep[types.NamespacedName{Namespace: cm.Namespace, Name: cm.Name}] {
-			continue
+	for _, s := range network.Status.OverlayStatus {
+		if err := r.withdraw(ctx, network.Name, s.GatewayName, s.Namespace); err != nil {
+			return err
 		}
-		// The precondition makes sure the object deleted is the one the
-		// cache showed as ours.
-		err := r.client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID})
+	}
+	orig := network.DeepCopy()
+	controllerutil.RemoveFinalizer(network, overlaysFinalizer)
+	if err := r.client.Patch(ctx, network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("remove finalizer from GridNetwork %s: %w", network.Name, err)
+	}
+	r.opts.Logger.Info("network_finalized", "network", network.Name, "gateways", len(network.Status.OverlayStatus))
+	return nil
+}
+
+// withdraw ends the overlay of a gateway that left network: by default an
+// authoritative empty overlay (the sidecar accepts it and the gateway's
+// routes are withdrawn) marked orphaned; with DeleteOrphanedOverlays the
+// ConfigMap is deleted (which the sidecar treats as an outage, keeping the
+// last routes). Only a ConfigMap this agent manages for that network and
+// gateway is touched.
+func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, namespace string) error {
+	key := types.NamespacedName{Namespace: namespace, Name: envelope.ConfigMapName(network, gateway)}
+	var cm corev1.ConfigMap
+	switch err := r.client.Get(ctx, key, &cm); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get ConfigMap %s: %w", key, err)
+	}
+	if cm.Labels[envelope.LabelManagedBy] != r.opts.Producer || cm.Labels[envelope.LabelNetwork] != network || cm.Labels[envelope.LabelGateway] != gateway {
+		return nil // not this gateway's: another network holds the name now
+	}
+	if r.opts.DeleteOrphanedOverlays {
+		err := r.client.Delete(ctx, &cm, client.Preconditions{UID: &cm.UID})
 		if err != nil && !apierrors.IsNotFound(err) {
 			r.metrics.publishes.WithLabelValues(publishFailed).Inc()
-			if firstErr == nil {
-				firstErr = fmt.Errorf("delete ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
-			}
-			continue
+			return fmt.Errorf("delete ConfigMap %s: %w", key, err)
 		}
 		r.metrics.publishes.WithLabelValues(publishDeleted).Inc()
-		r.opts.Logger.Info("overlay_deleted", "network", network, "namespace", cm.Namespace, "config_map", cm.Name)
+		r.opts.Logger.Info("overlay_deleted", "network", network, "gateway", gateway, "namespace", namespace, "config_map", key.Name)
+		return nil
 	}
-	return firstErr
+	// The scope the gateway's sidecar expects is the stored envelope's.
+	stored, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{})
+	scope := stored.Scope
+	if err != nil {
+		scope = envelope.Scope{Network: network, Gateway: gateway, Namespace: namespace, LocalSite: network}
+	}
+	if err == nil && stored.CandidateCount == 0 && cm.Annotations[AnnotationOrphaned] == "true" {
+		return nil // withdrawn already
+	}
+	empty := envelope.Overlay{Network: scope.Network, LocalSite: scope.LocalSite, Candidates: []envelope.Candidate{}}
+	doc, revision, err := envelope.Build(empty, scope, envelope.Provenance{
+		Producer: r.opts.Producer, ProducerVersion: r.opts.ProducerVersion, SourceName: network, RenderedAt: r.opts.Now(),
+	})
+	if err != nil {
+		return err
+	}
+	bare, err := envelope.BareOverlay(empty)
+	if err != nil {
+		return err
+	}
+	labels, annotations := r.overlayMetadata(network, gateway, revision)
+	annotations[AnnotationOrphaned] = "true"
+	apply := corev1ac.ConfigMap(key.Name, namespace).WithLabels(labels).WithAnnotations(annotations).
+		WithData(map[string]string{envelope.DataKeyEnvelope: string(doc), envelope.DataKeyBare: string(bare)})
+	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+		r.metrics.publishes.WithLabelValues(publishFailed).Inc()
+		return fmt.Errorf("withdraw ConfigMap %s: %w", key, err)
+	}
+	r.metrics.publishes.WithLabelValues(publishApplied).Inc()
+	r.opts.Logger.Info("overlay_withdrawn", "network", network, "gateway", gateway, "namespace", namespace, "config_map", key.Name, "revision", revision)
+	return nil
 }
 
 // writeStatus writes the network's status when it differs.
@@ -541,13 +574,23 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	// No SWIM membership runs yet: the network has no peers.
 	next.Phase = v1alpha1.NetworkPending
 	next.ConnectedSites, next.RemoteProviderCount = 0, 0
+	before := meta.FindStatusCondition(network.Status.Conditions, "Ready")
+	changed := before == nil || before.Status != ready.Status || before.Reason != ready.Reason
 	meta.SetStatusCondition(&next.Conditions, ready)
 	if equality.Semantic.DeepEqual(&network.Status, next) {
 		return nil
 	}
+	orig := network.DeepCopy()
 	network.Status = *next
-	if err := r.client.Status().Update(ctx, network); err != nil {
-		return fmt.Errorf("update status of GridNetwork %s: %w", network.Name, err)
+	if err := r.client.Status().Patch(ctx, network, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("patch status of GridNetwork %s: %w", network.Name, err)
+	}
+	if changed {
+		eventType := corev1.EventTypeNormal
+		if ready.Status != metav1.ConditionTrue {
+			eventType = corev1.EventTypeWarning
+		}
+		r.events.record(ctx, network, "GridNetwork", eventType, ready.Reason, ready.Message)
 	}
 	r.metrics.statusWrites.WithLabelValues("GridNetwork").Inc()
 	return nil

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,22 +31,10 @@ func (r *providerReconciler) setup(mgr ctrl.Manager, health <-chan event.Generic
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("inferenceprovider").
 		For(&v1alpha1.InferenceProvider{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretProviders)).
+		// Secrets are not watched (the agent only gets them): a rotated
+		// or deleted one is noticed at the periodic resync.
 		WatchesRawSource(source.Channel(health, &handler.EnqueueRequestForObject{})).
 		Complete(r)
-}
-
-func (r *providerReconciler) secretProviders(ctx context.Context, o client.Object) []reconcile.Request {
-	var providers v1alpha1.InferenceProviderList
-	if err := r.client.List(ctx, &providers, client.MatchingFields{indexSecret: o.GetNamespace() + "/" + o.GetName()}); err != nil {
-		r.opts.Logger.Error("list_providers_failed", "error", err)
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(providers.Items))
-	for _, p := range providers.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-	}
-	return out
 }
 
 // Reconcile keeps the provider's health probe running and reports its
@@ -66,7 +53,7 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, err
 	}
 
-	v, err := r.assess(ctx, &p)
+	v, err := r.assess(&p, newSecretReader(ctx, r.client))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -80,17 +67,23 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	}
 	meta.SetStatusCondition(&next.Conditions, ready)
 	if equality.Semantic.DeepEqual(&p.Status, next) {
-		return reconcile.Result{}, nil
+		return r.opts.resync(), nil
 	}
+	orig := p.DeepCopy()
 	p.Status = *next
-	if err := r.client.Status().Update(ctx, &p); err != nil {
-		return retryConflicts(fmt.Errorf("update status of InferenceProvider %s: %w", p.Name, err))
+	if err := r.client.Status().Patch(ctx, &p, client.MergeFrom(orig)); err != nil {
+		return retryConflicts(fmt.Errorf("patch status of InferenceProvider %s: %w", p.Name, err))
 	}
 	r.metrics.statusWrites.WithLabelValues("InferenceProvider").Inc()
 	if before != v.Phase {
 		r.opts.Logger.Info("provider_phase", "provider", p.Name, "phase", v.Phase, "reason", v.Reason)
+		eventType := corev1.EventTypeNormal
+		if v.Phase != v1alpha1.ProviderAvailable {
+			eventType = corev1.EventTypeWarning
+		}
+		r.events.record(ctx, &p, "InferenceProvider", eventType, v.Reason, v.Message)
 	}
-	return reconcile.Result{}, nil
+	return r.opts.resync(), nil
 }
 
 // ensureProbe starts, updates or stops the provider's health probe.

@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,60 +14,46 @@ import (
 	"github.com/gridsync/gridsync/controller/probe"
 )
 
-// A Secret in the controller's cache keeps its keys, each with one of
-// these markers instead of its value: the cache never holds a token.
-const (
-	usableValue   = "1"
-	unusableValue = "0"
-)
-
-// secretShape is the cache transform for Secrets. Annotations go too:
-// kubectl's last-applied-configuration annotation holds the data.
-func secretShape(obj any) (any, error) {
-	s, ok := obj.(*corev1.Secret)
-	if !ok {
-		return obj, nil // a tombstone or another type: nothing to strip
-	}
-	shaped := &corev1.Secret{
-		TypeMeta: s.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: s.Name, Namespace: s.Namespace, UID: s.UID,
-			ResourceVersion: s.ResourceVersion, Generation: s.Generation,
-			CreationTimestamp: s.CreationTimestamp, DeletionTimestamp: s.DeletionTimestamp,
-		},
-		Type: s.Type,
-		Data: make(map[string][]byte, len(s.Data)),
-	}
-	for k, v := range s.Data {
-		if len(v) > 0 && utf8.Valid(v) {
-			shaped.Data[k] = []byte(usableValue)
-		} else {
-			shaped.Data[k] = []byte(unusableValue)
-		}
-	}
-	return shaped, nil
-}
-
-// cachedSecrets answers assess.Secrets from the shaped cache.
-type cachedSecrets struct {
+// secretReader answers assess.Secrets with gets straight from the API
+// server: the agent never lists, watches or caches Secrets, and keeps
+// nothing of a value but whether it is usable. One reader serves one
+// reconcile, reading each Secret once.
+type secretReader struct {
 	ctx    context.Context
 	reader client.Reader
+	memo   map[types.NamespacedName]secretShapeResult
 }
 
-func (c cachedSecrets) SecretShape(namespace, name string) (assess.SecretShape, bool, error) {
+type secretShapeResult struct {
+	shape assess.SecretShape
+	found bool
+	err   error
+}
+
+func newSecretReader(ctx context.Context, reader client.Reader) *secretReader {
+	return &secretReader{ctx: ctx, reader: reader, memo: map[types.NamespacedName]secretShapeResult{}}
+}
+
+func (r *secretReader) SecretShape(namespace, name string) (assess.SecretShape, bool, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	if res, ok := r.memo[key]; ok {
+		return res.shape, res.found, res.err
+	}
+	var res secretShapeResult
 	var s corev1.Secret
-	err := c.reader.Get(c.ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s)
-	if apierrors.IsNotFound(err) {
-		return nil, false, nil
+	switch err := r.reader.Get(r.ctx, key, &s); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		res.err = err
+	default:
+		res.found = true
+		res.shape = make(assess.SecretShape, len(s.Data))
+		for k, v := range s.Data {
+			res.shape[k] = len(v) > 0 && utf8.Valid(v)
+		}
 	}
-	if err != nil {
-		return nil, false, err
-	}
-	shape := make(assess.SecretShape, len(s.Data))
-	for k, v := range s.Data {
-		shape[k] = string(v) == usableValue
-	}
-	return shape, true, nil
+	r.memo[key] = res
+	return res.shape, res.found, res.err
 }
 
 // readToken reads a bearer token straight from the API server, for a

@@ -1,6 +1,8 @@
 // Package rbac is the least privilege the controller needs, in one place:
 // the agent chart grants exactly these rules and the integration tests run
-// the agent with nothing more.
+// the agent with nothing more. The Grid reference's operator is the model:
+// Secrets only read by get, ConfigMaps never listed, watched or (unless
+// asked) deleted, every write a patch or a server-side apply.
 package rbac
 
 import (
@@ -10,29 +12,38 @@ import (
 )
 
 // ClusterRules are granted cluster-wide: the Grid resources are
-// cluster-scoped. Read them, write their status, nothing else.
+// cluster-scoped. Read them, patch their status, and patch a GridNetwork
+// for its finalizer (which holds a deleted network until its overlays are
+// withdrawn).
 func ClusterRules() []rbacv1.PolicyRule {
 	group := v1alpha1.GroupVersion.Group
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{group}, Resources: []string{"gridnetworks", "inferenceproviders"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{group}, Resources: []string{"gridnetworks/status", "inferenceproviders/status"}, Verbs: []string{"get", "update", "patch"}},
+		{APIGroups: []string{group}, Resources: []string{"gridnetworks"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{group}, Resources: []string{"gridnetworks/status", "inferenceproviders/status"}, Verbs: []string{"get", "patch"}},
 	}
 }
 
-// NamespaceRules are granted in each namespace where gateways run (or
-// cluster-wide when the agent serves every namespace): publish overlay
-// ConfigMaps, and read credential Secrets to verify them (the cache keeps
-// only their shape).
-func NamespaceRules() []rbacv1.PolicyRule {
+// NamespaceRules are granted, through RoleBindings, in each namespace
+// where gateways run or credential Secrets live: publish overlay
+// ConfigMaps by server-side apply (get, create, patch), and get the
+// Secrets that references name. deleteOrphans adds the delete verb on
+// ConfigMaps, for the opt-in deletion of a removed gateway's overlay.
+func NamespaceRules(deleteOrphans bool) []rbacv1.PolicyRule {
+	configMaps := []string{"get", "create", "patch"}
+	if deleteOrphans {
+		configMaps = append(configMaps, "delete")
+	}
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: configMaps},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
 	}
 }
 
 // LeaderElectionRules are granted in the agent's own namespace: the Lease
-// that elects one active replica, and the events that record the change
-// of leader.
+// that elects one active replica, and the Events of the leader's change
+// and of the Grid objects' phases (cluster-scoped objects have no
+// namespace of their own).
 func LeaderElectionRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},

@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,7 +31,7 @@ var agentCases = []valueCase{
 	}},
 	{name: "single-replica-no-crds", release: "single", namespace: "single-ns", values: map[string]any{
 		"replicaCount": 1, "crds": map[string]any{"enabled": false},
-		"leaderElection": map[string]any{"enabled": false}, "namespaces": []string{"gateways-c"},
+		"leaderElection": map[string]any{"enabled": false}, "resourceNamespaces": []string{"gateways-c"}, "deleteOrphanedOverlays": true,
 	}},
 	{name: "long-release-name", release: "a-release-name-long-enough-that-its-full-name-is-cut", namespace: "long-ns", values: map[string]any{
 		"namespaces": []string{"gateways-d"}, "logLevel": "debug",
@@ -50,6 +51,7 @@ func TestAgentChartLintsAndMatchesItsGoldenFiles(t *testing.T) {
 func TestAgentChartRefusesValuesOutsideItsSchema(t *testing.T) {
 	for name, values := range map[string]map[string]any{
 		"bad namespace":     {"namespaces": []string{"Not_A_Namespace"}},
+		"no namespace":      {"resourceNamespaces": []string{}},
 		"unknown value":     {"replicas": 2},
 		"bad log level":     {"logLevel": "loud"},
 		"no replicas":       {"replicaCount": 0},
@@ -82,27 +84,55 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 	vc := agentCases[1]
 	rendered := render(t, agentChart, vc)
 	objs := objects(t, rendered)
-	assert.Equal(t, rbac.ClusterRules(), rulesOf(t, ofKind(objs, "ClusterRole")[0]))
+	clusterRoles := map[string][]rbacv1.PolicyRule{}
+	for _, r := range ofKind(objs, "ClusterRole") {
+		clusterRoles[r.GetName()] = rulesOf(t, r)
+	}
+	assert.Equal(t, map[string][]rbacv1.PolicyRule{
+		"gs-gridsync-agent":           rbac.ClusterRules(),
+		"gs-gridsync-agent-resources": rbac.NamespaceRules(false),
+	}, clusterRoles)
 	roles := map[string][]rbacv1.PolicyRule{}
 	for _, r := range ofKind(objs, "Role") {
 		roles[r.GetNamespace()+"/"+r.GetName()] = rulesOf(t, r)
 	}
 	assert.Equal(t, map[string][]rbacv1.PolicyRule{
-		"gateways-a/gs-gridsync-agent":               rbac.NamespaceRules(),
-		"gateways-b/gs-gridsync-agent":               rbac.NamespaceRules(),
 		"agent-ns/gs-gridsync-agent-leader-election": rbac.LeaderElectionRules(),
 	}, roles)
+	// The resources ClusterRole is bound only by RoleBindings, in the
+	// listed namespaces: never cluster-wide.
+	var bound []string
+	for _, b := range ofKind(objs, "RoleBinding") {
+		ref, _, _ := unstructured.NestedString(b.Object, "roleRef", "name")
+		if ref == "gs-gridsync-agent-resources" {
+			bound = append(bound, b.GetNamespace())
+		}
+	}
+	assert.ElementsMatch(t, []string{"gateways-a", "gateways-b"}, bound)
+	for _, b := range ofKind(objs, "ClusterRoleBinding") {
+		ref, _, _ := unstructured.NestedString(b.Object, "roleRef", "name")
+		assert.NotEqual(t, "gs-gridsync-agent-resources", ref)
+	}
 
 	c := adminClient(t)
 	applyRendered(t, c, vc, rendered)
 	user := "system:serviceaccount:agent-ns:gs-gridsync-agent"
 	assertAccess(t, user, []access{
 		{true, authorizationv1.ResourceAttributes{Verb: "watch", Group: "grid.praxis.fast", Resource: "gridnetworks"}},
-		{true, authorizationv1.ResourceAttributes{Verb: "update", Group: "grid.praxis.fast", Resource: "inferenceproviders", Subresource: "status"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "patch", Group: "grid.praxis.fast", Resource: "inferenceproviders", Subresource: "status"}},
 		{true, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "gateways-a", Resource: "configmaps"}},
-		{true, authorizationv1.ResourceAttributes{Verb: "delete", Namespace: "gateways-b", Resource: "configmaps"}},
-		{true, authorizationv1.ResourceAttributes{Verb: "list", Namespace: "gateways-a", Resource: "secrets"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "gateways-b", Resource: "configmaps"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "gateways-a", Resource: "secrets", Name: "any"}},
 		{true, authorizationv1.ResourceAttributes{Verb: "update", Namespace: "agent-ns", Group: "coordination.k8s.io", Resource: "leases"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "agent-ns", Resource: "events"}},
+		// What the reference's operator never does, and neither does the agent.
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Namespace: "gateways-a", Resource: "secrets"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "watch", Namespace: "gateways-a", Resource: "secrets"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Namespace: "gateways-a", Resource: "configmaps"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "watch", Namespace: "gateways-a", Resource: "configmaps"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "delete", Namespace: "gateways-b", Resource: "configmaps"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "update", Namespace: "gateways-b", Resource: "configmaps"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "update", Group: "grid.praxis.fast", Resource: "inferenceproviders", Subresource: "status"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "update", Group: "grid.praxis.fast", Resource: "gridnetworks"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "delete", Group: "grid.praxis.fast", Resource: "inferenceproviders"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "elsewhere", Resource: "configmaps"}},

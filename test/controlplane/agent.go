@@ -24,7 +24,7 @@ func (cp *ControlPlane) AgentConfig(ctx context.Context, agentNamespace string, 
 		return nil, err
 	}
 	for _, ns := range namespaces {
-		if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent", ns, rbac.NamespaceRules()); err != nil {
+		if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent", ns, rbac.NamespaceRules(false)); err != nil {
 			return nil, err
 		}
 	}

@@ -47,17 +47,27 @@ states it; the chart tests compare the two.
   resources: ["gridnetworks", "inferenceproviders"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["grid.praxis.fast"]
+  resources: ["gridnetworks"]
+  verbs: ["patch"]
+- apiGroups: ["grid.praxis.fast"]
   resources: ["gridnetworks/status", "inferenceproviders/status"]
-  verbs: ["get", "update", "patch"]
+  verbs: ["get", "patch"]
 {{- end -}}
 
 {{- define "gridsync-agent.namespaceRules" -}}
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "create", "patch"{{ if .Values.deleteOrphanedOverlays }}, "delete"{{ end }}]
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get"]
+{{- end -}}
+
+{{/* The namespaces the agent works in: resourceNamespaces, or the older name namespaces. */}}
+{{- define "gridsync-agent.resourceNamespaces" -}}
+{{- $ns := .Values.resourceNamespaces -}}
+{{- if .Values.namespaces -}}{{- $ns = .Values.namespaces -}}{{- end -}}
+{{- toJson (uniq $ns) -}}
 {{- end -}}
 
 {{- define "gridsync-agent.leaderElectionRules" -}}
