@@ -45,7 +45,10 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	agentLog := filepath.Join(work, "agent.log")
 	agent, err := startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), agentLog,
 		"--kubeconfig", kubeconfig, "--namespaces", scope.Namespace+","+agentNamespace,
-		"--leader-election-namespace", agentNamespace, "--health-addr", health)
+		"--leader-election-namespace", agentNamespace, "--health-addr", health,
+		// The agent gets Secrets, it does not watch them: a deleted one is
+		// noticed at the next resync, 300 s by default, 10 s here.
+		"--resync-period", "10s")
 	if err != nil {
 		return stop, err
 	}
@@ -115,12 +118,12 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 		return stop, err
 	}
 
-	step("the credential Secret disappears: east-provider is Unavailable and its routes are withdrawn")
+	step("the credential Secret disappears: at the next resync (10 s here) east-provider is Unavailable and its routes are withdrawn")
 	sent = time.Now()
 	if err := c.Delete(ctx, token); err != nil {
 		return stop, err
 	}
-	if err := showArrival(output, sent, 1, "only west-provider left"); err != nil {
+	if err := showArrivalWithin(output, sent, 1, "only west-provider left", 20*time.Second); err != nil {
 		return stop, err
 	}
 
@@ -180,7 +183,12 @@ func updateProvider(ctx context.Context, c client.Client, p *v1alpha1.InferenceP
 // showArrival waits until the sidecar's file holds an overlay with the
 // given number of candidates and prints how long it took.
 func showArrival(output string, since time.Time, candidates int, what string) error {
-	deadline := time.Now().Add(10 * time.Second)
+	return showArrivalWithin(output, since, candidates, what, 10*time.Second)
+}
+
+// showArrivalWithin is showArrival with its own deadline.
+func showArrivalWithin(output string, since time.Time, candidates int, what string, within time.Duration) error {
+	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		if res, ok := fileResult(output); ok && res.CandidateCount == candidates {
 			fmt.Printf("    %-36s revision %s, %d candidates, in the file %.1f ms after the API answered\n",
