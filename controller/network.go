@@ -213,6 +213,14 @@ func (r *networkReconciler) assessProviders(ctx context.Context, network string)
 	}
 	out := make([]render.Provider, 0, len(list.Items))
 	secrets := newSecretReader(ctx, r.client) // each Secret read once per reconcile
+	var refs []types.NamespacedName
+	for i := range list.Items {
+		if a := list.Items[i].Spec.Auth; a != nil && a.SecretRef != nil && !a.CredentialsManagedExternally &&
+			a.SecretRef.Name != "" && r.opts.watches(a.SecretRef.Namespace) {
+			refs = append(refs, types.NamespacedName{Namespace: a.SecretRef.Namespace, Name: a.SecretRef.Name})
+		}
+	}
+	secrets.prefetch(refs)
 	for i := range list.Items {
 		p := &list.Items[i]
 		if !p.DeletionTimestamp.IsZero() {

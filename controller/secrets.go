@@ -4,6 +4,7 @@ import (
 	"context"
 	"unicode/utf8"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -34,11 +35,48 @@ func newSecretReader(ctx context.Context, reader client.Reader) *secretReader {
 	return &secretReader{ctx: ctx, reader: reader, memo: map[types.NamespacedName]secretShapeResult{}}
 }
 
+// prefetchConcurrency bounds the gets in flight when a reconcile reads the
+// Secrets of many providers: one at a time, a network of a hundred
+// providers waited for a hundred round trips.
+const prefetchConcurrency = 8
+
+// prefetch reads the Secrets at keys concurrently into the memo.
+func (r *secretReader) prefetch(keys []types.NamespacedName) {
+	var todo []types.NamespacedName
+	seen := map[types.NamespacedName]bool{}
+	for _, key := range keys {
+		if _, done := r.memo[key]; !done && !seen[key] {
+			seen[key] = true
+			todo = append(todo, key)
+		}
+	}
+	results := make([]secretShapeResult, len(todo))
+	var g errgroup.Group
+	g.SetLimit(prefetchConcurrency)
+	for i, key := range todo {
+		g.Go(func() error {
+			results[i] = r.get(key) // each goroutine its own slot
+			return nil
+		})
+	}
+	_ = g.Wait() // errors live in the results
+	for i, key := range todo {
+		r.memo[key] = results[i]
+	}
+}
+
 func (r *secretReader) SecretShape(namespace, name string) (assess.SecretShape, bool, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	if res, ok := r.memo[key]; ok {
 		return res.shape, res.found, res.err
 	}
+	res := r.get(key)
+	r.memo[key] = res
+	return res.shape, res.found, res.err
+}
+
+// get reads one Secret's shape from the API server.
+func (r *secretReader) get(key types.NamespacedName) secretShapeResult {
 	var res secretShapeResult
 	var s corev1.Secret
 	switch err := r.reader.Get(r.ctx, key, &s); {
@@ -52,8 +90,7 @@ func (r *secretReader) SecretShape(namespace, name string) (assess.SecretShape, 
 			res.shape[k] = len(v) > 0 && utf8.Valid(v)
 		}
 	}
-	r.memo[key] = res
-	return res.shape, res.found, res.err
+	return res
 }
 
 // readToken reads a bearer token straight from the API server, for a
