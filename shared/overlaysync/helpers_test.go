@@ -21,6 +21,7 @@ import (
 
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/test/controlplane"
 )
 
 var namespaceSeq atomic.Int64
@@ -250,4 +251,24 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// newProxy puts a cuttable, freezable TCP proxy in front of the API server
+// for the test.
+func newProxy(t *testing.T) *controlplane.Proxy {
+	t.Helper()
+	proxy, err := cp.NewProxy()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	return proxy
+}
+
+// newHoldingProxy puts an HTTPS proxy that can hold or delay requests in
+// front of the API server for the test.
+func newHoldingProxy(t *testing.T) *controlplane.HoldingProxy {
+	t.Helper()
+	proxy, err := cp.NewHoldingProxy()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	return proxy
 }

@@ -48,9 +48,7 @@ func TestCatchesUpAfterKubeAPIServerRestartWithoutRestarting(t *testing.T) {
 
 func TestNoticesChangesAndADeletionMadeWhileDisconnected(t *testing.T) {
 	g := newGateway(t)
-	proxy, err := cp.NewProxy()
-	require.NoError(t, err)
-	defer func() { _ = proxy.Close() }()
+	proxy := newProxy(t)
 	r := g.start(fastRetry(g.options()), proxy.Config(g.saConfig))
 	first, firstRevision := g.envelopeFor(1)
 	r.waitObserved(t, g.putEnvelope(first))
@@ -80,9 +78,7 @@ func TestNoticesChangesAndADeletionMadeWhileDisconnected(t *testing.T) {
 // 410 Gone: the sidecar must relist and catch up.
 func TestRelistsAfterCompactionAnswers410Gone(t *testing.T) {
 	g := newGateway(t)
-	proxy, err := cp.NewProxy()
-	require.NoError(t, err)
-	defer func() { _ = proxy.Close() }()
+	proxy := newProxy(t)
 	r := g.start(fastRetry(g.options()), proxy.Config(g.saConfig))
 	first, _ := g.envelopeFor(1)
 	r.waitObserved(t, g.putEnvelope(first))
@@ -94,7 +90,7 @@ func TestRelistsAfterCompactionAnswers410Gone(t *testing.T) {
 	churn(t, g.namespace, 20)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err = cp.CompactEtcd(ctx)
+	_, err := cp.CompactEtcd(ctx)
 	require.NoError(t, err)
 	require.NoError(t, cp.StopAPIServer())
 	require.NoError(t, cp.StartAPIServer(ctx))
@@ -122,9 +118,7 @@ func churn(t *testing.T, namespace string, n int) {
 
 func TestExpireAfterWithdrawsReadinessWhenTheSourceGoesUnconfirmed(t *testing.T) {
 	g := newGateway(t)
-	proxy, err := cp.NewProxy()
-	require.NoError(t, err)
-	defer func() { _ = proxy.Close() }()
+	proxy := newProxy(t)
 	opts := fastRetry(g.options())
 	opts.ExpireAfter = time.Second
 	r := g.start(opts, proxy.Config(g.saConfig))

@@ -16,9 +16,7 @@ import (
 // source is unconfirmed, and an update must still arrive (by relisting).
 func TestAWatchRequestThatIsNeverAnsweredIsNoticed(t *testing.T) {
 	g := newGateway(t)
-	proxy, err := cp.NewHoldingProxy()
-	require.NoError(t, err)
-	defer func() { _ = proxy.Close() }()
+	proxy := newHoldingProxy(t)
 	opts := fastRetry(g.options())
 	opts.WatchIdleTimeout = time.Second
 	r := g.start(opts, proxy.Config(g.saConfig))
@@ -50,9 +48,7 @@ func TestAWatchRequestThatIsNeverAnsweredIsNoticed(t *testing.T) {
 // recovers once responses are prompt again.
 func TestResponsesDelayedBeyondTheIdleTimeoutKeepTheSourceUnconfirmed(t *testing.T) {
 	g := newGateway(t)
-	proxy, err := cp.NewHoldingProxy()
-	require.NoError(t, err)
-	defer func() { _ = proxy.Close() }()
+	proxy := newHoldingProxy(t)
 	opts := fastRetry(g.options())
 	opts.WatchIdleTimeout = time.Second
 	r := g.start(opts, proxy.Config(g.saConfig))
@@ -90,9 +86,7 @@ func TestResponsesDelayedBeyondTheIdleTimeoutKeepTheSourceUnconfirmed(t *testing
 // on the connection (tens of seconds later).
 func TestAFrozenPathIsReportedAtTheIdleTimeout(t *testing.T) {
 	g := newGateway(t)
-	proxy, err := cp.NewProxy()
-	require.NoError(t, err)
-	defer func() { _ = proxy.Close() }()
+	proxy := newProxy(t)
 	opts := fastRetry(g.options())
 	opts.WatchIdleTimeout = 2 * time.Second
 	r := g.start(opts, proxy.Config(g.saConfig))
@@ -120,9 +114,7 @@ func TestAFrozenPathIsReportedAtTheIdleTimeout(t *testing.T) {
 // has to be remembered apart from the outage.
 func TestARejectionOutlivesAnOutage(t *testing.T) {
 	g := newGateway(t)
-	proxy, err := cp.NewProxy()
-	require.NoError(t, err)
-	defer func() { _ = proxy.Close() }()
+	proxy := newProxy(t)
 	r := g.start(fastRetry(g.options()), proxy.Config(g.saConfig))
 	first, _ := g.envelopeFor(1)
 	r.waitObserved(t, g.putEnvelope(first))
