@@ -60,5 +60,7 @@ build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "\
 
 echo "$key" > "$out/.stamp"
 "$out/kube-apiserver" --version
-"$out/etcd" --version | head -1
+# sed reads all of it: head would close the pipe while etcd still writes,
+# and pipefail would turn that SIGPIPE into a failure.
+"$out/etcd" --version | sed -n 1p
 echo "tools: ready in $out"
