@@ -477,8 +477,17 @@ func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.Grid
 	if !controllerutil.ContainsFinalizer(network, overlaysFinalizer) {
 		return nil
 	}
+	// The gateways of the spec and those the status still remembers: an
+	// overlay published just before a crash may not be in the status yet.
+	targets := map[types.NamespacedName]bool{}
+	for _, g := range network.Spec.ConsumerGateways {
+		targets[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}] = true
+	}
 	for _, s := range network.Status.OverlayStatus {
-		if err := r.withdraw(ctx, network.Name, s.GatewayName, s.Namespace); err != nil {
+		targets[types.NamespacedName{Namespace: s.Namespace, Name: s.GatewayName}] = true
+	}
+	for gw := range targets {
+		if err := r.withdraw(ctx, network.Name, gw.Name, gw.Namespace); err != nil {
 			return err
 		}
 	}
@@ -487,7 +496,7 @@ func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.Grid
 	if err := r.client.Patch(ctx, network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("remove finalizer from GridNetwork %s: %w", network.Name, err)
 	}
-	r.opts.Logger.Info("network_finalized", "network", network.Name, "gateways", len(network.Status.OverlayStatus))
+	r.opts.Logger.Info("network_finalized", "network", network.Name, "gateways", len(targets))
 	return nil
 }
 
