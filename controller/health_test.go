@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,7 +51,18 @@ func TestFailingHealthCheckDegradesThenExcludesTheProvider(t *testing.T) {
 	e.startAgent(withProbesTo(srv))
 
 	e.providerPhase(p, v1alpha1.ProviderDegraded, assess.ReasonHealthCheckFailing)
-	cm, _ := e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 2 })
+	// The network re-renders after the provider's status: wait for the
+	// overlay that marks the degraded provider's candidate stale.
+	var cm *corev1.ConfigMap
+	e.eventually("the degraded provider's candidate goes stale", func() (bool, string) {
+		cm, _ = e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 2 })
+		for _, c := range candidatesOf(t, cm) {
+			if c.Site == p.Name {
+				return !c.Fresh, fmt.Sprintf("fresh %v", c.Fresh)
+			}
+		}
+		return false, "no candidate of the provider"
+	})
 	for _, c := range candidatesOf(t, cm) {
 		assert.Equal(t, c.Site != p.Name, c.Fresh, "only the degraded provider's candidate is stale: %+v", c)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -151,6 +153,31 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 		if strings.HasPrefix(line, "gridsync_controller_overlay_publishes_total") || strings.HasPrefix(line, "gridsync_controller_status_writes_total") {
 			fmt.Println("    " + line)
 		}
+	}
+
+	step("the network asks for SWIM seeds and an encryption key, which this release does not run: it says so")
+	if err := c.Get(ctx, client.ObjectKeyFromObject(network), network); err != nil {
+		return stop, err
+	}
+	network.Spec.Seeds = []string{"127.0.0.1:7946"}
+	network.Spec.TLS = &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: agentNamespace}}
+	if err := c.Update(ctx, network); err != nil {
+		return stop, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(network), network); err != nil {
+			return stop, err
+		}
+		if ready := meta.FindStatusCondition(network.Status.Conditions, "Ready"); ready != nil && ready.Reason == "FieldNotSupported" {
+			fmt.Printf("    Ready=%s reason=%s: %s\n", ready.Status, ready.Reason, ready.Message)
+			fmt.Printf("    phase %s, nothing gossiped; the overlays are still delivered\n", network.Status.Phase)
+			break
+		}
+		if time.Now().After(deadline) {
+			return stop, errors.New("the network never reported FieldNotSupported")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	return stop, nil
 }
