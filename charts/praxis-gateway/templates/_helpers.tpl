@@ -31,6 +31,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/*
+Labels of an object with extra labels of its own (a monitor's, for the
+Prometheus that selects it): one map, so no key is written twice; the
+chart's own labels win. Call with (dict "root" $ "extra" <map>).
+*/}}
+{{- define "praxis-gateway.labelsWith" -}}
+{{- $labels := mustMergeOverwrite (dict) (.extra | default dict) (include "praxis-gateway.labels" .root | fromYaml) -}}
+{{- toYaml $labels -}}
+{{- end -}}
+
+{{/*
 The pod template's labels: podLabels and commonLabels, then the selector
 labels, which cannot be overridden. One map, so no key is written twice,
 and no chart version, so that a chart upgrade alone does not roll the pods.
