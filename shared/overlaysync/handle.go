@@ -52,8 +52,7 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 		// The same routing state (perhaps re-rendered with new
 		// timestamps): nothing to write, and nothing wrong any more.
 		s.st.sourceReason = ""
-		s.st.writeFailed = false
-		s.pending = nil
+		s.st.pending = nil
 	}
 	s.mu.Unlock()
 	if unchanged {
@@ -74,9 +73,8 @@ func (s *Syncer) write(a *accepted) {
 	if err != nil && res != publish.Written {
 		s.metrics.writeFailed()
 		s.mu.Lock()
-		retry := s.pending == a
-		s.st.writeFailed = true
-		s.pending = a
+		retry := s.st.pending == a
+		s.st.pending = a
 		s.mu.Unlock()
 		// Retried every RetryWrite: the first failure is an error, the
 		// retries of the same revision are debug, so a full disk does not
@@ -102,9 +100,8 @@ func (s *Syncer) write(a *accepted) {
 	s.metrics.accepted()
 
 	s.mu.Lock()
-	s.pending = nil
+	s.st.pending = nil
 	s.st.sourceReason = ""
-	s.st.writeFailed = false
 	s.st.restored = false
 	s.st.lastWrittenAt = doneAt
 	s.st.lastDeliveryLatency = latency
@@ -148,8 +145,7 @@ func (s *Syncer) absent(reason, resourceVersion string) {
 	s.st.sourceReason = reason
 	s.st.observedRevision = ""
 	s.st.resourceVersion = resourceVersion
-	s.st.writeFailed = false
-	s.pending = nil
+	s.st.pending = nil
 	serving := s.st.writtenRevision
 	s.mu.Unlock()
 	s.metrics.absent(reason)
@@ -207,12 +203,12 @@ func (s *Syncer) apiFailure(op string, err error) {
 func (s *Syncer) hasPending() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pending != nil
+	return s.st.pending != nil
 }
 
 func (s *Syncer) retryPending() {
 	s.mu.Lock()
-	p := s.pending
+	p := s.st.pending
 	s.mu.Unlock()
 	if p != nil {
 		s.write(p)

@@ -51,9 +51,11 @@ type state struct {
 	// The causes of degradation are kept apart, so that one ending does
 	// not hide another: the API coming back does not clear a rejection
 	// that still stands.
-	sourceReason        string // the source: rejected, deleted, not found
-	apiReason           string // the path to it: unreachable, forbidden, unconfirmed
-	writeFailed         bool   // an accepted revision could not be written yet
+	sourceReason string // the source: rejected, deleted, not found
+	apiReason    string // the path to it: unreachable, forbidden, unconfirmed
+	// pending is an accepted envelope whose write failed; it is retried,
+	// and the Syncer is degraded (write_failed) while it waits.
+	pending             *accepted
 	lastRejectionReason string
 	lastRejectionAt     time.Time
 	lastObservedAt      time.Time
@@ -120,7 +122,7 @@ func (st *state) degradedReason() string {
 	switch {
 	case st.apiReason != "":
 		return st.apiReason
-	case st.writeFailed:
+	case st.pending != nil:
 		return ReasonWriteFailed
 	default:
 		return st.sourceReason

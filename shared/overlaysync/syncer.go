@@ -31,8 +31,6 @@ type Syncer struct {
 
 	mu sync.Mutex
 	st state
-	// pending is an accepted envelope whose write failed; it is retried.
-	pending *accepted
 }
 
 // accepted is a validated envelope on its way to disk.

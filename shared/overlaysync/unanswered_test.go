@@ -75,10 +75,7 @@ func TestResponsesDelayedBeyondTheIdleTimeoutKeepTheSourceUnconfirmed(t *testing
 	assert.Equal(t, firstRevision, r.Status().WrittenRevision, "no answer arrived, so nothing new was written")
 
 	proxy.DelayAll(0)
-	st := r.waitStatus(t, "recovered", func(st overlaysync.Status) bool {
-		return st.WrittenRevision == secondRevision && st.DegradedReason == ""
-	})
-	assert.Equal(t, overlaysync.StateReady, st.State)
+	r.waitRecovered(t, secondRevision)
 }
 
 // A frozen TCP path: the connection stays open and carries nothing. The
@@ -103,10 +100,7 @@ func TestAFrozenPathIsReportedAtTheIdleTimeout(t *testing.T) {
 	assert.Less(t, time.Since(frozenAt), 10*time.Second, "reported within the idle timeout and a backoff step")
 
 	proxy.Thaw()
-	st := r.waitStatus(t, "recovered", func(st overlaysync.Status) bool {
-		return st.WrittenRevision == secondRevision && st.DegradedReason == ""
-	})
-	assert.Equal(t, overlaysync.StateReady, st.State)
+	r.waitRecovered(t, secondRevision)
 }
 
 // The API coming back must not hide a rejection that still stands: the
@@ -127,4 +121,13 @@ func TestARejectionOutlivesAnOutage(t *testing.T) {
 	st := r.waitStatus(t, "reconnected", func(st overlaysync.Status) bool { return st.DegradedReason != overlaysync.ReasonAPIUnreachable })
 	assert.Equal(t, overlaysync.ReasonMissingDataKey, st.DegradedReason)
 	assert.Equal(t, overlaysync.StateReadyDegraded, st.State)
+}
+
+// waitRecovered waits until revision is on disk and nothing is degraded.
+func (r *running) waitRecovered(t *testing.T, revision string) {
+	t.Helper()
+	st := r.waitStatus(t, "recovered", func(st overlaysync.Status) bool {
+		return st.WrittenRevision == revision && st.DegradedReason == ""
+	})
+	assert.Equal(t, overlaysync.StateReady, st.State)
 }
