@@ -134,7 +134,7 @@ func (l *candidateList) walk(dec *jsontext.Decoder, data []byte, limitDepth bool
 		// The canonicaliser walks every candidate container anyway: it
 		// checks the depth there, for free. A candidate sits two levels
 		// below the containers enclosing the array.
-		canon.maxDepth = MaxDepth - (l.depth + 2)
+		canon.limited, canon.maxDepth = true, MaxDepth-(l.depth+2)
 		if canon.maxDepth < 0 {
 			return errTooDeep
 		}

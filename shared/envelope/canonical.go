@@ -42,14 +42,21 @@ type canonicalWriter struct {
 	root  []byte
 	depth int
 	ends  containerEnds
-	// maxDepth, when positive, is how many containers deep below the root
-	// a value may nest; deeper is errTooDeep.
+	// limited says maxDepth applies: how many containers deep below the
+	// root a value may nest (deeper is errTooDeep).
+	limited  bool
 	maxDepth int
 }
 
 // shallowDepth is how deep a container's end is still found by scanning it.
 // Overlays nest three or four levels; beyond this the one-pass table pays.
 const shallowDepth = 6
+
+// beyondLimit reports whether nesting depth containers below the root
+// breaks the depth limit, when there is one.
+func (w *canonicalWriter) beyondLimit(depth int) bool {
+	return w.limited && depth > w.maxDepth
+}
 
 // start makes root the value that the next calls canonicalise.
 func (w *canonicalWriter) start(root []byte) {
@@ -117,7 +124,7 @@ func (w *canonicalWriter) appendAt(dst, v []byte) ([]byte, error) {
 func (w *canonicalWriter) appendObject(dst, v []byte) ([]byte, error) {
 	w.depth++
 	defer func() { w.depth-- }()
-	if w.maxDepth > 0 && w.depth > w.maxDepth {
+	if w.beyondLimit(w.depth) {
 		return dst, errTooDeep
 	}
 	base, plain := w.collect(v)
@@ -153,7 +160,7 @@ func (w *canonicalWriter) appendMembers(dst, v []byte, base int, plain bool) ([]
 	if !plain {
 		// Unescaping and UTF-16 ordering of names: the library's job. It
 		// does not count depth: v itself is at w.depth.
-		if w.maxDepth > 0 && w.depth+nesting(v)-1 > w.maxDepth {
+		if w.limited && w.beyondLimit(w.depth+nesting(v)-1) {
 			return dst, errTooDeep
 		}
 		return w.appendByLibrary(dst, v)
@@ -207,7 +214,7 @@ func unquoted(raw []byte) []byte { return raw[1 : len(raw)-1] }
 func (w *canonicalWriter) appendArray(dst, v []byte) ([]byte, error) {
 	w.depth++
 	defer func() { w.depth-- }()
-	if w.maxDepth > 0 && w.depth > w.maxDepth {
+	if w.beyondLimit(w.depth) {
 		return dst, errTooDeep
 	}
 	dst = append(dst, '[')
