@@ -40,7 +40,7 @@ func TestFlagErrorsNameTheVariable(t *testing.T) {
 
 func TestProbeFlags(t *testing.T) {
 	var out bytes.Buffer
-	c, err := parseFlags([]string{"--probe-allow-destinations", "10.0.0.0/8, models.example.com", "--probe-secret-selector", "grid.praxis.fast/probe-credential=true"}, func(string) string { return "" }, &out)
+	c, err := parseFlags([]string{"--probe-allow-destinations", "198.51.100.0/24, models.example.com", "--probe-secret-selector", "grid.praxis.fast/probe-credential=true"}, func(string) string { return "" }, &out)
 	require.NoError(t, err, out.String())
 	assert.Len(t, c.probeDestinations.AllowCIDRs, 1)
 	assert.Equal(t, []string{"models.example.com"}, c.probeDestinations.AllowHostSuffixes)
@@ -51,7 +51,7 @@ func TestProbeFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, c.probeSecretSelector, "off by default")
 
-	for _, bad := range [][]string{{"--probe-allow-destinations", "10.0.0.1"}, {"--probe-secret-selector", "a in ("}} {
+	for _, bad := range [][]string{{"--probe-allow-destinations", "192.0.2.1"}, {"--probe-secret-selector", "a in ("}} {
 		_, err := parseFlags(bad, func(string) string { return "" }, &out)
 		assert.Error(t, err, bad)
 	}

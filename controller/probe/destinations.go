@@ -112,9 +112,3 @@ func (d Destinations) hostAllowed(host string) bool {
 	}
 	return false
 }
-
-// CheckDestination applies d's rule to one connection attempt to addr for
-// the URL host host; nil means it may be made.
-func CheckDestination(d Destinations, host string, addr netip.Addr) error {
-	return d.check(host, addr)
-}

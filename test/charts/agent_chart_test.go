@@ -35,7 +35,7 @@ var agentCases = []valueCase{
 	}},
 	{name: "long-release-name", release: "a-release-name-long-enough-that-its-full-name-is-cut", namespace: "long-ns", values: map[string]any{
 		"namespaces": []string{"gateways-d"}, "logLevel": "debug",
-		"probes": map[string]any{"allowDestinations": []string{"10.0.0.0/8", "models.example.com"}, "secretSelector": "grid.praxis.fast/probe-credential=true"},
+		"probes": map[string]any{"allowDestinations": []string{"198.51.100.0/24", "models.example.com"}, "secretSelector": "grid.praxis.fast/probe-credential=true"},
 	}},
 }
 
@@ -56,7 +56,7 @@ func TestAgentChartRefusesValuesOutsideItsSchema(t *testing.T) {
 		"bad log level":     {"logLevel": "loud"},
 		"no replicas":       {"replicaCount": 0},
 		"bad lease setting": {"leaderElection": map[string]any{"leaseDuration": "soon"}},
-		"unknown probe key": {"probes": map[string]any{"allowList": []string{"10.0.0.0/8"}}},
+		"unknown probe key": {"probes": map[string]any{"allowList": []string{"198.51.100.0/24"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := runHelm(t, values, "template", "x", chartDir(agentChart), "--kube-version", kubeVersion)
