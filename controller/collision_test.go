@@ -19,26 +19,6 @@ import (
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
-// gatewayStatus waits until the network's entry for gateway satisfies ok.
-func (e *env) gatewayStatus(network *v1alpha1.GridNetwork, gateway string, ok func(v1alpha1.GatewayOverlayStatus) bool) v1alpha1.GatewayOverlayStatus {
-	e.t.Helper()
-	var got v1alpha1.GatewayOverlayStatus
-	e.eventually(network.Name+"/"+gateway, func() (bool, string) {
-		var n v1alpha1.GridNetwork
-		if err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &n); err != nil {
-			return false, err.Error()
-		}
-		for _, s := range n.Status.OverlayStatus {
-			if s.GatewayName == gateway {
-				got = s
-				return ok(s), string(s.Phase) + "/" + s.Reason
-			}
-		}
-		return false, "no entry"
-	})
-	return got
-}
-
 func (a *agent) configMapWrites(since int) int {
 	n := 0
 	for _, w := range a.requests.since(since) {

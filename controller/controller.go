@@ -44,9 +44,9 @@ const DefaultProducer = "gridsync-agent"
 
 // Options configure the controller.
 type Options struct {
-	// Namespaces where gateways may run: the controller publishes
-	// ConfigMaps and reads credential Secrets only there. Empty means
-	// every namespace (and cluster-wide permissions).
+	// Namespaces where gateways may run and credential Secrets live: the
+	// controller publishes ConfigMaps and gets Secrets only there (its
+	// RoleBindings must match). Empty means every namespace.
 	Namespaces []string
 	// Producer names the controller in labels, provenance and field
 	// ownership; DefaultProducer when empty.
@@ -115,10 +115,10 @@ func (o Options) watches(namespace string) bool {
 	return len(o.Namespaces) == 0 || slices.Contains(o.Namespaces, namespace)
 }
 
-// CacheOptions is the cache the controller needs from its manager: the
+// cacheOptions is the cache the controller needs from its manager: the
 // cluster-scoped Grid resources only. ConfigMaps and Secrets are never
 // cached, listed or watched: the agent gets the ones it names.
-func CacheOptions(opts Options) cache.Options {
+func cacheOptions() cache.Options {
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 }
 
@@ -130,7 +130,8 @@ var uncached = []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}
 const indexNetwork = "spec.gridNetworkRef"
 
 // Setup registers the reconcilers, indexes and health probes with mgr,
-// which must use CacheOptions and a client that does not cache uncached.
+// which must use cacheOptions and a client that does not cache uncached
+// (NewManager builds it so).
 func Setup(mgr manager.Manager, opts Options) error {
 	opts = opts.withDefaults()
 	metrics, err := newMetrics(opts.Registerer)

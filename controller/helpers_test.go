@@ -316,6 +316,26 @@ func (e *env) overlayOf(network *v1alpha1.GridNetwork, gateway v1alpha1.Consumer
 
 func anyRevision(envelope.Result) bool { return true }
 
+// gatewayStatus waits until the network's entry for gateway satisfies ok.
+func (e *env) gatewayStatus(network *v1alpha1.GridNetwork, gateway string, ok func(v1alpha1.GatewayOverlayStatus) bool) v1alpha1.GatewayOverlayStatus {
+	e.t.Helper()
+	var got v1alpha1.GatewayOverlayStatus
+	e.eventually(network.Name+"/"+gateway, func() (bool, string) {
+		var n v1alpha1.GridNetwork
+		if err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &n); err != nil {
+			return false, err.Error()
+		}
+		for _, s := range n.Status.OverlayStatus {
+			if s.GatewayName == gateway {
+				got = s
+				return ok(s), string(s.Phase) + "/" + s.Reason
+			}
+		}
+		return false, "no entry"
+	})
+	return got
+}
+
 // providerPhase waits for a provider's phase and reason.
 func (e *env) providerPhase(p *v1alpha1.InferenceProvider, phase v1alpha1.ProviderPhase, reason string) *v1alpha1.InferenceProvider {
 	e.t.Helper()

@@ -58,7 +58,7 @@ func NewManager(cfg *rest.Config, mo ManagerOptions) (manager.Manager, error) {
 	opts := mo.withDefaults()
 	mgrOpts := manager.Options{
 		Scheme:                        scheme,
-		Cache:                         CacheOptions(opts),
+		Cache:                         cacheOptions(),
 		Client:                        client.Options{Cache: &client.CacheOptions{DisableFor: uncached}},
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",

@@ -384,11 +384,11 @@ func claimedByAnother(cm *corev1.ConfigMap, network, gateway string) (string, bo
 	if cm.Annotations[AnnotationOrphaned] == "true" {
 		return "", false // its network let it go
 	}
-	for _, prefix := range []string{"", envelope.LegacyPrefix} {
-		n, g := cm.Labels[envelope.LabelNetwork], cm.Labels[envelope.LabelGateway]
-		if prefix != "" {
-			n, g = cm.Labels[prefix+"network"], cm.Labels[prefix+"gateway"]
-		}
+	for _, keys := range [][2]string{
+		{envelope.LabelNetwork, envelope.LabelGateway},
+		{envelope.LegacyPrefix + "network", envelope.LegacyPrefix + "gateway"},
+	} {
+		n, g := cm.Labels[keys[0]], cm.Labels[keys[1]]
 		if n != "" && g != "" && (n != network || g != gateway) {
 			return fmt.Sprintf("network %s gateway %s", n, g), true
 		}
