@@ -78,7 +78,7 @@ func TestSidecarHealthPortStaysWithinTheChartsMemoryLimit(t *testing.T) {
 	p.put(doc)
 	addr := freeAddr(t)
 	sidecar := start(t, "gridsync-sidecar", []string{fmt.Sprintf("GRIDSYNC_MEMORY_LIMIT=%d", chartMemoryLimit)}, p.args("--health-addr", addr)...)
-	require.Eventually(t, func() bool { code, _ := get(t, "http://"+addr+"/readyz"); return code == 200 }, 10*time.Second, 10*time.Millisecond)
+	waitOK(t, "http://"+addr+"/readyz")
 	pid := sidecar.cmd.Process.Pid
 
 	for _, n := range []int{200, 1000} {
@@ -115,7 +115,7 @@ func TestSidecarExitsZeroOnSIGTERMWithAHalfSentHealthRequest(t *testing.T) {
 	p.put(doc)
 	addr := freeAddr(t)
 	sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", addr)...)
-	require.Eventually(t, func() bool { code, _ := get(t, "http://"+addr+"/readyz"); return code == 200 }, 10*time.Second, 10*time.Millisecond)
+	waitOK(t, "http://"+addr+"/readyz")
 	conn, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", addr)
 	require.NoError(t, err)
 	defer func() { _ = conn.Close() }()

@@ -203,6 +203,17 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
+// waitOK waits up to 10 s for url to answer 200.
+func waitOK(t *testing.T, url string) {
+	t.Helper()
+	var last string
+	require.Eventually(t, func() bool {
+		code, body := get(t, url)
+		last = body
+		return code == 200
+	}, 10*time.Second, 10*time.Millisecond, "%s never answered 200; last: %s", url, last)
+}
+
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, http.NoBody)

@@ -63,7 +63,7 @@ func TestSidecarPublishesOnlyValidIdentityGenerations(t *testing.T) {
 	require.NoError(t, os.Mkdir(identityDir, 0o755))
 	addr := freeAddr(t)
 	sidecar := start(t, "gridsync-sidecar", nil, append(p.args("--health-addr", addr), identityArgs(proj, identityDir)...)...)
-	require.Eventually(t, func() bool { code, _ := get(t, "http://"+addr+"/readyz"); return code == 200 }, 10*time.Second, 10*time.Millisecond, sidecar.log)
+	waitOK(t, "http://"+addr+"/readyz")
 	assert.Equal(t, "gateway-1", commonNameIn(t, identityDir))
 
 	project("gateway-2", testpki.Opts{})

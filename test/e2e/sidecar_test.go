@@ -20,7 +20,7 @@ func TestSidecarServesProbesStatusAndMetrics(t *testing.T) {
 	sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", addr)...)
 	base := "http://" + addr
 
-	require.Eventually(t, func() bool { code, _ := get(t, base+"/livez"); return code == 200 }, 10*time.Second, 20*time.Millisecond)
+	waitOK(t, base+"/livez")
 	code, body := get(t, base+"/readyz")
 	assert.Equal(t, 503, code, body)
 	code, _ = get(t, base+"/startupz")
@@ -28,7 +28,7 @@ func TestSidecarServesProbesStatusAndMetrics(t *testing.T) {
 
 	doc, revision := p.envelope(1)
 	p.put(doc)
-	require.Eventually(t, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, 10*time.Second, 10*time.Millisecond)
+	waitOK(t, base+"/readyz")
 	code, _ = get(t, base+"/startupz")
 	assert.Equal(t, 200, code)
 
@@ -75,7 +75,7 @@ func TestSidecarShutsDownCleanlyOnSIGTERM(t *testing.T) {
 			p.put(doc)
 			addr := freeAddr(t)
 			sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", addr)...)
-			require.Eventually(t, func() bool { code, _ := get(t, "http://"+addr+"/readyz"); return code == 200 }, 10*time.Second, 10*time.Millisecond)
+			waitOK(t, "http://"+addr+"/readyz")
 
 			require.NoError(t, sidecar.cmd.Process.Signal(sig))
 			began := time.Now()
@@ -105,7 +105,7 @@ func TestSidecarTakesTheUpstreamEnvironmentVariables(t *testing.T) {
 	addr := freeAddr(t)
 	doc, revision := p.envelope(1)
 	p.put(doc)
-	sidecar := start(t, "gridsync-sidecar", []string{
+	start(t, "gridsync-sidecar", []string{
 		"OVERLAY_SYNC_NAMESPACE=" + p.namespace,
 		"OVERLAY_SYNC_CONFIGMAP=" + p.configMap,
 		"OVERLAY_SYNC_DATA_KEY=routing-overlay.json",
@@ -114,7 +114,7 @@ func TestSidecarTakesTheUpstreamEnvironmentVariables(t *testing.T) {
 		"OVERLAY_SYNC_HEALTH_ADDR=" + addr,
 	}, "--kubeconfig", p.kubeconfig,
 		"--expected-network", p.scope.Network, "--expected-gateway", p.scope.Gateway, "--expected-local-site", p.scope.LocalSite)
-	require.Eventually(t, func() bool { code, _ := get(t, "http://"+addr+"/readyz"); return code == 200 }, 10*time.Second, 10*time.Millisecond, sidecar.log)
+	waitOK(t, "http://"+addr+"/readyz")
 	_, body := get(t, "http://"+addr+"/status")
 	assert.Contains(t, body, revision)
 }

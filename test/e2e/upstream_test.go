@@ -21,7 +21,7 @@ func TestSidecarAnswersAsTheUpstreamSidecarDoes(t *testing.T) {
 	addr := freeAddr(t)
 	sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", addr)...)
 	base := "http://" + addr
-	require.Eventually(t, func() bool { code, _ := get(t, base+"/livez"); return code == 200 }, 10*time.Second, 20*time.Millisecond)
+	waitOK(t, base+"/livez")
 
 	// Cold: every upstream field present, null when unset.
 	_, body := get(t, base+"/status")
@@ -39,7 +39,7 @@ func TestSidecarAnswersAsTheUpstreamSidecarDoes(t *testing.T) {
 
 	doc, revision := p.envelope(1)
 	p.put(doc)
-	require.Eventually(t, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, 10*time.Second, 10*time.Millisecond)
+	waitOK(t, base+"/readyz")
 	_, ready := get(t, base+"/readyz")
 	assert.Equal(t, "ready", strings.TrimSpace(ready))
 	_, body = get(t, base+"/status")
