@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -87,29 +88,11 @@ func runSidecar(args []string, stderr io.Writer) int {
 
 	if cfg.Once {
 		log.Info("started", "version", version, "once", true, "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
-		if err := syncer.Run(ctx); err != nil {
-			return fail("stopped_with_error", err)
-		}
-		if !syncer.Started() {
-			log.Info("shutdown", "signal", "received")
-			return exitOK
-		}
-		log.Info("done", "revision", syncer.Status().WrittenRevision)
-		return exitOK
+		err = syncer.Run(ctx) // no endpoints and no identity polling: one publication
+	} else {
+		log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
+		err = serve(ctx, ln, handler, syncer, identity)
 	}
-	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
-	// The identity reloader runs beside the sync loop and stops with it.
-	runCtx, cancel := context.WithCancel(ctx)
-	identityDone := make(chan struct{})
-	go func() {
-		defer close(identityDone)
-		if identity != nil {
-			_ = identity.Run(runCtx) // returns when runCtx ends
-		}
-	}()
-	err = health.ServeWhile(runCtx, ln, handler, shutdownGrace, syncer.Run)
-	cancel()
-	<-identityDone
 	if err != nil {
 		return fail("stopped_with_error", err)
 	}
@@ -119,6 +102,24 @@ func runSidecar(args []string, stderr io.Writer) int {
 		log.Info("done", "revision", syncer.Status().WrittenRevision)
 	}
 	return exitOK
+}
+
+// serve runs the sync loop, the health endpoints and the identity
+// reloader together until ctx ends or one of them stops.
+func serve(ctx context.Context, ln net.Listener, handler http.Handler, syncer *overlaysync.Syncer, identity *tlsidentity.Reloader) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	identityDone := make(chan struct{})
+	go func() {
+		defer close(identityDone)
+		if identity != nil {
+			_ = identity.Run(runCtx) // returns when runCtx ends
+		}
+	}()
+	err := health.ServeWhile(runCtx, ln, handler, shutdownGrace, syncer.Run)
+	cancel()
+	<-identityDone
+	return err
 }
 
 // ready is the pod's readiness: a valid overlay on disk (and not expired
