@@ -95,11 +95,7 @@ func (p *HoldingProxy) handler(next http.Handler) http.Handler {
 }
 
 // Config returns base pointed at the proxy.
-func (p *HoldingProxy) Config(base *rest.Config) *rest.Config {
-	cfg := rest.CopyConfig(base)
-	cfg.Host = "https://" + p.ln.Addr().String()
-	return cfg
-}
+func (p *HoldingProxy) Config(base *rest.Config) *rest.Config { return throughProxy(base, p.ln) }
 
 // HoldWatches holds every watch request, new and waiting, without an
 // answer until Release. Other requests pass.

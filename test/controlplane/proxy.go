@@ -45,9 +45,12 @@ func (cp *ControlPlane) NewProxy() (*Proxy, error) {
 
 // Config returns base pointed at the proxy. The serving certificate names
 // 127.0.0.1, so TLS verification still holds.
-func (p *Proxy) Config(base *rest.Config) *rest.Config {
+func (p *Proxy) Config(base *rest.Config) *rest.Config { return throughProxy(base, p.ln) }
+
+// throughProxy is base pointed at a proxy listening on ln.
+func throughProxy(base *rest.Config, ln net.Listener) *rest.Config {
 	cfg := rest.CopyConfig(base)
-	cfg.Host = "https://" + p.ln.Addr().String()
+	cfg.Host = "https://" + ln.Addr().String()
 	return cfg
 }
 
