@@ -122,8 +122,9 @@ func cacheOptions() cache.Options {
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 }
 
-// uncached are read straight from the API server by the manager's client,
-// so that a Get never starts an informer (a list and a watch).
+// uncached are never cached by the manager's client either: the
+// reconcilers read them with the API reader, and this keeps a stray Get
+// through the client from starting an informer (a list and a watch).
 var uncached = []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}
 
 // Field index of InferenceProviders.
@@ -191,7 +192,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 // common is what both reconcilers share.
 type common struct {
 	client   client.Client
-	api      client.Reader // uncached reads
+	api      client.Reader // uncached reads: Secrets and ConfigMaps, by name
 	opts     Options
 	metrics  *metrics
 	prober   *probe.Prober

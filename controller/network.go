@@ -212,7 +212,7 @@ func (r *networkReconciler) assessProviders(ctx context.Context, network string)
 		return nil, fmt.Errorf("list providers of %s: %w", network, err)
 	}
 	out := make([]render.Provider, 0, len(list.Items))
-	secrets := newSecretReader(ctx, r.client) // each Secret read once per reconcile
+	secrets := newSecretReader(ctx, r.api) // each Secret read once per reconcile
 	var refs []types.NamespacedName
 	for i := range list.Items {
 		if a := list.Items[i].Spec.Auth; a != nil && a.SecretRef != nil && !a.CredentialsManagedExternally &&
@@ -291,7 +291,7 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	// Read straight from the API server: the agent neither lists nor
 	// watches ConfigMaps, it gets the ones it names.
 	var current corev1.ConfigMap
-	err = r.client.Get(ctx, key, &current)
+	err = r.api.Get(ctx, key, &current)
 	var adopt *corev1.ConfigMap // written by the Grid operator: taken over
 	switch {
 	case apierrors.IsNotFound(err):
@@ -509,7 +509,7 @@ func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.Grid
 func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, namespace string) error {
 	key := types.NamespacedName{Namespace: namespace, Name: envelope.ConfigMapName(network, gateway)}
 	var cm corev1.ConfigMap
-	switch err := r.client.Get(ctx, key, &cm); {
+	switch err := r.api.Get(ctx, key, &cm); {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:

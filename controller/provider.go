@@ -53,7 +53,7 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, err
 	}
 
-	v, err := r.assess(&p, newSecretReader(ctx, r.client))
+	v, err := r.assess(&p, newSecretReader(ctx, r.api))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
