@@ -1,0 +1,258 @@
+package membership
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The gossip messages of the membership layer. Each is one type byte and
+// a JSON body; memberlist encrypts and authenticates them on the wire.
+const (
+	msgRecords byte = 1 // records, by broadcast, reliable send or join
+	msgDigest  byte = 2 // record versions, on periodic push/pull
+	msgNotice  byte = 3 // a member suspected, or alive after all
+)
+
+// Limits a decoded message must keep. Anything beyond them is dropped and
+// counted; nothing a peer sends can make the agent hold more.
+const (
+	maxMessageBytes   = 8 << 20 // a join's full state
+	maxCertPEMBytes   = 16 << 10
+	maxAddressBytes   = 262 // host (253) : port
+	maxProviders      = 1000
+	maxModels         = 64
+	maxNameBytes      = 253
+	maxSelectorBytes  = 4096
+	maxRecordsPerMsg  = 100000
+	maxDigestsPerMsg  = 100000
+	maxPhaseBytes     = 32
+	maxKindFieldBytes = 64
+)
+
+// Reasons a message is dropped (the reason label of
+// grid_swim_messages_dropped_total).
+const (
+	dropOversized   = "oversized"
+	dropMalformed   = "malformed"
+	dropInvalid     = "invalid"
+	dropUnknownType = "unknown_type"
+	dropPrivateKey  = "private_key"
+)
+
+var dropReasons = []string{dropOversized, dropMalformed, dropInvalid, dropUnknownType, dropPrivateKey}
+
+// decodeError carries the reason a message was dropped.
+type decodeError struct {
+	reason string
+	err    error
+}
+
+func (e *decodeError) Error() string { return e.reason + ": " + e.err.Error() }
+
+func dropped(reason string, format string, args ...any) error {
+	return &decodeError{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+// dropReason is the counted reason of a decode error.
+func dropReason(err error) string {
+	var de *decodeError
+	if errors.As(err, &de) {
+		return de.reason
+	}
+	return dropMalformed
+}
+
+type recordsMsgBody struct {
+	Records []Record `json:"r"`
+}
+
+type digestMsgBody struct {
+	// From is the sender's member name: the records it lacks are sent
+	// back to it.
+	From    string        `json:"f"`
+	Entries []digestEntry `json:"e"`
+}
+
+func encodeRecords(rs []Record) ([]byte, error) {
+	return encode(msgRecords, recordsMsgBody{Records: rs})
+}
+
+func encodeDigest(from string, d []digestEntry) ([]byte, error) {
+	return encode(msgDigest, digestMsgBody{From: from, Entries: d})
+}
+
+func encode(t byte, body any) ([]byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{t}, b...), nil
+}
+
+// noticeBody makes SWIM's suspicion visible to every site: memberlist
+// keeps a member's suspect state to itself, so the site whose probe failed
+// says so, and the suspected site, when alive, answers.
+type noticeBody struct {
+	// Member is the memberlist name concerned.
+	Member string `json:"m"`
+	// Suspect, or false: alive after all (sent by Member itself).
+	Suspect bool `json:"x,omitempty"`
+	// Leaving: Member is leaving on purpose (sent by Member itself before
+	// it leaves; memberlist does not tell a departure from a death).
+	Leaving bool `json:"l,omitempty"`
+	// At orders the notices of one sender (its clock, nanoseconds).
+	At uint64 `json:"t"`
+}
+
+func encodeNotice(n noticeBody) ([]byte, error) { return encode(msgNotice, n) }
+
+// message is a decoded message: records, a digest or a notice.
+type message struct {
+	kind    byte
+	records []Record
+	digest  digestMsgBody
+	notice  noticeBody
+}
+
+// decode parses and checks one message. It never panics on any input
+// (fuzzed) and bounds everything it keeps.
+func decode(buf []byte) (message, error) {
+	if len(buf) == 0 {
+		return message{}, dropped(dropUnknownType, "empty message")
+	}
+	if len(buf) > maxMessageBytes {
+		return message{}, dropped(dropOversized, "message of %d bytes, limit %d", len(buf), maxMessageBytes)
+	}
+	m := message{kind: buf[0]}
+	switch buf[0] {
+	case msgRecords:
+		var body recordsMsgBody
+		if err := json.Unmarshal(buf[1:], &body); err != nil {
+			return message{}, dropped(dropMalformed, "records: %v", err)
+		}
+		if len(body.Records) > maxRecordsPerMsg {
+			return message{}, dropped(dropOversized, "%d records", len(body.Records))
+		}
+		for i := range body.Records {
+			if err := checkRecord(&body.Records[i]); err != nil {
+				return message{}, err
+			}
+		}
+		m.records = body.Records
+	case msgDigest:
+		if err := json.Unmarshal(buf[1:], &m.digest); err != nil {
+			return message{}, dropped(dropMalformed, "digest: %v", err)
+		}
+		if len(m.digest.Entries) > maxDigestsPerMsg {
+			return message{}, dropped(dropOversized, "%d digest entries", len(m.digest.Entries))
+		}
+		if len(m.digest.From) == 0 || len(m.digest.From) > maxNameBytes+32 {
+			return message{}, dropped(dropInvalid, "digest sender %q", truncate(m.digest.From))
+		}
+		for _, e := range m.digest.Entries {
+			if err := checkIdentity(e.Network, e.Site, e.Kind); err != nil {
+				return message{}, err
+			}
+		}
+	case msgNotice:
+		if err := json.Unmarshal(buf[1:], &m.notice); err != nil {
+			return message{}, dropped(dropMalformed, "notice: %v", err)
+		}
+		if len(m.notice.Member) == 0 || len(m.notice.Member) > maxNameBytes+32 {
+			return message{}, dropped(dropInvalid, "notice member %q", truncate(m.notice.Member))
+		}
+	default:
+		return message{}, dropped(dropUnknownType, "message type %d", buf[0])
+	}
+	return m, nil
+}
+
+func checkIdentity(network, site string, kind Kind) error {
+	if errs := validation.IsDNS1123Subdomain(network); len(errs) > 0 {
+		return dropped(dropInvalid, "network %q: %s", truncate(network), errs[0])
+	}
+	if errs := validation.IsDNS1123Label(site); len(errs) > 0 {
+		return dropped(dropInvalid, "site %q: %s", truncate(site), errs[0])
+	}
+	if kind != KindSite && kind != KindProviders {
+		return dropped(dropInvalid, "record kind %q", truncate(string(kind)))
+	}
+	return nil
+}
+
+// checkRecord bounds every field of a received record.
+func checkRecord(r *Record) error {
+	if err := checkIdentity(r.Network, r.Site, r.Kind); err != nil {
+		return err
+	}
+	if len(r.GatewayAddress) > maxAddressBytes {
+		return dropped(dropOversized, "gateway address of %d bytes", len(r.GatewayAddress))
+	}
+	if len(r.CertPEM) > maxCertPEMBytes {
+		return dropped(dropOversized, "certificate PEM of %d bytes", len(r.CertPEM))
+	}
+	if len(r.Providers) > maxProviders {
+		return dropped(dropOversized, "%d providers", len(r.Providers))
+	}
+	if r.Kind == KindSite && len(r.Providers) > 0 || r.Kind == KindProviders && (r.GatewayAddress != "" || r.CertPEM != "") {
+		return dropped(dropInvalid, "fields of another record kind in a %s record", r.Kind)
+	}
+	for _, p := range r.Providers {
+		if len(p.Name) == 0 || len(p.Name) > maxNameBytes || len(p.Cluster) > maxNameBytes ||
+			len(p.Phase) > maxPhaseBytes || len(p.ProviderKind) > maxKindFieldBytes || len(p.BackendKind) > maxKindFieldBytes ||
+			len(p.Sites) > maxSelectorBytes {
+			return dropped(dropInvalid, "provider %q: a field is empty or too long", truncate(p.Name))
+		}
+		if len(p.Models) > maxModels {
+			return dropped(dropOversized, "provider %q: %d models", truncate(p.Name), len(p.Models))
+		}
+		for _, m := range p.Models {
+			if len(m) == 0 || len(m) > maxNameBytes {
+				return dropped(dropInvalid, "provider %q: a model name is empty or too long", truncate(p.Name))
+			}
+		}
+	}
+	return nil
+}
+
+// truncate keeps a peer's string short enough for a log line.
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// Certificate material as the reference checks it on receipt: structure
+// only, it is not trusted for that.
+const (
+	pemCertificateHeader = "-----BEGIN CERTIFICATE-----"
+	pemPrivateKeyMarker  = "PRIVATE KEY"
+)
+
+// certState classifies a gossiped PEM.
+type certState int
+
+const (
+	certNone certState = iota
+	certValid
+	certInvalid    // no certificate header: TrustMaterialInvalid
+	certPrivateKey // carries a private key: discarded
+)
+
+func classifyPEM(pem string) certState {
+	switch {
+	case pem == "":
+		return certNone
+	case strings.Contains(pem, pemPrivateKeyMarker):
+		return certPrivateKey
+	case !strings.Contains(pem, pemCertificateHeader):
+		return certInvalid
+	default:
+		return certValid
+	}
+}

@@ -1,0 +1,260 @@
+package membership
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Kind is what a record describes.
+type Kind string
+
+const (
+	// KindSite is a site's gateway address and public certificate in one
+	// network.
+	KindSite Kind = "site"
+	// KindProviders is the whole set of a site's providers in one
+	// network: a removed provider is a new version of the set, so single
+	// providers never need tombstones.
+	KindProviders Kind = "providers"
+)
+
+// Record is one site's state of one kind in one network, as gossiped.
+// Only its site writes it; copies merge by Version, last writer wins.
+type Record struct {
+	Network string `json:"n"`
+	Site    string `json:"s"`
+	Kind    Kind   `json:"k"`
+	// Version orders the writes of a record. The origin takes it from
+	// its wall clock (never less than its last version plus one), so a
+	// restarted or newly elected agent of the site writes above what the
+	// one before it wrote.
+	Version uint64 `json:"v"`
+	// Deleted is a tombstone: the site left the network. It expires.
+	Deleted bool `json:"d,omitempty"`
+
+	// GatewayAddress and CertPEM are a KindSite record's: the site's
+	// data-plane gateway and its public certificate (never a key).
+	GatewayAddress string `json:"ga,omitempty"`
+	CertPEM        string `json:"pem,omitempty"`
+
+	// Providers are a KindProviders record's.
+	Providers []Provider `json:"p,omitempty"`
+}
+
+// Provider is what a remote site needs of one InferenceProvider to render
+// it as a candidate once the site is trusted.
+type Provider struct {
+	Name    string   `json:"name"`
+	Models  []string `json:"models"`
+	Cluster string   `json:"cluster,omitempty"`
+	// Phase is the provider's phase at its own site.
+	Phase        string `json:"phase"`
+	ProviderKind string `json:"providerKind,omitempty"`
+	BackendKind  string `json:"backendKind,omitempty"`
+	// Sites is the provider's access policy as a label selector over
+	// grid.praxis.fast/site; empty admits every site.
+	Sites string `json:"sites,omitempty"`
+	// Credentialed: the final hop adds a credential (held at the
+	// provider's site only).
+	Credentialed bool `json:"credentialed,omitempty"`
+}
+
+type recordKey struct {
+	network, site string
+	kind          Kind
+}
+
+func (r *Record) key() recordKey { return recordKey{r.Network, r.Site, r.Kind} }
+
+// newer reports whether a should replace b: the greater version wins; on
+// equal versions (two writers with one clock reading, which only a
+// misconfigured site can cause) the greater encoding does, so every
+// replica picks the same one.
+func newer(a, b *Record) bool {
+	if a.Version != b.Version {
+		return a.Version > b.Version
+	}
+	ea, _ := json.Marshal(a)
+	eb, _ := json.Marshal(b)
+	return bytes.Compare(ea, eb) > 0
+}
+
+// store holds every record this site knows, its own included: push/pull
+// carries all of them, so a site learns of sites it never talked to.
+type store struct {
+	mu        sync.Mutex
+	records   map[recordKey]*Record
+	deletedAt map[recordKey]time.Time // when a tombstone was first seen
+}
+
+func newStore() *store {
+	return &store{records: map[recordKey]*Record{}, deletedAt: map[recordKey]time.Time{}}
+}
+
+// merge keeps r when it is newer than the copy held, and says so.
+func (s *store) merge(r Record, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := r.key()
+	if cur, ok := s.records[k]; ok && !newer(&r, cur) {
+		return false
+	}
+	s.records[k] = &r
+	if r.Deleted {
+		s.deletedAt[k] = now
+	} else {
+		delete(s.deletedAt, k)
+	}
+	return true
+}
+
+func (s *store) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.records)
+}
+
+func (s *store) get(k recordKey) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[k]
+	if !ok {
+		return Record{}, false
+	}
+	return *r, true
+}
+
+// all returns every record, tombstones included, in a stable order.
+func (s *store) all() []Record {
+	s.mu.Lock()
+	out := make([]Record, 0, len(s.records))
+	for _, r := range s.records {
+		out = append(out, *r)
+	}
+	s.mu.Unlock()
+	sortRecords(out)
+	return out
+}
+
+// compareKeys orders records and digests by network, site and kind.
+func compareKeys(a, b recordKey) int {
+	return cmp.Or(cmp.Compare(a.network, b.network), cmp.Compare(a.site, b.site), cmp.Compare(a.kind, b.kind))
+}
+
+func sortRecords(rs []Record) {
+	slices.SortFunc(rs, func(a, b Record) int { return compareKeys(a.key(), b.key()) })
+}
+
+// digestEntry is a record's identity and version: what push/pull sends
+// instead of the records themselves, so that an idle grid exchanges a few
+// bytes per record.
+type digestEntry struct {
+	Network string `json:"n"`
+	Site    string `json:"s"`
+	Kind    Kind   `json:"k"`
+	Version uint64 `json:"v"`
+}
+
+func (s *store) digest() []digestEntry {
+	s.mu.Lock()
+	out := make([]digestEntry, 0, len(s.records))
+	for _, r := range s.records {
+		out = append(out, digestEntry{r.Network, r.Site, r.Kind, r.Version})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b digestEntry) int {
+		return compareKeys(recordKey{a.Network, a.Site, a.Kind}, recordKey{b.Network, b.Site, b.Kind})
+	})
+	return out
+}
+
+// missingFrom returns the records that a peer with digest d lacks or holds
+// an older version of.
+func (s *store) missingFrom(d []digestEntry) []Record {
+	theirs := make(map[recordKey]uint64, len(d))
+	for _, e := range d {
+		theirs[recordKey{e.Network, e.Site, e.Kind}] = e.Version
+	}
+	s.mu.Lock()
+	var out []Record
+	for k, r := range s.records {
+		if v, ok := theirs[k]; !ok || v < r.Version {
+			out = append(out, *r)
+		}
+	}
+	s.mu.Unlock()
+	sortRecords(out)
+	return out
+}
+
+// expire drops tombstones older than ttl.
+func (s *store) expire(now time.Time, ttl time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, at := range s.deletedAt {
+		if now.Sub(at) >= ttl {
+			delete(s.records, k)
+			delete(s.deletedAt, k)
+			n++
+		}
+	}
+	return n
+}
+
+// dropSite forgets every record of a site, and returns the networks it
+// had records in.
+func (s *store) dropSite(site string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var networks []string
+	for k := range s.records {
+		if k.site != site {
+			continue
+		}
+		delete(s.records, k)
+		delete(s.deletedAt, k)
+		if !seen[k.network] {
+			seen[k.network] = true
+			networks = append(networks, k.network)
+		}
+	}
+	sort.Strings(networks)
+	return networks
+}
+
+// sites returns the sites that have records, with the networks of each.
+func (s *store) sites() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]string{}
+	for k := range s.records {
+		out[k.site] = append(out[k.site], k.network)
+	}
+	return out
+}
+
+// versionClock issues record versions: wall-clock nanoseconds, never less
+// than the last one plus one.
+type versionClock struct {
+	mu   sync.Mutex
+	last uint64
+	now  func() time.Time
+}
+
+func (c *versionClock) next() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := uint64(c.now().UnixNano())
+	if v <= c.last {
+		v = c.last + 1
+	}
+	c.last = v
+	return v
+}

@@ -1,0 +1,223 @@
+package membership
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestStoreLastWriterWins(t *testing.T) {
+	s := newStore()
+	now := time.Unix(100, 0)
+	r1 := Record{Network: "n", Site: "a", Kind: KindProviders, Version: 10, Providers: providers("p1")}
+	r2 := Record{Network: "n", Site: "a", Kind: KindProviders, Version: 20, Providers: providers("p2")}
+	require.True(t, s.merge(r2, now))
+	require.False(t, s.merge(r1, now), "an older version never replaces a newer one")
+	got, _ := s.get(r1.key())
+	require.Equal(t, "p2", got.Providers[0].Name)
+	require.False(t, s.merge(r2, now), "the same version twice is no news")
+
+	// Equal versions, different content: every replica picks the same.
+	x := Record{Network: "n", Site: "b", Kind: KindSite, Version: 5, GatewayAddress: "a:1"}
+	y := Record{Network: "n", Site: "b", Kind: KindSite, Version: 5, GatewayAddress: "b:1"}
+	s1, s2 := newStore(), newStore()
+	s1.merge(x, now)
+	s1.merge(y, now)
+	s2.merge(y, now)
+	s2.merge(x, now)
+	g1, _ := s1.get(x.key())
+	g2, _ := s2.get(x.key())
+	require.Equal(t, g1, g2)
+}
+
+func TestStoreDigestAndTombstones(t *testing.T) {
+	s := newStore()
+	now := time.Unix(100, 0)
+	s.merge(Record{Network: "n", Site: "a", Kind: KindSite, Version: 3}, now)
+	s.merge(Record{Network: "n", Site: "b", Kind: KindSite, Version: 7}, now)
+	s.merge(Record{Network: "m", Site: "b", Kind: KindProviders, Version: 1}, now)
+
+	missing := s.missingFrom([]digestEntry{{"n", "a", KindSite, 3}, {"n", "b", KindSite, 2}})
+	require.Len(t, missing, 2, "an older version and an unknown record are sent")
+	require.Equal(t, "m", missing[0].Network)
+	require.Equal(t, uint64(7), missing[1].Version)
+
+	s.merge(Record{Network: "n", Site: "a", Kind: KindSite, Version: 4, Deleted: true}, now)
+	require.Zero(t, s.expire(now.Add(time.Minute), 2*time.Minute))
+	require.Equal(t, 1, s.expire(now.Add(3*time.Minute), 2*time.Minute))
+	_, ok := s.get(recordKey{"n", "a", KindSite})
+	require.False(t, ok)
+
+	require.Equal(t, []string{"m", "n"}, s.dropSite("b"))
+	require.Zero(t, s.count())
+}
+
+func TestVersionClockNeverGoesBack(t *testing.T) {
+	at := time.Unix(100, 0)
+	c := versionClock{now: func() time.Time { return at }}
+	v1 := c.next()
+	at = at.Add(-time.Hour) // the wall clock stepped back
+	v2 := c.next()
+	require.Greater(t, v2, v1)
+}
+
+func TestKeySetFromSecret(t *testing.T) {
+	k1, k2, k3 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{3}, 32)
+	ks, err := KeySetFromSecret(map[string][]byte{"key": k1, "key.next": k2, "key.previous": k3, "other": {1}}, "")
+	require.NoError(t, err)
+	require.Equal(t, k1, ks.Primary)
+	require.Equal(t, [][]byte{k2, k3}, ks.Others)
+
+	ks, err = KeySetFromSecret(map[string][]byte{"swim": k2}, "swim")
+	require.NoError(t, err)
+	require.Equal(t, k2, ks.Primary)
+
+	_, err = KeySetFromSecret(map[string][]byte{"other": k1}, "")
+	require.ErrorIs(t, err, ErrKeyMissing)
+	_, err = KeySetFromSecret(map[string][]byte{"key": k1[:31]}, "")
+	require.ErrorIs(t, err, ErrKeyInvalid)
+	require.Contains(t, err.Error(), "31 bytes")
+	_, err = KeySetFromSecret(map[string][]byte{"key": k1, "key.next": {9, 9}}, "")
+	require.ErrorIs(t, err, ErrKeyInvalid)
+	require.NotContains(t, err.Error(), "\x09", "a key's bytes never reach a message")
+}
+
+func TestParseHexKey(t *testing.T) {
+	k, err := ParseHexKey(strings.Repeat("0a", 32))
+	require.NoError(t, err)
+	require.Len(t, k, 32)
+	for _, bad := range []string{strings.Repeat("0A", 32), strings.Repeat("0a", 31), strings.Repeat("zz", 32), ""} {
+		_, err := ParseHexKey(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip.Addr, error) {
+	if host == "slow.example" {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, errors.New("no such host")
+}
+
+func TestResolveSeeds(t *testing.T) {
+	r := fakeResolver{"two.example": {netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.1")}}
+	start := time.Now()
+	addrs, problems := ResolveSeeds(context.Background(), r, []string{
+		"127.0.0.1:7946", "[::1]:7946", "two.example:7946", "127.0.0.1:7946",
+		"slow.example:7946", "nohost.example:7946", "noport", "127.0.0.1:0", "127.0.0.1:http",
+	}, 100*time.Millisecond, time.Second)
+	require.Less(t, time.Since(start), time.Second, "each entry has its own bound")
+	require.Equal(t, []string{"127.0.0.1:7946", "127.0.0.2:7946", "[::1]:7946"}, addrs, "sorted and deduplicated")
+	var entries []string
+	for _, p := range problems {
+		entries = append(entries, p.Entry)
+	}
+	require.Equal(t, []string{"127.0.0.1:0", "127.0.0.1:http", "nohost.example:7946", "noport", "slow.example:7946"}, entries)
+}
+
+func TestResolveAdvertise(t *testing.T) {
+	r := fakeResolver{"agent.example": {netip.MustParseAddr("127.0.0.9")}}
+	ap, err := ResolveAdvertise(context.Background(), r, "agent.example:7946")
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.9:7946", ap.String())
+	_, err = ResolveAdvertise(context.Background(), r, "missing.example:7946")
+	require.Error(t, err)
+	_, err = ResolveAdvertise(context.Background(), r, "0.0.0.0:7946")
+	require.Error(t, err)
+
+	_, err = New(context.Background(), Config{Site: "a", BindAddr: "127.0.0.1:0", AdvertiseAddr: "missing.example:1", Resolver: r})
+	require.ErrorContains(t, err, "advertise")
+	_, err = New(context.Background(), Config{Site: "a", BindAddr: "0.0.0.0:7946"})
+	require.ErrorContains(t, err, "advertise")
+	_, err = New(context.Background(), Config{Site: "Not_A_Label", BindAddr: "127.0.0.1:7946"})
+	require.ErrorContains(t, err, "site name")
+}
+
+func TestClassifyPEM(t *testing.T) {
+	require.Equal(t, certNone, classifyPEM(""))
+	require.Equal(t, certValid, classifyPEM("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"))
+	require.Equal(t, certInvalid, classifyPEM("junk"))
+	require.Equal(t, certPrivateKey, classifyPEM("-----BEGIN CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----"))
+	require.Equal(t, certPrivateKey, classifyPEM("-----BEGIN RSA PRIVATE KEY-----"))
+}
+
+// The decoder takes any bytes: it never panics, and what it accepts is
+// within bounds.
+func FuzzDecode(f *testing.F) {
+	rec, _ := encodeRecords([]Record{{Network: "n", Site: "a", Kind: KindProviders, Version: 1, Providers: providers("p")}})
+	dig, _ := encodeDigest("a/1", []digestEntry{{"n", "a", KindSite, 2}})
+	note, _ := encodeNotice(noticeBody{Member: "a/1", Suspect: true, At: 3})
+	for _, seed := range [][]byte{rec, dig, note, {}, {1}, {2, '{'}, {3, 'n', 'u', 'l', 'l'}, {9}} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decode(b)
+		if err != nil {
+			require.Contains(t, dropReasons, dropReason(err))
+			return
+		}
+		for _, r := range m.records {
+			require.NoError(t, checkRecord(&r))
+			require.LessOrEqual(t, len(r.CertPEM), maxCertPEMBytes)
+		}
+		require.LessOrEqual(t, len(m.digest.Entries), maxDigestsPerMsg)
+	})
+}
+
+func TestMetaRoundTrip(t *testing.T) {
+	m := nodeMeta{V: metaVersion, Site: "site-a", Generation: 42, Grid: gridID{ID: newGridID(), By: "site-a", At: 1796100000}}
+	got, err := decodeMeta(m.encode())
+	require.NoError(t, err)
+	require.Equal(t, m, got)
+	require.Less(t, len(m.encode()), 512, "memberlist's metadata limit")
+	_, err = decodeMeta([]byte(`{"v":2,"s":"a"}`))
+	require.ErrorContains(t, err, "identity schema")
+	require.Equal(t, "site-a", siteOfMember(memberName("site-a", 7)))
+}
+
+func TestNegotiateGridID(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	settle := time.Minute
+	old := now.Add(-time.Hour).Unix()
+	young := now.Add(-time.Second).Unix()
+	x := gridID{ID: "x", By: "site-b", At: old}
+	y := gridID{ID: "y", By: "site-a", At: old}
+	none := gridID{}
+
+	got, err := negotiate(none, x, now, settle)
+	require.NoError(t, err)
+	require.Equal(t, x, got, "a site with none adopts")
+	got, err = negotiate(x, none, now, settle)
+	require.NoError(t, err)
+	require.Equal(t, x, got, "a peer with none changes nothing")
+	got, err = negotiate(x, x, now, settle)
+	require.NoError(t, err)
+	require.Equal(t, x, got)
+	_, err = negotiate(x, y, now, settle)
+	require.ErrorIs(t, err, errGridIDConflict, "two established grids never merge")
+
+	// Both new: the smaller generating site's wins, on both sides alike.
+	yx := gridID{ID: "x", By: "site-b", At: young}
+	yy := gridID{ID: "y", By: "site-a", At: young}
+	a, err := negotiate(yx, yy, now, settle)
+	require.NoError(t, err)
+	b, err := negotiate(yy, yx, now, settle)
+	require.NoError(t, err)
+	require.Equal(t, yy, a)
+	require.Equal(t, yy, b)
+	// A new one never takes over an established one.
+	_, err = negotiate(x, yy, now, settle)
+	require.ErrorIs(t, err, errGridIDConflict)
+}
