@@ -4,12 +4,14 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/probe"
 
 	"github.com/gridsync/gridsync/shared/envflag"
@@ -35,6 +37,38 @@ type config struct {
 	probeSecretSelector     labels.Selector
 	resyncPeriod            time.Duration
 	deleteOrphans           bool
+	swim                    swimConfig
+	gateway                 gatewayConfig
+}
+
+// swimConfig is the SWIM membership's part of the command line; the
+// environment variables are the Grid reference's.
+type swimConfig struct {
+	bindAddr, advertiseAddr, site string
+	seeds                         []string
+	key                           []byte
+	requireKey                    bool
+	probeInterval, probeTimeout   time.Duration
+	suspectPeriods                int
+	pushPullInterval              time.Duration
+	staleTTL, tombstoneTTL        time.Duration
+	keyPollInterval               time.Duration
+	// serviceName is the SWIM Service whose EndpointSlice the leader
+	// writes (with podIP, from POD_IP).
+	serviceName, podIP string
+}
+
+func (c swimConfig) enabled() bool { return c.bindAddr != "" }
+
+// gatewayConfig is how the site's data-plane gateway address is found:
+// given, or read from a LoadBalancer Service.
+type gatewayConfig struct {
+	address          string
+	serviceName      string
+	serviceNamespace string
+	port             int
+	discovery        bool
+	interval         time.Duration
 }
 
 // parseFlags parses args; the environment (GRIDSYNC_AGENT_<FLAG>, and
@@ -73,8 +107,83 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	probeAllow := fs.String("probe-allow-destinations", "", "comma-separated CIDRs and host suffixes that health probes may connect to (empty: any address but loopback, link-local and cloud metadata, which only a listed CIDR allows)"+note("probe-allow-destinations"))
 	probeSelector := fs.String("probe-secret-selector", "", "label selector a credential Secret must match before its token is sent in a health probe (empty: off)"+note("probe-secret-selector"))
 
+	// SWIM and the gateway address read the Grid reference's variables.
+	ref := envflag.Note
+	bind := func(flagName, env string) { bindings = append(bindings, envflag.Binding{Flag: flagName, Env: env}) }
+	fs.StringVar(&c.swim.bindAddr, "swim-bind-addr", "", "IP:port SWIM listens on, UDP and TCP (empty: no SWIM, every network stays Pending)"+ref("GRID_SWIM_BIND_ADDR"))
+	bind("swim-bind-addr", "GRID_SWIM_BIND_ADDR")
+	fs.StringVar(&c.swim.advertiseAddr, "swim-advertise-addr", "", "address peers reach this site's SWIM at: IP:port, [IPv6]:port or hostname:port (default: the bind address)"+ref("GRID_SWIM_ADVERTISE_ADDR"))
+	bind("swim-advertise-addr", "GRID_SWIM_ADVERTISE_ADDR")
+	fs.StringVar(&c.swim.site, "site-name", "", "this site's name, a DNS label: its SWIM member name and certificate organization (required with --swim-bind-addr)"+ref("GRID_SWIM_SITE_NAME"))
+	bind("site-name", "GRID_SWIM_SITE_NAME")
+	seeds := fs.String("swim-seeds", "", "comma-separated SWIM addresses joined at start, in addition to every network's spec.seeds"+ref("GRID_SWIM_SEEDS"))
+	bind("swim-seeds", "GRID_SWIM_SEEDS")
+	fs.BoolVar(&c.swim.requireKey, "swim-require-key", true, "hold SWIM (nothing sent or received) until a key is loaded or a network declares none"+ref("GRID_SWIM_REQUIRE_KEY"))
+	bind("swim-require-key", "GRID_SWIM_REQUIRE_KEY")
+	fs.DurationVar(&c.swim.probeInterval, "swim-probe-interval", 5*time.Second, "SWIM probe period"+note("swim-probe-interval"))
+	fs.DurationVar(&c.swim.probeTimeout, "swim-probe-timeout", 3*time.Second, "time for a direct probe answer before indirect probes"+note("swim-probe-timeout"))
+	fs.IntVar(&c.swim.suspectPeriods, "swim-suspect-periods", 3, "probe periods a suspect site is kept before it is dead"+note("swim-suspect-periods"))
+	fs.DurationVar(&c.swim.pushPullInterval, "swim-push-pull-interval", 30*time.Second, "how often record versions are compared with a random site"+note("swim-push-pull-interval"))
+	fs.DurationVar(&c.swim.staleTTL, "swim-stale-ttl", 10*time.Minute, "how long the records of a site that is not alive are kept, marked stale"+note("swim-stale-ttl"))
+	fs.DurationVar(&c.swim.tombstoneTTL, "swim-tombstone-ttl", 10*time.Minute, "how long a withdrawn record is remembered"+note("swim-tombstone-ttl"))
+	fs.StringVar(&c.swim.serviceName, "swim-service-name", "", "SWIM Service (without selector) whose EndpointSlice the leader points at itself, from $POD_IP (empty: none)"+note("swim-service-name"))
+	fs.DurationVar(&c.swim.keyPollInterval, "swim-key-poll-interval", 10*time.Second, "how often the networks' SWIM key Secrets are read (a rotation step is followed within it)"+note("swim-key-poll-interval"))
+	fs.StringVar(&c.gateway.address, "gateway-address", "", "this site's data-plane gateway address, advertised to the other sites (skips discovery)"+ref("GRID_GATEWAY_ADDRESS"))
+	bind("gateway-address", "GRID_GATEWAY_ADDRESS")
+	fs.StringVar(&c.gateway.serviceName, "gateway-service-name", "", "LoadBalancer Service whose first ingress is the gateway address"+ref("GRID_GATEWAY_SERVICE_NAME"))
+	bind("gateway-service-name", "GRID_GATEWAY_SERVICE_NAME")
+	fs.StringVar(&c.gateway.serviceNamespace, "gateway-service-namespace", electionNamespace, "namespace of that Service (default: $POD_NAMESPACE)"+ref("GRID_GATEWAY_SERVICE_NAMESPACE"))
+	bind("gateway-service-namespace", "GRID_GATEWAY_SERVICE_NAMESPACE")
+	fs.IntVar(&c.gateway.port, "gateway-port", 0, "advertised gateway port (default: the Service's first port, else 8080)"+ref("GRID_GATEWAY_PORT"))
+	bind("gateway-port", "GRID_GATEWAY_PORT")
+	fs.BoolVar(&c.gateway.discovery, "gateway-discovery", true, "discover the gateway address from the Service; false on a consumer-only site"+ref("GRID_GATEWAY_DISCOVERY_ENABLED"))
+	bind("gateway-discovery", "GRID_GATEWAY_DISCOVERY_ENABLED")
+	fs.DurationVar(&c.gateway.interval, "gateway-discovery-interval", 5*time.Second, "how often the Service is read"+ref("GRID_GATEWAY_DISCOVERY_INTERVAL_MS")+" (milliseconds there)")
+
 	if err := envflag.Parse(fs, bindings, args, getenv); err != nil {
 		return nil, err
+	}
+	if ms := getenv("GRID_GATEWAY_DISCOVERY_INTERVAL_MS"); ms != "" && !flagSet(fs, "gateway-discovery-interval") {
+		n, err := strconv.Atoi(ms)
+		if err != nil || n <= 0 {
+			return nil, envflag.UsageError(fs, "GRID_GATEWAY_DISCOVERY_INTERVAL_MS=%q is not a positive number of milliseconds", ms)
+		}
+		c.gateway.interval = time.Duration(n) * time.Millisecond
+	}
+	if hexKey := getenv("GRID_SWIM_ENCRYPT_KEY"); hexKey != "" {
+		k, err := membership.ParseHexKey(hexKey)
+		if err != nil {
+			// The value is never echoed.
+			return nil, envflag.UsageError(fs, "GRID_SWIM_ENCRYPT_KEY: %v", err)
+		}
+		c.swim.key = k
+	}
+	for _, s := range strings.Split(*seeds, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.swim.seeds = append(c.swim.seeds, s)
+		}
+	}
+	if c.swim.enabled() {
+		if c.swim.site == "" {
+			return nil, envflag.UsageError(fs, "--site-name (GRID_SWIM_SITE_NAME) is required with --swim-bind-addr: every replica of the site must carry the same name")
+		}
+		if errs := validation.IsDNS1123Label(c.swim.site); len(errs) > 0 {
+			return nil, envflag.UsageError(fs, "--site-name: %q is not a lowercase DNS label: %s", c.swim.site, strings.Join(errs, "; "))
+		}
+		if c.swim.probeInterval <= 0 || c.swim.probeTimeout <= 0 || c.swim.probeTimeout >= c.swim.probeInterval || c.swim.suspectPeriods < 1 {
+			return nil, envflag.UsageError(fs, "--swim-probe-timeout must be positive and shorter than --swim-probe-interval, --swim-suspect-periods at least 1")
+		}
+		if c.swim.podIP = getenv("POD_IP"); c.swim.serviceName != "" && c.swim.podIP == "" {
+			return nil, envflag.UsageError(fs, "--swim-service-name needs the pod's address in $POD_IP")
+		}
+		if c.swim.keyPollInterval < time.Second || c.swim.pushPullInterval < time.Second || c.swim.staleTTL <= 0 || c.swim.tombstoneTTL <= 0 {
+			return nil, envflag.UsageError(fs, "--swim-key-poll-interval and --swim-push-pull-interval must be at least 1s, the TTLs positive")
+		}
+	} else if len(c.swim.key) > 0 || len(c.swim.seeds) > 0 {
+		return nil, envflag.UsageError(fs, "GRID_SWIM_ENCRYPT_KEY and GRID_SWIM_SEEDS need --swim-bind-addr (GRID_SWIM_BIND_ADDR)")
+	}
+	if c.gateway.port < 0 || c.gateway.port > 65535 || c.gateway.interval <= 0 {
+		return nil, envflag.UsageError(fs, "--gateway-port must be 0 to 65535 and --gateway-discovery-interval positive")
 	}
 	var err error
 	if c.logLevel, err = envflag.LogLevel(fs, *logLevel); err != nil {
@@ -116,4 +225,12 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 		}
 	}
 	return c, nil
+}
+
+// flagSet reports whether a flag was given on the command line or by its
+// bound variable.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

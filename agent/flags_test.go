@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,56 @@ func TestProbeFlags(t *testing.T) {
 	for _, bad := range [][]string{{"--probe-allow-destinations", "192.0.2.1"}, {"--probe-secret-selector", "a in ("}} {
 		_, err := parseFlags(bad, func(string) string { return "" }, &out)
 		assert.Error(t, err, bad)
+	}
+}
+
+func TestSwimFlagsReadTheReferencesVariables(t *testing.T) {
+	env := map[string]string{
+		"GRID_SWIM_BIND_ADDR":                "127.0.0.1:7946",
+		"GRID_SWIM_ADVERTISE_ADDR":           "agent.grid.test:7946",
+		"GRID_SWIM_SITE_NAME":                "site-a",
+		"GRID_SWIM_SEEDS":                    "127.0.0.2:7946, [::1]:7946",
+		"GRID_SWIM_REQUIRE_KEY":              "false",
+		"GRID_SWIM_ENCRYPT_KEY":              strings.Repeat("ab", 32),
+		"GRID_GATEWAY_SERVICE_NAME":          "provider-gateway",
+		"GRID_GATEWAY_PORT":                  "8443",
+		"GRID_GATEWAY_DISCOVERY_INTERVAL_MS": "2500",
+		"POD_NAMESPACE":                      "praxis-system",
+	}
+	var out bytes.Buffer
+	c, err := parseFlags(nil, func(k string) string { return env[k] }, &out)
+	require.NoError(t, err, out.String())
+	assert.True(t, c.swim.enabled())
+	assert.Equal(t, "site-a", c.swim.site)
+	assert.Equal(t, "agent.grid.test:7946", c.swim.advertiseAddr)
+	assert.Equal(t, []string{"127.0.0.2:7946", "[::1]:7946"}, c.swim.seeds)
+	assert.False(t, c.swim.requireKey)
+	assert.Len(t, c.swim.key, 32)
+	assert.Equal(t, 5*time.Second, c.swim.probeInterval, "the reference's timings")
+	assert.Equal(t, 3*time.Second, c.swim.probeTimeout)
+	assert.Equal(t, 3, c.swim.suspectPeriods)
+	assert.Equal(t, "provider-gateway", c.gateway.serviceName)
+	assert.Equal(t, "praxis-system", c.gateway.serviceNamespace)
+	assert.Equal(t, 8443, c.gateway.port)
+	assert.Equal(t, 2500*time.Millisecond, c.gateway.interval)
+}
+
+func TestSwimFlagErrors(t *testing.T) {
+	for name, env := range map[string]map[string]string{
+		"no site name":        {"GRID_SWIM_BIND_ADDR": "127.0.0.1:7946"},
+		"site not a label":    {"GRID_SWIM_BIND_ADDR": "127.0.0.1:7946", "GRID_SWIM_SITE_NAME": "Site_A"},
+		"malformed key":       {"GRID_SWIM_BIND_ADDR": "127.0.0.1:7946", "GRID_SWIM_SITE_NAME": "a", "GRID_SWIM_ENCRYPT_KEY": "secret-value-here"},
+		"uppercase key":       {"GRID_SWIM_BIND_ADDR": "127.0.0.1:7946", "GRID_SWIM_SITE_NAME": "a", "GRID_SWIM_ENCRYPT_KEY": strings.Repeat("AB", 32)},
+		"key without SWIM":    {"GRID_SWIM_ENCRYPT_KEY": strings.Repeat("ab", 32)},
+		"timeout too long":    {"GRID_SWIM_BIND_ADDR": "127.0.0.1:7946", "GRID_SWIM_SITE_NAME": "a", "GRIDSYNC_AGENT_SWIM_PROBE_TIMEOUT": "6s"},
+		"service without pod": {"GRID_SWIM_BIND_ADDR": "127.0.0.1:7946", "GRID_SWIM_SITE_NAME": "a", "GRIDSYNC_AGENT_SWIM_SERVICE_NAME": "grid-swim"},
+		"bad interval":        {"GRID_GATEWAY_DISCOVERY_INTERVAL_MS": "soon"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			_, err := parseFlags(nil, func(k string) string { return env[k] }, &out)
+			require.Error(t, err)
+			assert.NotContains(t, out.String(), "secret-value-here", "a key is never echoed")
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -18,10 +19,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/gridsync/gridsync/agent/gateway"
+	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/agent/swimservice"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
@@ -77,6 +82,23 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	// that each series is exported once.
 	reg := ctrlmetrics.Registry
 	health.RegisterBuildInfo(reg, binary, version)
+	var swim *membership.Runtime
+	if cfg.swim.enabled() {
+		swim, err = membership.New(ctx, membership.Config{
+			Site: cfg.swim.site, BindAddr: cfg.swim.bindAddr, AdvertiseAddr: cfg.swim.advertiseAddr,
+			Seeds: cfg.swim.seeds, EnvKey: cfg.swim.key, RequireKey: cfg.swim.requireKey,
+			ProbeInterval: cfg.swim.probeInterval, ProbeTimeout: cfg.swim.probeTimeout, SuspectPeriods: cfg.swim.suspectPeriods,
+			PushPullInterval: cfg.swim.pushPullInterval, StaleTTL: cfg.swim.staleTTL, TombstoneTTL: cfg.swim.tombstoneTTL,
+			Logger: log, Registerer: reg,
+		})
+		if err != nil {
+			return fail("swim_config_failed", err)
+		}
+	}
+	var member controller.Membership
+	if swim != nil {
+		member = swim
+	}
 	mgr, err := controller.NewManager(restConfig, controller.ManagerOptions{
 		Options: controller.Options{
 			Namespaces:             cfg.namespaces,
@@ -89,7 +111,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			DeleteOrphanedOverlays: cfg.deleteOrphans,
 			// Events of the cluster-scoped Grid objects land where the
 			// Lease lives: the agent's own namespace.
-			EventNamespace: cfg.leaderElectionNamespace,
+			EventNamespace:      cfg.leaderElectionNamespace,
+			Membership:          member,
+			SwimKeyPollInterval: cfg.swim.keyPollInterval,
 		},
 		LeaderElection:          cfg.leaderElect,
 		LeaderElectionNamespace: cfg.leaderElectionNamespace,
@@ -100,6 +124,34 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	})
 	if err != nil {
 		return fail("start_failed", err)
+	}
+
+	if swim != nil {
+		// The runtime joins only while this replica leads.
+		if err := mgr.Add(swim); err != nil {
+			return fail("start_failed", err)
+		}
+		if cfg.swim.serviceName != "" {
+			bind, _ := netip.ParseAddrPort(cfg.swim.bindAddr)
+			if err := mgr.Add(&swimservice.Publisher{
+				Client: mgr.GetClient(), Namespace: cfg.leaderElectionNamespace, Service: cfg.swim.serviceName,
+				PodIP: cfg.swim.podIP, Port: int32(bind.Port()), Manager: binary, Logger: log,
+			}); err != nil {
+				return fail("start_failed", err)
+			}
+		}
+		switch {
+		case cfg.gateway.address != "":
+			swim.SetGatewayAddress(cfg.gateway.address)
+		case cfg.gateway.discovery && cfg.gateway.serviceName != "":
+			if err := mgr.Add(&gateway.Discovery{
+				Reader:  mgr.GetAPIReader(),
+				Service: types.NamespacedName{Namespace: cfg.gateway.serviceNamespace, Name: cfg.gateway.serviceName},
+				Port:    cfg.gateway.port, Interval: cfg.gateway.interval, Logger: log, Set: swim.SetGatewayAddress,
+			}); err != nil {
+				return fail("start_failed", err)
+			}
+		}
 	}
 
 	var synced, leading atomic.Bool
@@ -127,11 +179,18 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		},
 		Started: synced.Load,
 		Status: func() any {
-			return map[string]any{"version": version, "leader": leading.Load(), "cache_synced": synced.Load(), "namespaces": cfg.namespaces}
+			st := map[string]any{"version": version, "leader": leading.Load(), "cache_synced": synced.Load(), "namespaces": cfg.namespaces}
+			if swim != nil {
+				st["swim"] = swim.Status()
+			} else {
+				st["swim"] = membership.Status{Members: []membership.MemberStatus{}}
+			}
+			return st
 		},
 	}, reg)
 
-	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect, "memory_limit_bytes", memoryLimit)
+	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect, "memory_limit_bytes", memoryLimit,
+		"swim_bind_addr", cfg.swim.bindAddr, "site", cfg.swim.site)
 	if err := health.ServeWhile(ctx, ln, handler, shutdownGrace, mgr.Start); err != nil {
 		return fail("stopped_with_error", err)
 	}

@@ -17,8 +17,9 @@ import (
 
 // A network that asks for what this release does not do says so in its
 // Ready condition, naming every such field, instead of running as if it
-// had not asked; its overlays are still delivered, and nothing is
-// gossiped (there is no membership at all: phase Pending).
+// had not asked; its overlays are still delivered. Seeds and a SWIM key on
+// an agent that runs no SWIM say that too (phase Pending, nothing
+// gossiped).
 func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	e := newEnv(t)
 	gw := e.gateway("edge", "east")
@@ -42,9 +43,13 @@ func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	})
 	ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
 	assert.Equal(t, "False", string(ready.Status))
-	for _, path := range []string{"spec.seeds", "spec.tls.swimKeySecretRef", "spec.consumerGateways[" + e.gwNS + "/edge].praxisConfig.generate"} {
+	for _, path := range []string{"spec.consumerGateways[" + e.gwNS + "/edge].praxisConfig.generate", "spec.seeds", "spec.tls.swimKeySecretRef"} {
 		assert.Contains(t, ready.Message, path)
 	}
+	swim := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionMembership)
+	require.NotNil(t, swim)
+	assert.Equal(t, "False", string(swim.Status))
+	assert.Equal(t, controller.ReasonSwimNotRunning, swim.Reason)
 	assert.Equal(t, v1alpha1.NetworkPending, got.Status.Phase)
 	assert.Zero(t, got.Status.ConnectedSites)
 }

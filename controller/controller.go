@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
 )
@@ -81,7 +82,20 @@ type Options struct {
 	// EventNamespace receives the Events of the cluster-scoped Grid
 	// objects: the agent's own namespace. Empty: no Events.
 	EventNamespace string
+
+	// Membership is the site's SWIM runtime; nil runs without SWIM (every
+	// network Pending).
+	Membership Membership
+	// SeedResolver resolves spec.seeds host names; the system's when nil.
+	SeedResolver membership.Resolver
+	// SwimKeyPollInterval is how often the SWIM key Secrets of the
+	// networks are read, so that a rotation step is followed without a
+	// Secret watch. 0 means DefaultSwimKeyPollInterval.
+	SwimKeyPollInterval time.Duration
 }
+
+// DefaultSwimKeyPollInterval is how often SWIM key Secrets are read.
+const DefaultSwimKeyPollInterval = 10 * time.Second
 
 // DefaultResyncPeriod is how often everything is reconciled anyway.
 const DefaultResyncPeriod = 300 * time.Second
@@ -101,6 +115,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ResyncPeriod <= 0 {
 		o.ResyncPeriod = DefaultResyncPeriod
+	}
+	if o.SwimKeyPollInterval <= 0 {
+		o.SwimKeyPollInterval = DefaultSwimKeyPollInterval
 	}
 	return o
 }
@@ -183,7 +200,22 @@ func Setup(mgr manager.Manager, opts Options) error {
 		lifetime: life,
 		events:   eventWriter{client: mgr.GetClient(), namespace: opts.EventNamespace, component: opts.Producer, logger: opts.Logger},
 	}
-	if err := (&networkReconciler{common: shared}).setup(mgr, toNetworks); err != nil {
+	nr := &networkReconciler{common: shared}
+	var fromMembership chan event.GenericEvent
+	if opts.Membership != nil {
+		// Membership changes (a site's state, its records) and SWIM key
+		// changes reach the network reconciler through one channel.
+		fromMembership = make(chan event.GenericEvent, 1024)
+		opts.Membership.OnChange(func(network string) {
+			n := &v1alpha1.GridNetwork{}
+			n.Name = network
+			life.send(fromMembership, event.GenericEvent{Object: n})
+		})
+		if err := mgr.Add(&swimKeyPoller{r: nr, out: fromMembership}); err != nil {
+			return err
+		}
+	}
+	if err := nr.setup(mgr, toNetworks, fromMembership); err != nil {
 		return err
 	}
 	return (&providerReconciler{common: shared}).setup(mgr, toProviders)

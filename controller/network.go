@@ -51,10 +51,16 @@ const maxConfigMapData = 1 << 20
 
 type networkReconciler struct {
 	*common
+	seeds     seedBook
+	gridSites writeMemo
 }
 
-func (r *networkReconciler) setup(mgr ctrl.Manager, health <-chan event.GenericEvent) error {
-	return ctrl.NewControllerManagedBy(mgr).
+func (r *networkReconciler) setup(mgr ctrl.Manager, health, fromMembership <-chan event.GenericEvent) error {
+	b := ctrl.NewControllerManagedBy(mgr)
+	if fromMembership != nil {
+		b = b.WatchesRawSource(source.Channel(fromMembership, &handler.EnqueueRequestForObject{}))
+	}
+	return b.
 		Named("gridnetwork").
 		For(&v1alpha1.GridNetwork{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A provider's old and new network are both reconciled when it
@@ -89,13 +95,16 @@ func (r *networkReconciler) providerByName(ctx context.Context, o client.Object)
 // Reconcile publishes the overlay of every consumer gateway of a network.
 func (r *networkReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	start := time.Now()
-	gatewayCount, err := r.reconcile(ctx, req.Name)
+	gatewayCount, retry, err := r.reconcile(ctx, req.Name)
 	// One line per reconcile at debug level: what operators (and the
 	// controller benchmark) need to see how long a network takes.
 	r.opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount,
 		"duration_ms", float64(time.Since(start).Microseconds())/1000, "error", errString(err))
 	if err != nil {
 		return retryConflicts(err)
+	}
+	if retry > 0 {
+		return reconcile.Result{RequeueAfter: retry}, nil
 	}
 	return r.opts.resync(), nil
 }
@@ -108,18 +117,22 @@ func errString(err error) string {
 }
 
 // reconcile publishes the network's overlays and returns how many
-// gateways it has.
-func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, error) {
+// gateways it has, and how soon to try again when that is sooner than the
+// resync.
+func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, time.Duration, error) {
 	var network v1alpha1.GridNetwork
 	err := r.client.Get(ctx, types.NamespacedName{Name: name}, &network)
 	if apierrors.IsNotFound(err) {
-		return 0, nil // its overlays were withdrawn before the finalizer went
+		if r.opts.Membership != nil {
+			r.opts.Membership.Forget(name) // deleted while its finalizer was not ours to run
+		}
+		return 0, 0, nil // its overlays were withdrawn before the finalizer went
 	}
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if !network.DeletionTimestamp.IsZero() {
-		return 0, r.finalize(ctx, &network)
+		return 0, 0, r.finalize(ctx, &network)
 	}
 	// Without listing ConfigMaps the agent finds a deleted network's
 	// overlays only from the network itself: the finalizer keeps it until
@@ -128,13 +141,19 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, er
 		orig := network.DeepCopy()
 		controllerutil.AddFinalizer(&network, overlaysFinalizer)
 		if err := r.client.Patch(ctx, &network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return 0, fmt.Errorf("add finalizer to GridNetwork %s: %w", name, err)
+			return 0, 0, fmt.Errorf("add finalizer to GridNetwork %s: %w", name, err)
 		}
 	}
 
-	providers, err := r.assessProviders(ctx, network.Name)
+	providers, items, err := r.assessProviders(ctx, network.Name)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
+	}
+	swim := r.reconcileMembership(ctx, &network, gossipProviders(items, providers))
+	if swim.keyFailed {
+		// The reconcile stops at the key: nothing announced, nothing
+		// published, the overlays keep what they had.
+		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, &network, network.Status.OverlayStatus, swim)
 	}
 
 	previous := map[types.NamespacedName]v1alpha1.GatewayOverlayStatus{}
@@ -163,10 +182,13 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, er
 			}
 		}
 	}
-	if err := r.writeStatus(ctx, &network, statuses); err != nil && firstErr == nil {
+	if err := r.syncGridSites(ctx, &network, swim.view); err != nil && firstErr == nil {
 		firstErr = err
 	}
-	return len(gws), firstErr
+	if err := r.writeStatus(ctx, &network, statuses, swim); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return len(gws), 0, firstErr
 }
 
 // gateways lists the network's consumer gateways, each once.
@@ -205,11 +227,12 @@ func sitePolicy(np *v1alpha1.NetworkPolicy) render.SitePolicy {
 	return p
 }
 
-// assessProviders assesses every provider of the network.
-func (r *networkReconciler) assessProviders(ctx context.Context, network string) ([]render.Provider, error) {
+// assessProviders assesses every provider of the network, and returns
+// them with the provider objects.
+func (r *networkReconciler) assessProviders(ctx context.Context, network string) ([]render.Provider, []v1alpha1.InferenceProvider, error) {
 	var list v1alpha1.InferenceProviderList
 	if err := r.client.List(ctx, &list, client.MatchingFields{indexNetwork: network}); err != nil {
-		return nil, fmt.Errorf("list providers of %s: %w", network, err)
+		return nil, nil, fmt.Errorf("list providers of %s: %w", network, err)
 	}
 	out := make([]render.Provider, 0, len(list.Items))
 	secrets := newSecretReader(ctx, r.api) // each Secret read once per reconcile
@@ -228,11 +251,11 @@ func (r *networkReconciler) assessProviders(ctx context.Context, network string)
 		}
 		v, err := r.assess(p, secrets)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, v.Provider)
 	}
-	return out, nil
+	return out, list.Items, nil
 }
 
 func (c *common) assess(p *v1alpha1.InferenceProvider, secrets assess.Secrets) (assess.Verdict, error) {
@@ -491,6 +514,10 @@ func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.Grid
 			return err
 		}
 	}
+	if r.opts.Membership != nil {
+		r.opts.Membership.Forget(network.Name)
+		r.seeds.forget(network.Name)
+	}
 	orig := network.DeepCopy()
 	controllerutil.RemoveFinalizer(network, overlaysFinalizer)
 	if err := r.client.Patch(ctx, network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -562,7 +589,7 @@ func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, name
 }
 
 // writeStatus writes the network's status when it differs.
-func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus) error {
+func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus, swim membershipOutcome) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
 	next.OverlayStatus = overlays
@@ -588,9 +615,26 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonFieldNotSupported
 		ready.Message = "not supported by this release, so not in effect: " + strings.Join(unsupported, ", ") + "; " + ready.Message
 	}
-	// No SWIM membership runs yet: the network has no peers.
-	next.Phase = v1alpha1.NetworkPending
-	next.ConnectedSites, next.RemoteProviderCount = 0, 0
+	// Membership that keeps the network from what it asks for is said in
+	// Ready too: a key that does not load stops the reconcile, and seeds
+	// without SWIM do nothing.
+	switch {
+	case swim.keyFailed:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.condition.reason, swim.condition.message
+	case swim.condition.reason == ReasonSwimNotRunning && !swim.condition.ok:
+		if ready.Reason != ReasonFieldNotSupported {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonSwimNotRunning, swim.condition.message+"; "+ready.Message
+		} else {
+			ready.Message += "; " + swim.condition.message
+		}
+	}
+	next.Phase, next.ConnectedSites, next.RemoteProviderCount = networkPhase(swim)
+	membershipCond := metav1.Condition{Type: ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.condition.reason,
+		Message: swim.condition.message, ObservedGeneration: network.Generation}
+	if !swim.condition.ok {
+		membershipCond.Status = metav1.ConditionFalse
+	}
+	meta.SetStatusCondition(&next.Conditions, membershipCond)
 	before := meta.FindStatusCondition(network.Status.Conditions, "Ready")
 	changed := before == nil || before.Status != ready.Status || before.Reason != ready.Reason
 	meta.SetStatusCondition(&next.Conditions, ready)
@@ -613,6 +657,26 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	return nil
 }
 
+// networkPhase is the network's membership phase and counts: Pending
+// without SWIM, Initializing until a remote site is known (or while
+// SWIM holds for a key), Active with at least one alive, Degraded when
+// all known are suspect or dead.
+func networkPhase(swim membershipOutcome) (v1alpha1.NetworkPhase, int32, int32) {
+	v := swim.view
+	if !v.Enabled {
+		return v1alpha1.NetworkPending, 0, 0
+	}
+	connected, remote := int32(v.Connected()), int32(len(v.Providers))
+	switch {
+	case !v.Running || len(v.Sites) == 0:
+		return v1alpha1.NetworkInitializing, connected, remote
+	case connected > 0:
+		return v1alpha1.NetworkActive, connected, remote
+	default:
+		return v1alpha1.NetworkDegraded, connected, remote
+	}
+}
+
 // ReasonFieldNotSupported is the Ready condition's reason while a network
 // sets fields this release does not act on.
 const ReasonFieldNotSupported = "FieldNotSupported"
@@ -621,20 +685,17 @@ const ReasonFieldNotSupported = "FieldNotSupported"
 const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
 
 // unsupportedFields lists the paths of the fields a network sets that
-// this release does not act on yet (SWIM membership, site trust, Praxis
-// config generation). Nothing they ask to secure is done without them:
-// there is no gossip at all, and no remote site is ever routable.
+// this release does not act on yet (site trust, Praxis config
+// generation; the site Secret's certificate is gossiped, but not issued).
+// Nothing they ask to secure is done without them: no remote site is ever
+// routable.
 func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 	var out []string
-	if len(n.Spec.Seeds) > 0 {
-		out = append(out, "spec.seeds")
-	}
 	if t := n.Spec.TLS; t != nil {
 		for path, set := range map[string]bool{
-			"spec.tls.caSecretRef":      t.CASecretRef != nil,
-			"spec.tls.caConfigMapRef":   t.CAConfigMapRef != nil,
-			"spec.tls.siteSecretRef":    t.SiteSecretRef != nil,
-			"spec.tls.swimKeySecretRef": t.SwimKeySecretRef != nil,
+			"spec.tls.caSecretRef":    t.CASecretRef != nil,
+			"spec.tls.caConfigMapRef": t.CAConfigMapRef != nil,
+			"spec.tls.siteSecretRef":  t.SiteSecretRef != nil,
 		} {
 			if set {
 				out = append(out, path)
@@ -652,9 +713,6 @@ func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 		if len(g.ProviderHopEndpoints) > 0 {
 			out = append(out, at+".providerHopEndpoints")
 		}
-	}
-	if n.Labels[AutoDiscoverSitesLabel] == "true" {
-		out = append(out, "metadata.labels["+AutoDiscoverSitesLabel+"]")
 	}
 	slices.Sort(out)
 	return out

@@ -14,13 +14,17 @@ import (
 // ClusterRules are granted cluster-wide: the Grid resources are
 // cluster-scoped. Read them, patch their status, and patch a GridNetwork
 // for its finalizer (which holds a deleted network until its overlays are
-// withdrawn).
+// withdrawn). GridSites of discovered sites are created by server-side
+// apply (get, create, patch) and their status patched; they are never
+// listed, watched or deleted.
 func ClusterRules() []rbacv1.PolicyRule {
 	group := v1alpha1.GroupVersion.Group
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{group}, Resources: []string{"gridnetworks", "inferenceproviders"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{group}, Resources: []string{"gridnetworks"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{group}, Resources: []string{"gridnetworks/status", "inferenceproviders/status"}, Verbs: []string{"get", "patch"}},
+		{APIGroups: []string{group}, Resources: []string{"gridsites"}, Verbs: []string{"get", "create", "patch"}},
+		{APIGroups: []string{group}, Resources: []string{"gridsites/status"}, Verbs: []string{"get", "patch"}},
 	}
 }
 
@@ -48,5 +52,14 @@ func LeaderElectionRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+}
+
+// SwimServiceRules are granted in the agent's own namespace when its SWIM
+// Service is on: the leader writes the Service's one EndpointSlice, so
+// that peers reach the replica that is the site's member.
+func SwimServiceRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "create", "patch"}},
 	}
 }

@@ -1,0 +1,467 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// Membership is the site's SWIM runtime as the network reconciler uses
+// it; *membership.Runtime is one. Nil in Options: the agent runs without
+// SWIM, and every network stays Pending.
+type Membership interface {
+	SetNetworkKeys(network string, ks *membership.KeySet, failed bool)
+	AnnounceSeeds(network string, addrs []string) membership.SeedResult
+	Publish(network, certPEM string, providers []membership.Provider) error
+	Forget(network string)
+	View(network string) membership.NetworkView
+	OnChange(fn func(network string))
+}
+
+// Reasons of the Membership condition (and of Ready when membership
+// keeps the network from being reconciled).
+const (
+	ReasonSwimNotRunning    = "SwimNotRunning"
+	ReasonSwimKeyMissing    = "SwimKeyMissing"
+	ReasonSwimKeyInvalid    = "SwimKeyInvalid"
+	ReasonSwimKeyUnreadable = "SwimKeyUnreadable"
+	ReasonSwimKeyPending    = "SwimKeyPending"
+	ReasonSeedsUnresolvable = "SeedsUnresolvable"
+	ReasonGridIDConflict    = "GridIdConflict"
+	ReasonSiteCertInvalid   = "SiteCertificateInvalid"
+	ReasonMembershipRunning = "MembershipRunning"
+	ReasonStandby           = "Standby"
+)
+
+// ConditionMembership is the network's SWIM condition.
+const ConditionMembership = "Membership"
+
+// swimKeyRetry is how soon a network whose SWIM key did not load is tried
+// again (the key poll notices a fixed Secret sooner).
+const swimKeyRetry = 10 * time.Second
+
+// membershipOutcome is what one reconcile did with membership, for the
+// network's status.
+type membershipOutcome struct {
+	// keyFailed stops the reconcile: nothing is announced or published.
+	keyFailed bool
+	condition conditionSpec
+	view      membership.NetworkView
+}
+
+type conditionSpec struct {
+	ok              bool
+	reason, message string
+}
+
+// seedBook keeps each network's last resolved seeds: a wholly failed
+// non-empty list does not replace a working set.
+type seedBook struct {
+	mu   sync.Mutex
+	last map[string][]string
+}
+
+func (b *seedBook) resolve(network string, addrs []string, entries int) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last == nil {
+		b.last = map[string][]string{}
+	}
+	if len(addrs) == 0 && entries > 0 {
+		return b.last[network]
+	}
+	b.last[network] = addrs
+	return addrs
+}
+
+func (b *seedBook) forget(network string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.last, network)
+}
+
+// loadSwimKey reads a network's SWIM key Secret. The error's message names
+// the field and the Secret, never its bytes; reason is the status reason.
+func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.GridNetwork) (ks *membership.KeySet, reason string, err error) {
+	if network.Spec.TLS == nil || network.Spec.TLS.SwimKeySecretRef == nil {
+		return nil, "", nil
+	}
+	ref := network.Spec.TLS.SwimKeySecretRef
+	at := fmt.Sprintf("spec.tls.swimKeySecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
+	var s corev1.Secret
+	switch err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); {
+	case apierrors.IsNotFound(err):
+		return nil, ReasonSwimKeyMissing, fmt.Errorf("%s: the Secret does not exist", at)
+	case err != nil:
+		return nil, ReasonSwimKeyUnreadable, fmt.Errorf("%s: %s", at, apiReason(err))
+	}
+	ks, err = membership.KeySetFromSecret(s.Data, ref.Key)
+	switch {
+	case errors.Is(err, membership.ErrKeyMissing):
+		return nil, ReasonSwimKeyMissing, fmt.Errorf("%s: %w", at, err)
+	case err != nil:
+		return nil, ReasonSwimKeyInvalid, fmt.Errorf("%s: %w", at, err)
+	}
+	return ks, "", nil
+}
+
+// apiReason says why an API call failed without echoing a response body.
+func apiReason(err error) string {
+	switch {
+	case apierrors.IsForbidden(err):
+		return "the agent may not get the Secret (RBAC)"
+	default:
+		return fmt.Sprintf("reading the Secret failed (%s)", apierrors.ReasonForError(err))
+	}
+}
+
+// reconcileMembership loads the network's key, announces its seeds and
+// publishes this site's state, in that order: with a key configured that
+// does not load, nothing is announced or published.
+func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1alpha1.GridNetwork, local []membership.Provider) membershipOutcome {
+	m := r.opts.Membership
+	if m == nil {
+		if membershipRequested(network) {
+			return membershipOutcome{condition: conditionSpec{reason: ReasonSwimNotRunning,
+				message: "the agent runs without a SWIM bind address (--swim-bind-addr, GRID_SWIM_BIND_ADDR): spec.seeds, spec.tls.swimKeySecretRef and site discovery have no effect"}}
+		}
+		return membershipOutcome{condition: conditionSpec{ok: true, reason: ReasonSwimNotRunning, message: "SWIM is not configured on this agent"}}
+	}
+	ks, reason, err := r.loadSwimKey(ctx, network)
+	if err != nil {
+		m.SetNetworkKeys(network.Name, nil, true)
+		r.opts.Logger.Error("swim_key_failed", "network", network.Name, "field", "spec.tls.swimKeySecretRef", "reason", reason, "error", err.Error())
+		return membershipOutcome{keyFailed: true, condition: conditionSpec{reason: reason,
+			message: err.Error() + "; nothing is announced or published for this network until it loads"}}
+	}
+	m.SetNetworkKeys(network.Name, ks, false)
+
+	out := membershipOutcome{condition: conditionSpec{ok: true, reason: ReasonMembershipRunning}}
+	var notes []string
+	resolved, problems := membership.ResolveSeeds(ctx, r.opts.SeedResolver, network.Spec.Seeds, membership.DefaultSeedTimeout, membership.DefaultSeedTotalTimeout)
+	for _, p := range problems {
+		r.opts.Logger.Warn("swim_seed_skipped", "network", network.Name, "field", "spec.seeds", "entry", p.Entry, "error", p.Err.Error())
+	}
+	seeds := r.seeds.resolve(network.Name, resolved, len(network.Spec.Seeds))
+	if len(problems) > 0 {
+		bad := make([]string, 0, len(problems))
+		for _, p := range problems {
+			bad = append(bad, fmt.Sprintf("%q (%v)", p.Entry, p.Err))
+		}
+		notes = append(notes, "spec.seeds skipped: "+joinLimited(bad, 3))
+		if len(resolved) == 0 {
+			out.condition = conditionSpec{reason: ReasonSeedsUnresolvable}
+		}
+	}
+	res := m.AnnounceSeeds(network.Name, seeds)
+	for _, f := range res.Failed {
+		r.opts.Logger.Warn("swim_seed_join_failed", "network", network.Name, "field", "spec.seeds", "address", f.Entry, "error", f.Err.Error())
+	}
+	if res.Conflict {
+		out.condition = conditionSpec{reason: ReasonGridIDConflict}
+		notes = append(notes, "a seed belongs to another grid (its grid ID differs): the merge was refused")
+	}
+
+	cert, certErr := r.siteCertificate(ctx, network)
+	if certErr != nil {
+		r.opts.Logger.Error("swim_site_certificate_refused", "network", network.Name, "field", "spec.tls.siteSecretRef", "error", certErr.Error())
+		notes = append(notes, certErr.Error())
+		if out.condition.ok {
+			out.condition = conditionSpec{reason: ReasonSiteCertInvalid}
+		}
+	}
+	if err := m.Publish(network.Name, cert, local); err != nil {
+		notes = append(notes, err.Error())
+	}
+	out.view = m.View(network.Name)
+	switch {
+	case out.view.KeyPending:
+		out.condition = conditionSpec{reason: ReasonSwimKeyPending}
+		notes = append([]string{"SWIM holds every send and receive until a key loads (another network's key, or GRID_SWIM_REQUIRE_KEY=false)"}, notes...)
+	case !out.view.Running && out.condition.ok:
+		out.condition = conditionSpec{ok: true, reason: ReasonStandby, message: "this replica is not the site's member"}
+	case out.condition.ok:
+		out.condition.message = fmt.Sprintf("%d of %d remote sites alive, %d remote provider records", out.view.Connected(), len(out.view.Sites), len(out.view.Providers))
+	}
+	if len(notes) > 0 {
+		if out.condition.message != "" {
+			notes = append([]string{out.condition.message}, notes...)
+		}
+		out.condition.message = strings.Join(notes, "; ")
+	}
+	return out
+}
+
+// membershipRequested reports whether a network asks for anything only
+// SWIM does.
+func membershipRequested(n *v1alpha1.GridNetwork) bool {
+	return len(n.Spec.Seeds) > 0 || n.Spec.TLS != nil && n.Spec.TLS.SwimKeySecretRef != nil || n.Labels[AutoDiscoverSitesLabel] == "true"
+}
+
+// siteCertificate reads tls.crt of the network's site Secret: the public
+// certificate gossiped to the other sites. The key is never read here.
+// A Secret not there yet gossips no certificate.
+func (r *networkReconciler) siteCertificate(ctx context.Context, network *v1alpha1.GridNetwork) (string, error) {
+	if network.Spec.TLS == nil || network.Spec.TLS.SiteSecretRef == nil {
+		return "", nil
+	}
+	ref := network.Spec.TLS.SiteSecretRef
+	var s corev1.Secret
+	switch err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("spec.tls.siteSecretRef (Secret %s/%s): %s", ref.Namespace, ref.Name, apiReason(err))
+	}
+	pem := string(s.Data[corev1.TLSCertKey])
+	if strings.Contains(pem, "PRIVATE KEY") {
+		return "", fmt.Errorf("spec.tls.siteSecretRef (Secret %s/%s): tls.crt holds a private key; no certificate is gossiped", ref.Namespace, ref.Name)
+	}
+	return pem, nil
+}
+
+// gossipProviders is what the other sites learn of this site's providers.
+func gossipProviders(items []v1alpha1.InferenceProvider, assessed []render.Provider) []membership.Provider {
+	phase := map[string]render.Provider{}
+	for _, p := range assessed {
+		phase[p.Name] = p
+	}
+	var out []membership.Provider
+	for i := range items {
+		p := &items[i]
+		a, ok := phase[p.Name]
+		if !ok {
+			continue
+		}
+		mp := membership.Provider{
+			Name: p.Name, Models: a.Models, Cluster: a.Cluster, Phase: string(a.Phase),
+			ProviderKind: p.Spec.ProviderKind, BackendKind: p.Spec.BackendKind,
+			Credentialed: a.Credential != nil,
+		}
+		if a.Sites != nil {
+			mp.Sites = a.Sites.String()
+		}
+		out = append(out, mp)
+	}
+	return out
+}
+
+// GridSite management: one GridSite per remote site of a network that
+// carries the auto-discover label, named as the reference names them.
+// The agent writes the spec's network and gateway address (server-side
+// apply: pins and server name are the user's) and, while the site is not
+// yet past Connecting, its phase; a departed site is never deleted.
+
+// gridSiteName is "<network>-<site>", lowercased, other characters as
+// dashes, dashes trimmed at the ends.
+func gridSiteName(network, site string) string {
+	clean := func(s string) string {
+		b := []byte(strings.ToLower(s))
+		for i, c := range b {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+				b[i] = '-'
+			}
+		}
+		return strings.Trim(string(b), "-")
+	}
+	name := strings.Trim(clean(network)+"-"+clean(site), "-")
+	if name == "" {
+		return "discovered-site"
+	}
+	if len(name) > 253 {
+		sum := sha256.Sum256([]byte(name))
+		name = name[:236] + "-" + hex.EncodeToString(sum[:8])
+	}
+	return name
+}
+
+// Phases the discovery side writes; the trust side owns the others.
+func discoveryOwns(phase v1alpha1.SitePhase) bool {
+	switch phase {
+	case "", "Pending", "Discovered", "Connecting":
+		return true
+	}
+	return false
+}
+
+// Reasons of a discovered GridSite.
+const (
+	ReasonGatewayAddressMissing = "GatewayAddressMissing"
+	ReasonGatewayAddressKnown   = "GatewayAddressKnown"
+	ReasonTrustMaterialInvalid  = "TrustMaterialInvalid"
+)
+
+// syncGridSites creates and updates the GridSites of the network's remote
+// sites, writing only what changed since the last write.
+func (r *networkReconciler) syncGridSites(ctx context.Context, network *v1alpha1.GridNetwork, view membership.NetworkView) error {
+	if network.Labels[AutoDiscoverSitesLabel] != "true" {
+		return nil
+	}
+	var firstErr error
+	for _, s := range view.Sites {
+		if err := r.syncGridSite(ctx, network.Name, s); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+func (r *networkReconciler) syncGridSite(ctx context.Context, network string, s membership.Site) error {
+	name := gridSiteName(network, s.Name)
+	phase, reason, message := v1alpha1.SitePhase("Connecting"), ReasonGatewayAddressKnown,
+		"gateway address known from gossip; the site is not routable until its gateway passes the mutual-TLS probe"
+	if s.GatewayAddress == "" {
+		phase, reason, message = "Discovered", ReasonGatewayAddressMissing, "the site advertises no gateway address"
+	}
+	if s.CertInvalid {
+		reason, message = ReasonTrustMaterialInvalid, "the gossiped certificate PEM has no certificate in it"
+	}
+	memo := strings.Join([]string{s.GatewayAddress, string(phase), reason, s.CertPEM}, "\x00")
+	if r.gridSites.seen(name, memo) {
+		return nil
+	}
+	spec := map[string]any{"gridNetworkRef": network}
+	if s.GatewayAddress != "" {
+		spec["gatewayEndpoint"] = map[string]any{"address": s.GatewayAddress}
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "GridSite",
+		"metadata": map[string]any{"name": name, "labels": map[string]any{
+			envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network, v1alpha1.SiteLabel: s.Name,
+		}},
+		"spec": spec,
+	}}
+	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply GridSite %s: %w", name, err)
+	}
+	var current v1alpha1.GridSite
+	if err := r.api.Get(ctx, types.NamespacedName{Name: name}, &current); err != nil {
+		return fmt.Errorf("get GridSite %s: %w", name, err)
+	}
+	if discoveryOwns(current.Status.Phase) {
+		orig := current.DeepCopy()
+		st := &current.Status
+		if st.Phase != phase {
+			now := r.now()
+			st.LastTransitionTime = &now
+		}
+		st.Phase, st.Reason, st.Message, st.PublicCertPem = phase, reason, message, s.CertPEM
+		st.ObservedGeneration = current.Generation
+		if err := r.client.Status().Patch(ctx, &current, client.MergeFrom(orig)); err != nil {
+			return fmt.Errorf("patch status of GridSite %s: %w", name, err)
+		}
+		r.metrics.statusWrites.WithLabelValues("GridSite").Inc()
+		if orig.Status.Phase != phase {
+			r.opts.Logger.Info("gridsite_phase", "gridsite", name, "network", network, "site", s.Name, "phase", string(phase), "reason", reason)
+		}
+	}
+	r.gridSites.remember(name, memo)
+	return nil
+}
+
+func (r *networkReconciler) now() metav1.Time {
+	return metav1.NewTime(r.opts.Now().Truncate(time.Second))
+}
+
+// writeMemo remembers what was last written per object, so that an idle
+// reconcile writes nothing.
+type writeMemo struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+func (m *writeMemo) seen(name, memo string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last[name] == memo
+}
+
+func (m *writeMemo) remember(name, memo string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.last == nil {
+		m.last = map[string]string{}
+	}
+	m.last[name] = memo
+}
+
+// swimKeyPoller reads the networks' SWIM key Secrets every
+// SwimKeyPollInterval (the agent gets Secrets, it does not watch them)
+// and has a network reconciled when what its Secret holds changed: that
+// is how the steps of a key rotation are followed without a restart.
+type swimKeyPoller struct {
+	r    *networkReconciler
+	out  chan<- event.GenericEvent
+	last map[string][32]byte
+}
+
+// NeedLeaderElection: only the leader runs membership.
+func (p *swimKeyPoller) NeedLeaderElection() bool { return true }
+
+func (p *swimKeyPoller) Start(ctx context.Context) error {
+	p.last = map[string][32]byte{}
+	t := time.NewTicker(p.r.opts.SwimKeyPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			p.poll(ctx)
+		}
+	}
+}
+
+func (p *swimKeyPoller) poll(ctx context.Context) {
+	var list v1alpha1.GridNetworkList
+	if err := p.r.client.List(ctx, &list); err != nil {
+		return
+	}
+	for i := range list.Items {
+		n := &list.Items[i]
+		if n.Spec.TLS == nil || n.Spec.TLS.SwimKeySecretRef == nil || !n.DeletionTimestamp.IsZero() {
+			continue
+		}
+		ks, reason, err := p.r.loadSwimKey(ctx, n)
+		// A digest of what was read: keys are compared, never kept here
+		// or logged.
+		h := sha256.New()
+		if err != nil {
+			h.Write([]byte(reason))
+		} else {
+			for _, k := range ks.All() {
+				h.Write(k)
+			}
+		}
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		prev, seen := p.last[n.Name]
+		p.last[n.Name] = sum
+		if seen && prev != sum {
+			p.r.opts.Logger.Info("swim_key_secret_changed", "network", n.Name)
+			select {
+			case p.out <- event.GenericEvent{Object: &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
