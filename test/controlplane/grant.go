@@ -123,6 +123,9 @@ func (cp *ControlPlane) Grant(ctx context.Context, saNamespace, serviceAccount, 
 	for _, rule := range rules {
 		attrs := &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: rule.Verbs[0], Group: rule.APIGroups[0]}
 		attrs.Resource, attrs.Subresource, _ = strings.Cut(rule.Resources[0], "/")
+		if len(rule.ResourceNames) > 0 {
+			attrs.Name = rule.ResourceNames[0]
+		}
 		if err := cp.waitAllowed(ctx, user, attrs); err != nil {
 			return err
 		}

@@ -111,7 +111,7 @@ func TestAgentPublishesAndServesProbesStatusAndMetrics(t *testing.T) {
 		assert.True(t, strings.Contains(metrics, want), "/metrics lacks %s", want)
 	}
 	assert.NotContains(t, metrics, `gridsync_controller_overlay_publishes_total{outcome="applied"} 0`)
-	for _, line := range strings.Split(strings.TrimSpace(agent.log()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(agent.Log()), "\n") {
 		assert.True(t, json.Valid([]byte(line)), "not a JSON log line: %s", line)
 	}
 }
@@ -122,11 +122,11 @@ func TestAgentShutsDownCleanlyOnSIGTERMAndHandsOverTheLease(t *testing.T) {
 	agent := start(t, "gridsync-agent", nil, s.args(addr)...)
 	require.Eventually(t, func() bool { return leads(t, addr) }, 20*time.Second, 20*time.Millisecond)
 
-	require.NoError(t, agent.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, agent.Cmd.Process.Signal(syscall.SIGTERM))
 	began := time.Now()
-	assert.Equal(t, 0, agent.wait(t, 10*time.Second))
+	assert.Equal(t, 0, agent.Wait(t, 10*time.Second))
 	assert.Less(t, time.Since(began), 6*time.Second)
-	assert.Contains(t, agent.log(), `"msg":"shutdown"`)
+	assert.Contains(t, agent.Log(), `"msg":"shutdown"`)
 	lease, err := cp.AdminClient().CoordinationV1().Leases(s.agentNS).Get(context.Background(), "gridsync-agent", metav1.GetOptions{})
 	require.NoError(t, err)
 	holder := ""
@@ -150,13 +150,13 @@ func TestAgentRejectsBadFlagsNamingTheFlag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		agent := start(t, "gridsync-agent", nil, tt.args...)
-		assert.Equal(t, tt.code, agent.wait(t, 10*time.Second), "%v", tt.args)
-		assert.Contains(t, agent.log(), tt.want)
+		assert.Equal(t, tt.code, agent.Wait(t, 10*time.Second), "%v", tt.args)
+		assert.Contains(t, agent.Log(), tt.want)
 	}
 	taken, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer func() { _ = taken.Close() }()
 	agent := start(t, "gridsync-agent", nil, "--health-addr", taken.Addr().String())
-	assert.Equal(t, 1, agent.wait(t, 10*time.Second))
-	assert.Contains(t, agent.log(), "health")
+	assert.Equal(t, 1, agent.Wait(t, 10*time.Second))
+	assert.Contains(t, agent.Log(), "health")
 }

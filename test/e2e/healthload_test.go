@@ -79,7 +79,7 @@ func TestSidecarHealthPortStaysWithinTheChartsMemoryLimit(t *testing.T) {
 	addr := freeAddr(t)
 	sidecar := start(t, "gridsync-sidecar", []string{fmt.Sprintf("GRIDSYNC_MEMORY_LIMIT=%d", chartMemoryLimit)}, p.args("--health-addr", addr)...)
 	waitOK(t, "http://"+addr+"/readyz")
-	pid := sidecar.cmd.Process.Pid
+	pid := sidecar.Cmd.Process.Pid
 
 	for _, n := range []int{200, 1000} {
 		codes := concurrentGets(t, "http://"+addr+"/metrics", n)
@@ -104,7 +104,7 @@ func TestSidecarHealthPortStaysWithinTheChartsMemoryLimit(t *testing.T) {
 		_ = c.Close()
 	}
 	require.Eventually(t, func() bool { code, _ := get(t, "http://"+addr+"/readyz"); return code == 200 }, 15*time.Second, 50*time.Millisecond, "answers again once the flood is gone")
-	assert.True(t, sidecar.running())
+	assert.True(t, sidecar.Running())
 }
 
 // SIGTERM while a health client has sent half a request: still exit 0,
@@ -123,8 +123,8 @@ func TestSidecarExitsZeroOnSIGTERMWithAHalfSentHealthRequest(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(100 * time.Millisecond)
 
-	require.NoError(t, sidecar.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, sidecar.Cmd.Process.Signal(syscall.SIGTERM))
 	began := time.Now()
-	assert.Equal(t, 0, sidecar.wait(t, 10*time.Second))
+	assert.Equal(t, 0, sidecar.Wait(t, 10*time.Second))
 	assert.Less(t, time.Since(began), 4*time.Second)
 }

@@ -1,18 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +16,7 @@ import (
 
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testproc"
 )
 
 var seq atomic.Int64
@@ -124,106 +117,13 @@ func (p *pod) deleteConfigMap() {
 }
 
 // proc is a binary running as a child process.
-type proc struct {
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	output bytes.Buffer
-	exited chan struct{}
-	err    error
-}
-
-func (pr *proc) Write(b []byte) (int, error) {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	return pr.output.Write(b)
-}
-
-func (pr *proc) log() string {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	return pr.output.String()
-}
+type proc = testproc.Proc
 
 func start(t *testing.T, binary string, env []string, args ...string) *proc {
 	t.Helper()
-	pr := &proc{exited: make(chan struct{})}
-	pr.cmd = exec.Command(filepath.Join(binDir, binary), args...) //nolint:noctx // stopped by signals in the test
-	pr.cmd.Env = append(os.Environ(), env...)
-	pr.cmd.Stdout = pr
-	pr.cmd.Stderr = pr
-	pr.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	require.NoError(t, pr.cmd.Start())
-	go func() {
-		pr.err = pr.cmd.Wait()
-		close(pr.exited)
-	}()
-	t.Cleanup(func() {
-		_ = pr.cmd.Process.Kill()
-		<-pr.exited
-		if t.Failed() {
-			t.Logf("%s output:\n%s", binary, pr.log())
-		}
-	})
-	return pr
+	return testproc.Start(t, filepath.Join(binDir, binary), env, args...)
 }
 
-// wait returns the exit code, failing the test after timeout.
-func (pr *proc) wait(t *testing.T, timeout time.Duration) int {
-	t.Helper()
-	select {
-	case <-pr.exited:
-	case <-time.After(timeout):
-		t.Fatalf("did not exit within %s; output:\n%s", timeout, pr.log())
-	}
-	if pr.err == nil {
-		return 0
-	}
-	if exit, ok := pr.err.(*exec.ExitError); ok { //nolint:errorlint // Wait returns it unwrapped
-		return exit.ExitCode()
-	}
-	t.Fatalf("wait: %v", pr.err)
-	return -1
-}
-
-func (pr *proc) running() bool {
-	select {
-	case <-pr.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
-// waitOK waits up to 10 s for url to answer 200.
-func waitOK(t *testing.T, url string) {
-	t.Helper()
-	var last string
-	require.Eventually(t, func() bool {
-		code, body := get(t, url)
-		last = body
-		return code == 200
-	}, 10*time.Second, 10*time.Millisecond, "%s never answered 200; last: %s", url, last)
-}
-
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, http.NoBody)
-	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body)
-}
+func freeAddr(t *testing.T) string               { return testproc.FreeAddr(t) }
+func waitOK(t *testing.T, url string)            { testproc.WaitOK(t, url) }
+func get(t *testing.T, url string) (int, string) { return testproc.Get(t, url) }

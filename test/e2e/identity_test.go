@@ -81,7 +81,7 @@ func TestSidecarPublishesOnlyValidIdentityGenerations(t *testing.T) {
 	_, metrics := get(t, "http://"+addr+"/metrics")
 	assert.Contains(t, metrics, `gridsync_identity_reloads_total{material_type="certificate",result="rejected"} 1`)
 	assert.Contains(t, metrics, `gridsync_identity_not_after_timestamp_seconds{material_type="certificate"}`)
-	assert.NotContains(t, sidecar.log(), "PRIVATE KEY")
+	assert.NotContains(t, sidecar.Log(), "PRIVATE KEY")
 }
 
 func TestSidecarRefusesToStartWithAnInvalidIdentity(t *testing.T) {
@@ -90,8 +90,8 @@ func TestSidecarRefusesToStartWithAnInvalidIdentity(t *testing.T) {
 	proj.Publish(map[string][]byte{"tls.crt": []byte("junk"), "tls.key": []byte("junk")})
 	sidecar := start(t, "gridsync-sidecar", nil, append(p.args("--health-addr", freeAddr(t)),
 		"--identity-cert", proj.Path("tls.crt"), "--identity-key", proj.Path("tls.key"), "--identity-dir", t.TempDir())...)
-	assert.Equal(t, 1, sidecar.wait(t, 10*time.Second))
-	assert.Contains(t, sidecar.log(), "certificate rejected (unparseable)")
+	assert.Equal(t, 1, sidecar.Wait(t, 10*time.Second))
+	assert.Contains(t, sidecar.Log(), "certificate rejected (unparseable)")
 }
 
 func TestInitWaitsForTheFirstValidIdentity(t *testing.T) {
@@ -103,15 +103,15 @@ func TestInitWaitsForTheFirstValidIdentity(t *testing.T) {
 	identityDir := t.TempDir()
 	init := start(t, "gridsync-init", nil, append(p.args(), identityArgs(proj, identityDir)...)...)
 	time.Sleep(1500 * time.Millisecond)
-	require.True(t, init.running(), "must wait for the identity")
+	require.True(t, init.Running(), "must wait for the identity")
 	assert.NoFileExists(t, p.output())
 
 	cert, key := root.Leaf(t, "gateway", testpki.Opts{})
 	proj.Publish(map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": root.PEM})
-	assert.Equal(t, 0, init.wait(t, 10*time.Second))
+	assert.Equal(t, 0, init.Wait(t, 10*time.Second))
 	assert.Equal(t, "gateway", commonNameIn(t, identityDir))
 	assert.FileExists(t, p.output())
-	assert.Contains(t, init.log(), "waiting_for_identity")
+	assert.Contains(t, init.Log(), "waiting_for_identity")
 }
 
 func TestInitExitsNonZeroWhenNoValidIdentityArrivesInTime(t *testing.T) {
@@ -122,8 +122,8 @@ func TestInitExitsNonZeroWhenNoValidIdentityArrivesInTime(t *testing.T) {
 	proj.Publish(map[string][]byte{"tls.crt": []byte("junk"), "tls.key": []byte("junk")})
 	init := start(t, "gridsync-init", nil, append(p.args("--timeout", "2s"),
 		"--identity-cert", proj.Path("tls.crt"), "--identity-key", proj.Path("tls.key"), "--identity-dir", t.TempDir())...)
-	assert.Equal(t, 1, init.wait(t, 10*time.Second))
-	assert.Contains(t, init.log(), "no valid TLS identity within --timeout 2s")
-	assert.Contains(t, init.log(), "unparseable")
+	assert.Equal(t, 1, init.Wait(t, 10*time.Second))
+	assert.Contains(t, init.Log(), "no valid TLS identity within --timeout 2s")
+	assert.Contains(t, init.Log(), "unparseable")
 	assert.NoFileExists(t, p.output(), "no overlay before the identity")
 }

@@ -14,7 +14,7 @@ func TestInitBlocksUntilTheConfigMapAppearsThenExitsZero(t *testing.T) {
 	init := start(t, "gridsync-init", nil, p.args()...)
 
 	time.Sleep(1500 * time.Millisecond)
-	require.True(t, init.running(), "must wait while the ConfigMap is missing")
+	require.True(t, init.Running(), "must wait while the ConfigMap is missing")
 	assert.NoFileExists(t, p.output())
 
 	// An invalid envelope keeps it waiting too.
@@ -23,23 +23,23 @@ func TestInitBlocksUntilTheConfigMapAppearsThenExitsZero(t *testing.T) {
 	bad[len(bad)-3] = ' ' // break the JSON
 	p.put(bad)
 	time.Sleep(500 * time.Millisecond)
-	require.True(t, init.running(), "must wait while the envelope is invalid")
+	require.True(t, init.Running(), "must wait while the envelope is invalid")
 
 	doc, _ := p.envelope(1)
 	p.put(doc)
-	assert.Equal(t, 0, init.wait(t, 10*time.Second))
+	assert.Equal(t, 0, init.Wait(t, 10*time.Second))
 	got, err := os.ReadFile(p.output())
 	require.NoError(t, err)
 	assert.Equal(t, string(doc), string(got))
-	assert.Contains(t, init.log(), `"msg":"overlay_ready"`)
+	assert.Contains(t, init.Log(), `"msg":"overlay_ready"`)
 }
 
 func TestInitExitsNonZeroWhenTheTimeoutPasses(t *testing.T) {
 	p := newPod(t)
 	init := start(t, "gridsync-init", nil, p.args("--timeout", "2s")...)
-	assert.Equal(t, 1, init.wait(t, 10*time.Second))
-	assert.Contains(t, init.log(), "within --timeout 2s")
-	assert.Contains(t, init.log(), "the ConfigMap does not exist")
+	assert.Equal(t, 1, init.Wait(t, 10*time.Second))
+	assert.Contains(t, init.Log(), "within --timeout 2s")
+	assert.Contains(t, init.Log(), "the ConfigMap does not exist")
 	assert.NoFileExists(t, p.output())
 }
 
@@ -52,9 +52,9 @@ func TestInitExitsAtOnceWithAValidOverlayOnDisk(t *testing.T) {
 	args[1] = writeUnreachableKubeconfig(t)
 	began := time.Now()
 	init := start(t, "gridsync-init", nil, args...)
-	assert.Equal(t, 0, init.wait(t, 5*time.Second))
+	assert.Equal(t, 0, init.Wait(t, 5*time.Second))
 	assert.Less(t, time.Since(began), 3*time.Second)
-	assert.Contains(t, init.log(), "overlay_already_on_disk")
+	assert.Contains(t, init.Log(), "overlay_already_on_disk")
 }
 
 func writeUnreachableKubeconfig(t *testing.T) string {
@@ -72,7 +72,7 @@ current-context: none
 
 func TestInitRejectsBadFlagsNamingTheFlag(t *testing.T) {
 	init := start(t, "gridsync-init", nil, "--namespace", "x")
-	assert.Equal(t, 2, init.wait(t, 5*time.Second))
-	assert.Contains(t, init.log(), "--config-map is required (or set OVERLAY_SYNC_CONFIGMAP)")
-	assert.Contains(t, init.log(), "--expected-local-site is required")
+	assert.Equal(t, 2, init.Wait(t, 5*time.Second))
+	assert.Contains(t, init.Log(), "--config-map is required (or set OVERLAY_SYNC_CONFIGMAP)")
+	assert.Contains(t, init.Log(), "--expected-local-site is required")
 }

@@ -60,11 +60,11 @@ func TestSidecarServesProbesStatusAndMetrics(t *testing.T) {
 	// A rejected update is logged with its reason, never its content.
 	tampered := []byte(strings.Replace(string(doc), `"fresh": true`, `"fresh": false`, 1))
 	p.put(tampered)
-	require.Eventually(t, func() bool { return strings.Contains(sidecar.log(), `"reason":"digest_mismatch"`) }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(sidecar.Log(), `"reason":"digest_mismatch"`) }, 10*time.Second, 10*time.Millisecond)
 	for _, content := range []string{"model-east", "east-provider", "sim-east-provider"} {
-		assert.NotContains(t, sidecar.log(), content, "envelope content in the log")
+		assert.NotContains(t, sidecar.Log(), content, "envelope content in the log")
 	}
-	assert.True(t, sidecar.running())
+	assert.True(t, sidecar.Running())
 }
 
 func TestSidecarShutsDownCleanlyOnSIGTERM(t *testing.T) {
@@ -77,11 +77,11 @@ func TestSidecarShutsDownCleanlyOnSIGTERM(t *testing.T) {
 			sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", addr)...)
 			waitOK(t, "http://"+addr+"/readyz")
 
-			require.NoError(t, sidecar.cmd.Process.Signal(sig))
+			require.NoError(t, sidecar.Cmd.Process.Signal(sig))
 			began := time.Now()
-			assert.Equal(t, 0, sidecar.wait(t, 5*time.Second))
+			assert.Equal(t, 0, sidecar.Wait(t, 5*time.Second))
 			assert.Less(t, time.Since(began), 3*time.Second)
-			assert.Contains(t, sidecar.log(), `"msg":"shutdown"`)
+			assert.Contains(t, sidecar.Log(), `"msg":"shutdown"`)
 			// The file stays for the gateway.
 			got, err := os.ReadFile(p.output())
 			require.NoError(t, err)
@@ -96,8 +96,8 @@ func TestSidecarExitsNonZeroWhenTheHealthAddressIsTaken(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = taken.Close() }()
 	sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", taken.Addr().String())...)
-	assert.Equal(t, 1, sidecar.wait(t, 5*time.Second))
-	assert.Contains(t, sidecar.log(), "bind health address")
+	assert.Equal(t, 1, sidecar.Wait(t, 5*time.Second))
+	assert.Contains(t, sidecar.Log(), "bind health address")
 }
 
 func TestSidecarTakesTheUpstreamEnvironmentVariables(t *testing.T) {
@@ -124,7 +124,7 @@ func TestSidecarOnceExitsAfterTheFirstValidOverlay(t *testing.T) {
 	doc, _ := p.envelope(1)
 	p.put(doc)
 	sidecar := start(t, "gridsync-sidecar", nil, p.args("--once", "--health-addr", freeAddr(t))...)
-	assert.Equal(t, 0, sidecar.wait(t, 10*time.Second))
+	assert.Equal(t, 0, sidecar.Wait(t, 10*time.Second))
 	got, err := os.ReadFile(p.output())
 	require.NoError(t, err)
 	assert.Equal(t, string(doc), string(got))
@@ -148,8 +148,8 @@ func TestSidecarFlagErrorsNameTheFlag(t *testing.T) {
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			sidecar := start(t, "gridsync-sidecar", tt.env, tt.args...)
-			assert.Equal(t, 2, sidecar.wait(t, 5*time.Second))
-			assert.Contains(t, sidecar.log(), tt.want)
+			assert.Equal(t, 2, sidecar.Wait(t, 5*time.Second))
+			assert.Contains(t, sidecar.Log(), tt.want)
 		})
 	}
 }

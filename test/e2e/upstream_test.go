@@ -88,8 +88,8 @@ func TestSidecarAnswersAsTheUpstreamSidecarDoes(t *testing.T) {
 
 	// Deleted: the upstream event name in the log.
 	p.deleteConfigMap()
-	require.Eventually(t, func() bool { return strings.Contains(sidecar.log(), `"msg":"overlay_source_deleted"`) }, 10*time.Second, 10*time.Millisecond)
-	assert.Contains(t, sidecar.log(), `"msg":"overlay_written"`)
+	require.Eventually(t, func() bool { return strings.Contains(sidecar.Log(), `"msg":"overlay_source_deleted"`) }, 10*time.Second, 10*time.Millisecond)
+	assert.Contains(t, sidecar.Log(), `"msg":"overlay_written"`)
 }
 
 // OVERLAY_SYNC_ONCE=true ends the process after the first valid overlay,
@@ -102,7 +102,7 @@ func TestSidecarOnceFromTheEnvironmentNeverBindsThePort(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = taken.Close() }()
 	sidecar := start(t, "gridsync-sidecar", []string{"OVERLAY_SYNC_ONCE=true"}, p.args("--health-addr", taken.Addr().String())...)
-	assert.Equal(t, 0, sidecar.wait(t, 10*time.Second), sidecar.log())
+	assert.Equal(t, 0, sidecar.Wait(t, 10*time.Second), sidecar.Log())
 	got, err := os.ReadFile(p.output())
 	require.NoError(t, err)
 	assert.Equal(t, string(doc), string(got))

@@ -1,0 +1,132 @@
+// Package testproc runs the gridsync binaries as child processes in
+// tests, the way a pod runs them, and talks to their health ports.
+package testproc
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Proc is a binary running as a child process.
+type Proc struct {
+	Cmd    *exec.Cmd
+	mu     sync.Mutex
+	output bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+func (pr *Proc) Write(b []byte) (int, error) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.output.Write(b)
+}
+
+// Log is everything the process wrote to stdout and stderr.
+func (pr *Proc) Log() string {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.output.String()
+}
+
+// Start runs path with args and the test's environment plus env. The
+// process is killed when the test ends, and its output logged if the test
+// failed.
+func Start(t *testing.T, path string, env []string, args ...string) *Proc {
+	t.Helper()
+	pr := &Proc{exited: make(chan struct{})}
+	pr.Cmd = exec.Command(path, args...) //nolint:noctx // stopped by signals in the test
+	pr.Cmd.Env = append(os.Environ(), env...)
+	pr.Cmd.Stdout = pr
+	pr.Cmd.Stderr = pr
+	pr.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, pr.Cmd.Start())
+	go func() {
+		pr.err = pr.Cmd.Wait()
+		close(pr.exited)
+	}()
+	t.Cleanup(func() {
+		_ = pr.Cmd.Process.Kill()
+		<-pr.exited
+		if t.Failed() {
+			t.Logf("%s output:\n%s", path, pr.Log())
+		}
+	})
+	return pr
+}
+
+// Wait returns the exit code, failing the test after timeout.
+func (pr *Proc) Wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-pr.exited:
+	case <-time.After(timeout):
+		t.Fatalf("did not exit within %s; output:\n%s", timeout, pr.Log())
+	}
+	if pr.err == nil {
+		return 0
+	}
+	if exit, ok := pr.err.(*exec.ExitError); ok { //nolint:errorlint // Wait returns it unwrapped
+		return exit.ExitCode()
+	}
+	t.Fatalf("wait: %v", pr.err)
+	return -1
+}
+
+// Running reports whether the process has not exited.
+func (pr *Proc) Running() bool {
+	select {
+	case <-pr.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// FreeAddr is a loopback TCP address nobody listens on.
+func FreeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// WaitOK waits up to 10 s for url to answer 200.
+func WaitOK(t *testing.T, url string) {
+	t.Helper()
+	var last string
+	require.Eventually(t, func() bool {
+		code, body := Get(t, url)
+		last = body
+		return code == 200
+	}, 10*time.Second, 10*time.Millisecond, "%s never answered 200; last: %s", url, last)
+}
+
+// Get returns url's status code and body; a failed request is code 0 with
+// the error as the body.
+func Get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, http.NoBody)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
