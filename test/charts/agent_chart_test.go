@@ -33,6 +33,14 @@ var agentCases = []valueCase{
 		"replicaCount": 1, "crds": map[string]any{"enabled": false},
 		"leaderElection": map[string]any{"enabled": false}, "resourceNamespaces": []string{"gateways-c"}, "deleteOrphanedOverlays": true,
 	}},
+	// SWIM on, as a site of a grid: the reference's example seed is only
+	// rendered and applied here, never dialled.
+	{name: "swim", release: "grid", namespace: "praxis-system", values: map[string]any{
+		"resourceNamespaces": []string{"praxis-system"},
+		"swim": map[string]any{"enabled": true, "siteName": "site-a", "seeds": "10.0.0.5:7946",
+			"secretNames": []string{"grid-swim-key", "grid-site-cert"}},
+		"gateway": map[string]any{"serviceName": "provider-gateway"},
+	}},
 	{name: "long-release-name", release: "a-release-name-long-enough-that-its-full-name-is-cut", namespace: "long-ns", values: map[string]any{
 		"namespaces": []string{"gateways-d"}, "logLevel": "debug",
 		"probes": map[string]any{"allowDestinations": []string{"198.51.100.0/24", "models.example.com"}, "secretSelector": "grid.praxis.fast/probe-credential=true"},
@@ -57,6 +65,9 @@ func TestAgentChartRefusesValuesOutsideItsSchema(t *testing.T) {
 		"no replicas":       {"replicaCount": 0},
 		"bad lease setting": {"leaderElection": map[string]any{"leaseDuration": "soon"}},
 		"unknown probe key": {"probes": map[string]any{"allowList": []string{"198.51.100.0/24"}}},
+		"swim without site": {"swim": map[string]any{"enabled": true}},
+		"swim bad site":     {"swim": map[string]any{"enabled": true, "siteName": "Site_A"}},
+		"swim bad service":  {"swim": map[string]any{"service": map[string]any{"type": "Headless"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := runHelm(t, values, "template", "x", chartDir(agentChart), "--kube-version", kubeVersion)
@@ -178,6 +189,58 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 	}, 30*time.Second, 50*time.Millisecond, "the agent publishes with the chart's RBAC")
 	_, err = cp.AdminClient().CoreV1().ConfigMaps(key.Namespace).Get(t.Context(), key.Name, metav1.GetOptions{})
 	require.NoError(t, err)
+}
+
+// With SWIM on, the chart adds exactly what membership needs: the SWIM
+// Service's EndpointSlice in its namespace, the named key and certificate
+// Secrets (get), the gateway Service (get), and nothing else.
+func TestAgentChartGrantsSwimOnlyWhatItNeeds(t *testing.T) {
+	var vc valueCase
+	for _, c := range agentCases {
+		if c.name == "swim" {
+			vc = c
+		}
+	}
+	rendered := render(t, agentChart, vc)
+	objs := objects(t, rendered)
+	roles := map[string][]rbacv1.PolicyRule{}
+	for _, r := range ofKind(objs, "Role") {
+		roles[r.GetNamespace()+"/"+r.GetName()] = rulesOf(t, r)
+	}
+	assert.Equal(t, map[string][]rbacv1.PolicyRule{
+		"praxis-system/grid-gridsync-agent-leader-election": rbac.LeaderElectionRules(),
+		"praxis-system/grid-gridsync-agent-swim-service":    rbac.SwimServiceRules(),
+		"praxis-system/grid-gridsync-agent-swim-secrets": {{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
+			ResourceNames: []string{"grid-swim-key", "grid-site-cert"}}},
+		"praxis-system/grid-gridsync-agent-gateway-service": {{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"},
+			ResourceNames: []string{"provider-gateway"}}},
+	}, roles)
+	var swimService *unstructured.Unstructured
+	for _, svc := range ofKind(objs, "Service") {
+		if svc.GetName() == "grid-gridsync-agent-swim" {
+			swimService = svc
+		}
+	}
+	require.NotNil(t, swimService)
+	_, hasSelector, _ := unstructured.NestedMap(swimService.Object, "spec", "selector")
+	assert.False(t, hasSelector, "the leader points the SWIM Service at itself")
+
+	c := adminClient(t)
+	applyRendered(t, c, vc, rendered)
+	user := "system:serviceaccount:praxis-system:grid-gridsync-agent"
+	assertAccess(t, user, []access{
+		{true, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "praxis-system", Resource: "secrets", Name: "grid-swim-key"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "praxis-system", Group: "discovery.k8s.io", Resource: "endpointslices"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "praxis-system", Resource: "services", Name: "provider-gateway"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "create", Group: "grid.praxis.fast", Resource: "gridsites"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "patch", Group: "grid.praxis.fast", Resource: "gridsites", Subresource: "status"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "praxis-system", Resource: "services", Name: "another"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Namespace: "praxis-system", Resource: "services"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "delete", Group: "grid.praxis.fast", Resource: "gridsites"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Group: "grid.praxis.fast", Resource: "gridsites"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "delete", Namespace: "praxis-system", Group: "discovery.k8s.io", Resource: "endpointslices"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "elsewhere", Group: "discovery.k8s.io", Resource: "endpointslices"}},
+	})
 }
 
 func rulesOf(t *testing.T, role interface{ UnstructuredContent() map[string]any }) []rbacv1.PolicyRule {

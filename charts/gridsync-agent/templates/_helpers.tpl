@@ -52,6 +52,19 @@ states it; the chart tests compare the two.
 - apiGroups: ["grid.praxis.fast"]
   resources: ["gridnetworks/status", "inferenceproviders/status"]
   verbs: ["get", "patch"]
+- apiGroups: ["grid.praxis.fast"]
+  resources: ["gridsites"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["grid.praxis.fast"]
+  resources: ["gridsites/status"]
+  verbs: ["get", "patch"]
+{{- end -}}
+
+{{/* The SWIM Service's EndpointSlice, written by the leader (controller/rbac SwimServiceRules). */}}
+{{- define "gridsync-agent.swimServiceRules" -}}
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["get", "create", "patch"]
 {{- end -}}
 
 {{- define "gridsync-agent.namespaceRules" -}}
