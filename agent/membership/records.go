@@ -90,10 +90,33 @@ type store struct {
 	mu        sync.Mutex
 	records   map[recordKey]*Record
 	deletedAt map[recordKey]time.Time // when a tombstone was first seen
+	// bySite indexes the records per site and network, so that the
+	// once-a-tick questions (which sites have records, in which
+	// networks) do not walk every record.
+	bySite map[string]map[string]int
 }
 
 func newStore() *store {
-	return &store{records: map[recordKey]*Record{}, deletedAt: map[recordKey]time.Time{}}
+	return &store{records: map[recordKey]*Record{}, deletedAt: map[recordKey]time.Time{}, bySite: map[string]map[string]int{}}
+}
+
+// index counts k in (added) or out (removed); s.mu held.
+func (s *store) index(k recordKey, added bool) {
+	nets := s.bySite[k.site]
+	if nets == nil {
+		nets = map[string]int{}
+		s.bySite[k.site] = nets
+	}
+	if added {
+		nets[k.network]++
+		return
+	}
+	if nets[k.network]--; nets[k.network] <= 0 {
+		delete(nets, k.network)
+	}
+	if len(nets) == 0 {
+		delete(s.bySite, k.site)
+	}
 }
 
 // merge keeps r when it is newer than the copy held, and says so.
@@ -101,8 +124,12 @@ func (s *store) merge(r Record, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := r.key()
-	if cur, ok := s.records[k]; ok && !newer(&r, cur) {
+	cur, ok := s.records[k]
+	if ok && !newer(&r, cur) {
 		return false
+	}
+	if !ok {
+		s.index(k, true)
 	}
 	s.records[k] = &r
 	if r.Deleted {
@@ -201,6 +228,7 @@ func (s *store) expire(now time.Time, ttl time.Duration) int {
 		if now.Sub(at) >= ttl {
 			delete(s.records, k)
 			delete(s.deletedAt, k)
+			s.index(k, false)
 			n++
 		}
 	}
@@ -212,31 +240,74 @@ func (s *store) expire(now time.Time, ttl time.Duration) int {
 func (s *store) dropSite(site string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := map[string]bool{}
 	var networks []string
-	for k := range s.records {
-		if k.site != site {
-			continue
-		}
-		delete(s.records, k)
-		delete(s.deletedAt, k)
-		if !seen[k.network] {
-			seen[k.network] = true
-			networks = append(networks, k.network)
+	for network := range s.bySite[site] {
+		networks = append(networks, network)
+		for _, kind := range []Kind{KindSite, KindProviders} {
+			k := recordKey{network, site, kind}
+			delete(s.records, k)
+			delete(s.deletedAt, k)
 		}
 	}
+	delete(s.bySite, site)
 	sort.Strings(networks)
 	return networks
 }
 
-// sites returns the sites that have records, with the networks of each.
-func (s *store) sites() map[string][]string {
+// siteNames returns the sites that have records.
+func (s *store) siteNames() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string][]string{}
-	for k := range s.records {
-		out[k.site] = append(out[k.site], k.network)
+	out := make([]string, 0, len(s.bySite))
+	for site := range s.bySite {
+		out = append(out, site)
 	}
+	return out
+}
+
+// networksOf returns the networks a site has records in.
+func (s *store) networksOf(site string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.bySite[site]))
+	for n := range s.bySite[site] {
+		out = append(out, n)
+	}
+	return out
+}
+
+// ofSite returns the records of one site.
+func (s *store) ofSite(site string) []Record {
+	s.mu.Lock()
+	var out []Record
+	for network := range s.bySite[site] {
+		for _, kind := range []Kind{KindSite, KindProviders} {
+			if r, ok := s.records[recordKey{network, site, kind}]; ok {
+				out = append(out, *r)
+			}
+		}
+	}
+	s.mu.Unlock()
+	sortRecords(out)
+	return out
+}
+
+// ofNetwork returns the records of one network.
+func (s *store) ofNetwork(network string) []Record {
+	s.mu.Lock()
+	var out []Record
+	for site, nets := range s.bySite {
+		if nets[network] == 0 {
+			continue
+		}
+		for _, kind := range []Kind{KindSite, KindProviders} {
+			if r, ok := s.records[recordKey{network, site, kind}]; ok {
+				out = append(out, *r)
+			}
+		}
+	}
+	s.mu.Unlock()
+	sortRecords(out)
 	return out
 }
 

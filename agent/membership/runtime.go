@@ -410,6 +410,9 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 	conf.Logger = mlLog
 	conf.LogOutput = nil
 	conf.DeadNodeReclaimTime = time.Nanosecond
+	// The state messages are small JSON and the idle traffic a few bytes
+	// a second; compressing every packet cost more CPU than it saved.
+	conf.EnableCompression = false
 	d := &delegate{r: r}
 	conf.Delegate = d
 	conf.Events = d
@@ -843,12 +846,7 @@ func (r *Runtime) sendReliable(ml *memberlist.Memberlist, to []*memberlist.Node,
 
 // sendOwnTo sends every record of this site to one member.
 func (r *Runtime) sendOwnTo(member string) {
-	var own []Record
-	for _, rec := range r.store.all() {
-		if rec.Site == r.cfg.Site {
-			own = append(own, rec)
-		}
-	}
+	own := r.store.ofSite(r.cfg.Site)
 	r.mu.Lock()
 	ml := r.ml
 	r.mu.Unlock()
@@ -930,7 +928,7 @@ func (r *Runtime) sweep() {
 	}
 
 	// Records of sites away longer than the stale TTL are dropped.
-	for site := range r.store.sites() {
+	for _, site := range r.store.siteNames() {
 		if site == r.cfg.Site {
 			continue
 		}
@@ -1062,9 +1060,8 @@ func (r *Runtime) notifySites(sites []string) {
 	if len(sites) == 0 {
 		return
 	}
-	bySite := r.store.sites()
 	for _, s := range sites {
-		for _, n := range bySite[s] {
+		for _, n := range r.store.networksOf(s) {
 			r.notify.send(n)
 		}
 	}
@@ -1093,8 +1090,8 @@ func (r *Runtime) View(network string) NetworkView {
 		}
 		sites[name] = s
 	}
-	for _, rec := range r.store.all() {
-		if rec.Network != network || rec.Site == r.cfg.Site || rec.Deleted {
+	for _, rec := range r.store.ofNetwork(network) {
+		if rec.Site == r.cfg.Site || rec.Deleted {
 			continue
 		}
 		s := sites[rec.Site]
