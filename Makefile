@@ -91,17 +91,20 @@ golden: $(HELM) ## rewrite the charts' golden files from what they render now (r
 	$(GO) test ./test/charts -run Golden -count=1 -update
 
 .PHONY: bench
-bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller
+bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, SWIM membership
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./shared/...
 	@# Delivery first, on a control plane of its own: the controller case
 	@# leaves a thousand objects behind for the API server to keep busy with.
 	$(GO) test -run '^$$' -bench Delivery -benchtime 1x -timeout 30m ./test/bench
 	$(GO) test -run '^$$' -bench Controller -benchtime 1x -timeout 30m ./test/bench
+	@# The membership layer alone: 50 and 200 sites in one process.
+	$(GO) test -run '^$$' -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
 
 .PHONY: fuzz
-fuzz: ## fuzz the envelope validator and its canonical form, a minute each
+fuzz: ## fuzz the envelope validator, its canonical form and the gossip decoder, a minute each
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzValidate -fuzztime 60s
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzCanonicalMatchesLibrary -fuzztime 60s
+	$(GO) test ./agent/membership -run '^$$' -fuzz FuzzDecode -fuzztime 60s
 
 .PHONY: clean
 clean: ## remove built binaries (the pinned servers stay cached in .tools/)

@@ -979,6 +979,16 @@ func (r *Runtime) suspected(name string) {
 	n := noticeBody{Member: name, Suspect: true, At: r.clock.next()}
 	r.applyNotice(n)
 	r.broadcastNotice(n)
+	// Straight to every member as well: each site starts its window when
+	// the notice arrives, and gossip would take a second to reach the
+	// last one.
+	msg, err := encodeNotice(n)
+	r.mu.Lock()
+	ml := r.ml
+	r.mu.Unlock()
+	if err == nil && ml != nil {
+		go r.sendReliable(ml, r.aliveNodes(""), msg)
+	}
 }
 
 // applyNotice records a suspicion or its refutation. A site that learns it

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,13 +42,21 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	if err != nil {
 		return stop, err
 	}
+	swimAddr, err := freeAddr()
+	if err != nil {
+		return stop, err
+	}
 	agentLog := filepath.Join(work, "agent.log")
 	agent, err := startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), agentLog,
 		"--kubeconfig", kubeconfig, "--namespaces", scope.Namespace+","+agentNamespace,
 		"--leader-election-namespace", agentNamespace, "--health-addr", health,
 		// The agent gets Secrets, it does not watch them: a deleted one is
 		// noticed at the next resync, 300 s by default, 10 s here.
-		"--resync-period", "10s")
+		"--resync-period", "10s",
+		// This site in the grid: SWIM on loopback, with a fifth of the
+		// reference's timings so that a departure shows in seconds.
+		"--site-name", scope.LocalSite, "--swim-bind-addr", swimAddr, "--gateway-address", demoGateway(scope.LocalSite),
+		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms", "--swim-key-poll-interval", "2s")
 	if err != nil {
 		return stop, err
 	}
@@ -82,24 +88,20 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	}
 	fmt.Printf("    the sidecar keeps serving revision %s\n", short(fileRevision(output)))
 
-	step("creating a GridNetwork, a credential Secret and two InferenceProviders")
+	step("creating a GridNetwork (with its SWIM key), a credential Secret and two InferenceProviders")
+	swimKey := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "grid-swim-key", Namespace: agentNamespace}, Data: map[string][]byte{"key": newSwimKey()}}
 	token := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "east-provider-token", Namespace: agentNamespace},
 		Data:       map[string][]byte{"token": []byte("demo-token-never-in-an-overlay")},
 	}
-	network := &v1alpha1.GridNetwork{
-		ObjectMeta: metav1.ObjectMeta{Name: scope.Network},
-		Spec: v1alpha1.GridNetworkSpec{ConsumerGateways: []v1alpha1.ConsumerGateway{
-			{Name: scope.Gateway, Namespace: scope.Namespace, SiteName: scope.LocalSite},
-		}},
-	}
+	network := demoNetwork()
 	east := demoProvider("east-provider", "sim-east", []string{"llama-3-70b", "mistral-7b"})
 	east.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "bearer_token", SecretRef: &v1alpha1.SecretKeyReference{
 		Name: token.Name, Namespace: agentNamespace, Key: "token",
 	}}
 	west := demoProvider("west-provider", "sim-west", []string{"llama-3-70b"})
 	var sent time.Time
-	for _, obj := range []client.Object{token, network, east, west} {
+	for _, obj := range []client.Object{swimKey, token, network, east, west} {
 		if err := c.Create(ctx, obj); err != nil {
 			return stop, err
 		}
@@ -155,31 +157,9 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 		}
 	}
 
-	step("the network asks for SWIM seeds and an encryption key, which this release does not run: it says so")
-	if err := c.Get(ctx, client.ObjectKeyFromObject(network), network); err != nil {
-		return stop, err
-	}
-	network.Spec.Seeds = []string{"127.0.0.1:7946"}
-	network.Spec.TLS = &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: agentNamespace}}
-	if err := c.Update(ctx, network); err != nil {
-		return stop, err
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(network), network); err != nil {
-			return stop, err
-		}
-		if ready := meta.FindStatusCondition(network.Status.Conditions, "Ready"); ready != nil && ready.Reason == "FieldNotSupported" {
-			fmt.Printf("    Ready=%s reason=%s: %s\n", ready.Status, ready.Reason, ready.Message)
-			fmt.Printf("    phase %s, nothing gossiped; the overlays are still delivered\n", network.Status.Phase)
-			break
-		}
-		if time.Now().After(deadline) {
-			return stop, errors.New("the network never reported FieldNotSupported")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return stop, nil
+	stopAgent := stop
+	stopSite, err := secondSite(ctx, c, swimKey.Data["key"], swimAddr, health, output, work, binDir)
+	return func() { stopSite(); stopAgent() }, err
 }
 
 func demoProvider(name, cluster string, models []string) *v1alpha1.InferenceProvider {

@@ -1,0 +1,320 @@
+// Package swim measures the membership layer alone: N SWIM sites in one
+// process on loopback with the reference's timings (probe 5 s, 3 s for a
+// direct answer, suspect kept three probe periods), encrypted, each with a
+// certificate and two providers in one network. Run it with `make bench`;
+// it prints two lines per grid size (dead_detect_ms is the median of three
+// kills, each of which the second line gives):
+//
+//	swim sites=<N> converge_p50_ms=<> converge_p99_ms=<> dead_detect_ms=<> idle_bytes_per_site_per_s=<> rss_mib=<>
+//	swim-deaths sites=<N> dead_detect_ms=<>,<>,<>
+package swim
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/test/testpki"
+)
+
+const network = "bench"
+
+type site struct {
+	rt     *membership.Runtime
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu        sync.Mutex
+	seen      map[string]time.Time // provider name -> first seen
+	measuring atomic.Bool          // observe only while changes are measured
+}
+
+func BenchmarkSWIM(b *testing.B) {
+	for _, n := range sizes() {
+		b.Run(fmt.Sprintf("sites=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				measure(b, n)
+			}
+		})
+	}
+}
+
+func measure(b *testing.B, n int) {
+	key := make([]byte, membership.KeySize)
+	if _, err := rand.Read(key); err != nil {
+		b.Fatal(err)
+	}
+	root := testpki.NewRoot(b, "grid-ca")
+	sites := make([]*site, n)
+	var wg sync.WaitGroup
+	for i := range sites {
+		reg := prometheus.NewRegistry()
+		rt, err := membership.New(context.Background(), membership.Config{
+			Site: fmt.Sprintf("site-%03d", i), BindAddr: "127.0.0.1:0", EnvKey: key, RequireKey: true,
+			Registerer: reg, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		s := &site{rt: rt, reg: reg, cancel: cancel, done: make(chan struct{}), seen: map[string]time.Time{}}
+		rt.OnChange(func(string) { s.observe() })
+		go func() { defer close(s.done); _ = rt.Start(ctx) }()
+		sites[i] = s
+		cert, _ := root.Leaf(b, rt.Site(), testpki.Opts{})
+		if err := rt.Publish(network, string(cert), []membership.Provider{
+			{Name: rt.Site() + "-a", Models: []string{"llama-70b", "mixtral"}, Cluster: "c1", Phase: "Available"},
+			{Name: rt.Site() + "-b", Models: []string{"gpt-oss"}, Cluster: "c2", Phase: "Available"},
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, s := range sites {
+			s.cancel()
+		}
+		for _, s := range sites {
+			<-s.done
+		}
+	}()
+	waitFor(b, 30*time.Second, "every site running", func() bool {
+		for _, s := range sites {
+			if !s.rt.Status().Running {
+				return false
+			}
+		}
+		return true
+	})
+	// Each site seeds one earlier site: discovery is transitive.
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seed := sites[(i-1)/2].rt.AdvertiseAddr()
+			if res := sites[i].rt.AnnounceSeeds(network, []string{seed}); len(res.Failed) > 0 {
+				b.Errorf("%s: %v", sites[i].rt.Site(), res.Failed[0].Err)
+			}
+		}()
+	}
+	wg.Wait()
+	// Checked once a second: the check itself reads every site's view,
+	// and all the sites share this process's two cores.
+	formed := time.Now()
+	waitForEvery(b, 10*time.Minute, time.Second, "every site sees every other with its records", func() bool {
+		minConnected, minProviders := n, 2*n
+		for _, s := range sites {
+			v := s.rt.View(network)
+			minConnected, minProviders = min(minConnected, v.Connected()), min(minProviders, len(v.Providers))
+		}
+		if testing.Verbose() {
+			fmt.Printf("forming for %s: every site sees at least %d sites, %d providers\n", time.Since(formed).Round(time.Second), minConnected, minProviders)
+		}
+		return minConnected == n-1 && minProviders == 2*(n-1)
+	})
+	for _, s := range sites {
+		s.measuring.Store(true)
+	}
+
+	// The grid formed; its membership gossip (every site's arrival, the
+	// grid ID adopted) is left to die down, as in a grid that has run for
+	// a while.
+	time.Sleep(15 * time.Second)
+
+	// Convergence: one provider record changed at one site, until every
+	// other site holds it.
+	var converge []float64
+	samples := 20
+	for k := range samples {
+		origin := sites[(k*7919)%n]
+		name := fmt.Sprintf("%s-change-%d", origin.rt.Site(), k)
+		start := time.Now()
+		if err := origin.rt.Publish(network, "", []membership.Provider{{Name: name, Models: []string{"llama-70b"}, Cluster: "c1", Phase: "Available"}}); err != nil {
+			b.Fatal(err)
+		}
+		var last time.Time
+		waitFor(b, 30*time.Second, fmt.Sprintf("change %d at every site (%s)", k, name), func() bool {
+			last = time.Time{}
+			for _, s := range sites {
+				if s == origin {
+					continue
+				}
+				at, ok := s.firstSeen(name)
+				if !ok {
+					return false
+				}
+				if at.After(last) {
+					last = at
+				}
+			}
+			return true
+		})
+		converge = append(converge, float64(last.Sub(start).Microseconds())/1000)
+		if testing.Verbose() {
+			fmt.Printf("change %d from %s: %.0f ms\n", k, origin.rt.Site(), converge[len(converge)-1])
+		}
+	}
+
+	// Idle: nothing changes for a few push/pull periods (memberlist
+	// stretches the period above 32 sites).
+	idle := 60 * time.Second
+	if n > 100 {
+		idle = 120 * time.Second
+	}
+	before := sentBytes(sites)
+	time.Sleep(idle)
+	idleRate := (sentBytes(sites) - before) / float64(n) / idle.Seconds()
+
+	// Departure: a site killed (no leave), until every other site holds
+	// it dead. How soon a dead site is first probed is luck (each site
+	// probes one other per period, in its own shuffled order), so three
+	// sites are killed one after the other and the median is printed.
+	var deaths []float64
+	gone := map[*site]bool{}
+	for _, victim := range []*site{sites[n/2], sites[n/3], sites[2*n/3]} {
+		victimName := victim.rt.Site()
+		killed := time.Now()
+		victim.killAbruptly()
+		gone[victim] = true
+		var deadAt time.Duration
+		waitForEvery(b, 2*time.Minute, 100*time.Millisecond, victimName+" dead everywhere", func() bool {
+			for _, s := range sites {
+				if gone[s] {
+					continue
+				}
+				m, ok := member(s.rt, victimName)
+				if !ok || m.State != membership.SiteDead {
+					return false
+				}
+			}
+			deadAt = time.Since(killed)
+			return true
+		})
+		deaths = append(deaths, float64(deadAt.Milliseconds()))
+	}
+
+	fmt.Printf("swim sites=%d converge_p50_ms=%.0f converge_p99_ms=%.0f dead_detect_ms=%.0f idle_bytes_per_site_per_s=%.0f rss_mib=%d\n",
+		n, percentile(converge, 50), percentile(converge, 99), percentile(deaths, 50), idleRate, rssMiB())
+	fmt.Printf("swim-deaths sites=%d dead_detect_ms=%.0f,%.0f,%.0f\n", n, deaths[0], deaths[1], deaths[2])
+}
+
+// member is what a site's membership says of another.
+func member(rt *membership.Runtime, name string) (membership.MemberStatus, bool) {
+	for _, m := range rt.Status().Members {
+		if m.Site == name {
+			return m, true
+		}
+	}
+	return membership.MemberStatus{}, false
+}
+
+func (s *site) observe() {
+	if !s.measuring.Load() {
+		return
+	}
+	v := s.rt.View(network)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range v.Providers {
+		if _, ok := s.seen[p.Name]; !ok {
+			s.seen[p.Name] = now
+		}
+	}
+}
+
+func (s *site) firstSeen(name string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.seen[name]
+	return at, ok
+}
+
+// killAbruptly stops the site without leaving, as kill -9 does: the
+// membership stops answering, its peers must find out by probing.
+func (s *site) killAbruptly() {
+	s.rt.Vanish()
+	s.cancel()
+	<-s.done
+}
+
+func sentBytes(sites []*site) float64 {
+	total := 0.0
+	for _, s := range sites {
+		mfs, _ := s.reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "grid_swim_bytes_sent_total" {
+				for _, m := range mf.GetMetric() {
+					total += counterValue(m)
+				}
+			}
+		}
+	}
+	return total
+}
+
+func counterValue(m *dto.Metric) float64 {
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return 0
+}
+
+func waitFor(b *testing.B, timeout time.Duration, what string, ok func() bool) {
+	b.Helper()
+	waitForEvery(b, timeout, 20*time.Millisecond, what, ok)
+}
+
+func waitForEvery(b *testing.B, timeout, every time.Duration, what string, ok func() bool) {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			b.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(every)
+	}
+}
+
+func percentile(xs []float64, p float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(i, 0)]
+}
+
+func rssMiB() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb / 1024
+		}
+	}
+	return -1
+}
+
+// sizes are the grid sizes measured; SWIM_BENCH_SITES picks one.
+func sizes() []int {
+	if v, err := strconv.Atoi(os.Getenv("SWIM_BENCH_SITES")); err == nil && v > 1 {
+		return []int{v}
+	}
+	return []int{50, 200}
+}

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/test/controlplane"
+)
+
+// newSwimKey is a fresh 32-byte SWIM key.
+func newSwimKey() []byte {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// demoGateway is the gateway address a demo site advertises: only
+// gossiped and shown, never dialled.
+func demoGateway(site string) string { return site + ".gateways.demo.invalid:8443" }
+
+// demoNetwork is the demo's GridNetwork, the same at both sites: its SWIM
+// key Secret, and a GridSite for each discovered site.
+func demoNetwork(seeds ...string) *v1alpha1.GridNetwork {
+	return &v1alpha1.GridNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: scope.Network, Labels: map[string]string{controller.AutoDiscoverSitesLabel: "true"}},
+		Spec: v1alpha1.GridNetworkSpec{
+			Seeds: seeds,
+			ConsumerGateways: []v1alpha1.ConsumerGateway{
+				{Name: scope.Gateway, Namespace: scope.Namespace, SiteName: scope.LocalSite},
+			},
+			TLS: &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: agentNamespace}},
+		},
+	}
+}
+
+// secondSite starts another site (its own kube-apiserver, etcd and
+// gridsync-agent), lets it join the first one over encrypted SWIM, shows
+// what each reports, then kills it and shows the first one notice.
+func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, eastHealth, output, work, binDir string) (stop func(), err error) {
+	stop = func() {}
+	step("a second site, west-edge: its own kube-apiserver, etcd and gridsync-agent, seeding the first over SWIM")
+	began := time.Now()
+	cp, err := controlplane.Start(ctx)
+	if err != nil {
+		return stop, err
+	}
+	stop = func() { _ = cp.Stop() }
+	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
+		return stop, err
+	}
+	for _, ns := range []string{agentNamespace, scope.Namespace} {
+		if err := cp.EnsureNamespace(ctx, ns); err != nil {
+			return stop, err
+		}
+	}
+	saConfig, err := cp.AgentConfig(ctx, agentNamespace, []string{scope.Namespace, agentNamespace})
+	if err != nil {
+		return stop, err
+	}
+	kubeconfig := filepath.Join(work, "west.kubeconfig")
+	if err := controlplane.WriteKubeconfig(saConfig, kubeconfig); err != nil {
+		return stop, err
+	}
+	scheme, err := controller.Scheme()
+	if err != nil {
+		return stop, err
+	}
+	west, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		return stop, err
+	}
+	network := demoNetwork(eastSwim)
+	network.Spec.ConsumerGateways[0].SiteName = "west-edge"
+	objects := []client.Object{
+		// The same key at both sites: the agent never copies Secrets
+		// between clusters; platform tooling does.
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "grid-swim-key", Namespace: agentNamespace}, Data: map[string][]byte{"key": key}},
+		network,
+		withModels(demoProvider("west-gpu-pool", "sim-west-2", nil), "llama-3-70b", "qwen-2-72b"),
+	}
+	for _, obj := range objects {
+		if err := west.Create(ctx, obj); err != nil {
+			return stop, err
+		}
+	}
+	health, err := freeAddr()
+	if err != nil {
+		return stop, err
+	}
+	swimAddr, err := freeAddr()
+	if err != nil {
+		return stop, err
+	}
+	agent, err := startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), filepath.Join(work, "west-agent.log"),
+		"--kubeconfig", kubeconfig, "--namespaces", scope.Namespace+","+agentNamespace,
+		"--leader-election-namespace", agentNamespace, "--health-addr", health,
+		"--site-name", "west-edge", "--swim-bind-addr", swimAddr, "--gateway-address", demoGateway("west-edge"),
+		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms")
+	if err != nil {
+		return stop, err
+	}
+	stopCP := stop
+	stop = func() {
+		_ = agent.Process.Kill()
+		_ = agent.Wait()
+		stopCP()
+	}
+	if err := waitHTTP(ctx, "http://"+health+"/readyz"); err != nil {
+		return stop, err
+	}
+
+	got, err := waitNetwork(ctx, east, func(n *v1alpha1.GridNetwork) bool {
+		return n.Status.Phase == v1alpha1.NetworkActive && n.Status.ConnectedSites == 1 && n.Status.RemoteProviderCount == 1
+	})
+	if err != nil {
+		return stop, fmt.Errorf("east never saw west: %w", err)
+	}
+	fmt.Printf("    second site up and joined %s after it started (its control plane included)\n", time.Since(began).Round(time.Millisecond))
+	showNetwork("east-edge", got)
+	if got, err = waitNetwork(ctx, west, func(n *v1alpha1.GridNetwork) bool {
+		return n.Status.Phase == v1alpha1.NetworkActive && n.Status.RemoteProviderCount == 2
+	}); err != nil {
+		return stop, fmt.Errorf("west never saw east: %w", err)
+	}
+	showNetwork("west-edge", got)
+	var site v1alpha1.GridSite
+	if err := waitFor(ctx, func() bool {
+		return east.Get(ctx, types.NamespacedName{Name: scope.Network + "-west-edge"}, &site) == nil && site.Status.Phase == "Connecting"
+	}); err != nil {
+		return stop, fmt.Errorf("no GridSite for west-edge at east: %w", err)
+	}
+	fmt.Printf("    east's GridSite %s: phase %s (%s), gateway %s\n", site.Name, site.Status.Phase, site.Status.Reason, site.Spec.GatewayEndpoint.Address)
+	if res, ok := fileResult(output); ok {
+		fmt.Printf("    east's gateway still holds %d candidates, all its own: gossip alone never makes a site routable\n", res.CandidateCount)
+	}
+	for _, line := range metricLines("http://"+eastHealth+"/metrics", "grid_swim_encrypted ", "grid_swim_keys_installed ", `grid_swim_sites{state="Alive"}`, `grid_swim_packets_rejected_total{reason="unknown_key"}`) {
+		fmt.Println("    east " + line)
+	}
+
+	step("kill -9 of west's agent: east suspects it, then declares it dead, and the network turns Degraded")
+	killed := time.Now()
+	_ = agent.Process.Signal(syscall.SIGKILL)
+	_ = agent.Wait()
+	var seen []string
+	if err := waitFor(ctx, func() bool {
+		state := memberState("http://"+eastHealth+"/status", "west-edge")
+		if len(seen) == 0 || !strings.HasPrefix(seen[len(seen)-1], state) {
+			seen = append(seen, fmt.Sprintf("%s at %.1f s", state, time.Since(killed).Seconds()))
+		}
+		return state == "Dead"
+	}); err != nil {
+		return stop, err
+	}
+	fmt.Printf("    east sees west-edge: %s (probe every 1 s here, a suspect kept 3 probe periods)\n", strings.Join(seen, ", "))
+	if got, err = waitNetwork(ctx, east, func(n *v1alpha1.GridNetwork) bool {
+		return n.Status.Phase == v1alpha1.NetworkDegraded
+	}); err != nil {
+		return stop, err
+	}
+	fmt.Println("    its provider records are kept, stale, until the stale TTL; its GridSite stays as evidence")
+	showNetwork("east-edge", got)
+	return stop, nil
+}
+
+func withModels(p *v1alpha1.InferenceProvider, models ...string) *v1alpha1.InferenceProvider {
+	for _, m := range models {
+		p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: m})
+	}
+	return p
+}
+
+func showNetwork(site string, n *v1alpha1.GridNetwork) {
+	msg := ""
+	if c := meta.FindStatusCondition(n.Status.Conditions, controller.ConditionMembership); c != nil {
+		msg = c.Reason + ": " + c.Message
+	}
+	fmt.Printf("    %-9s GridNetwork %s: phase %s, connectedSites %d, remoteProviderCount %d (%s)\n",
+		site, n.Name, n.Status.Phase, n.Status.ConnectedSites, n.Status.RemoteProviderCount, msg)
+}
+
+func waitNetwork(ctx context.Context, c client.Client, ok func(*v1alpha1.GridNetwork) bool) (*v1alpha1.GridNetwork, error) {
+	var n v1alpha1.GridNetwork
+	err := waitFor(ctx, func() bool {
+		return c.Get(ctx, types.NamespacedName{Name: scope.Network}, &n) == nil && ok(&n)
+	})
+	return &n, err
+}
+
+// waitFor polls cond for up to 60 s.
+func waitFor(ctx context.Context, cond func() bool) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func metricLines(url string, prefixes ...string) []string {
+	body, err := getBody(url)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(body, "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(line, p) {
+				out = append(out, line)
+			}
+		}
+	}
+	return out
+}
+
+// memberState is what an agent's /status says of a remote site.
+func memberState(url, site string) string {
+	body, err := getBody(url)
+	if err != nil {
+		return "unknown"
+	}
+	var st struct {
+		Swim struct {
+			Members []struct {
+				Site  string `json:"site"`
+				State string `json:"state"`
+			} `json:"members"`
+		} `json:"swim"`
+	}
+	if json.Unmarshal([]byte(body), &st) != nil {
+		return "unknown"
+	}
+	for _, m := range st.Swim.Members {
+		if m.Site == site {
+			return m.State
+		}
+	}
+	return "absent"
+}
