@@ -15,6 +15,7 @@ const (
 	msgRecords byte = 1 // records, by broadcast, reliable send or join
 	msgDigest  byte = 2 // record versions, on periodic push/pull
 	msgNotice  byte = 3 // a member suspected, or alive after all
+	msgDirect  byte = 4 // records sent straight to every member: not passed on
 )
 
 // Limits a decoded message must keep. Anything beyond them is dropped and
@@ -81,6 +82,10 @@ func encodeRecords(rs []Record) ([]byte, error) {
 	return encode(msgRecords, recordsMsgBody{Records: rs})
 }
 
+func encodeDirectRecords(rs []Record) ([]byte, error) {
+	return encode(msgDirect, recordsMsgBody{Records: rs})
+}
+
 func encodeDigest(from string, d []digestEntry) ([]byte, error) {
 	return encode(msgDigest, digestMsgBody{From: from, Entries: d})
 }
@@ -129,7 +134,7 @@ func decode(buf []byte) (message, error) {
 	}
 	m := message{kind: buf[0]}
 	switch buf[0] {
-	case msgRecords:
+	case msgRecords, msgDirect:
 		var body recordsMsgBody
 		if err := json.Unmarshal(buf[1:], &body); err != nil {
 			return message{}, dropped(dropMalformed, "records: %v", err)

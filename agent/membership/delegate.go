@@ -38,6 +38,8 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	switch m.kind {
 	case msgRecords:
 		d.r.receive(m.records, true)
+	case msgDirect:
+		d.r.receive(m.records, false)
 	case msgNotice:
 		d.r.applyNotice(m.notice)
 	default:
@@ -106,7 +108,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 		if ml == nil || len(to) == 0 {
 			return
 		}
-		msg, err := encodeRecords(missing)
+		msg, err := encodeDirectRecords(missing)
 		if err != nil {
 			return
 		}

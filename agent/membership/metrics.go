@@ -68,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_swim_state_sends_total",
-			Help: "State records sent, by path: gossip (epidemic broadcast) or reliable (direct, for records too large for a packet, and anti-entropy).",
+			Help: "State messages sent, by path: gossip (queued for epidemic broadcast) or reliable (straight to one member over TCP: every change, a new member's copy, anti-entropy).",
 		}, []string{"path"}),
 		bytesSent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_swim_bytes_sent_total",

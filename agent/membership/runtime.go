@@ -784,7 +784,7 @@ func (r *Runtime) Forget(network string) {
 // send disseminates a record of this site: by epidemic gossip when it
 // fits a packet, else directly to every member.
 func (r *Runtime) send(rec Record) {
-	msg, err := encodeRecords([]Record{rec})
+	direct, err := encodeDirectRecords([]Record{rec})
 	if err != nil {
 		r.log.Error("swim_encode_failed", "error", err)
 		return
@@ -795,12 +795,17 @@ func (r *Runtime) send(rec Record) {
 	if ml == nil {
 		return // sent with the full state when the node joins
 	}
-	if len(msg) <= maxGossipRecordBytes {
+	// Straight to every member: gossip shares packets with membership's
+	// own messages, which come first, so a change could wait behind a
+	// busy grid's; a direct copy does not. Receivers do not pass a
+	// direct copy on.
+	go r.sendReliable(ml, r.aliveNodes(""), direct)
+	// And by epidemic gossip when it fits a packet, for a member the
+	// direct copy missed.
+	if msg, err := encodeRecords([]Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
 		q.QueueBroadcast(&recordBroadcast{key: rec.key(), msg: msg})
 		r.metrics.sends.WithLabelValues("gossip").Inc()
-		return
 	}
-	r.sendReliable(ml, r.aliveNodes(""), msg)
 }
 
 // aliveNodes are the current members of the alive remote sites (or only
@@ -854,7 +859,7 @@ func (r *Runtime) sendOwnTo(member string) {
 	if len(own) == 0 || ml == nil || len(to) == 0 {
 		return
 	}
-	msg, err := encodeRecords(own)
+	msg, err := encodeDirectRecords(own)
 	if err != nil {
 		return
 	}

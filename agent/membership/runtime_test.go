@@ -15,11 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Fast timings for tests: the same protocol, a tenth of the reference's
+// Fast timings for tests: the same protocol, a fifth of the reference's
 // periods.
 const (
-	testProbe   = 500 * time.Millisecond
-	testTimeout = 300 * time.Millisecond
+	testProbe   = time.Second
+	testTimeout = 600 * time.Millisecond
 )
 
 type testSite struct {

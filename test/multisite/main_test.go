@@ -122,8 +122,8 @@ type agent struct {
 	health string
 }
 
-// Timings a tenth of the reference's, so that a departure is seen in
-// seconds: probe 500 ms, 300 ms for a direct answer, suspect three probe
+// Timings a fifth of the reference's, so that a departure is seen in
+// seconds: probe 1 s, 600 ms for a direct answer, suspect three probe
 // periods.
 func (s *site) start(env []string, extra ...string) *agent {
 	s.t.Helper()
@@ -131,7 +131,7 @@ func (s *site) start(env []string, extra ...string) *agent {
 	args := append([]string{
 		"--kubeconfig", s.kubeconfig, "--namespaces", s.resNS, "--leader-election-namespace", s.agentNS,
 		"--health-addr", health, "--site-name", s.name, "--swim-bind-addr", s.swimAddr,
-		"--swim-probe-interval", "500ms", "--swim-probe-timeout", "300ms", "--swim-push-pull-interval", "2s",
+		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms", "--swim-push-pull-interval", "2s",
 		"--swim-key-poll-interval", "1s", "--resync-period", "10s",
 		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s",
 	}, extra...)

@@ -2,11 +2,11 @@
 // process on loopback with the reference's timings (probe 5 s, 3 s for a
 // direct answer, suspect kept three probe periods), encrypted, each with a
 // certificate and two providers in one network. Run it with `make bench`;
-// it prints two lines per grid size (dead_detect_ms is the median of three
+// it prints two lines per grid size (dead_detect_ms is the median of five
 // kills, each of which the second line gives):
 //
 //	swim sites=<N> converge_p50_ms=<> converge_p99_ms=<> dead_detect_ms=<> idle_bytes_per_site_per_s=<> rss_mib=<>
-//	swim-deaths sites=<N> dead_detect_ms=<>,<>,<>
+//	swim-deaths sites=<N> dead_detect_ms=<>,<>,<>,<>,<>
 package swim
 
 import (
@@ -181,11 +181,11 @@ func measure(b *testing.B, n int) {
 
 	// Departure: a site killed (no leave), until every other site holds
 	// it dead. How soon a dead site is first probed is luck (each site
-	// probes one other per period, in its own shuffled order), so three
+	// probes one other per period, in its own shuffled order), so five
 	// sites are killed one after the other and the median is printed.
 	var deaths []float64
 	gone := map[*site]bool{}
-	for _, victim := range []*site{sites[n/2], sites[n/3], sites[2*n/3]} {
+	for _, victim := range []*site{sites[n/2], sites[n/3], sites[2*n/3], sites[n/4], sites[3*n/4]} {
 		victimName := victim.rt.Site()
 		killed := time.Now()
 		victim.killAbruptly()
@@ -209,7 +209,11 @@ func measure(b *testing.B, n int) {
 
 	fmt.Printf("swim sites=%d converge_p50_ms=%.0f converge_p99_ms=%.0f dead_detect_ms=%.0f idle_bytes_per_site_per_s=%.0f rss_mib=%d\n",
 		n, percentile(converge, 50), percentile(converge, 99), percentile(deaths, 50), idleRate, rssMiB())
-	fmt.Printf("swim-deaths sites=%d dead_detect_ms=%.0f,%.0f,%.0f\n", n, deaths[0], deaths[1], deaths[2])
+	each := make([]string, len(deaths))
+	for i, d := range deaths {
+		each[i] = fmt.Sprintf("%.0f", d)
+	}
+	fmt.Printf("swim-deaths sites=%d dead_detect_ms=%s\n", n, strings.Join(each, ","))
 }
 
 // member is what a site's membership says of another.
