@@ -923,14 +923,8 @@ func (r *Runtime) sweep() {
 			changedSites = append(changedSites, site)
 		}
 	}
-	counts := map[SiteState]int{}
-	for _, m := range r.members {
-		counts[m.state]++
-	}
+	r.siteGaugesLocked()
 	r.mu.Unlock()
-	for _, s := range []SiteState{SiteAlive, SiteSuspect, SiteDead, SiteLeft} {
-		r.metrics.sites.WithLabelValues(string(s)).Set(float64(counts[s]))
-	}
 
 	// Records of sites away longer than the stale TTL are dropped.
 	for _, site := range r.store.siteNames() {
@@ -1069,12 +1063,26 @@ func (b *noticeBroadcast) Invalidates(o memberlist.Broadcast) bool {
 func (b *noticeBroadcast) Message() []byte { return b.msg }
 func (b *noticeBroadcast) Finished()       {}
 
+// siteGaugesLocked sets grid_swim_sites from the members (r.mu held).
+func (r *Runtime) siteGaugesLocked() {
+	counts := map[SiteState]int{}
+	for _, m := range r.members {
+		counts[m.state]++
+	}
+	for _, s := range []SiteState{SiteAlive, SiteSuspect, SiteDead, SiteLeft} {
+		r.metrics.sites.WithLabelValues(string(s)).Set(float64(counts[s]))
+	}
+}
+
 // notifySites tells the networks that a site has records in that its
-// state changed.
+// state changed, and refreshes the site gauges.
 func (r *Runtime) notifySites(sites []string) {
 	if len(sites) == 0 {
 		return
 	}
+	r.mu.Lock()
+	r.siteGaugesLocked()
+	r.mu.Unlock()
 	for _, s := range sites {
 		for _, n := range r.store.networksOf(s) {
 			r.notify.send(n)

@@ -140,6 +140,7 @@ func TestThreeSiteMesh(t *testing.T) {
 		a.remove(&gs)
 	}
 	for _, ag := range agents {
+		assert.Equal(t, float64(2), ag.metric(`grid_swim_sites{state="Alive"}`), "%s counts its alive sites", ag.site.name)
 		assert.True(t, ag.status().Swim.Encrypted)
 		assert.NotContains(t, ag.Log(), "PRIVATE KEY")
 	}

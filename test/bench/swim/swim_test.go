@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	mathrand "math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -74,6 +75,11 @@ func measure(b *testing.B, n int) {
 		ctx, cancel := context.WithCancel(context.Background())
 		s := &site{rt: rt, reg: reg, cancel: cancel, done: make(chan struct{}), seen: map[string]time.Time{}}
 		rt.OnChange(func(string) { s.observe() })
+		// Sites of a real grid start at different moments, so their probe
+		// periods are out of phase; started in one burst, every site here
+		// would probe at the same instants. Their starts are spread over
+		// one probe period.
+		time.Sleep(membership.DefaultProbeInterval / time.Duration(n))
 		go func() { defer close(s.done); _ = rt.Start(ctx) }()
 		sites[i] = s
 		cert, _ := root.Leaf(b, rt.Site(), testpki.Opts{})
@@ -182,10 +188,14 @@ func measure(b *testing.B, n int) {
 	// Departure: a site killed (no leave), until every other site holds
 	// it dead. How soon a dead site is first probed is luck (each site
 	// probes one other per period, in its own shuffled order), so five
-	// sites are killed one after the other and the median is printed.
+	// sites are killed one after the other, each at a random moment, and
+	// the median is printed.
 	var deaths []float64
 	gone := map[*site]bool{}
 	for _, victim := range []*site{sites[n/2], sites[n/3], sites[2*n/3], sites[n/4], sites[3*n/4]} {
+		// A death comes at any moment of the probe period, not just
+		// after the last one was found.
+		time.Sleep(mathrand.N(membership.DefaultProbeInterval))
 		victimName := victim.rt.Site()
 		killed := time.Now()
 		victim.killAbruptly()
