@@ -26,7 +26,7 @@ import (
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
-// A site's SWIM runtime on loopback with a tenth of the reference's
+// A site's SWIM runtime on loopback with a fifth of the reference's
 // timings: real memberlist, real encryption.
 type swimSite struct {
 	*membership.Runtime
@@ -39,7 +39,7 @@ func startSwimSite(t *testing.T, site string, cfg membership.Config) *swimSite {
 	t.Helper()
 	logs := &lockedBuffer{}
 	cfg.Site, cfg.BindAddr = site, "127.0.0.1:0"
-	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.GossipInterval, cfg.PushPullInterval = 500*time.Millisecond, 300*time.Millisecond, 50*time.Millisecond, 2*time.Second
+	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.GossipInterval, cfg.PushPullInterval = time.Second, 600*time.Millisecond, 50*time.Millisecond, 2*time.Second
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	rt, err := membership.New(context.Background(), cfg)
 	require.NoError(t, err)
