@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -12,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/test/controlplane"
@@ -27,46 +25,19 @@ const agentNamespace = "grid-system"
 func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, binDir, output string) (stop func(), err error) {
 	stop = func() {}
 	step("installing the Grid CRDs and starting gridsync-agent with its least-privilege RBAC")
-	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
-		return stop, err
+	// The agent gets Secrets, it does not watch them: a deleted one is
+	// noticed at the next resync, 300 s by default, 10 s here.
+	agent, err := startSiteAgent(ctx, cp, work, binDir, scope.LocalSite, "--resync-period", "10s")
+	if agent != nil {
+		stop = func() {
+			_ = agent.cmd.Process.Signal(syscall.SIGTERM)
+			_ = agent.cmd.Wait()
+		}
 	}
-	saConfig, err := cp.AgentConfig(ctx, agentNamespace, []string{scope.Namespace, agentNamespace})
 	if err != nil {
 		return stop, err
 	}
-	kubeconfig := filepath.Join(work, "agent.kubeconfig")
-	if err := controlplane.WriteKubeconfig(saConfig, kubeconfig); err != nil {
-		return stop, err
-	}
-	health, err := freeAddr()
-	if err != nil {
-		return stop, err
-	}
-	swimAddr, err := freeAddr()
-	if err != nil {
-		return stop, err
-	}
-	agentLog := filepath.Join(work, "agent.log")
-	agent, err := startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), agentLog,
-		"--kubeconfig", kubeconfig, "--namespaces", scope.Namespace+","+agentNamespace,
-		"--leader-election-namespace", agentNamespace, "--health-addr", health,
-		// The agent gets Secrets, it does not watch them: a deleted one is
-		// noticed at the next resync, 300 s by default, 10 s here.
-		"--resync-period", "10s",
-		// This site in the grid: SWIM on loopback, with a fifth of the
-		// reference's timings so that a departure shows in seconds.
-		"--site-name", scope.LocalSite, "--swim-bind-addr", swimAddr, "--gateway-address", demoGateway(scope.LocalSite),
-		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms", "--swim-key-poll-interval", "2s")
-	if err != nil {
-		return stop, err
-	}
-	stop = func() {
-		_ = agent.Process.Signal(syscall.SIGTERM)
-		_ = agent.Wait()
-	}
-	if err := waitHTTP(ctx, "http://"+health+"/readyz"); err != nil {
-		return stop, err
-	}
+	health, swimAddr := agent.health, agent.swimAddr
 	if err := waitLeader(ctx, "http://"+health+"/status"); err != nil {
 		return stop, err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -21,6 +22,46 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/test/controlplane"
 )
+
+// siteAgent is a demo site's gridsync-agent process.
+type siteAgent struct {
+	cmd              *exec.Cmd
+	health, swimAddr string
+}
+
+// startSiteAgent installs the CRDs (again: it is idempotent) and the
+// agent's least-privilege RBAC in cp and starts gridsync-agent as the given site, SWIM on loopback with a
+// fifth of the reference's timings so that a departure shows in seconds.
+func startSiteAgent(ctx context.Context, cp *controlplane.ControlPlane, work, binDir, site string, extra ...string) (*siteAgent, error) {
+	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
+		return nil, err
+	}
+	saConfig, err := cp.AgentConfig(ctx, agentNamespace, []string{scope.Namespace, agentNamespace})
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(work, site+".kubeconfig")
+	if err := controlplane.WriteKubeconfig(saConfig, kubeconfig); err != nil {
+		return nil, err
+	}
+	a := &siteAgent{}
+	if a.health, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	if a.swimAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--kubeconfig", kubeconfig, "--namespaces", scope.Namespace + "," + agentNamespace,
+		"--leader-election-namespace", agentNamespace, "--health-addr", a.health,
+		"--site-name", site, "--swim-bind-addr", a.swimAddr, "--gateway-address", demoGateway(site),
+		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms", "--swim-key-poll-interval", "2s",
+	}, extra...)
+	if a.cmd, err = startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), filepath.Join(work, site+"-agent.log"), args...); err != nil {
+		return nil, err
+	}
+	return a, waitHTTP(ctx, "http://"+a.health+"/readyz")
+}
 
 // newSwimKey is a fresh 32-byte SWIM key.
 func newSwimKey() []byte {
@@ -70,14 +111,6 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 			return stop, err
 		}
 	}
-	saConfig, err := cp.AgentConfig(ctx, agentNamespace, []string{scope.Namespace, agentNamespace})
-	if err != nil {
-		return stop, err
-	}
-	kubeconfig := filepath.Join(work, "west.kubeconfig")
-	if err := controlplane.WriteKubeconfig(saConfig, kubeconfig); err != nil {
-		return stop, err
-	}
 	scheme, err := controller.Scheme()
 	if err != nil {
 		return stop, err
@@ -100,29 +133,16 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 			return stop, err
 		}
 	}
-	health, err := freeAddr()
+	agent, err := startSiteAgent(ctx, cp, work, binDir, "west-edge")
+	if agent != nil {
+		stopCP := stop
+		stop = func() {
+			_ = agent.cmd.Process.Kill()
+			_ = agent.cmd.Wait()
+			stopCP()
+		}
+	}
 	if err != nil {
-		return stop, err
-	}
-	swimAddr, err := freeAddr()
-	if err != nil {
-		return stop, err
-	}
-	agent, err := startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), filepath.Join(work, "west-agent.log"),
-		"--kubeconfig", kubeconfig, "--namespaces", scope.Namespace+","+agentNamespace,
-		"--leader-election-namespace", agentNamespace, "--health-addr", health,
-		"--site-name", "west-edge", "--swim-bind-addr", swimAddr, "--gateway-address", demoGateway("west-edge"),
-		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms")
-	if err != nil {
-		return stop, err
-	}
-	stopCP := stop
-	stop = func() {
-		_ = agent.Process.Kill()
-		_ = agent.Wait()
-		stopCP()
-	}
-	if err := waitHTTP(ctx, "http://"+health+"/readyz"); err != nil {
 		return stop, err
 	}
 
@@ -156,8 +176,8 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 
 	step("kill -9 of west's agent: east suspects it, then declares it dead, and the network turns Degraded")
 	killed := time.Now()
-	_ = agent.Process.Signal(syscall.SIGKILL)
-	_ = agent.Wait()
+	_ = agent.cmd.Process.Signal(syscall.SIGKILL)
+	_ = agent.cmd.Wait()
 	var seen []string
 	if err := waitFor(ctx, func() bool {
 		state := memberState("http://"+eastHealth+"/status", "west-edge")
