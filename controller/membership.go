@@ -30,6 +30,7 @@ import (
 type Membership interface {
 	SetNetworkKeys(network string, ks *membership.KeySet, failed bool)
 	AnnounceSeeds(network string, addrs []string) membership.SeedResult
+	RejoinSeeds(network string) membership.SeedResult
 	Publish(network, certPEM string, providers []membership.Provider) error
 	Forget(network string)
 	View(network string) membership.NetworkView
@@ -70,32 +71,6 @@ type membershipOutcome struct {
 type conditionSpec struct {
 	ok              bool
 	reason, message string
-}
-
-// seedBook keeps each network's last resolved seeds: a wholly failed
-// non-empty list does not replace a working set.
-type seedBook struct {
-	mu   sync.Mutex
-	last map[string][]string
-}
-
-func (b *seedBook) resolve(network string, addrs []string, entries int) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.last == nil {
-		b.last = map[string][]string{}
-	}
-	if len(addrs) == 0 && entries > 0 {
-		return b.last[network]
-	}
-	b.last[network] = addrs
-	return addrs
-}
-
-func (b *seedBook) forget(network string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.last, network)
 }
 
 // loadSwimKey reads a network's SWIM key Secret. The error's message names
@@ -160,7 +135,6 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 	for _, p := range problems {
 		r.opts.Logger.Warn("swim_seed_skipped", "network", network.Name, "field", "spec.seeds", "entry", p.Entry, "error", p.Err.Error())
 	}
-	seeds := r.seeds.resolve(network.Name, resolved, len(network.Spec.Seeds))
 	if len(problems) > 0 {
 		bad := make([]string, 0, len(problems))
 		for _, p := range problems {
@@ -171,7 +145,13 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 			out.condition = conditionSpec{reason: ReasonSeedsUnresolvable}
 		}
 	}
-	res := m.AnnounceSeeds(network.Name, seeds)
+	// A wholly failed non-empty list keeps the last resolved set.
+	var res membership.SeedResult
+	if len(resolved) == 0 && len(network.Spec.Seeds) > 0 {
+		res = m.RejoinSeeds(network.Name)
+	} else {
+		res = m.AnnounceSeeds(network.Name, resolved)
+	}
 	for _, f := range res.Failed {
 		r.opts.Logger.Warn("swim_seed_join_failed", "network", network.Name, "field", "spec.seeds", "address", f.Entry, "error", f.Err.Error())
 	}

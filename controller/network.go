@@ -51,7 +51,6 @@ const maxConfigMapData = 1 << 20
 
 type networkReconciler struct {
 	*common
-	seeds     seedBook
 	gridSites writeMemo
 }
 
@@ -516,7 +515,6 @@ func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.Grid
 	}
 	if r.opts.Membership != nil {
 		r.opts.Membership.Forget(network.Name)
-		r.seeds.forget(network.Name)
 	}
 	orig := network.DeepCopy()
 	controllerutil.RemoveFinalizer(network, overlaysFinalizer)

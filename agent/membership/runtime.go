@@ -579,12 +579,6 @@ func (r *Runtime) SetNetworkKeys(network string, ks *KeySet, failed bool) {
 	r.poke()
 }
 
-// KeyPending reports whether SWIM holds for a key.
-func (r *Runtime) KeyPending() bool {
-	_, ok := r.released()
-	return !ok
-}
-
 // SeedResult is what announcing a network's seeds did.
 type SeedResult struct {
 	// Joined are addresses joined now; addresses of sites already alive
@@ -601,6 +595,19 @@ type SeedResult struct {
 // remembered and joined again when the node restarts. Removing a seed
 // does not disconnect its site.
 func (r *Runtime) AnnounceSeeds(network string, addrs []string) SeedResult {
+	return r.announceSeeds(network, addrs)
+}
+
+// RejoinSeeds joins the network's last announced seeds again: what a
+// network whose every seed entry failed to resolve keeps.
+func (r *Runtime) RejoinSeeds(network string) SeedResult {
+	r.mu.Lock()
+	addrs := r.seeds[network]
+	r.mu.Unlock()
+	return r.announceSeeds(network, addrs)
+}
+
+func (r *Runtime) announceSeeds(network string, addrs []string) SeedResult {
 	own := r.AdvertiseAddr()
 	addrs = slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return a == own })
 	r.mu.Lock()

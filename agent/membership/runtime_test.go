@@ -219,15 +219,22 @@ func TestThreeSiteMesh(t *testing.T) {
 
 func slicesEqual(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
 
+// joinedPair starts site-a and site-b with one key, site-b seeding
+// site-a in network prod.
+func joinedPair(t *testing.T) (a, b *testSite) {
+	key := randomKey(t)
+	a = startSite(t, "site-a", withKey(key))
+	a.waitRunning(t)
+	b = startSite(t, "site-b", withKey(key))
+	b.waitRunning(t)
+	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	return a, b
+}
+
 // A site with the wrong key never joins; its packets are counted and
 // dropped before membership sees them.
 func TestWrongKeyNeverJoins(t *testing.T) {
-	key := randomKey(t)
-	a := startSite(t, "site-a", withKey(key))
-	a.waitRunning(t)
-	b := startSite(t, "site-b", withKey(key))
-	b.waitRunning(t)
-	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	a, b := joinedPair(t)
 	require.NoError(t, a.Publish("prod", "", providers("pa")))
 
 	intruder := startSite(t, "site-x", withKey(randomKey(t)))
@@ -458,7 +465,8 @@ func TestDepartureAndSupersede(t *testing.T) {
 	require.Equal(t, 1, count, "one member per site")
 }
 
-// A graceful stop is a departure peers see at once.
+// A graceful stop is a departure peers see at once. The seeds a network
+// announced are remembered: rejoining them dials a departed seed again.
 func TestLeaveIsSeenAtOnce(t *testing.T) {
 	a := startSite(t, "site-a")
 	a.SetNetworkKeys("prod", nil, false)
@@ -469,11 +477,17 @@ func TestLeaveIsSeenAtOnce(t *testing.T) {
 	require.NoError(t, b.Publish("prod", "", providers("pb")))
 	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
 	require.Eventually(t, func() bool { return a.View("prod").Connected() == 1 }, 5*time.Second, 10*time.Millisecond)
+	res := a.AnnounceSeeds("prod", []string{b.AdvertiseAddr()})
+	require.Empty(t, res.Joined, "an alive site is not joined again")
+	require.Empty(t, res.Failed)
 	b.stop()
 	require.Eventually(t, func() bool {
 		v := a.View("prod")
 		return len(v.Sites) == 1 && v.Sites[0].State == SiteLeft
 	}, testProbe, 10*time.Millisecond)
+	res = a.RejoinSeeds("prod")
+	require.Len(t, res.Failed, 1, "the remembered seed is dialled again")
+	require.Equal(t, b.AdvertiseAddr(), res.Failed[0].Entry)
 }
 
 // twoGrids forms two grids apart: site-b joins site-a, site-y joins
@@ -524,12 +538,7 @@ func TestGridsStartedTogetherConverge(t *testing.T) {
 // private key is never stored nor passed on; one without a certificate
 // is marked invalid.
 func TestBadGossipDropped(t *testing.T) {
-	key := randomKey(t)
-	a := startSite(t, "site-a", withKey(key))
-	a.waitRunning(t)
-	b := startSite(t, "site-b", withKey(key))
-	b.waitRunning(t)
-	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	a, b := joinedPair(t)
 	require.Eventually(t, func() bool { return len(a.Status().Members) == 1 }, 5*time.Second, 10*time.Millisecond)
 
 	b.mu.Lock()

@@ -121,7 +121,11 @@ func TestThreeSiteMesh(t *testing.T) {
 	})
 	assert.Contains(t, meta.FindStatusCondition(gotBroken.Status.Conditions, "Ready").Message, "spec.tls.swimKeySecretRef")
 	time.Sleep(2 * time.Second)
-	a.networkStatus("mesh-broken", time.Second, func(n *v1alpha1.GridNetwork) bool { return n.Status.RemoteProviderCount == 0 })
+	// A reconciled mesh-broken at A (its status written for this
+	// generation) that knows no site: B, alive in mesh, never announced it.
+	a.networkStatus("mesh-broken", 10*time.Second, func(n *v1alpha1.GridNetwork) bool {
+		return n.Status.ObservedGeneration == n.Generation && counts(v1alpha1.NetworkInitializing, 0, 0)(n)
+	})
 
 	// GridSites of the discovered sites at A: gossiped address and
 	// certificate, Connecting, never Active on gossip alone.
