@@ -1,0 +1,279 @@
+package sitetrust
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+)
+
+// pki is a grid CA and this site's identity, for the probe tests.
+type pki struct {
+	ca     *CA
+	roots  *x509.CertPool
+	client tls.Certificate
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	ca := newTestCA(t, time.Now())
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	return &pki{ca: ca, roots: roots, client: siteCert(t, ca, "east", time.Now(), time.Hour)}
+}
+
+func siteCert(t *testing.T, ca *CA, site string, now time.Time, life time.Duration) tls.Certificate {
+	t.Helper()
+	chain, key, err := ca.Issue(site, now, life)
+	require.NoError(t, err)
+	pair, err := tls.X509KeyPair(chain, key)
+	require.NoError(t, err)
+	return pair
+}
+
+// custom signs an arbitrary template with the CA: certificates the agent
+// never issues (a wrong name, no SVID profile).
+func custom(t *testing.T, ca *CA, tmpl *x509.Certificate) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl.SerialNumber, _ = newSerial()
+	if tmpl.NotAfter.IsZero() {
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
+	require.NoError(t, err)
+	return tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key}
+}
+
+func pin(c tls.Certificate) string { return Fingerprint(c.Certificate[0]) }
+
+// gateway is a Go TLS server standing in for a remote site's gateway:
+// it requires a client certificate from clientCAs.
+func gateway(t *testing.T, cert tls.Certificate, clientCAs *x509.CertPool, maxVersion uint16) string {
+	t.Helper()
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{cert}, ClientCAs: clientCAs,
+		ClientAuth: tls.RequireAndVerifyClientCert, MaxVersion: maxVersion,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if err := c.(*tls.Conn).HandshakeContext(context.Background()); err != nil {
+					return
+				}
+				var b [1]byte
+				_, _ = c.Read(b[:]) // until the prober hangs up
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// rawServer accepts TCP and answers with what, then holds the connection.
+func rawServer(t *testing.T, what []byte) string {
+	t.Helper()
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				if what != nil {
+					_, _ = c.Write(what)
+				}
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				var b [512]byte
+				for {
+					if _, err := c.Read(b[:]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func (p *pki) target(addr string, pins ...string) Target {
+	return Target{Address: addr, ServerName: "west.grid.internal", Roots: p.roots, Client: p.client, Pins: pins, Site: "west", Timeout: 2 * time.Second}
+}
+
+// Every reason of the reference, each from a real handshake.
+func TestProbeReasons(t *testing.T) {
+	p := newPKI(t)
+	now := time.Now()
+	good := siteCert(t, p.ca, "west", now, time.Hour)
+	other := newTestCA(t, now)
+	foreign := siteCert(t, other, "west", now, time.Hour)
+	wrongSAN := siteCert(t, p.ca, "north", now, time.Hour)
+	expired := siteCert(t, p.ca, "west", now.Add(-48*time.Hour), 24*time.Hour)
+	notYet := siteCert(t, p.ca, "west", now.Add(24*time.Hour), 24*time.Hour)
+	reissued := siteCert(t, p.ca, "west", now, time.Hour)
+	otherRoots := x509.NewCertPool()
+	otherRoots.AddCert(other.Cert)
+	refused := rawServer(t, nil)
+	closedAddr := func() string {
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		a := l.Addr().String()
+		_ = l.Close()
+		return a
+	}()
+
+	cases := []struct {
+		name   string
+		target Target
+		kind   Kind
+		reason string
+	}{
+		{"verified", p.target(gateway(t, good, p.roots, 0), pin(good)), Verified, ReasonTLSVerified},
+		{"verified over TLS 1.2", p.target(gateway(t, good, p.roots, tls.VersionTLS12), pin(good)), Verified, ReasonTLSVerified},
+		{"another CA", p.target(gateway(t, foreign, p.roots, 0), pin(foreign)), TrustFailure, ReasonUntrustedIssuer},
+		{"the wrong SAN", p.target(gateway(t, wrongSAN, p.roots, 0), pin(wrongSAN)), TrustFailure, ReasonIdentityMismatch},
+		{"expired", p.target(gateway(t, expired, p.roots, 0), pin(expired)), TrustFailure, ReasonCertificateExpired},
+		{"not yet valid", p.target(gateway(t, notYet, p.roots, 0), pin(notYet)), TrustFailure, ReasonCertificateNotYetValid},
+		{"a reissued leaf outside the pins", p.target(gateway(t, reissued, p.roots, 0), pin(good)), TrustFailure, ReasonPinMismatch},
+		{"our certificate refused (TLS 1.3)", p.target(gateway(t, good, otherRoots, 0), pin(good)), TrustFailure, ReasonTLSProtocolError},
+		{"our certificate refused (TLS 1.2)", p.target(gateway(t, good, otherRoots, tls.VersionTLS12), pin(good)), TrustFailure, ReasonTLSProtocolError},
+		{"never answers TLS", func() Target {
+			tg := p.target(refused, pin(good))
+			tg.Timeout = 300 * time.Millisecond
+			return tg
+		}(), TrustFailure, ReasonHandshakeTimeout},
+		{"answers garbage", p.target(rawServer(t, []byte("HTTP/1.1 400 Bad Request\r\n\r\n")), pin(good)), TrustFailure, ReasonTLSProtocolError},
+		{"nothing listens", p.target(closedAddr, pin(good)), ConnectionFailure, ReasonConnectionFailed},
+		{"not host:port", p.target("127.0.0.1", pin(good)), ConnectionFailure, ReasonConnectionFailed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := Probe(context.Background(), c.target)
+			assert.Equal(t, c.reason, o.Reason, o.Message)
+			assert.Equal(t, c.kind, o.Kind, o.Message)
+			assert.NotEmpty(t, o.Message)
+			assert.NotContains(t, o.Message, "HTTP/1.1", "never what the server sent")
+		})
+	}
+}
+
+// Pin rotation: the current and the next pin are both accepted, the old
+// one removed refuses the old leaf, and a third identity is refused.
+func TestPinRotation(t *testing.T) {
+	p := newPKI(t)
+	current := siteCert(t, p.ca, "west", time.Now(), time.Hour)
+	next := siteCert(t, p.ca, "west", time.Now(), time.Hour)
+	third := siteCert(t, p.ca, "west", time.Now(), time.Hour)
+	atCurrent, atNext, atThird := gateway(t, current, p.roots, 0), gateway(t, next, p.roots, 0), gateway(t, third, p.roots, 0)
+
+	both := []string{pin(current), pin(next)}
+	assert.Equal(t, ReasonTLSVerified, Probe(context.Background(), p.target(atCurrent, both...)).Reason)
+	assert.Equal(t, ReasonTLSVerified, Probe(context.Background(), p.target(atNext, both...)).Reason)
+	assert.Equal(t, ReasonPinMismatch, Probe(context.Background(), p.target(atThird, both...)).Reason)
+	assert.Equal(t, ReasonPinMismatch, Probe(context.Background(), p.target(atCurrent, pin(next))).Reason, "old pin removed")
+	o := Probe(context.Background(), p.target(atNext, pin(next)))
+	assert.Equal(t, ReasonTLSVerified, o.Reason)
+	assert.Equal(t, pin(next), o.Fingerprint)
+}
+
+// SPIFFE mode reads no pins and admits any site the grid CA signed, but
+// only with the SVID profile of the site probed.
+func TestProbeSPIFFEMode(t *testing.T) {
+	p := newPKI(t)
+	spiffe := func(addr string) Target {
+		tg := p.target(addr)
+		tg.SPIFFE = true
+		return tg
+	}
+	good := siteCert(t, p.ca, "west", time.Now(), time.Hour)
+	assert.Equal(t, ReasonTLSVerified, Probe(context.Background(), spiffe(gateway(t, good, p.roots, 0))).Reason)
+
+	noProfile := custom(t, p.ca, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "west"}, DNSNames: []string{"west.grid.internal"},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	o := Probe(context.Background(), spiffe(gateway(t, noProfile, p.roots, 0)))
+	assert.Equal(t, ReasonIdentityMismatch, o.Reason, o.Message)
+	assert.Contains(t, o.Message, "SVID")
+
+	// Another site's SVID with this site's DNS name still names the
+	// other site.
+	impostor := custom(t, p.ca, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "north", Organization: []string{"north"}}, DNSNames: []string{"west.grid.internal", "north.grid.internal"},
+		URIs:                  siteCertURIs(t, "north"),
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	})
+	assert.Equal(t, ReasonIdentityMismatch, Probe(context.Background(), spiffe(gateway(t, impostor, p.roots, 0))).Reason)
+}
+
+func siteCertURIs(t *testing.T, site string) []*url.URL {
+	u, err := url.Parse(SPIFFEID(site))
+	require.NoError(t, err)
+	return []*url.URL{u}
+}
+
+func TestPlaintextProbeNeverPromotes(t *testing.T) {
+	o := PlaintextProbe(context.Background(), rawServer(t, nil), time.Second)
+	assert.Equal(t, TrustFailure, o.Kind)
+	assert.Equal(t, ReasonIdentityVerificationRequired, o.Reason)
+	assert.Equal(t, PhaseConnecting, Next(PhaseActive, o))
+
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	_ = l.Close()
+	o = PlaintextProbe(context.Background(), addr, time.Second)
+	assert.Equal(t, ReasonConnectionFailed, o.Reason)
+}
+
+func TestPhaseTransitions(t *testing.T) {
+	ok := Outcome{Kind: Verified}
+	trust := Outcome{Kind: TrustFailure}
+	conn := Outcome{Kind: ConnectionFailure}
+	none := Outcome{Kind: AddressMissing}
+	for _, c := range []struct {
+		from v1alpha1.SitePhase
+		o    Outcome
+		to   v1alpha1.SitePhase
+	}{
+		{PhaseConnecting, ok, PhaseActive},
+		{PhaseUnreachable, ok, PhaseActive},
+		{PhaseDiscovered, ok, PhaseActive},
+		{PhaseActive, trust, PhaseConnecting},
+		{PhaseUnreachable, trust, PhaseConnecting},
+		{PhaseActive, conn, PhaseUnreachable},
+		{PhaseUnreachable, conn, PhaseUnreachable},
+		{PhaseConnecting, conn, PhaseConnecting},
+		{"", conn, PhaseConnecting},
+		{PhaseActive, none, PhaseUnreachable},
+		{PhaseConnecting, none, PhaseDiscovered},
+		{"", none, PhaseDiscovered},
+	} {
+		assert.Equal(t, c.to, Next(c.from, c.o), "%s after kind %d", c.from, c.o.Kind)
+	}
+}
