@@ -60,6 +60,23 @@ type Provider struct {
 	Sites labels.Selector
 }
 
+// Remote is a provider of another site, as its site gossiped it. Only the
+// providers of sites whose GridSite is Active are given to Overlay.
+type Remote struct {
+	// Site is the provider's site: the candidates' site and cluster (the
+	// provider hop: that site's gateway is the load_balancer cluster a
+	// consumer reaches it through).
+	Site   string
+	Name   string
+	Models []string
+	Phase  v1alpha1.ProviderPhase
+	// Stale: the site is not alive (suspect, dead or left), so the record
+	// may be out of date.
+	Stale bool
+	// Sites is the provider's access policy; nil admits every site.
+	Sites labels.Selector
+}
+
 // Admits reports whether the provider's access policy lets gw use it.
 func (p Provider) Admits(gw Gateway) bool {
 	return p.Sites == nil || p.Sites.Matches(labels.Set{v1alpha1.SiteLabel: gw.Site})
@@ -71,11 +88,18 @@ func (p Provider) Admits(gw Gateway) bool {
 // No candidate at all is a valid, authoritative overlay: it withdraws
 // every route.
 //
+// Remote providers (of trusted sites only: the caller's filter) render as
+// candidates whose site is their site and whose cluster is that site's
+// gateway, never with a credential (it is added at the provider's own
+// site, the final hop), and not fresh while the site is not alive or the
+// provider is Degraded. Several providers of one site serving a model make
+// one candidate, fresh if any of them is.
+//
 // The order is semantic (it is digested, and the gateway prefers lower
 // ranks): fresh candidates (Available providers) before stale ones
 // (Degraded), then by site (provider name), model and cluster. Rank is the
 // position in that order. Inputs in any order give the same overlay.
-func Overlay(network string, gw Gateway, providers []Provider) envelope.Overlay {
+func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote) envelope.Overlay {
 	candidates := []envelope.Candidate{}
 	for _, p := range providers {
 		if p.Phase == v1alpha1.ProviderUnavailable || p.Phase == v1alpha1.ProviderPending || !p.Admits(gw) || !gw.Policy.allows(gw.Site, p.Name) {
@@ -94,6 +118,34 @@ func Overlay(network string, gw Gateway, providers []Provider) envelope.Overlay 
 				c.Credential = &credential
 			}
 			c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
+			candidates = append(candidates, c)
+		}
+	}
+	hop := make(map[string]int, len(candidates)) // stable ID → index in candidates
+	for i, c := range candidates {
+		hop[c.StableID] = i
+	}
+	for _, p := range remote {
+		if p.Phase != v1alpha1.ProviderAvailable && p.Phase != v1alpha1.ProviderDegraded {
+			continue
+		}
+		if p.Sites != nil && !p.Sites.Matches(labels.Set{v1alpha1.SiteLabel: gw.Site}) || !gw.Policy.allows(gw.Site, p.Site) {
+			continue
+		}
+		for _, model := range p.Models {
+			c := envelope.Candidate{
+				Kind:    envelope.CandidateKindInferenceModel,
+				Name:    model,
+				Site:    p.Site,
+				Cluster: p.Site,
+				Fresh:   p.Phase == v1alpha1.ProviderAvailable && !p.Stale,
+			}
+			c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
+			if i, seen := hop[c.StableID]; seen {
+				candidates[i].Fresh = candidates[i].Fresh || c.Fresh
+				continue
+			}
+			hop[c.StableID] = len(candidates)
 			candidates = append(candidates, c)
 		}
 	}

@@ -2,6 +2,7 @@ package render_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -159,4 +160,52 @@ func TestOverlayFollowsTheNetworksSitePolicy(t *testing.T) {
 			assert.Equal(t, tt.want, names(o))
 		})
 	}
+}
+
+// Remote providers render with their site as site and cluster (the
+// provider hop), no credential, not fresh while their site is away or
+// they are Degraded, deduplicated per site and model, under the access
+// and site policies, in one order with the local providers.
+func TestOverlayRemoteProviders(t *testing.T) {
+	gpuOnly, err := labels.Parse("grid.praxis.fast/site in (north)")
+	require.NoError(t, err)
+	local := []render.Provider{{Name: "local-a", Cluster: "local-a", Models: []string{"m1"}, Phase: v1alpha1.ProviderAvailable,
+		Credential: &envelope.Credential{Strategy: "bearer_token", SecretRef: envelope.SecretRef{Name: "s", Namespace: "n", Key: "k"}}}}
+	remote := []render.Remote{
+		{Site: "west", Name: "w1", Models: []string{"m1", "m2"}, Phase: v1alpha1.ProviderAvailable},
+		{Site: "west", Name: "w2", Models: []string{"m2"}, Phase: v1alpha1.ProviderDegraded},
+		{Site: "north", Name: "n1", Models: []string{"m1"}, Phase: v1alpha1.ProviderAvailable, Stale: true},
+		{Site: "north", Name: "n2", Models: []string{"m3"}, Phase: v1alpha1.ProviderUnavailable},
+		{Site: "south", Name: "s1", Models: []string{"m1"}, Phase: v1alpha1.ProviderAvailable, Sites: gpuOnly},
+	}
+	o := render.Overlay("net", east, local, remote...)
+	type cand struct {
+		name, site, cluster string
+		fresh, credential   bool
+	}
+	var got []cand
+	for _, c := range o.Candidates {
+		got = append(got, cand{c.Name, c.Site, c.Cluster, c.Fresh, c.Credential != nil})
+		assert.Equal(t, envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster), c.StableID)
+	}
+	assert.Equal(t, []cand{
+		{"m1", "local-a", "local-a", true, true},
+		{"m1", "west", "west", true, false},
+		{"m2", "west", "west", true, false}, // w1 fresh, w2 degraded: one candidate, fresh
+		{"m1", "north", "north", false, false},
+	}, got)
+
+	// Inputs in any order give the same overlay.
+	reversed := slices.Clone(remote)
+	slices.Reverse(reversed)
+	assert.Equal(t, o, render.Overlay("net", east, local, reversed...))
+
+	deny := east
+	deny.Policy = render.SitePolicy{Denied: map[string]bool{"west": true}}
+	for _, c := range render.Overlay("net", deny, nil, remote...).Candidates {
+		assert.NotEqual(t, "west", c.Site, "a denied site's providers reach no overlay")
+	}
+	own := east
+	own.Policy = render.SitePolicy{OwnSiteOnly: true}
+	assert.Empty(t, render.Overlay("net", own, nil, remote...).Candidates)
 }
