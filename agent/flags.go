@@ -39,6 +39,13 @@ type config struct {
 	deleteOrphans           bool
 	swim                    swimConfig
 	gateway                 gatewayConfig
+	trust                   trustConfig
+}
+
+// trustConfig is site trust: the issued site certificate's lifetime and
+// the probes of remote sites' gateways.
+type trustConfig struct {
+	certLifetime, probeInterval, probeTimeout time.Duration
 }
 
 // swimConfig is the SWIM membership's part of the command line; the
@@ -114,7 +121,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	bind("swim-bind-addr", "GRID_SWIM_BIND_ADDR")
 	fs.StringVar(&c.swim.advertiseAddr, "swim-advertise-addr", "", "address peers reach this site's SWIM at: IP:port, [IPv6]:port or hostname:port (default: the bind address)"+ref("GRID_SWIM_ADVERTISE_ADDR"))
 	bind("swim-advertise-addr", "GRID_SWIM_ADVERTISE_ADDR")
-	fs.StringVar(&c.swim.site, "site-name", "", "this site's name, a DNS label: its SWIM member name and certificate organization (required with --swim-bind-addr)"+ref("GRID_SWIM_SITE_NAME"))
+	fs.StringVar(&c.swim.site, "site-name", "", "this site's name, a lowercase DNS label: its SWIM member name and the subject of the site certificate the agent issues (required with --swim-bind-addr)"+ref("GRID_SWIM_SITE_NAME"))
 	bind("site-name", "GRID_SWIM_SITE_NAME")
 	seeds := fs.String("swim-seeds", "", "comma-separated SWIM addresses joined at start, in addition to every network's spec.seeds"+ref("GRID_SWIM_SEEDS"))
 	bind("swim-seeds", "GRID_SWIM_SEEDS")
@@ -127,7 +134,10 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.DurationVar(&c.swim.staleTTL, "swim-stale-ttl", 10*time.Minute, "how long the records of a site that is not alive are kept, marked stale"+note("swim-stale-ttl"))
 	fs.DurationVar(&c.swim.tombstoneTTL, "swim-tombstone-ttl", 10*time.Minute, "how long a withdrawn record is remembered"+note("swim-tombstone-ttl"))
 	fs.StringVar(&c.swim.serviceName, "swim-service-name", "", "SWIM Service (without selector) whose EndpointSlice the leader points at itself, from $POD_IP (empty: none)"+note("swim-service-name"))
-	fs.DurationVar(&c.swim.keyPollInterval, "swim-key-poll-interval", 10*time.Second, "how often the networks' SWIM key Secrets are read (a rotation step is followed within it)"+note("swim-key-poll-interval"))
+	fs.DurationVar(&c.swim.keyPollInterval, "swim-key-poll-interval", 10*time.Second, "how often the networks' SWIM key and trust Secrets are read (a key rotation step, a replaced CA or site certificate is followed within it)"+note("swim-key-poll-interval"))
+	fs.DurationVar(&c.trust.certLifetime, "site-cert-lifetime", 90*24*time.Hour, "lifetime of the site certificate the agent issues from the grid CA (renewed at two thirds)")
+	fs.DurationVar(&c.trust.probeInterval, "site-probe-interval", 30*time.Second, "how often each GridSite's gateway is probed over mutual TLS (and at once when its inputs change)")
+	fs.DurationVar(&c.trust.probeTimeout, "site-probe-timeout", 5*time.Second, "bound of one probe of a GridSite's gateway")
 	fs.StringVar(&c.gateway.address, "gateway-address", "", "this site's data-plane gateway address, advertised to the other sites (skips discovery)"+ref("GRID_GATEWAY_ADDRESS"))
 	bind("gateway-address", "GRID_GATEWAY_ADDRESS")
 	fs.StringVar(&c.gateway.serviceName, "gateway-service-name", "", "LoadBalancer Service whose first ingress is the gateway address"+ref("GRID_GATEWAY_SERVICE_NAME"))
@@ -163,12 +173,17 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 			c.swim.seeds = append(c.swim.seeds, s)
 		}
 	}
+	if c.swim.site != "" {
+		if errs := validation.IsDNS1123Label(c.swim.site); len(errs) > 0 {
+			return nil, envflag.UsageError(fs, "--site-name: %q is not a lowercase DNS label: %s", c.swim.site, strings.Join(errs, "; "))
+		}
+	}
+	if c.trust.certLifetime < time.Second || c.trust.probeInterval < 100*time.Millisecond || c.trust.probeTimeout <= 0 || c.trust.probeTimeout > c.trust.probeInterval {
+		return nil, envflag.UsageError(fs, "--site-cert-lifetime must be at least 1s, --site-probe-interval at least 100ms, --site-probe-timeout positive and no longer than the interval")
+	}
 	if c.swim.enabled() {
 		if c.swim.site == "" {
 			return nil, envflag.UsageError(fs, "--site-name (GRID_SWIM_SITE_NAME) is required with --swim-bind-addr: every replica of the site must carry the same name")
-		}
-		if errs := validation.IsDNS1123Label(c.swim.site); len(errs) > 0 {
-			return nil, envflag.UsageError(fs, "--site-name: %q is not a lowercase DNS label: %s", c.swim.site, strings.Join(errs, "; "))
 		}
 		if c.swim.probeInterval <= 0 || c.swim.probeTimeout <= 0 || c.swim.probeTimeout >= c.swim.probeInterval || c.swim.suspectPeriods < 1 {
 			return nil, envflag.UsageError(fs, "--swim-probe-timeout must be positive and shorter than --swim-probe-interval, --swim-suspect-periods at least 1")

@@ -37,6 +37,7 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/sitetrust"
 )
 
 // DefaultProducer is the managed-by label value and the envelope's
@@ -92,7 +93,26 @@ type Options struct {
 	// networks are read, so that a rotation step is followed without a
 	// Secret watch. 0 means DefaultSwimKeyPollInterval.
 	SwimKeyPollInterval time.Duration
+
+	// SiteName is this site's name (a lowercase DNS label): the subject of
+	// the site certificate the agent issues. Empty: none is issued.
+	SiteName string
+	// SiteCertLifetime is how long an issued site certificate is valid;
+	// it is renewed at two thirds. 0 means sitetrust.DefaultSiteLifetime.
+	SiteCertLifetime time.Duration
+	// SiteProbeInterval is how often each GridSite's gateway is probed
+	// (and at once when its inputs change). 0 means
+	// DefaultSiteProbeInterval.
+	SiteProbeInterval time.Duration
+	// SiteProbeTimeout bounds one probe. 0 means DefaultSiteProbeTimeout.
+	SiteProbeTimeout time.Duration
 }
+
+// Defaults of the site trust settings.
+const (
+	DefaultSiteProbeInterval = 30 * time.Second
+	DefaultSiteProbeTimeout  = 5 * time.Second
+)
 
 // DefaultSwimKeyPollInterval is how often SWIM key Secrets are read.
 const DefaultSwimKeyPollInterval = 10 * time.Second
@@ -119,6 +139,15 @@ func (o Options) withDefaults() Options {
 	if o.SwimKeyPollInterval <= 0 {
 		o.SwimKeyPollInterval = DefaultSwimKeyPollInterval
 	}
+	if o.SiteCertLifetime <= 0 {
+		o.SiteCertLifetime = sitetrust.DefaultSiteLifetime
+	}
+	if o.SiteProbeInterval <= 0 {
+		o.SiteProbeInterval = DefaultSiteProbeInterval
+	}
+	if o.SiteProbeTimeout <= 0 {
+		o.SiteProbeTimeout = DefaultSiteProbeTimeout
+	}
 	return o
 }
 
@@ -144,8 +173,11 @@ func cacheOptions() cache.Options {
 // through the client from starting an informer (a list and a watch).
 var uncached = []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}
 
-// Field index of InferenceProviders.
-const indexNetwork = "spec.gridNetworkRef"
+// Field indexes: InferenceProviders and GridSites by network.
+const (
+	indexNetwork     = "spec.gridNetworkRef"
+	indexSiteNetwork = "site.spec.gridNetworkRef"
+)
 
 // Setup registers the reconcilers, indexes and health probes with mgr,
 // which must use cacheOptions and a client that does not cache uncached
@@ -162,12 +194,17 @@ func Setup(mgr manager.Manager, opts Options) error {
 	}); err != nil {
 		return fmt.Errorf("index providers by network: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.GridSite{}, indexSiteNetwork, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.GridSite).Spec.GridNetworkRef}
+	}); err != nil {
+		return fmt.Errorf("index GridSites by network: %w", err)
+	}
 
 	// Ask for every informer the reconcilers watch now, not when they
 	// start: caches run on every replica, so a standby is warm when it
 	// wins the election and reconciles at once, and /readyz (cache
 	// synced) covers all of them.
-	for _, obj := range []client.Object{&v1alpha1.GridNetwork{}, &v1alpha1.InferenceProvider{}} {
+	for _, obj := range []client.Object{&v1alpha1.GridNetwork{}, &v1alpha1.InferenceProvider{}, &v1alpha1.GridSite{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
 		}
@@ -199,23 +236,40 @@ func Setup(mgr manager.Manager, opts Options) error {
 		prober:   prober,
 		lifetime: life,
 		events:   eventWriter{client: mgr.GetClient(), namespace: opts.EventNamespace, component: opts.Producer, logger: opts.Logger},
+		trust:    &trustCache{api: mgr.GetAPIReader()},
 	}
 	nr := &networkReconciler{common: shared}
-	var fromMembership chan event.GenericEvent
-	if opts.Membership != nil {
-		// Membership changes (a site's state, its records) and SWIM key
-		// changes reach the network reconciler through one channel.
-		fromMembership = make(chan event.GenericEvent, 1024)
-		opts.Membership.OnChange(func(network string) {
-			n := &v1alpha1.GridNetwork{}
-			n.Name = network
-			life.send(fromMembership, event.GenericEvent{Object: n})
-		})
-		if err := mgr.Add(&swimKeyPoller{r: nr, out: fromMembership}); err != nil {
-			return err
+	// Membership changes (a site's state, its records), SWIM key changes
+	// and trust material changes reach the network reconciler through one
+	// channel; GridSites are probed again through another.
+	fromMembership := make(chan event.GenericEvent, 1024)
+	reprobe := make(chan event.GenericEvent, 1024)
+	toNetwork := func(network string) {
+		n := &v1alpha1.GridNetwork{}
+		n.Name = network
+		life.send(fromMembership, event.GenericEvent{Object: n})
+	}
+	shared.trust.changed = func(network string) {
+		toNetwork(network)
+		if ctx, err := life.context(); err == nil {
+			shared.reprobeSites(ctx, network, reprobe)
 		}
 	}
+	if opts.Membership != nil {
+		opts.Membership.OnChange(func(network string) {
+			toNetwork(network)
+			if ctx, err := life.context(); err == nil {
+				shared.reprobeSites(ctx, network, reprobe)
+			}
+		})
+	}
+	if err := mgr.Add(&secretPoller{r: nr, out: fromMembership}); err != nil {
+		return err
+	}
 	if err := nr.setup(mgr, toNetworks, fromMembership); err != nil {
+		return err
+	}
+	if err := (&siteReconciler{common: shared}).setup(mgr, reprobe); err != nil {
 		return err
 	}
 	return (&providerReconciler{common: shared}).setup(mgr, toProviders)
@@ -230,6 +284,7 @@ type common struct {
 	prober   *probe.Prober
 	lifetime *lifetime
 	events   eventWriter
+	trust    *trustCache
 }
 
 // retryConflicts turns a write conflict (the cache had not yet seen the

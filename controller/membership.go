@@ -247,8 +247,8 @@ func gossipProviders(items []v1alpha1.InferenceProvider, assessed []render.Provi
 // GridSite management: one GridSite per remote site of a network that
 // carries the auto-discover label, named as the reference names them.
 // The agent writes the spec's network and gateway address (server-side
-// apply: pins and server name are the user's) and, while the site is not
-// yet past Connecting, its phase; a departed site is never deleted.
+// apply: pins and server name are the user's); a departed site is never
+// deleted.
 
 // gridSiteName is "<network>-<site>", lowercased, other characters as
 // dashes, dashes trimmed at the ends.
@@ -273,24 +273,9 @@ func gridSiteName(network, site string) string {
 	return name
 }
 
-// Phases the discovery side writes; the trust side owns the others.
-func discoveryOwns(phase v1alpha1.SitePhase) bool {
-	switch phase {
-	case "", "Pending", "Discovered", "Connecting":
-		return true
-	}
-	return false
-}
-
-// Reasons of a discovered GridSite.
-const (
-	ReasonGatewayAddressMissing = "GatewayAddressMissing"
-	ReasonGatewayAddressKnown   = "GatewayAddressKnown"
-	ReasonTrustMaterialInvalid  = "TrustMaterialInvalid"
-)
-
-// syncGridSites creates and updates the GridSites of the network's remote
-// sites, writing only what changed since the last write.
+// syncGridSites creates the GridSites of the network's remote sites and
+// keeps their gateway address, writing only what changed since the last
+// write. Their status is the GridSite controller's.
 func (r *networkReconciler) syncGridSites(ctx context.Context, network *v1alpha1.GridNetwork, view membership.NetworkView) error {
 	if network.Labels[AutoDiscoverSitesLabel] != "true" {
 		return nil
@@ -306,16 +291,7 @@ func (r *networkReconciler) syncGridSites(ctx context.Context, network *v1alpha1
 
 func (r *networkReconciler) syncGridSite(ctx context.Context, network string, s membership.Site) error {
 	name := gridSiteName(network, s.Name)
-	phase, reason, message := v1alpha1.SitePhase("Connecting"), ReasonGatewayAddressKnown,
-		"gateway address known from gossip; the site is not routable until its gateway passes the mutual-TLS probe"
-	if s.GatewayAddress == "" {
-		phase, reason, message = "Discovered", ReasonGatewayAddressMissing, "the site advertises no gateway address"
-	}
-	if s.CertInvalid {
-		reason, message = ReasonTrustMaterialInvalid, "the gossiped certificate PEM has no certificate in it"
-	}
-	memo := strings.Join([]string{s.GatewayAddress, string(phase), reason, s.CertPEM}, "\x00")
-	if r.gridSites.seen(name, memo) {
+	if r.gridSites.seen(name, s.GatewayAddress) {
 		return nil
 	}
 	spec := map[string]any{"gridNetworkRef": network}
@@ -332,33 +308,8 @@ func (r *networkReconciler) syncGridSite(ctx context.Context, network string, s 
 	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply GridSite %s: %w", name, err)
 	}
-	var current v1alpha1.GridSite
-	if err := r.api.Get(ctx, types.NamespacedName{Name: name}, &current); err != nil {
-		return fmt.Errorf("get GridSite %s: %w", name, err)
-	}
-	if discoveryOwns(current.Status.Phase) {
-		orig := current.DeepCopy()
-		st := &current.Status
-		if st.Phase != phase {
-			now := r.now()
-			st.LastTransitionTime = &now
-		}
-		st.Phase, st.Reason, st.Message, st.PublicCertPem = phase, reason, message, s.CertPEM
-		st.ObservedGeneration = current.Generation
-		if err := r.client.Status().Patch(ctx, &current, client.MergeFrom(orig)); err != nil {
-			return fmt.Errorf("patch status of GridSite %s: %w", name, err)
-		}
-		r.metrics.statusWrites.WithLabelValues("GridSite").Inc()
-		if orig.Status.Phase != phase {
-			r.opts.Logger.Info("gridsite_phase", "gridsite", name, "network", network, "site", s.Name, "phase", string(phase), "reason", reason)
-		}
-	}
-	r.gridSites.remember(name, memo)
+	r.gridSites.remember(name, s.GatewayAddress)
 	return nil
-}
-
-func (r *networkReconciler) now() metav1.Time {
-	return metav1.NewTime(r.opts.Now().Truncate(time.Second))
 }
 
 // writeMemo remembers what was last written per object, so that an idle
@@ -383,20 +334,23 @@ func (m *writeMemo) remember(name, memo string) {
 	m.last[name] = memo
 }
 
-// swimKeyPoller reads the networks' SWIM key Secrets every
-// SwimKeyPollInterval (the agent gets Secrets, it does not watch them)
-// and has a network reconciled when what its Secret holds changed: that
-// is how the steps of a key rotation are followed without a restart.
-type swimKeyPoller struct {
+// secretPoller reads the networks' SWIM key and trust Secrets every
+// SwimKeyPollInterval (the agent gets Secrets, it does not watch them).
+// A SWIM key Secret that changed has its network reconciled: that is how
+// the steps of a key rotation are followed without a restart. Trust
+// material (the grid CA, the site certificate) that changed has the
+// network reconciled (a deleted site Secret is issued again) and its
+// sites probed again.
+type secretPoller struct {
 	r    *networkReconciler
 	out  chan<- event.GenericEvent
 	last map[string][32]byte
 }
 
-// NeedLeaderElection: only the leader runs membership.
-func (p *swimKeyPoller) NeedLeaderElection() bool { return true }
+// NeedLeaderElection: only the leader runs membership and probes.
+func (p *secretPoller) NeedLeaderElection() bool { return true }
 
-func (p *swimKeyPoller) Start(ctx context.Context) error {
+func (p *secretPoller) Start(ctx context.Context) error {
 	p.last = map[string][32]byte{}
 	t := time.NewTicker(p.r.opts.SwimKeyPollInterval)
 	defer t.Stop()
@@ -410,14 +364,20 @@ func (p *swimKeyPoller) Start(ctx context.Context) error {
 	}
 }
 
-func (p *swimKeyPoller) poll(ctx context.Context) {
+func (p *secretPoller) poll(ctx context.Context) {
 	var list v1alpha1.GridNetworkList
 	if err := p.r.client.List(ctx, &list); err != nil {
 		return
 	}
 	for i := range list.Items {
 		n := &list.Items[i]
-		if n.Spec.TLS == nil || n.Spec.TLS.SwimKeySecretRef == nil || !n.DeletionTimestamp.IsZero() {
+		if n.Spec.TLS == nil || !n.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if n.Spec.TLS.CASecretRef != nil || n.Spec.TLS.CAConfigMapRef != nil || n.Spec.TLS.SiteSecretRef != nil {
+			p.r.trust.refresh(ctx, n) // reports a change itself
+		}
+		if n.Spec.TLS.SwimKeySecretRef == nil || p.r.opts.Membership == nil {
 			continue
 		}
 		ks, reason, err := p.r.loadSwimKey(ctx, n)

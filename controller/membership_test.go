@@ -22,6 +22,7 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/testpki"
 )
@@ -168,7 +169,7 @@ func TestNetworkMembershipStatusAndGridSites(t *testing.T) {
 	assert.Equal(t, network.Name, gs.Spec.GridNetworkRef)
 	require.NotNil(t, gs.Spec.GatewayEndpoint)
 	assert.Equal(t, "127.0.0.1:9443", gs.Spec.GatewayEndpoint.Address)
-	assert.Equal(t, controller.ReasonGatewayAddressKnown, gs.Status.Reason)
+	assert.Equal(t, sitetrust.ReasonTrustMaterialMissing, gs.Status.Reason, "no grid CA configured: never routable")
 
 	// The other site learns this one's provider and public certificate.
 	require.Eventually(t, func() bool {

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/assess"
 	"github.com/gridsync/gridsync/controller/render"
@@ -70,6 +72,8 @@ func (r *networkReconciler) setup(mgr ctrl.Manager, health, fromMembership <-cha
 		// them): a hand edit, a rotated Secret or a freed ConfigMap name is
 		// noticed at the periodic resync.
 		WatchesRawSource(source.Channel(health, handler.EnqueueRequestsFromMapFunc(r.providerByName))).
+		// A site's phase decides whether its providers are in overlays.
+		Watches(&v1alpha1.GridSite{}, handler.EnqueueRequestsFromMapFunc(gridSiteNetwork), builder.WithPredicates(sitePhaseChanged)).
 		Complete(r)
 }
 
@@ -148,11 +152,21 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if err != nil {
 		return 0, 0, err
 	}
+	// The site's identity first: the certificate gossiped next is the
+	// current one.
+	identity := r.reconcileIdentity(ctx, &network)
+	if identity.wrote {
+		r.trust.refresh(ctx, &network)
+	}
 	swim := r.reconcileMembership(ctx, &network, gossipProviders(items, providers))
 	if swim.keyFailed {
 		// The reconcile stops at the key: nothing announced, nothing
 		// published, the overlays keep what they had.
-		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, &network, network.Status.OverlayStatus, swim)
+		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, &network, network.Status.OverlayStatus, swim, identity)
+	}
+	remote, err := r.remoteProviders(ctx, network.Name, swim.view)
+	if err != nil {
+		return 0, 0, err
 	}
 
 	previous := map[types.NamespacedName]v1alpha1.GatewayOverlayStatus{}
@@ -164,7 +178,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	gws := gateways(&network)
 	for _, gw := range gws {
 		gwKey := types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}
-		st, err := r.publish(ctx, &network, gw, providers, previous[gwKey])
+		st, err := r.publish(ctx, &network, gw, providers, remote, previous[gwKey])
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -184,10 +198,43 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if err := r.syncGridSites(ctx, &network, swim.view); err != nil && firstErr == nil {
 		firstErr = err
 	}
-	if err := r.writeStatus(ctx, &network, statuses, swim); err != nil && firstErr == nil {
+	if err := r.writeStatus(ctx, &network, statuses, swim, identity); err != nil && firstErr == nil {
 		firstErr = err
 	}
-	return len(gws), 0, firstErr
+	var renew time.Duration
+	if identity.renewIn > 0 && identity.renewIn < r.opts.ResyncPeriod {
+		renew = identity.renewIn + time.Second/10 // just past the renewal point
+	}
+	return len(gws), renew, firstErr
+}
+
+// remoteProviders are the provider records gossiped by the sites whose
+// GridSite is Active; a record whose access policy does not parse is left
+// out (fail closed).
+func (r *networkReconciler) remoteProviders(ctx context.Context, network string, view membership.NetworkView) ([]render.Remote, error) {
+	if len(view.Providers) == 0 {
+		return nil, nil
+	}
+	trusted, err := r.trustedSites(ctx, network)
+	if err != nil {
+		return nil, err
+	}
+	var out []render.Remote
+	for _, p := range view.Providers {
+		if !trusted[p.Site] {
+			continue
+		}
+		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale}
+		if p.Sites != "" {
+			sel, err := labels.Parse(p.Sites)
+			if err != nil {
+				continue
+			}
+			rp.Sites = sel
+		}
+		out = append(out, rp)
+	}
+	return out, nil
 }
 
 // gateways lists the network's consumer gateways, each once.
@@ -268,7 +315,7 @@ func (c *common) assess(p *v1alpha1.InferenceProvider, secrets assess.Secrets) (
 // publish renders and publishes one gateway's overlay and returns its
 // status entry. A failure is reported in the entry; the error is for a
 // retry.
-func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, providers []render.Provider, prev v1alpha1.GatewayOverlayStatus) (v1alpha1.GatewayOverlayStatus, error) {
+func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, providers []render.Provider, remote []render.Remote, prev v1alpha1.GatewayOverlayStatus) (v1alpha1.GatewayOverlayStatus, error) {
 	name := envelope.ConfigMapName(network.Name, gw.Name)
 	st := v1alpha1.GatewayOverlayStatus{
 		GatewayName: gw.Name, Namespace: gw.Namespace, ConfigMapName: name,
@@ -284,7 +331,7 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	}
 
 	start := time.Now()
-	overlay := render.Overlay(network.Name, gw, providers)
+	overlay := render.Overlay(network.Name, gw, providers, remote...)
 	scope := envelope.Scope{Network: network.Name, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.Site}
 	renderedAt := r.opts.Now()
 	doc, revision, err := envelope.Build(overlay, scope, envelope.Provenance{
@@ -516,6 +563,7 @@ func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.Grid
 	if r.opts.Membership != nil {
 		r.opts.Membership.Forget(network.Name)
 	}
+	r.trust.forget(network.Name)
 	orig := network.DeepCopy()
 	controllerutil.RemoveFinalizer(network, overlaysFinalizer)
 	if err := r.client.Patch(ctx, network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -587,7 +635,7 @@ func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, name
 }
 
 // writeStatus writes the network's status when it differs.
-func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus, swim membershipOutcome) error {
+func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus, swim membershipOutcome, identity identityOutcome) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
 	next.OverlayStatus = overlays
@@ -626,6 +674,17 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 			ready.Message += "; " + swim.condition.message
 		}
 	}
+	// A site identity that is configured and not in effect is said in
+	// Ready: nothing it secures (probes of other sites) works.
+	if !identity.condition.ok && ready.Status == metav1.ConditionTrue {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, identity.condition.reason, identity.condition.message+"; "+ready.Message
+	}
+	identityCond := metav1.Condition{Type: ConditionSiteIdentity, Status: metav1.ConditionTrue, Reason: identity.condition.reason,
+		Message: identity.condition.message, ObservedGeneration: network.Generation}
+	if !identity.condition.ok {
+		identityCond.Status = metav1.ConditionFalse
+	}
+	meta.SetStatusCondition(&next.Conditions, identityCond)
 	next.Phase, next.ConnectedSites, next.RemoteProviderCount = networkPhase(swim)
 	membershipCond := metav1.Condition{Type: ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.condition.reason,
 		Message: swim.condition.message, ObservedGeneration: network.Generation}
@@ -683,26 +742,9 @@ const ReasonFieldNotSupported = "FieldNotSupported"
 const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
 
 // unsupportedFields lists the paths of the fields a network sets that
-// this release does not act on yet (site trust, Praxis config
-// generation; the site Secret's certificate is gossiped, but not issued).
-// Nothing they ask to secure is done without them: no remote site is ever
-// routable.
+// this release does not act on yet (Praxis config generation).
 func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 	var out []string
-	if t := n.Spec.TLS; t != nil {
-		for path, set := range map[string]bool{
-			"spec.tls.caSecretRef":    t.CASecretRef != nil,
-			"spec.tls.caConfigMapRef": t.CAConfigMapRef != nil,
-			"spec.tls.siteSecretRef":  t.SiteSecretRef != nil,
-		} {
-			if set {
-				out = append(out, path)
-			}
-		}
-	}
-	if n.Spec.PeerTrust != nil {
-		out = append(out, "spec.peerTrust")
-	}
 	for _, g := range n.Spec.ConsumerGateways {
 		at := fmt.Sprintf("spec.consumerGateways[%s/%s]", g.Namespace, g.Name)
 		if g.PraxisConfig != nil && g.PraxisConfig.Generate {

@@ -112,6 +112,6 @@ func TestTheReferenceManifestsApplyUnchanged(t *testing.T) {
 		err := e.admin.Create(e.ctx, obj, strict)
 		require.Error(t, err, "%s %s must be refused", obj.GetKind(), obj.GetName())
 		assert.True(t, apierrors.IsBadRequest(err) || apierrors.IsInvalid(err), "%v", err)
-		assert.Contains(t, err.Error(), "sni")
+		assert.Contains(t, err.Error(), map[string]string{"GridNetwork": "sni", "GridSite": "canonicalFingerprints"}[obj.GetKind()])
 	}
 }

@@ -14,16 +14,17 @@ import (
 // ClusterRules are granted cluster-wide: the Grid resources are
 // cluster-scoped. Read them, patch their status, and patch a GridNetwork
 // for its finalizer (which holds a deleted network until its overlays are
-// withdrawn). GridSites of discovered sites are created by server-side
-// apply (get, create, patch) and their status patched; they are never
-// listed, watched or deleted.
+// withdrawn). GridSites are watched (their phases decide which remote
+// providers reach overlays, and the agent probes each one), created by
+// server-side apply for discovered sites, and their status patched; they
+// are never deleted.
 func ClusterRules() []rbacv1.PolicyRule {
 	group := v1alpha1.GroupVersion.Group
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{group}, Resources: []string{"gridnetworks", "inferenceproviders"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{group}, Resources: []string{"gridnetworks"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{group}, Resources: []string{"gridnetworks/status", "inferenceproviders/status"}, Verbs: []string{"get", "patch"}},
-		{APIGroups: []string{group}, Resources: []string{"gridsites"}, Verbs: []string{"get", "create", "patch"}},
+		{APIGroups: []string{group}, Resources: []string{"gridsites"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
 		{APIGroups: []string{group}, Resources: []string{"gridsites/status"}, Verbs: []string{"get", "patch"}},
 	}
 }
@@ -61,5 +62,17 @@ func LeaderElectionRules() []rbacv1.PolicyRule {
 func SwimServiceRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "create", "patch"}},
+	}
+}
+
+// TrustSecretRules are granted, by name, on the grid CA and site
+// certificate Secrets that GridNetworks name (spec.tls.caSecretRef,
+// siteSecretRef): the agent generates the CA into a Secret that does not
+// exist and issues the site certificate by server-side apply, which needs
+// create as well as patch on a Secret not there yet. The chart restricts
+// each grant to the named Secrets (resourceNames).
+func TrustSecretRules(names ...string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "patch"}, ResourceNames: names},
 	}
 }

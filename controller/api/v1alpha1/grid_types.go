@@ -5,11 +5,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// The shapes below are the Grid reference's. Parts of them are honoured by
-// releases to come (SWIM membership, site trust, Praxis config
-// generation); until then a network that sets them says so in its Ready
-// condition (reason FieldNotSupported, naming the fields), and nothing
-// they ask to secure is done without them.
+// The shapes below are the Grid reference's. Praxis config generation is
+// honoured by a release to come; until then a network that sets it says so
+// in its Ready condition (reason FieldNotSupported, naming the fields).
 
 // GridTLS names the network's trust material.
 type GridTLS struct {

@@ -1,0 +1,239 @@
+package controller
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// ConditionSiteIdentity is the network's condition on this site's
+// certificate.
+const ConditionSiteIdentity = "SiteIdentity"
+
+// Reasons of the SiteIdentity condition.
+const (
+	ReasonSiteCertificateIssued  = "SiteCertificateIssued"
+	ReasonSiteCertificateCurrent = "SiteCertificateCurrent"
+	ReasonSiteCertificateGiven   = "SiteCertificateProvided"
+	ReasonNoSiteIdentity         = "NoSiteIdentity"
+	ReasonGridCAUnreadable       = "GridCAUnreadable"
+	ReasonGridCAInvalid          = "GridCAInvalid"
+	ReasonGridCAGenerationFailed = "GridCAGenerationFailed"
+	ReasonSiteSecretUnreadable   = "SiteSecretUnreadable"
+	ReasonSiteNameMissing        = "SiteNameMissing"
+	ReasonSiteCertificateMissing = "SiteCertificateMissing"
+	ReasonSiteCertificateFailed  = "SiteCertificateIssueFailed"
+)
+
+// Secret keys of the CA and site Secrets.
+const (
+	keyCACert = "ca.crt"
+)
+
+// identityOutcome is what one reconcile did with the site's identity.
+type identityOutcome struct {
+	condition conditionSpec
+	// renewIn is how soon the network is reconciled again to renew the
+	// certificate; 0 when nothing is due.
+	renewIn time.Duration
+	// wrote: a CA or site Secret was written, so trust material changed.
+	wrote bool
+}
+
+// reconcileIdentity makes sure of the grid CA and this site's certificate:
+// a CA Secret that does not exist is generated (the first site of a grid;
+// the others receive the same Secret out of band, the agent never copies
+// Secrets between clusters), and the site certificate is issued into
+// siteSecretRef when it is missing, not the CA's, not in the site profile
+// or two thirds through its lifetime. Keys never leave the Secrets: not in
+// logs, events or status.
+func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.GridNetwork) identityOutcome {
+	t := network.Spec.TLS
+	if t == nil || t.SiteSecretRef == nil && t.CASecretRef == nil {
+		return identityOutcome{condition: conditionSpec{ok: true, reason: ReasonNoSiteIdentity, message: "spec.tls names no grid CA or site Secret"}}
+	}
+	now := r.opts.Now()
+	var out identityOutcome
+	var ca *sitetrust.CA
+	var caCert *x509.Certificate
+	if ref := t.CASecretRef; ref != nil {
+		c, cert, wrote, cond := r.gridCA(ctx, network, ref, now)
+		if cond != nil {
+			return identityOutcome{condition: *cond, wrote: wrote}
+		}
+		ca, caCert, out.wrote = c, cert, wrote
+	}
+	ref := t.SiteSecretRef
+	if ref == nil {
+		out.condition = conditionSpec{ok: true, reason: ReasonNoSiteIdentity, message: "the grid CA is ready; spec.tls.siteSecretRef names no site certificate to issue"}
+		return out
+	}
+	at := fmt.Sprintf("spec.tls.siteSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
+	var secret corev1.Secret
+	err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &secret)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		out.condition = conditionSpec{reason: ReasonSiteSecretUnreadable, message: fmt.Sprintf("%s: %s", at, apiReason(err))}
+		return out
+	}
+	var held *sitetrust.Held
+	var heldErr error
+	if exists {
+		held, heldErr = sitetrust.ParseHeld(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
+	}
+	site := r.opts.SiteName
+	if ca == nil {
+		// The CA's key is not here: the site certificate is provided.
+		switch {
+		case !exists:
+			out.condition = conditionSpec{reason: ReasonSiteCertificateMissing, message: at + ": the Secret does not exist, and without the grid CA's key (spec.tls.caSecretRef with tls.key) this agent cannot issue it"}
+		case heldErr != nil:
+			out.condition = conditionSpec{reason: ReasonSiteCertificateMissing, message: fmt.Sprintf("%s: %v; without the grid CA's key this agent cannot issue it", at, heldErr)}
+		case now.After(held.Leaf.NotAfter):
+			out.condition = conditionSpec{reason: ReasonSiteCertificateMissing, message: fmt.Sprintf("%s: the provided certificate expired at %s", at, held.Leaf.NotAfter.UTC().Format(time.RFC3339))}
+		default:
+			out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateGiven, message: fmt.Sprintf("%s: provided, valid until %s (not issued by this agent)", at, held.Leaf.NotAfter.UTC().Format(time.RFC3339))}
+		}
+		return out
+	}
+	if site == "" {
+		out.condition = conditionSpec{reason: ReasonSiteNameMissing, message: "the agent has no site name (--site-name, GRID_SWIM_SITE_NAME): no site certificate is issued"}
+		return out
+	}
+	why := "the Secret does not exist"
+	switch {
+	case exists && heldErr != nil:
+		why = heldErr.Error()
+	case exists:
+		why = sitetrust.ReissueReason(held, caCert, site, now)
+	}
+	if why == "" {
+		renew := sitetrust.RenewAt(held.Leaf)
+		out.renewIn = renew.Sub(now)
+		out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateCurrent, message: fmt.Sprintf("site %s's certificate is valid until %s and is renewed at %s",
+			site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
+		return out
+	}
+	chain, key, err := ca.Issue(site, now, r.opts.SiteCertLifetime)
+	if err != nil {
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: issuing failed: %v", at, err)}
+		return out
+	}
+	apply := corev1ac.Secret(ref.Name, ref.Namespace).
+		WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
+		WithData(map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: pemOf(caCert)})
+	// A type is immutable, and one left out of an apply that wrote it
+	// would be removed: a new Secret is kubernetes.io/tls, one that exists
+	// keeps its own.
+	if exists {
+		apply.WithType(secret.Type)
+	} else {
+		apply.WithType(corev1.SecretTypeTLS)
+	}
+	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, writeFailure(err))}
+		r.opts.Logger.Error("site_certificate_not_written", "network", network.Name, "secret", ref.Namespace+"/"+ref.Name, "error", err.Error())
+		return out
+	}
+	issued, err := sitetrust.ParseHeld(chain, key)
+	if err != nil {
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error()}
+		return out
+	}
+	out.wrote = true
+	renew := sitetrust.RenewAt(issued.Leaf)
+	out.renewIn = renew.Sub(now)
+	r.metrics.siteCertificates.Inc()
+	r.opts.Logger.Info("site_certificate_issued", "network", network.Name, "site", site, "secret", ref.Namespace+"/"+ref.Name,
+		"because", why, "not_after", issued.Leaf.NotAfter.UTC().Format(time.RFC3339), "fingerprint", sitetrust.Fingerprint(issued.Leaf.Raw))
+	r.events.record(ctx, network, "GridNetwork", corev1.EventTypeNormal, ReasonSiteCertificateIssued,
+		fmt.Sprintf("site %s's certificate issued into Secret %s/%s (%s); valid until %s", site, ref.Namespace, ref.Name, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339)))
+	out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateIssued, message: fmt.Sprintf("site %s's certificate issued (%s); valid until %s, renewed at %s",
+		site, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
+	return out
+}
+
+// gridCA reads the network's CA Secret, generating the grid CA into it
+// when it does not exist. A CA Secret that exists is never rewritten. ca is
+// nil when the Secret holds the certificate without its key (this site
+// cannot issue); cond is set when the CA cannot be used at all.
+func (r *networkReconciler) gridCA(ctx context.Context, network *v1alpha1.GridNetwork, ref *v1alpha1.NamespacedName, now time.Time) (ca *sitetrust.CA, cert *x509.Certificate, wrote bool, cond *conditionSpec) {
+	at := fmt.Sprintf("spec.tls.caSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	var s corev1.Secret
+	err := r.api.Get(ctx, key, &s)
+	if apierrors.IsNotFound(err) {
+		certPEM, keyPEM, genErr := sitetrust.NewCA(now, sitetrust.CALifetime)
+		if genErr != nil {
+			return nil, nil, false, &conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("%s: generating the grid CA failed: %v", at, genErr)}
+		}
+		// Server-side apply, without forcing: a create the chart can grant
+		// by name (a POST cannot be), and, should a CA Secret appear
+		// between the read and the write, a conflict on its fields rather
+		// than an overwrite. The reconciler runs one network at a time, so
+		// this agent never races itself.
+		apply := corev1ac.Secret(ref.Name, ref.Namespace).
+			WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
+			WithType(corev1.SecretTypeTLS).
+			WithData(map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, keyCACert: certPEM})
+		err = r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer))
+		switch {
+		case err == nil:
+			wrote = true
+			r.opts.Logger.Info("grid_ca_generated", "network", network.Name, "secret", key.String())
+			r.events.record(ctx, network, "GridNetwork", corev1.EventTypeNormal, "GridCAGenerated",
+				fmt.Sprintf("the grid CA was generated into Secret %s: give the same Secret to every other site of the grid", key))
+			err = r.api.Get(ctx, key, &s)
+		case apierrors.IsConflict(err):
+			err = r.api.Get(ctx, key, &s)
+		default:
+			r.opts.Logger.Error("grid_ca_not_written", "network", network.Name, "secret", key.String(), "error", err.Error())
+			return nil, nil, false, &conditionSpec{reason: ReasonGridCAGenerationFailed, message: fmt.Sprintf("%s: the Secret does not exist and %s", at, writeFailure(err))}
+		}
+	}
+	if err != nil {
+		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAUnreadable, message: fmt.Sprintf("%s: %s", at, apiReason(err))}
+	}
+	certPEM := s.Data[corev1.TLSCertKey]
+	if len(certPEM) == 0 {
+		certPEM = s.Data[keyCACert]
+	}
+	if len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
+		certs, perr := sitetrust.ParseCertificates(certPEM)
+		if perr != nil {
+			return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("%s: %v", at, perr)}
+		}
+		return nil, certs[0], wrote, nil
+	}
+	ca, err = sitetrust.ParseCA(certPEM, s.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("%s: %v", at, err)}
+	}
+	if now.After(ca.Cert.NotAfter) {
+		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("%s: the grid CA expired at %s", at, ca.Cert.NotAfter.UTC().Format(time.RFC3339))}
+	}
+	return ca, ca.Cert, wrote, nil
+}
+
+// writeFailure says why a write failed without a response body.
+func writeFailure(err error) string {
+	if apierrors.IsForbidden(err) {
+		return "the agent may not write the Secret (RBAC: trust.secrets in the chart)"
+	}
+	return fmt.Sprintf("writing the Secret failed (%s)", apierrors.ReasonForError(err))
+}
+
+func pemOf(c *x509.Certificate) []byte {
+	return sitetrust.EncodeCertificate(c)
+}

@@ -1,0 +1,415 @@
+package controller_test
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/shared/tlsidentity"
+	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/test/testpki"
+)
+
+// grantTrustSecrets gives the agent what the chart's trust.secrets gives:
+// get, create and patch on the named Secrets of the credential namespace.
+func (e *env) grantTrustSecrets(names ...string) {
+	e.t.Helper()
+	require.NoError(e.t, cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gridsync-agent-trust", e.credNS, rbac.TrustSecretRules(names...)))
+}
+
+// logOnFailure prints the agent's log when the test failed.
+func (e *env) logOnFailure() {
+	e.t.Cleanup(func() {
+		if e.t.Failed() {
+			e.t.Log(e.logs.String())
+		}
+	})
+}
+
+func withSiteTrust(site string, lifetime, probeInterval time.Duration) agentOption {
+	return func(o *controller.ManagerOptions) {
+		o.SiteName = site
+		o.SiteCertLifetime = lifetime
+		o.SiteProbeInterval = probeInterval
+		o.SiteProbeTimeout = time.Second
+		o.SwimKeyPollInterval = 500 * time.Millisecond
+	}
+}
+
+func (e *env) secretData(name string) map[string][]byte {
+	var s corev1.Secret
+	if err := e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.credNS, Name: name}, &s); err != nil {
+		return nil
+	}
+	return s.Data
+}
+
+func leafOf(t *testing.T, chain []byte) *x509.Certificate {
+	t.Helper()
+	certs, err := sitetrust.ParseCertificates(chain)
+	require.NoError(t, err)
+	return certs[0]
+}
+
+// keyBodies are the base64 bodies of the private keys in Secrets, for the
+// search of every status, event and log line.
+func keyBodies(keys ...[]byte) []string {
+	var out []string
+	for _, k := range keys {
+		lines := strings.Split(strings.TrimSpace(string(k)), "\n")
+		if len(lines) > 2 {
+			out = append(out, lines[1]) // the first line of the body
+		}
+	}
+	return out
+}
+
+// assertNoKeys searches the agent's logs, the namespace's Events, and the
+// status of every Grid object of the test for the private keys' bytes.
+func (e *env) assertNoKeys(keys ...[]byte) {
+	e.t.Helper()
+	var haystack strings.Builder
+	haystack.WriteString(e.logs.String())
+	var events corev1.EventList
+	require.NoError(e.t, e.admin.List(e.ctx, &events, client.InNamespace(e.agentNS)))
+	for _, ev := range events.Items {
+		haystack.WriteString(ev.Message + ev.Reason)
+	}
+	var networks v1alpha1.GridNetworkList
+	require.NoError(e.t, e.admin.List(e.ctx, &networks))
+	var sites v1alpha1.GridSiteList
+	require.NoError(e.t, e.admin.List(e.ctx, &sites))
+	fmt.Fprintf(&haystack, "%+v%+v", networks.Items, sites.Items)
+	require.NotEmpty(e.t, keyBodies(keys...))
+	for _, body := range keyBodies(keys...) {
+		assert.NotContains(e.t, haystack.String(), body, "a private key in a log line, an Event or a status")
+	}
+	assert.NotContains(e.t, haystack.String(), "PRIVATE KEY")
+}
+
+// The first site of a grid: the agent generates the grid CA into the CA
+// Secret that does not exist, issues its site certificate into the site
+// Secret with the SVID profile, renews it at two thirds of a short
+// lifetime without touching the CA, and the sidecar's identity sync
+// publishes the renewed generation from a kubelet-style projection of the
+// Secret without a restart. No key reaches a status, an Event or a log.
+func TestSiteIdentityIsIssuedAndRenewed(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("grid-ca", "site-cert")
+	network := e.network(e.gateway("edge", "east"))
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+	e.create(network)
+	e.startAgent(withSiteTrust("east", 6*time.Second, time.Second))
+
+	var caData, first map[string][]byte
+	e.eventually("the grid CA and the site certificate", func() (bool, string) {
+		caData, first = e.secretData("grid-ca"), e.secretData("site-cert")
+		return caData != nil && first != nil, "not yet"
+	})
+	ca, err := sitetrust.ParseCA(caData["tls.crt"], caData["tls.key"])
+	require.NoError(t, err, "the generated CA has its key")
+	assert.Equal(t, caData["tls.crt"], caData["ca.crt"])
+
+	held, err := sitetrust.ParseHeld(first["tls.crt"], first["tls.key"])
+	require.NoError(t, err)
+	require.NoError(t, sitetrust.CheckSVID(held.Leaf, "east"))
+	assert.Equal(t, pemOf(ca.Cert), first["ca.crt"])
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	_, err = held.Leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err)
+	var secret corev1.Secret
+	require.NoError(t, e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.credNS, Name: "site-cert"}, &secret))
+	assert.Equal(t, corev1.SecretTypeTLS, secret.Type)
+	var caSecret corev1.Secret
+	require.NoError(t, e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.credNS, Name: "grid-ca"}, &caSecret))
+
+	got := e.networkStatus(network, "SiteIdentity true", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := condition(n, controller.ConditionSiteIdentity)
+		return c.Status == metav1.ConditionTrue, c.Reason + ": " + c.Message
+	})
+	assert.Empty(t, unsupported(got), "site trust fields are acted on")
+
+	// The sidecar's identity sync, from the Secret as the kubelet projects it.
+	proj := testpki.NewProjection(t)
+	proj.Publish(first)
+	out := t.TempDir()
+	reloader, err := tlsidentity.New(tlsidentity.Options{
+		CertFile: proj.Path("tls.crt"), KeyFile: proj.Path("tls.key"), CAFile: proj.Path("ca.crt"),
+		RequireServerAuth: true, OnChange: tlsidentity.PublishTo(out),
+	})
+	require.NoError(t, err)
+	published := func() *x509.Certificate {
+		b, err := os.ReadFile(filepath.Join(out, "tls.crt"))
+		require.NoError(t, err)
+		return leafOf(t, b)
+	}
+	assert.Equal(t, held.Leaf.SerialNumber, published().SerialNumber)
+
+	// Renewed at two thirds of six seconds, with the same CA.
+	var renewed map[string][]byte
+	e.eventually("a renewed site certificate", func() (bool, string) {
+		renewed = e.secretData("site-cert")
+		return renewed != nil && leafOf(t, renewed["tls.crt"]).SerialNumber.Cmp(held.Leaf.SerialNumber) != 0, "not yet"
+	})
+	next := leafOf(t, renewed["tls.crt"])
+	assert.True(t, next.NotBefore.After(held.Leaf.NotBefore.Add(3*time.Second)), "renewed near two thirds, not at once")
+	require.NoError(t, sitetrust.CheckSVID(next, "east"))
+	var caAfter corev1.Secret
+	require.NoError(t, e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.credNS, Name: "grid-ca"}, &caAfter))
+	assert.Equal(t, caSecret.ResourceVersion, caAfter.ResourceVersion, "the CA is never rewritten")
+
+	proj.Publish(renewed)
+	reloader.Poll()
+	assert.Equal(t, next.SerialNumber, published().SerialNumber, "the renewed generation is published with no restart")
+	assert.Equal(t, sitetrust.Fingerprint(next.Raw), reloader.Current().Fingerprint)
+
+	e.assertNoKeys(caData["tls.key"], first["tls.key"], renewed["tls.key"])
+}
+
+// A CA Secret that exists is used as it is, never replaced; one without
+// its key cannot issue, and the network says so.
+func TestAnExistingGridCAIsKept(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("grid-ca", "site-cert")
+	root := testpki.NewRoot(t, "operator-ca")
+	e.create(e.secret("grid-ca", map[string][]byte{"tls.crt": root.PEM}))
+	network := e.network(e.gateway("edge", "east"))
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+	e.create(network)
+	e.startAgent(withSiteTrust("east", time.Hour, time.Second))
+	got := e.networkStatus(network, "SiteCertificateMissing", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := condition(n, controller.ConditionSiteIdentity)
+		return c.Reason == controller.ReasonSiteCertificateMissing, c.Reason + ": " + c.Message
+	})
+	assert.Equal(t, metav1.ConditionFalse, condition(got, "Ready").Status)
+	assert.Equal(t, root.PEM, e.secretData("grid-ca")["tls.crt"])
+	assert.Nil(t, e.secretData("site-cert"), "nothing issued without the CA's key")
+}
+
+// A remote site's providers reach the local gateway's overlay only while
+// its GridSite is Active: not on gossip alone (Connecting,
+// TrustMaterialMissing), after the mutual-TLS probe passes with a pin,
+// not after the gateway presents an unpinned leaf (PinMismatch, withdrawn
+// in the next revision), back with the next pin added (rotation), and not
+// once the gateway is gone (Unreachable).
+func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("grid-ca", "site-cert")
+	key := swimKey(t)
+	e.create(e.secret("swim-key", map[string][]byte{"key": key}))
+	gw := e.gateway("edge", "site-a")
+	network := e.network(gw)
+	network.Labels[controller.AutoDiscoverSitesLabel] = "true"
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: e.credNS},
+		CASecretRef:      &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef:    &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+
+	// Site B: its gateway, and its membership gossiping one provider.
+	stub, err := testgateway.Start("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(stub.Close)
+	remote := startSwimSite(t, "site-b", membership.Config{EnvKey: key}).running(t)
+	remote.SetGatewayAddress(stub.Addr)
+	require.NoError(t, remote.Publish(network.Name, "", []membership.Provider{{Name: "remote-1", Models: []string{"m-remote"}, Cluster: "b", Phase: "Available"}}))
+	network.Spec.Seeds = []string{"site-b.grid.test:" + portOf(remote.AdvertiseAddr())}
+	e.create(network)
+	e.create(e.provider("local", network.Name, "m-local"))
+
+	site := startSwimSite(t, "site-a", membership.Config{RequireKey: true})
+	e.startAgent(withMembership(site, seedNames{"site-b.grid.test": "127.0.0.1"}), withSiteTrust("site-a", time.Hour, time.Second))
+
+	// The grid CA reaches site B out of band; B's gateway certificate is
+	// issued from it.
+	var caData map[string][]byte
+	e.eventually("the grid CA", func() (bool, string) {
+		caData = e.secretData("grid-ca")
+		return caData != nil, "not yet"
+	})
+	ca, err := sitetrust.ParseCA(caData["tls.crt"], caData["tls.key"])
+	require.NoError(t, err)
+	present := func() string {
+		chain, key, err := ca.Issue("site-b", time.Now(), time.Hour)
+		require.NoError(t, err)
+		leaf, err := stub.PresentSecret(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": pemOf(ca.Cert)})
+		require.NoError(t, err)
+		return sitetrust.Fingerprint(leaf.Raw)
+	}
+	first := present()
+
+	gsKey := types.NamespacedName{Name: network.Name + "-site-b"}
+	site1 := e.gridSite(gsKey, "Connecting without pins", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonTrustMaterialMissing
+	})
+	t.Cleanup(func() { _ = e.admin.Delete(context.Background(), site1) })
+	assert.Contains(t, site1.Status.Message, "serverName")
+	localOnly := func(r envelope.Result) bool { return r.CandidateCount == 1 }
+	e.overlayOf(network, gw, localOnly)
+
+	// The operator pins B's gateway certificate, checked out of band.
+	update(e, site1, func(gs *v1alpha1.GridSite) {
+		gs.Spec.GatewayEndpoint.TLS = &v1alpha1.GatewayTLS{Mode: "Mutual", ServerName: "site-b.grid.internal"}
+		gs.Spec.Trust = &v1alpha1.SiteTrust{CanonicalFingerprints: []string{first}}
+	})
+	active := e.gridSite(gsKey, "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+	assert.Equal(t, sitetrust.ReasonTLSVerified, active.Status.Reason)
+	require.NotNil(t, active.Status.LastProbeTime)
+	withRemote := func(r envelope.Result) bool { return r.CandidateCount == 2 }
+	cm, _ := e.overlayOf(network, gw, withRemote)
+	var remoteCandidate *candidate
+	for _, c := range candidatesOf(t, cm) {
+		if c.Site == "site-b" {
+			remoteCandidate = &c
+		}
+	}
+	require.NotNil(t, remoteCandidate)
+	assert.Equal(t, []any{"m-remote", "site-b", "site-b", true, (*envelope.Credential)(nil)},
+		[]any{remoteCandidate.Name, remoteCandidate.Site, remoteCandidate.Cluster, remoteCandidate.Fresh, remoteCandidate.Credential},
+		"the remote site and its gateway (the provider hop), no credential")
+
+	// B's gateway presents a reissued leaf outside the pins: demoted, and
+	// the next overlay revision withdraws B's provider.
+	second := present()
+	e.gridSite(gsKey, "PinMismatch", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonPinMismatch
+	})
+	e.overlayOf(network, gw, localOnly)
+
+	// Rotation: the next pin added beside the current one.
+	update(e, site1, func(gs *v1alpha1.GridSite) {
+		gs.Spec.Trust.CanonicalFingerprints = append(gs.Spec.Trust.CanonicalFingerprints, second)
+	})
+	e.gridSite(gsKey, "Active again", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+	e.overlayOf(network, gw, withRemote)
+
+	// The gateway goes away: Unreachable, withdrawn.
+	stub.Close()
+	e.gridSite(gsKey, "Unreachable", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseUnreachable && gs.Status.Reason == sitetrust.ReasonConnectionFailed
+	})
+	e.overlayOf(network, gw, localOnly)
+
+	var events corev1.EventList
+	require.NoError(t, e.admin.List(e.ctx, &events, client.InNamespace(e.agentNS)))
+	var reasons []string
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.Kind == "GridSite" {
+			reasons = append(reasons, ev.Type+"/"+ev.Reason)
+		}
+	}
+	assert.Contains(t, reasons, "Normal/TlsVerified")
+	assert.Contains(t, reasons, "Warning/PinMismatch")
+	assert.Contains(t, reasons, "Warning/ConnectionFailed")
+	e.assertNoKeys(caData["tls.key"], e.secretData("site-cert")["tls.key"])
+	assert.NotContains(t, remote.logs.String()+site.logs.String(), "PRIVATE KEY")
+}
+
+func (e *env) gridSite(key types.NamespacedName, what string, ok func(*v1alpha1.GridSite) bool) *v1alpha1.GridSite {
+	e.t.Helper()
+	var gs v1alpha1.GridSite
+	e.eventually(what, func() (bool, string) {
+		if err := e.admin.Get(e.ctx, key, &gs); err != nil {
+			return false, err.Error()
+		}
+		return ok(&gs), string(gs.Status.Phase) + "/" + gs.Status.Reason + ": " + gs.Status.Message
+	})
+	return &gs
+}
+
+func pemOf(c *x509.Certificate) []byte { return sitetrust.EncodeCertificate(c) }
+
+func unsupported(n *v1alpha1.GridNetwork) string {
+	if c := condition(n, "Ready"); c.Reason == controller.ReasonFieldNotSupported {
+		return c.Message
+	}
+	return ""
+}
+
+// SPIFFE mode reads no pins: a GridSite written by hand (its site named by
+// its name after "<network>-") becomes Active on the SVID of its site from
+// the grid CA, and not on a certificate of another site; Plaintext mode
+// reaches the same gateway and is never Active.
+func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("grid-ca", "site-cert")
+	network := e.network(e.gateway("edge", "east"))
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
+	e.create(network)
+	e.startAgent(withSiteTrust("east", time.Hour, time.Second))
+	var caData map[string][]byte
+	e.eventually("the grid CA", func() (bool, string) {
+		caData = e.secretData("grid-ca")
+		return caData != nil, "not yet"
+	})
+	ca, err := sitetrust.ParseCA(caData["tls.crt"], caData["tls.key"])
+	require.NoError(t, err)
+	gw, err := testgateway.Start("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(gw.Close)
+	presentAs := func(site string) {
+		chain, key, err := ca.Issue(site, time.Now(), time.Hour)
+		require.NoError(t, err)
+		_, err = gw.PresentSecret(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": pemOf(ca.Cert)})
+		require.NoError(t, err)
+	}
+	presentAs("north")
+
+	north := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-north"}, Spec: v1alpha1.GridSiteSpec{
+		GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr},
+	}}
+	e.create(north)
+	t.Cleanup(func() { _ = e.admin.Delete(context.Background(), north) })
+	key := client.ObjectKeyFromObject(north)
+	e.gridSite(key, "Active without pins", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTLSVerified
+	})
+	presentAs("south")
+	got := e.gridSite(key, "IdentityMismatch", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonIdentityMismatch
+	})
+	assert.Contains(t, got.Status.Message, "north.grid.internal")
+
+	plain := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-plain"}, Spec: v1alpha1.GridSiteSpec{
+		GridNetworkRef:  network.Name,
+		GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr, TLS: &v1alpha1.GatewayTLS{Mode: "Plaintext"}},
+	}}
+	e.create(plain)
+	t.Cleanup(func() { _ = e.admin.Delete(context.Background(), plain) })
+	e.gridSite(client.ObjectKeyFromObject(plain), "reachable, never Active", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonIdentityVerificationRequired
+	})
+}
