@@ -40,6 +40,8 @@ var agentCases = []valueCase{
 		"swim": map[string]any{"enabled": true, "siteName": "site-a", "seeds": "10.0.0.5:7946",
 			"secretNames": []string{"grid-swim-key", "grid-site-cert"}},
 		"gateway": map[string]any{"serviceName": "provider-gateway"},
+		"trust": map[string]any{"secrets": []map[string]any{{"name": "grid-ca"}, {"name": "grid-site-cert"}, {"name": "edge-ca", "namespace": "gateways"}},
+			"probeInterval": "10s"},
 	}},
 	{name: "long-release-name", release: "a-release-name-long-enough-that-its-full-name-is-cut", namespace: "long-ns", values: map[string]any{
 		"namespaces": []string{"gateways-d"}, "logLevel": "debug",
@@ -191,9 +193,11 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 	require.NoError(t, err)
 }
 
-// With SWIM on, the chart adds exactly what membership needs: the SWIM
-// Service's EndpointSlice in its namespace, the named key and certificate
-// Secrets (get), the gateway Service (get), and nothing else.
+// With SWIM and trust on, the chart adds exactly what membership and trust
+// need: the SWIM Service's EndpointSlice in its namespace, the named key
+// and certificate Secrets (get), the gateway Service (get), the named CA
+// and site Secrets in their namespaces (get, create, patch), and nothing
+// else.
 func TestAgentChartGrantsSwimOnlyWhatItNeeds(t *testing.T) {
 	var vc valueCase
 	for _, c := range agentCases {
@@ -214,6 +218,8 @@ func TestAgentChartGrantsSwimOnlyWhatItNeeds(t *testing.T) {
 			ResourceNames: []string{"grid-swim-key", "grid-site-cert"}}},
 		"praxis-system/grid-gridsync-agent-gateway-service": {{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"},
 			ResourceNames: []string{"provider-gateway"}}},
+		"praxis-system/grid-gridsync-agent-trust-secrets": rbac.TrustSecretRules("grid-ca", "grid-site-cert"),
+		"gateways/grid-gridsync-agent-trust-secrets":      rbac.TrustSecretRules("edge-ca"),
 	}, roles)
 	var swimService *unstructured.Unstructured
 	for _, svc := range ofKind(objs, "Service") {
@@ -233,11 +239,18 @@ func TestAgentChartGrantsSwimOnlyWhatItNeeds(t *testing.T) {
 		{true, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "praxis-system", Group: "discovery.k8s.io", Resource: "endpointslices"}},
 		{true, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "praxis-system", Resource: "services", Name: "provider-gateway"}},
 		{true, authorizationv1.ResourceAttributes{Verb: "create", Group: "grid.praxis.fast", Resource: "gridsites"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "watch", Group: "grid.praxis.fast", Resource: "gridsites"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "praxis-system", Resource: "secrets", Name: "grid-ca"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "praxis-system", Resource: "secrets", Name: "grid-site-cert"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "gateways", Resource: "secrets", Name: "edge-ca"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "praxis-system", Resource: "secrets", Name: "grid-swim-key"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "gateways", Resource: "secrets", Name: "grid-ca"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "delete", Namespace: "praxis-system", Resource: "secrets", Name: "grid-ca"}},
 		{true, authorizationv1.ResourceAttributes{Verb: "patch", Group: "grid.praxis.fast", Resource: "gridsites", Subresource: "status"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "praxis-system", Resource: "services", Name: "another"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "list", Namespace: "praxis-system", Resource: "services"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "delete", Group: "grid.praxis.fast", Resource: "gridsites"}},
-		{false, authorizationv1.ResourceAttributes{Verb: "list", Group: "grid.praxis.fast", Resource: "gridsites"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "update", Group: "grid.praxis.fast", Resource: "gridsites"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "delete", Namespace: "praxis-system", Group: "discovery.k8s.io", Resource: "endpointslices"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "elsewhere", Group: "discovery.k8s.io", Resource: "endpointslices"}},
 	})

@@ -54,7 +54,7 @@ states it; the chart tests compare the two.
   verbs: ["get", "patch"]
 - apiGroups: ["grid.praxis.fast"]
   resources: ["gridsites"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["grid.praxis.fast"]
   resources: ["gridsites/status"]
   verbs: ["get", "patch"]
