@@ -91,7 +91,7 @@ golden: $(HELM) ## rewrite the charts' golden files from what they render now (r
 	$(GO) test ./test/charts -run Golden -count=1 -update
 
 .PHONY: bench
-bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, SWIM membership
+bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, SWIM membership, site trust
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./shared/...
 	@# Delivery first, on a control plane of its own: the controller case
 	@# leaves a thousand objects behind for the API server to keep busy with.
@@ -99,6 +99,8 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	$(GO) test -run '^$$' -bench Controller -benchtime 1x -timeout 30m ./test/bench
 	@# The membership layer alone: 50 and 200 sites in one process.
 	$(GO) test -run '^$$' -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
+	@# Site trust: 50 remote gateways probed over mutual TLS.
+	$(GO) test -run '^$$' -bench Trust -benchtime 1x -timeout 30m ./test/bench/trust
 
 .PHONY: fuzz
 fuzz: ## fuzz the envelope validator, its canonical form and the gossip decoder, a minute each

@@ -27,7 +27,7 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	step("installing the Grid CRDs and starting gridsync-agent with its least-privilege RBAC")
 	// The agent gets Secrets, it does not watch them: a deleted one is
 	// noticed at the next resync, 300 s by default, 10 s here.
-	agent, err := startSiteAgent(ctx, cp, work, binDir, scope.LocalSite, "--resync-period", "10s")
+	agent, err := startSiteAgent(ctx, cp, work, binDir, scope.LocalSite, demoGateway(scope.LocalSite), "--resync-period", "10s")
 	if agent != nil {
 		stop = func() {
 			_ = agent.cmd.Process.Signal(syscall.SIGTERM)

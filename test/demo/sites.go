@@ -20,7 +20,9 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testgateway"
 )
 
 // siteAgent is a demo site's gridsync-agent process.
@@ -32,12 +34,18 @@ type siteAgent struct {
 // startSiteAgent installs the CRDs (again: it is idempotent) and the
 // agent's least-privilege RBAC in cp and starts gridsync-agent as the given site, SWIM on loopback with a
 // fifth of the reference's timings so that a departure shows in seconds.
-func startSiteAgent(ctx context.Context, cp *controlplane.ControlPlane, work, binDir, site string, extra ...string) (*siteAgent, error) {
+func startSiteAgent(ctx context.Context, cp *controlplane.ControlPlane, work, binDir, site, gateway string, extra ...string) (*siteAgent, error) {
 	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
 		return nil, err
 	}
 	saConfig, err := cp.AgentConfig(ctx, agentNamespace, []string{scope.Namespace, agentNamespace})
 	if err != nil {
+		return nil, err
+	}
+	// The chart's trust.secrets: the grid CA and site certificate Secrets,
+	// by name.
+	if err := cp.Grant(ctx, agentNamespace, controlplane.AgentServiceAccount, "gridsync-agent-trust", agentNamespace,
+		rbac.TrustSecretRules("grid-ca", "grid-site-cert")); err != nil {
 		return nil, err
 	}
 	kubeconfig := filepath.Join(work, site+".kubeconfig")
@@ -54,8 +62,9 @@ func startSiteAgent(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	args := append([]string{
 		"--kubeconfig", kubeconfig, "--namespaces", scope.Namespace + "," + agentNamespace,
 		"--leader-election-namespace", agentNamespace, "--health-addr", a.health,
-		"--site-name", site, "--swim-bind-addr", a.swimAddr, "--gateway-address", demoGateway(site),
+		"--site-name", site, "--swim-bind-addr", a.swimAddr, "--gateway-address", gateway,
 		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms", "--swim-key-poll-interval", "2s",
+		"--site-probe-interval", "2s", "--site-probe-timeout", "1s",
 	}, extra...)
 	if a.cmd, err = startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), filepath.Join(work, site+"-agent.log"), args...); err != nil {
 		return nil, err
@@ -72,12 +81,13 @@ func newSwimKey() []byte {
 	return k
 }
 
-// demoGateway is the gateway address a demo site advertises: only
-// gossiped and shown, never dialled.
+// demoGateway is the gateway address east advertises: only gossiped and
+// shown, never dialled (west's is a gateway on loopback, probed).
 func demoGateway(site string) string { return site + ".gateways.demo.invalid:8443" }
 
 // demoNetwork is the demo's GridNetwork, the same at both sites: its SWIM
-// key Secret, and a GridSite for each discovered site.
+// key Secret, the grid CA and site certificate Secrets, and a GridSite for
+// each discovered site.
 func demoNetwork(seeds ...string) *v1alpha1.GridNetwork {
 	return &v1alpha1.GridNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: scope.Network, Labels: map[string]string{controller.AutoDiscoverSitesLabel: "true"}},
@@ -86,7 +96,11 @@ func demoNetwork(seeds ...string) *v1alpha1.GridNetwork {
 			ConsumerGateways: []v1alpha1.ConsumerGateway{
 				{Name: scope.Gateway, Namespace: scope.Namespace, SiteName: scope.LocalSite},
 			},
-			TLS: &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: agentNamespace}},
+			TLS: &v1alpha1.GridTLS{
+				SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: agentNamespace},
+				CASecretRef:      &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: agentNamespace},
+				SiteSecretRef:    &v1alpha1.NamespacedName{Name: "grid-site-cert", Namespace: agentNamespace},
+			},
 		},
 	}
 }
@@ -121,10 +135,15 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 	}
 	network := demoNetwork(eastSwim)
 	network.Spec.ConsumerGateways[0].SiteName = "west-edge"
+	var eastCA corev1.Secret
+	if err := east.Get(ctx, types.NamespacedName{Namespace: agentNamespace, Name: "grid-ca"}, &eastCA); err != nil {
+		return stop, fmt.Errorf("east generated no grid CA: %w", err)
+	}
 	objects := []client.Object{
-		// The same key at both sites: the agent never copies Secrets
-		// between clusters; platform tooling does.
+		// The same key and grid CA at both sites: the agent never copies
+		// Secrets between clusters; platform tooling does.
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "grid-swim-key", Namespace: agentNamespace}, Data: map[string][]byte{"key": key}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: agentNamespace}, Type: corev1.SecretTypeTLS, Data: eastCA.Data},
 		network,
 		withModels(demoProvider("west-gpu-pool", "sim-west-2", nil), "llama-3-70b", "qwen-2-72b"),
 	}
@@ -133,12 +152,19 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 			return stop, err
 		}
 	}
-	agent, err := startSiteAgent(ctx, cp, work, binDir, "west-edge")
+	// West's gateway, on loopback: mutual TLS with the certificate west's
+	// agent issues.
+	gateway, err := testgateway.Start("127.0.0.1:0")
+	if err != nil {
+		return stop, err
+	}
+	agent, err := startSiteAgent(ctx, cp, work, binDir, "west-edge", gateway.Addr)
 	if agent != nil {
 		stopCP := stop
 		stop = func() {
 			_ = agent.cmd.Process.Kill()
 			_ = agent.cmd.Wait()
+			gateway.Close()
 			stopCP()
 		}
 	}
@@ -170,6 +196,9 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 	if res, ok := fileResult(output); ok {
 		fmt.Printf("    east's gateway still holds %d candidates, all its own: gossip alone never makes a site routable\n", res.CandidateCount)
 	}
+	if err := trustWest(ctx, east, west, gateway, &site, output); err != nil {
+		return stop, err
+	}
 	for _, line := range metricLines("http://"+eastHealth+"/metrics", "grid_swim_encrypted ", "grid_swim_keys_installed ", `grid_swim_sites{state="Alive"}`, `grid_swim_packets_rejected_total{reason="unknown_key"}`) {
 		fmt.Println("    east " + line)
 	}
@@ -196,6 +225,10 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 	}
 	fmt.Println("    its provider records are kept, stale, until the stale TTL; its GridSite stays as evidence")
 	showNetwork("east-edge", got)
+	if err := waitFor(ctx, func() bool { return len(siteCandidates(output, "west-edge", false)) > 0 }); err != nil {
+		return stop, err
+	}
+	fmt.Printf("    east's gateway keeps west-edge's routes, marked not fresh: %s\n", strings.Join(siteCandidates(output, "west-edge", false), ", "))
 	return stop, nil
 }
 

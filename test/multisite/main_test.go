@@ -36,8 +36,9 @@ import (
 // Four clusters: three sites and one that plays an intruder or a site
 // holding a retired key.
 var (
-	clusters [4]*controlplane.ControlPlane
-	agentBin string
+	clusters   [4]*controlplane.ControlPlane
+	agentBin   string
+	sidecarBin string
 )
 
 func TestMain(m *testing.M) {
@@ -51,11 +52,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-agent": testbin.Agent}); err != nil {
+	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-agent": testbin.Agent, "gridsync-sidecar": testbin.Sidecar}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	agentBin = filepath.Join(dir, "gridsync-agent")
+	sidecarBin = filepath.Join(dir, "gridsync-sidecar")
 	return controlplane.RunTestsN(m, &clusters[0], &clusters[1], &clusters[2], &clusters[3])
 }
 
