@@ -217,8 +217,9 @@ func TestAnExistingGridCAIsKept(t *testing.T) {
 // its GridSite is Active: not on gossip alone (Connecting,
 // TrustMaterialMissing), after the mutual-TLS probe passes with a pin,
 // not after the gateway presents an unpinned leaf (PinMismatch, withdrawn
-// in the next revision), back with the next pin added (rotation), and not
-// once the gateway is gone (Unreachable).
+// in the next revision), back with the next pin added (rotation; a
+// gossiped copy outside the pins is only a diagnostic), and not once the
+// gateway is gone (Unreachable).
 func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 	e := newEnv(t)
 	e.logOnFailure()
@@ -240,7 +241,8 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 	t.Cleanup(stub.Close)
 	remote := startSwimSite(t, "site-b", membership.Config{EnvKey: key}).running(t)
 	remote.SetGatewayAddress(stub.Addr)
-	require.NoError(t, remote.Publish(network.Name, "", []membership.Provider{{Name: "remote-1", Models: []string{"m-remote"}, Cluster: "b", Phase: "Available"}}))
+	remoteProviders := []membership.Provider{{Name: "remote-1", Models: []string{"m-remote"}, Cluster: "b", Phase: "Available"}}
+	require.NoError(t, remote.Publish(network.Name, "", remoteProviders))
 	network.Spec.Seeds = []string{"site-b.grid.test:" + portOf(remote.AdvertiseAddr())}
 	e.create(network)
 	e.create(e.provider("local", network.Name, "m-local"))
@@ -257,14 +259,16 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 	})
 	ca, err := sitetrust.ParseCA(caData["tls.crt"], caData["tls.key"])
 	require.NoError(t, err)
-	present := func() string {
-		chain, key, err := ca.Issue("site-b", time.Now(), time.Hour)
+	// B's gateway presents a new leaf, and B gossips it.
+	present := func() (pin, chain string) {
+		chainPEM, key, err := ca.Issue("site-b", time.Now(), time.Hour)
 		require.NoError(t, err)
-		leaf, err := stub.PresentSecret(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": pemOf(ca.Cert)})
+		leaf, err := stub.PresentSecret(map[string][]byte{"tls.crt": chainPEM, "tls.key": key, "ca.crt": pemOf(ca.Cert)})
 		require.NoError(t, err)
-		return sitetrust.Fingerprint(leaf.Raw)
+		return sitetrust.Fingerprint(leaf.Raw), string(chainPEM)
 	}
-	first := present()
+	first, firstChain := present()
+	require.NoError(t, remote.Publish(network.Name, firstChain, remoteProviders))
 
 	gsKey := types.NamespacedName{Name: network.Name + "-site-b"}
 	site1 := e.gridSite(gsKey, "Connecting without pins", func(gs *v1alpha1.GridSite) bool {
@@ -298,7 +302,7 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 
 	// B's gateway presents a reissued leaf outside the pins: demoted, and
 	// the next overlay revision withdraws B's provider.
-	second := present()
+	second, secondChain := present()
 	e.gridSite(gsKey, "PinMismatch", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonPinMismatch
 	})
@@ -308,8 +312,23 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 	update(e, site1, func(gs *v1alpha1.GridSite) {
 		gs.Spec.Trust.CanonicalFingerprints = append(gs.Spec.Trust.CanonicalFingerprints, second)
 	})
-	e.gridSite(gsKey, "Active again", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+	e.gridSite(gsKey, "Active again", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTLSVerified
+	})
 	e.overlayOf(network, gw, withRemote)
+
+	// The old pin removed before B gossips its new certificate: the
+	// gossiped copy matches no pin, a diagnostic that leaves the site
+	// Active (gossip is not trust material); B's gossip catches up.
+	update(e, site1, func(gs *v1alpha1.GridSite) { gs.Spec.Trust.CanonicalFingerprints = []string{second} })
+	e.gridSite(gsKey, "AdvertisedCertMismatch", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonAdvertisedCertMismatch
+	})
+	e.overlayOf(network, gw, withRemote)
+	require.NoError(t, remote.Publish(network.Name, secondChain, remoteProviders))
+	e.gridSite(gsKey, "gossip converged", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTLSVerified && gs.Status.PublicCertPem == secondChain
+	})
 
 	// The gateway goes away: Unreachable, withdrawn.
 	stub.Close()
