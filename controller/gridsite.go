@@ -395,6 +395,7 @@ func loadTrust(ctx context.Context, api client.Reader, network *v1alpha1.GridNet
 		t = &v1alpha1.GridTLS{}
 	}
 	var caPEM []byte
+	var caAt string
 	switch {
 	case t.CAConfigMapRef != nil:
 		ref := t.CAConfigMapRef
@@ -402,22 +403,22 @@ func loadTrust(ctx context.Context, api client.Reader, network *v1alpha1.GridNet
 		if key == "" {
 			key = keyCACert
 		}
-		at := fmt.Sprintf("spec.tls.caConfigMapRef (ConfigMap %s/%s, key %s)", ref.Namespace, ref.Name, key)
+		caAt = fmt.Sprintf("spec.tls.caConfigMapRef (ConfigMap %s/%s, key %s)", ref.Namespace, ref.Name, key)
 		var cm corev1.ConfigMap
 		if err := api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &cm); err != nil {
-			tm.rootsProblem = &trustProblem{message: at + ": " + readFailure(err, "ConfigMap")}
+			tm.rootsProblem = &trustProblem{message: caAt + ": " + readFailure(err, "ConfigMap")}
 		} else if caPEM = []byte(cm.Data[key]); len(caPEM) == 0 {
-			tm.rootsProblem = &trustProblem{message: at + ": the key is missing or empty"}
+			tm.rootsProblem = &trustProblem{message: caAt + ": the key is missing or empty"}
 		}
 	case t.CASecretRef != nil:
 		ref := t.CASecretRef
-		at := fmt.Sprintf("spec.tls.caSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
+		caAt = fmt.Sprintf("spec.tls.caSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
 		var s corev1.Secret
 		if err := api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
-			tm.rootsProblem = &trustProblem{message: at + ": " + readFailure(err, "Secret")}
+			tm.rootsProblem = &trustProblem{message: caAt + ": " + readFailure(err, "Secret")}
 		} else if caPEM = s.Data[keyCACert]; len(caPEM) == 0 {
 			if caPEM = s.Data[corev1.TLSCertKey]; len(caPEM) == 0 {
-				tm.rootsProblem = &trustProblem{message: at + ": neither ca.crt nor tls.crt holds the grid CA"}
+				tm.rootsProblem = &trustProblem{message: caAt + ": neither ca.crt nor tls.crt holds the grid CA"}
 			}
 		}
 	default:
@@ -426,7 +427,7 @@ func loadTrust(ctx context.Context, api client.Reader, network *v1alpha1.GridNet
 	if tm.rootsProblem == nil {
 		certs, err := sitetrust.ParseCertificates(caPEM)
 		if err != nil {
-			tm.rootsProblem = &trustProblem{invalid: true, message: "the grid CA: " + err.Error()}
+			tm.rootsProblem = &trustProblem{invalid: true, message: caAt + ": the grid CA: " + err.Error()}
 		} else {
 			tm.roots = x509.NewCertPool()
 			for _, c := range certs {

@@ -432,3 +432,59 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonIdentityVerificationRequired
 	})
 }
+
+// A grid CA given as a ConfigMap (caConfigMapRef, the certificate alone)
+// verifies; malformed, it is TrustMaterialInvalid until it is fixed, which
+// the agent notices without a restart. The site certificate is provided:
+// without the CA's key nothing is issued.
+func TestTrustMaterialFromACAConfigMap(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	caPEM, caKey, err := sitetrust.NewCA(time.Now(), time.Hour)
+	require.NoError(t, err)
+	ca, err := sitetrust.ParseCA(caPEM, caKey)
+	require.NoError(t, err)
+	chain, key, err := ca.Issue("east", time.Now(), time.Hour)
+	require.NoError(t, err)
+	e.create(e.secret("site-cert", map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": caPEM}))
+	caMap := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: e.credNS}, Data: map[string]string{"ca.crt": "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n"}}
+	require.NoError(t, e.admin.Create(e.ctx, caMap))
+
+	network := e.network(e.gateway("edge", "east"))
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		CAConfigMapRef: &v1alpha1.NamespacedKeyRef{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef:  &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+	e.create(network)
+	gw, err := testgateway.Start("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(gw.Close)
+	westChain, westPrivate, err := ca.Issue("west", time.Now(), time.Hour)
+	require.NoError(t, err)
+	leaf, err := gw.PresentSecret(map[string][]byte{"tls.crt": westChain, "tls.key": westPrivate, "ca.crt": caPEM})
+	require.NoError(t, err)
+	west := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-west"}, Spec: v1alpha1.GridSiteSpec{
+		GridNetworkRef:  network.Name,
+		GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr, TLS: &v1alpha1.GatewayTLS{Mode: "Mutual", ServerName: "west.grid.internal"}},
+		Trust:           &v1alpha1.SiteTrust{CanonicalFingerprints: []string{sitetrust.Fingerprint(leaf.Raw)}},
+	}}
+	e.create(west)
+	t.Cleanup(func() { _ = e.admin.Delete(context.Background(), west) })
+	e.startAgent(withSiteTrust("east", time.Hour, time.Second))
+
+	westKey := client.ObjectKeyFromObject(west)
+	got := e.gridSite(westKey, "TrustMaterialInvalid", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonTrustMaterialInvalid
+	})
+	assert.Contains(t, got.Status.Message, "caConfigMapRef")
+	n := e.networkStatus(network, "the provided certificate", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := condition(n, controller.ConditionSiteIdentity)
+		return c.Reason == controller.ReasonSiteCertificateGiven, c.Reason + ": " + c.Message
+	})
+	assert.Equal(t, metav1.ConditionTrue, condition(n, controller.ConditionSiteIdentity).Status)
+
+	caMap.Data["ca.crt"] = string(caPEM)
+	require.NoError(t, e.admin.Update(e.ctx, caMap))
+	e.gridSite(westKey, "Active once the CA is fixed", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+	assert.Equal(t, chain, e.secretData("site-cert")["tls.crt"], "a provided certificate is never rewritten")
+}
