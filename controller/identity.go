@@ -34,6 +34,7 @@ const (
 	ReasonSiteNameMissing        = "SiteNameMissing"
 	ReasonSiteCertificateMissing = "SiteCertificateMissing"
 	ReasonSiteCertificateFailed  = "SiteCertificateIssueFailed"
+	ReasonSiteSecretConflict     = "SiteSecretConflict"
 )
 
 // Secret keys of the CA and site Secrets.
@@ -123,6 +124,21 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 		out.renewIn = renew.Sub(now)
 		out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateCurrent, message: fmt.Sprintf("site %s's certificate is valid until %s and is renewed at %s",
 			site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
+		return out
+	}
+	// Another network that names the same Secret and still exists holds
+	// it: two networks with two CAs would otherwise reissue it in turn at
+	// every reconcile. With the same CA it is shared, and its holder
+	// renews it.
+	if holder := secret.Labels[envelope.LabelNetwork]; exists && secret.Labels[envelope.LabelManagedBy] == r.opts.Producer &&
+		holder != "" && holder != network.Name && r.networkExists(ctx, holder) {
+		// Valid under this network's CA now, only its renewal due.
+		if heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
+			out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateCurrent, message: fmt.Sprintf("%s: shared with GridNetwork %s, which renews it; valid until %s",
+				at, holder, held.Leaf.NotAfter.UTC().Format(time.RFC3339))}
+			return out
+		}
+		out.condition = conditionSpec{reason: ReasonSiteSecretConflict, message: fmt.Sprintf("%s: issued for GridNetwork %s from another grid CA; give each network its own site Secret, or both the same grid CA", at, holder)}
 		return out
 	}
 	chain, key, err := ca.Issue(site, now, r.opts.SiteCertLifetime)
@@ -224,6 +240,13 @@ func (r *networkReconciler) gridCA(ctx context.Context, network *v1alpha1.GridNe
 		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("%s: the grid CA expired at %s", at, ca.Cert.NotAfter.UTC().Format(time.RFC3339))}
 	}
 	return ca, ca.Cert, wrote, nil
+}
+
+// networkExists reports whether a GridNetwork exists (from the cache; an
+// error counts as existing, so nothing is taken over on doubt).
+func (r *networkReconciler) networkExists(ctx context.Context, name string) bool {
+	var n v1alpha1.GridNetwork
+	return !apierrors.IsNotFound(r.client.Get(ctx, types.NamespacedName{Name: name}, &n))
 }
 
 // writeFailure says why a write failed without a response body.

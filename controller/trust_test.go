@@ -490,3 +490,54 @@ func TestTrustMaterialFromACAConfigMap(t *testing.T) {
 	e.gridSite(westKey, "Active once the CA is fixed", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
 	assert.Equal(t, chain, e.secretData("site-cert")["tls.crt"], "a provided certificate is never rewritten")
 }
+
+// Two networks with two grid CAs naming one site Secret do not reissue
+// it in turn: the first keeps it, the second says why; a third network
+// with the first one's CA shares it.
+func TestASiteSecretNamedByTwoNetworks(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("ca-one", "ca-two", "site-cert")
+	one := e.network(e.gateway("edge", "east"))
+	one.Spec.TLS = &v1alpha1.GridTLS{
+		CASecretRef:   &v1alpha1.NamespacedName{Name: "ca-one", Namespace: e.credNS},
+		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+	e.create(one)
+	a := e.startAgent(withSiteTrust("east", time.Hour, time.Second))
+	e.networkStatus(one, "issued", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := condition(n, controller.ConditionSiteIdentity)
+		return c.Status == metav1.ConditionTrue, c.Reason
+	})
+	issued := e.secretData("site-cert")["tls.crt"]
+
+	two := e.network(e.gateway("edge-two", "east"))
+	two.ObjectMeta = e.meta("net-two")
+	two.Spec.TLS = &v1alpha1.GridTLS{
+		CASecretRef:   &v1alpha1.NamespacedName{Name: "ca-two", Namespace: e.credNS},
+		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+	e.create(two)
+	got := e.networkStatus(two, "SiteSecretConflict", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := condition(n, controller.ConditionSiteIdentity)
+		return c.Reason == controller.ReasonSiteSecretConflict, c.Reason + ": " + c.Message
+	})
+	assert.Contains(t, condition(got, controller.ConditionSiteIdentity).Message, one.Name)
+
+	three := e.network(e.gateway("edge-three", "east"))
+	three.ObjectMeta = e.meta("net-three")
+	three.Spec.TLS = one.Spec.TLS.DeepCopy()
+	e.create(three)
+	e.networkStatus(three, "shared", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := condition(n, controller.ConditionSiteIdentity)
+		return c.Status == metav1.ConditionTrue && c.Reason == controller.ReasonSiteCertificateCurrent, c.Reason + ": " + c.Message
+	})
+
+	// Several resyncs later, the Secret was written once.
+	start := a.requests.count()
+	time.Sleep(5 * time.Second)
+	for _, w := range a.requests.since(start) {
+		assert.NotContains(t, w, "/secrets/site-cert", "no write to the site Secret while two networks name it")
+	}
+	assert.Equal(t, issued, e.secretData("site-cert")["tls.crt"])
+}
