@@ -323,7 +323,9 @@ type trustProblem struct {
 // certificates and this site's certificate and key. version changes when
 // what the Secrets hold changes, so that every site is probed again.
 type trustMaterial struct {
-	version       uint64
+	version uint64
+	loaded  uint64 // the load's sequence number
+
 	digest        [sha256.Size]byte
 	roots         *x509.CertPool
 	rootsProblem  *trustProblem
@@ -338,6 +340,7 @@ type trustMaterial struct {
 type trustCache struct {
 	api     client.Reader
 	mu      sync.Mutex
+	loads   uint64
 	entries map[string]*trustMaterial
 	changed func(network string)
 }
@@ -358,10 +361,18 @@ func (c *trustCache) get(ctx context.Context, network *v1alpha1.GridNetwork) *tr
 // refresh reloads a network's trust material and, when it differs from
 // what was held, bumps its version and reports the change.
 func (c *trustCache) refresh(ctx context.Context, network *v1alpha1.GridNetwork) {
+	c.mu.Lock()
+	c.loads++
+	seq := c.loads
+	c.mu.Unlock()
 	tm := loadTrust(ctx, c.api, network)
+	tm.loaded = seq
 	c.mu.Lock()
 	prev := c.entries[network.Name]
-	if prev != nil && prev.digest == tm.digest {
+	// A load that started later and already stored wins: an older one
+	// (a probe's, begun before the agent wrote a Secret) must not put
+	// back what it read.
+	if prev != nil && (prev.digest == tm.digest || prev.loaded > seq) {
 		c.mu.Unlock()
 		return
 	}
