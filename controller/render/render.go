@@ -78,8 +78,25 @@ type Remote struct {
 }
 
 // Admits reports whether the provider's access policy lets gw use it.
-func (p Provider) Admits(gw Gateway) bool {
-	return p.Sites == nil || p.Sites.Matches(labels.Set{v1alpha1.SiteLabel: gw.Site})
+func (p Provider) Admits(gw Gateway) bool { return admits(p.Sites, gw) }
+
+// admits reports whether an access policy (nil: every site) lets gw use a
+// provider.
+func admits(sites labels.Selector, gw Gateway) bool {
+	return sites == nil || sites.Matches(labels.Set{v1alpha1.SiteLabel: gw.Site})
+}
+
+// routable: a provider in this phase has candidates (fresh when
+// Available).
+func routable(phase v1alpha1.ProviderPhase) bool {
+	return phase == v1alpha1.ProviderAvailable || phase == v1alpha1.ProviderDegraded
+}
+
+// candidate is one model's candidate, with its stable ID.
+func candidate(model, site, cluster string, fresh bool) envelope.Candidate {
+	c := envelope.Candidate{Kind: envelope.CandidateKindInferenceModel, Name: model, Site: site, Cluster: cluster, Fresh: fresh}
+	c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
+	return c
 }
 
 // Overlay renders the overlay of gw: one candidate per model of every
@@ -102,22 +119,15 @@ func (p Provider) Admits(gw Gateway) bool {
 func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote) envelope.Overlay {
 	candidates := []envelope.Candidate{}
 	for _, p := range providers {
-		if p.Phase == v1alpha1.ProviderUnavailable || p.Phase == v1alpha1.ProviderPending || !p.Admits(gw) || !gw.Policy.allows(gw.Site, p.Name) {
+		if !routable(p.Phase) || !p.Admits(gw) || !gw.Policy.allows(gw.Site, p.Name) {
 			continue
 		}
 		for _, model := range p.Models {
-			c := envelope.Candidate{
-				Kind:    envelope.CandidateKindInferenceModel,
-				Name:    model,
-				Site:    p.Name,
-				Cluster: p.Cluster,
-				Fresh:   p.Phase == v1alpha1.ProviderAvailable,
-			}
+			c := candidate(model, p.Name, p.Cluster, p.Phase == v1alpha1.ProviderAvailable)
 			if p.Credential != nil {
 				credential := *p.Credential
 				c.Credential = &credential
 			}
-			c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
 			candidates = append(candidates, c)
 		}
 	}
@@ -126,21 +136,11 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 		hop[c.StableID] = i
 	}
 	for _, p := range remote {
-		if p.Phase != v1alpha1.ProviderAvailable && p.Phase != v1alpha1.ProviderDegraded {
-			continue
-		}
-		if p.Sites != nil && !p.Sites.Matches(labels.Set{v1alpha1.SiteLabel: gw.Site}) || !gw.Policy.allows(gw.Site, p.Site) {
+		if !routable(p.Phase) || !admits(p.Sites, gw) || !gw.Policy.allows(gw.Site, p.Site) {
 			continue
 		}
 		for _, model := range p.Models {
-			c := envelope.Candidate{
-				Kind:    envelope.CandidateKindInferenceModel,
-				Name:    model,
-				Site:    p.Site,
-				Cluster: p.Site,
-				Fresh:   p.Phase == v1alpha1.ProviderAvailable && !p.Stale,
-			}
-			c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
+			c := candidate(model, p.Site, p.Site, p.Phase == v1alpha1.ProviderAvailable && !p.Stale)
 			if i, seen := hop[c.StableID]; seen {
 				candidates[i].Fresh = candidates[i].Fresh || c.Fresh
 				continue
