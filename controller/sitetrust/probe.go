@@ -10,7 +10,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -57,8 +56,6 @@ type Outcome struct {
 	Kind    Kind
 	Reason  string
 	Message string
-	// Fingerprint is the live leaf's pin, when the handshake got that far.
-	Fingerprint string
 }
 
 func fail(kind Kind, reason, format string, args ...any) Outcome {
@@ -119,11 +116,8 @@ func Probe(ctx context.Context, t Target) Outcome {
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(deadline)
 
-	var (
-		mu      sync.Mutex
-		verdict *Outcome
-		leafPin string
-	)
+	// VerifyConnection runs inside the handshake, on this goroutine.
+	var verdict *Outcome
 	tickets := &ticketSignal{conn: conn}
 	cfg := &tls.Config{
 		// Verification is VerifyConnection's, below: it names the reason
@@ -135,14 +129,7 @@ func Probe(ctx context.Context, t Target) Outcome {
 		MinVersion:         tls.VersionTLS12,
 		ClientSessionCache: tickets,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			o := t.verify(cs.PeerCertificates, time.Now())
-			mu.Lock()
-			defer mu.Unlock()
-			if len(cs.PeerCertificates) > 0 {
-				leafPin = Fingerprint(cs.PeerCertificates[0].Raw)
-			}
-			if o != nil {
-				verdict = o
+			if verdict = t.verify(cs.PeerCertificates, time.Now()); verdict != nil {
 				return errRefused
 			}
 			return nil
@@ -150,12 +137,8 @@ func Probe(ctx context.Context, t Target) Outcome {
 	}
 	tc := tls.Client(conn, cfg)
 	err = tc.HandshakeContext(ctx)
-	mu.Lock()
-	v, pin := verdict, leafPin
-	mu.Unlock()
-	if v != nil {
-		v.Fingerprint = pin
-		return *v
+	if verdict != nil {
+		return *verdict
 	}
 	if err != nil {
 		if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
@@ -180,14 +163,14 @@ func Probe(ctx context.Context, t Target) Outcome {
 			// Accepted: no refusal within the window, a session ticket,
 			// or the gateway spoke first.
 		case errors.Is(err, io.EOF):
-			return Outcome{Kind: TrustFailure, Reason: ReasonTLSProtocolError, Fingerprint: pin,
+			return Outcome{Kind: TrustFailure, Reason: ReasonTLSProtocolError,
 				Message: fmt.Sprintf("%s closed the connection right after the handshake: it did not accept this site's client certificate", t.Address)}
 		default:
-			return Outcome{Kind: TrustFailure, Reason: ReasonTLSProtocolError, Fingerprint: pin,
+			return Outcome{Kind: TrustFailure, Reason: ReasonTLSProtocolError,
 				Message: fmt.Sprintf("%s refused this site's client certificate (%s)", t.Address, tlsFailure(err))}
 		}
 	}
-	return Outcome{Kind: Verified, Reason: ReasonTLSVerified, Fingerprint: pin,
+	return Outcome{Kind: Verified, Reason: ReasonTLSVerified,
 		Message: "mutual TLS verified: chain to the grid CA, " + t.identityNote() + ", client certificate accepted"}
 }
 
@@ -313,10 +296,6 @@ func dialFailure(err error) string {
 // tlsFailure names a TLS failure by its kind: a TLS alert's description is
 // the protocol's, anything else is summarized.
 func tlsFailure(err error) string {
-	var alert tls.AlertError
-	if errors.As(err, &alert) {
-		return "alert: " + alert.Error()
-	}
 	var rh tls.RecordHeaderError
 	switch {
 	case errors.As(err, &rh):

@@ -21,10 +21,11 @@ type Gateway struct {
 	// Addr is where it listens.
 	Addr string
 
-	mu        sync.Mutex
-	cert      *tls.Certificate
-	clientCAs *x509.CertPool
-	listener  net.Listener
+	mu         sync.Mutex
+	cert       *tls.Certificate
+	clientCAs  *x509.CertPool
+	maxVersion uint16
+	listener   net.Listener
 }
 
 // Start listens on addr ("127.0.0.1:0" for any port). Until Present is
@@ -46,7 +47,8 @@ func (g *Gateway) config(*tls.ClientHelloInfo) (*tls.Config, error) {
 	if g.cert == nil {
 		return nil, errors.New("no certificate yet")
 	}
-	return &tls.Config{Certificates: []tls.Certificate{*g.cert}, ClientCAs: g.clientCAs, ClientAuth: tls.RequireAndVerifyClientCert}, nil
+	return &tls.Config{Certificates: []tls.Certificate{*g.cert}, ClientCAs: g.clientCAs, ClientAuth: tls.RequireAndVerifyClientCert,
+		MaxVersion: g.maxVersion}, nil
 }
 
 func (g *Gateway) serve() {
@@ -70,6 +72,15 @@ func (g *Gateway) Present(cert tls.Certificate, clientCAs *x509.CertPool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.cert, g.clientCAs = &cert, clientCAs
+}
+
+// LimitVersion caps the TLS version it speaks (tls.VersionTLS12: a
+// gateway that judges the client certificate inside the handshake); 0 is
+// the library's default.
+func (g *Gateway) LimitVersion(v uint16) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.maxVersion = v
 }
 
 // PresentSecret presents a kubernetes.io/tls Secret's data: tls.crt (leaf
