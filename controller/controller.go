@@ -184,7 +184,7 @@ const (
 // (NewManager builds it so).
 func Setup(mgr manager.Manager, opts Options) error {
 	opts = opts.withDefaults()
-	metrics, err := newMetrics(opts.Registerer)
+	metrics, err := newMetrics(opts.Registerer, mgr.GetClient())
 	if err != nil {
 		return err
 	}
@@ -244,24 +244,17 @@ func Setup(mgr manager.Manager, opts Options) error {
 	// channel; GridSites are probed again through another.
 	fromMembership := make(chan event.GenericEvent, 1024)
 	reprobe := make(chan event.GenericEvent, 1024)
-	toNetwork := func(network string) {
+	networkChanged := func(network string) {
 		n := &v1alpha1.GridNetwork{}
 		n.Name = network
 		life.send(fromMembership, event.GenericEvent{Object: n})
-	}
-	shared.trust.changed = func(network string) {
-		toNetwork(network)
 		if ctx, err := life.context(); err == nil {
 			shared.reprobeSites(ctx, network, reprobe)
 		}
 	}
+	shared.trust.changed = networkChanged
 	if opts.Membership != nil {
-		opts.Membership.OnChange(func(network string) {
-			toNetwork(network)
-			if ctx, err := life.context(); err == nil {
-				shared.reprobeSites(ctx, network, reprobe)
-			}
-		})
+		opts.Membership.OnChange(networkChanged)
 	}
 	if err := mgr.Add(&secretPoller{r: nr, out: fromMembership}); err != nil {
 		return err

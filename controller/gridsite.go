@@ -52,9 +52,8 @@ const maxStatusMessage = 1024
 
 type siteReconciler struct {
 	*common
-	mu     sync.Mutex
-	memo   map[string]probeMemo          // by GridSite name
-	phases map[string]v1alpha1.SitePhase // by GridSite name, for the gauge
+	mu   sync.Mutex
+	memo map[string]probeMemo // by GridSite name
 }
 
 // probeMemo is the last probe of a site and what it was made with: a
@@ -67,7 +66,6 @@ type probeMemo struct {
 
 func (r *siteReconciler) setup(mgr ctrl.Manager, reprobe <-chan event.GenericEvent) error {
 	r.memo = map[string]probeMemo{}
-	r.phases = map[string]v1alpha1.SitePhase{}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("gridsite").
 		For(&v1alpha1.GridSite{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -241,26 +239,6 @@ func (r *siteReconciler) forget(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.memo, name)
-	delete(r.phases, name)
-	r.updatePhaseGauge()
-}
-
-func (r *siteReconciler) notePhase(name string, phase v1alpha1.SitePhase) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.phases[name] = phase
-	r.updatePhaseGauge()
-}
-
-// updatePhaseGauge sets grid_sites; r.mu is held.
-func (r *siteReconciler) updatePhaseGauge() {
-	counts := map[v1alpha1.SitePhase]float64{}
-	for _, p := range r.phases {
-		counts[p]++
-	}
-	for _, p := range []v1alpha1.SitePhase{sitetrust.PhasePending, sitetrust.PhaseDiscovered, sitetrust.PhaseConnecting, sitetrust.PhaseActive, sitetrust.PhaseUnreachable, sitetrust.PhaseLeft} {
-		r.metrics.sitePhases.WithLabelValues(string(p)).Set(counts[p])
-	}
 }
 
 // writeStatus patches the GridSite's status when it changed; lastProbeTime
@@ -282,7 +260,6 @@ func (r *siteReconciler) writeStatus(ctx context.Context, gs *v1alpha1.GridSite,
 		next.LastProbeTime = &stamp
 		same = false
 	}
-	r.notePhase(gs.Name, phase)
 	if same {
 		return nil
 	}
@@ -417,7 +394,7 @@ func loadTrust(ctx context.Context, api client.Reader, network *v1alpha1.GridNet
 		caAt = fmt.Sprintf("spec.tls.caConfigMapRef (ConfigMap %s/%s, key %s)", ref.Namespace, ref.Name, key)
 		var cm corev1.ConfigMap
 		if err := api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &cm); err != nil {
-			tm.rootsProblem = &trustProblem{message: caAt + ": " + readFailure(err, "ConfigMap")}
+			tm.rootsProblem = &trustProblem{message: caAt + ": " + apiFailure(err, "get", "ConfigMap")}
 		} else if caPEM = []byte(cm.Data[key]); len(caPEM) == 0 {
 			tm.rootsProblem = &trustProblem{message: caAt + ": the key is missing or empty"}
 		}
@@ -426,7 +403,7 @@ func loadTrust(ctx context.Context, api client.Reader, network *v1alpha1.GridNet
 		caAt = fmt.Sprintf("spec.tls.caSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
 		var s corev1.Secret
 		if err := api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
-			tm.rootsProblem = &trustProblem{message: caAt + ": " + readFailure(err, "Secret")}
+			tm.rootsProblem = &trustProblem{message: caAt + ": " + apiFailure(err, "get", "Secret")}
 		} else if caPEM = s.Data[keyCACert]; len(caPEM) == 0 {
 			if caPEM = s.Data[corev1.TLSCertKey]; len(caPEM) == 0 {
 				tm.rootsProblem = &trustProblem{message: caAt + ": neither ca.crt nor tls.crt holds the grid CA"}
@@ -454,7 +431,7 @@ func loadTrust(ctx context.Context, api client.Reader, network *v1alpha1.GridNet
 		at := fmt.Sprintf("spec.tls.siteSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
 		var s corev1.Secret
 		if err := api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
-			tm.clientProblem = &trustProblem{message: at + ": " + readFailure(err, "Secret")}
+			tm.clientProblem = &trustProblem{message: at + ": " + apiFailure(err, "get", "Secret")}
 		} else if len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
 			tm.clientProblem = &trustProblem{message: at + ": tls.crt or tls.key is missing (not issued yet?)"}
 		} else if held, err := sitetrust.ParseHeld(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]); err != nil {
@@ -474,19 +451,6 @@ func loadTrust(ctx context.Context, api client.Reader, network *v1alpha1.GridNet
 	}
 	copy(tm.digest[:], h.Sum(nil))
 	return tm
-}
-
-// readFailure says why an object could not be read, without a response
-// body.
-func readFailure(err error, kind string) string {
-	switch {
-	case apierrors.IsNotFound(err):
-		return "the " + kind + " does not exist"
-	case apierrors.IsForbidden(err):
-		return "the agent may not get the " + kind + " (RBAC)"
-	default:
-		return fmt.Sprintf("reading the %s failed (%s)", kind, apierrors.ReasonForError(err))
-	}
 }
 
 // gridSitesOf lists the GridSites of a network from the cache.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +51,11 @@ type identityOutcome struct {
 	renewIn time.Duration
 	// wrote: a CA or site Secret was written, so trust material changed.
 	wrote bool
+	// gossipCert is the public certificate gossiped to the other sites:
+	// tls.crt of the site Secret as read or as issued (never tls.key);
+	// gossipErr says why none is.
+	gossipCert string
+	gossipErr  error
 }
 
 // reconcileIdentity makes sure of the grid CA and this site's certificate:
@@ -66,26 +72,36 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 	}
 	now := r.opts.Now()
 	var out identityOutcome
+	// The site Secret first: its certificate is gossiped whatever the
+	// state of the CA.
+	ref := t.SiteSecretRef
+	var at string
+	var secret corev1.Secret
+	var exists bool
+	if ref != nil {
+		at = fmt.Sprintf("spec.tls.siteSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
+		err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &secret)
+		if err != nil && !apierrors.IsNotFound(err) {
+			out.gossipErr = fmt.Errorf("%s: %s", at, apiFailure(err, "get", "Secret"))
+			out.condition = conditionSpec{reason: ReasonSiteSecretUnreadable, message: out.gossipErr.Error()}
+			return out
+		}
+		if exists = err == nil; exists {
+			out.gossipCert, out.gossipErr = gossipable(at, secret.Data[corev1.TLSCertKey])
+		}
+	}
 	var ca *sitetrust.CA
 	var caCert *x509.Certificate
-	if ref := t.CASecretRef; ref != nil {
-		c, cert, wrote, cond := r.gridCA(ctx, network, ref, now)
+	if caRef := t.CASecretRef; caRef != nil {
+		c, cert, wrote, cond := r.gridCA(ctx, network, caRef, now)
 		if cond != nil {
-			return identityOutcome{condition: *cond, wrote: wrote}
+			out.condition, out.wrote = *cond, wrote
+			return out
 		}
 		ca, caCert, out.wrote = c, cert, wrote
 	}
-	ref := t.SiteSecretRef
 	if ref == nil {
 		out.condition = conditionSpec{ok: true, reason: ReasonNoSiteIdentity, message: "the grid CA is ready; spec.tls.siteSecretRef names no site certificate to issue"}
-		return out
-	}
-	at := fmt.Sprintf("spec.tls.siteSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
-	var secret corev1.Secret
-	err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &secret)
-	exists := err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
-		out.condition = conditionSpec{reason: ReasonSiteSecretUnreadable, message: fmt.Sprintf("%s: %s", at, apiReason(err))}
 		return out
 	}
 	var held *sitetrust.Held
@@ -148,7 +164,7 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 	}
 	apply := corev1ac.Secret(ref.Name, ref.Namespace).
 		WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
-		WithData(map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: pemOf(caCert)})
+		WithData(map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: sitetrust.EncodeCertificate(caCert)})
 	// A type is immutable, and one left out of an apply that wrote it
 	// would be removed: a new Secret is kubernetes.io/tls, one that exists
 	// keeps its own.
@@ -158,7 +174,7 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 		apply.WithType(corev1.SecretTypeTLS)
 	}
 	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, writeFailure(err))}
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, apiFailure(err, "write", "Secret"))}
 		r.opts.Logger.Error("site_certificate_not_written", "network", network.Name, "secret", ref.Namespace+"/"+ref.Name, "error", err.Error())
 		return out
 	}
@@ -168,6 +184,7 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 		return out
 	}
 	out.wrote = true
+	out.gossipCert, out.gossipErr = string(chain), nil
 	renew := sitetrust.RenewAt(issued.Leaf)
 	out.renewIn = renew.Sub(now)
 	r.metrics.siteCertificates.Inc()
@@ -215,11 +232,11 @@ func (r *networkReconciler) gridCA(ctx context.Context, network *v1alpha1.GridNe
 			err = r.api.Get(ctx, key, &s)
 		default:
 			r.opts.Logger.Error("grid_ca_not_written", "network", network.Name, "secret", key.String(), "error", err.Error())
-			return nil, nil, false, &conditionSpec{reason: ReasonGridCAGenerationFailed, message: fmt.Sprintf("%s: the Secret does not exist and %s", at, writeFailure(err))}
+			return nil, nil, false, &conditionSpec{reason: ReasonGridCAGenerationFailed, message: fmt.Sprintf("%s: the Secret does not exist and %s", at, apiFailure(err, "write", "Secret"))}
 		}
 	}
 	if err != nil {
-		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAUnreadable, message: fmt.Sprintf("%s: %s", at, apiReason(err))}
+		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAUnreadable, message: fmt.Sprintf("%s: %s", at, apiFailure(err, "get", "Secret"))}
 	}
 	certPEM := s.Data[corev1.TLSCertKey]
 	if len(certPEM) == 0 {
@@ -242,21 +259,18 @@ func (r *networkReconciler) gridCA(ctx context.Context, network *v1alpha1.GridNe
 	return ca, ca.Cert, wrote, nil
 }
 
+// gossipable is a site Secret's tls.crt as gossiped: refused, never
+// passed on, when it holds a private key.
+func gossipable(at string, certPEM []byte) (string, error) {
+	if strings.Contains(string(certPEM), "PRIVATE KEY") {
+		return "", fmt.Errorf("%s: tls.crt holds a private key; no certificate is gossiped", at)
+	}
+	return string(certPEM), nil
+}
+
 // networkExists reports whether a GridNetwork exists (from the cache; an
 // error counts as existing, so nothing is taken over on doubt).
 func (r *networkReconciler) networkExists(ctx context.Context, name string) bool {
 	var n v1alpha1.GridNetwork
 	return !apierrors.IsNotFound(r.client.Get(ctx, types.NamespacedName{Name: name}, &n))
-}
-
-// writeFailure says why a write failed without a response body.
-func writeFailure(err error) string {
-	if apierrors.IsForbidden(err) {
-		return "the agent may not write the Secret (RBAC: trust.secrets in the chart)"
-	}
-	return fmt.Sprintf("writing the Secret failed (%s)", apierrors.ReasonForError(err))
-}
-
-func pemOf(c *x509.Certificate) []byte {
-	return sitetrust.EncodeCertificate(c)
 }

@@ -86,7 +86,7 @@ func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.G
 	case apierrors.IsNotFound(err):
 		return nil, ReasonSwimKeyMissing, fmt.Errorf("%s: the Secret does not exist", at)
 	case err != nil:
-		return nil, ReasonSwimKeyUnreadable, fmt.Errorf("%s: %s", at, apiReason(err))
+		return nil, ReasonSwimKeyUnreadable, fmt.Errorf("%s: %s", at, apiFailure(err, "get", "Secret"))
 	}
 	ks, err = membership.KeySetFromSecret(s.Data, ref.Key)
 	switch {
@@ -98,20 +98,25 @@ func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.G
 	return ks, "", nil
 }
 
-// apiReason says why an API call failed without echoing a response body.
-func apiReason(err error) string {
+// apiFailure says why reading ("get") or writing ("write") an object of
+// kind failed, without echoing a response body.
+func apiFailure(err error, verb, kind string) string {
 	switch {
+	case apierrors.IsNotFound(err):
+		return "the " + kind + " does not exist"
 	case apierrors.IsForbidden(err):
-		return "the agent may not get the Secret (RBAC)"
+		return fmt.Sprintf("the agent may not %s the %s (RBAC)", verb, kind)
 	default:
-		return fmt.Sprintf("reading the Secret failed (%s)", apierrors.ReasonForError(err))
+		return fmt.Sprintf("could not %s the %s (%s)", verb, kind, apierrors.ReasonForError(err))
 	}
 }
 
 // reconcileMembership loads the network's key, announces its seeds and
-// publishes this site's state, in that order: with a key configured that
-// does not load, nothing is announced or published.
-func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1alpha1.GridNetwork, local []membership.Provider) membershipOutcome {
+// publishes this site's state (its public certificate cert, as the
+// identity step read or issued it, and its providers), in that order:
+// with a key configured that does not load, nothing is announced or
+// published.
+func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1alpha1.GridNetwork, local []membership.Provider, cert string, certErr error) membershipOutcome {
 	m := r.opts.Membership
 	if m == nil {
 		if membershipRequested(network) {
@@ -160,7 +165,6 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 		notes = append(notes, "a seed belongs to another grid (its grid ID differs): the merge was refused")
 	}
 
-	cert, certErr := r.siteCertificate(ctx, network)
 	if certErr != nil {
 		r.opts.Logger.Error("swim_site_certificate_refused", "network", network.Name, "field", "spec.tls.siteSecretRef", "error", certErr.Error())
 		notes = append(notes, certErr.Error())
@@ -194,28 +198,6 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 // SWIM does.
 func membershipRequested(n *v1alpha1.GridNetwork) bool {
 	return len(n.Spec.Seeds) > 0 || n.Spec.TLS != nil && n.Spec.TLS.SwimKeySecretRef != nil || n.Labels[AutoDiscoverSitesLabel] == "true"
-}
-
-// siteCertificate reads tls.crt of the network's site Secret: the public
-// certificate gossiped to the other sites. The key is never read here.
-// A Secret not there yet gossips no certificate.
-func (r *networkReconciler) siteCertificate(ctx context.Context, network *v1alpha1.GridNetwork) (string, error) {
-	if network.Spec.TLS == nil || network.Spec.TLS.SiteSecretRef == nil {
-		return "", nil
-	}
-	ref := network.Spec.TLS.SiteSecretRef
-	var s corev1.Secret
-	switch err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); {
-	case apierrors.IsNotFound(err):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("spec.tls.siteSecretRef (Secret %s/%s): %s", ref.Namespace, ref.Name, apiReason(err))
-	}
-	pem := string(s.Data[corev1.TLSCertKey])
-	if strings.Contains(pem, "PRIVATE KEY") {
-		return "", fmt.Errorf("spec.tls.siteSecretRef (Secret %s/%s): tls.crt holds a private key; no certificate is gossiped", ref.Namespace, ref.Name)
-	}
-	return pem, nil
 }
 
 // gossipProviders is what the other sites learn of this site's providers.

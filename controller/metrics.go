@@ -1,9 +1,15 @@
 package controller
 
 import (
+	"context"
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/sitetrust"
 )
 
 // Publication outcomes.
@@ -23,10 +29,11 @@ type metrics struct {
 	siteCertificates prometheus.Counter
 	siteProbes       *prometheus.CounterVec
 	probeDuration    prometheus.Histogram
-	sitePhases       *prometheus.GaugeVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics registers the controller's metrics; sites (the cache) is
+// what grid_sites counts when scraped.
+func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error) {
 	m := &metrics{
 		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_overlay_publishes_total",
@@ -54,10 +61,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time of one probe of a remote site's gateway: connect, mutual-TLS handshake, the wait for the gateway's verdict.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
-		sitePhases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "grid_sites",
-			Help: "GridSites by phase; only Active sites' providers reach overlays.",
-		}, []string{"phase"}),
 	}
 	for _, o := range []string{publishApplied, publishUnchanged, publishDeleted, publishFailed, publishRefused} {
 		m.publishes.WithLabelValues(o)
@@ -66,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.statusWrites.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.publishes, m.statusWrites, m.renderDuration,
-		m.siteCertificates, m.siteProbes, m.probeDuration, m.sitePhases} {
+		m.siteCertificates, m.siteProbes, m.probeDuration, sitePhases{sites}} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {
@@ -75,4 +78,29 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// sitePhases is grid_sites: the GridSites by phase, counted from the
+// cache when scraped, so that every replica says the same and nothing is
+// kept beside the cache.
+type sitePhases struct{ reader client.Reader }
+
+var sitePhasesDesc = prometheus.NewDesc("grid_sites", "GridSites by phase; only Active sites' providers reach overlays.", []string{"phase"}, nil)
+
+func (sitePhases) Describe(ch chan<- *prometheus.Desc) { ch <- sitePhasesDesc }
+
+func (c sitePhases) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var list v1alpha1.GridSiteList
+	if err := c.reader.List(ctx, &list); err != nil {
+		return // not synced yet: no sample rather than a false zero
+	}
+	counts := map[v1alpha1.SitePhase]float64{}
+	for i := range list.Items {
+		counts[list.Items[i].Status.Phase]++
+	}
+	for _, p := range []v1alpha1.SitePhase{sitetrust.PhasePending, sitetrust.PhaseDiscovered, sitetrust.PhaseConnecting, sitetrust.PhaseActive, sitetrust.PhaseUnreachable, sitetrust.PhaseLeft} {
+		ch <- prometheus.MustNewConstMetric(sitePhasesDesc, prometheus.GaugeValue, counts[p], string(p))
+	}
 }

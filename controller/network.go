@@ -158,7 +158,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if identity.wrote {
 		r.trust.refresh(ctx, &network)
 	}
-	swim := r.reconcileMembership(ctx, &network, gossipProviders(items, providers))
+	swim := r.reconcileMembership(ctx, &network, gossipProviders(items, providers), identity.gossipCert, identity.gossipErr)
 	if swim.keyFailed {
 		// The reconcile stops at the key: nothing announced, nothing
 		// published, the overlays keep what they had.

@@ -109,6 +109,7 @@ func TestAgentPublishesAndServesProbesStatusAndMetrics(t *testing.T) {
 		`gridsync_build_info{binary="gridsync-agent"`,
 		`gridsync_controller_overlay_publishes_total{outcome="applied"}`,
 		`gridsync_controller_render_duration_seconds_count`,
+		`grid_sites{phase="Active"} 0`,
 		`controller_runtime_reconcile_total{controller="gridnetwork",result="success"}`,
 		`leader_election_master_status`,
 		`go_goroutines`,

@@ -191,6 +191,18 @@ func TestSiteTrustAcrossThreeSites(t *testing.T) {
 	active := a.gridSite(gsC, "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
 	assert.Equal(t, sitetrust.ReasonTLSVerified, active.Status.Reason)
 	file.await(t, "C's provider beside A's", "prov-a/model-a", "site-c/model-c")
+	// grid_sites counts the cluster's GridSites by phase (earlier tests'
+	// sites of this cluster are kept, as evidence, and counted too).
+	var all v1alpha1.GridSiteList
+	require.NoError(t, a.admin.List(ctx, &all))
+	byPhase := map[v1alpha1.SitePhase]float64{}
+	for _, gs := range all.Items {
+		byPhase[gs.Status.Phase]++
+	}
+	require.Positive(t, byPhase[sitetrust.PhaseActive])
+	for _, phase := range []v1alpha1.SitePhase{sitetrust.PhaseActive, sitetrust.PhaseConnecting} {
+		assert.Equal(t, byPhase[phase], agents[0].metric(fmt.Sprintf("grid_sites{phase=%q}", phase)), "grid_sites of %s", phase)
+	}
 	assert.Equal(t, sitetrust.PhaseConnecting, a.gridSite(gsB, "known", func(*v1alpha1.GridSite) bool { return true }).Status.Phase,
 		"B only gossiped: never routable")
 
