@@ -123,19 +123,18 @@ func TestSiteIdentityIsIssuedAndRenewed(t *testing.T) {
 	e.create(network)
 	e.startAgent(withSiteTrust("east", 6*time.Second, time.Second))
 
-	var caData, first map[string][]byte
-	e.eventually("the grid CA and the site certificate", func() (bool, string) {
-		caData, first = e.secretData("grid-ca"), e.secretData("site-cert")
-		return caData != nil && first != nil, "not yet"
-	})
-	ca, err := sitetrust.ParseCA(caData["tls.crt"], caData["tls.key"])
-	require.NoError(t, err, "the generated CA has its key")
+	ca, caData := e.gridCA()
 	assert.Equal(t, caData["tls.crt"], caData["ca.crt"])
+	var first map[string][]byte
+	e.eventually("the site certificate", func() (bool, string) {
+		first = e.secretData("site-cert")
+		return first != nil, "not yet"
+	})
 
 	held, err := sitetrust.ParseHeld(first["tls.crt"], first["tls.key"])
 	require.NoError(t, err)
 	require.NoError(t, sitetrust.CheckSVID(held.Leaf, "east"))
-	assert.Equal(t, pemOf(ca.Cert), first["ca.crt"])
+	assert.Equal(t, sitetrust.EncodeCertificate(ca.Cert), first["ca.crt"])
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 	_, err = held.Leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
@@ -254,21 +253,9 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 
 	// The grid CA reaches site B out of band; B's gateway certificate is
 	// issued from it.
-	var caData map[string][]byte
-	e.eventually("the grid CA", func() (bool, string) {
-		caData = e.secretData("grid-ca")
-		return caData != nil, "not yet"
-	})
-	ca, err := sitetrust.ParseCA(caData["tls.crt"], caData["tls.key"])
-	require.NoError(t, err)
+	ca, caData := e.gridCA()
 	// B's gateway presents a new leaf, and B gossips it.
-	present := func() (pin, chain string) {
-		chainPEM, key, err := ca.Issue("site-b", time.Now(), time.Hour)
-		require.NoError(t, err)
-		leaf, err := stub.PresentSecret(map[string][]byte{"tls.crt": chainPEM, "tls.key": key, "ca.crt": pemOf(ca.Cert)})
-		require.NoError(t, err)
-		return sitetrust.Fingerprint(leaf.Raw), string(chainPEM)
-	}
+	present := func() (pin, chain string) { return presentIssued(t, stub, ca, "site-b") }
 	first, firstChain := present()
 	require.NoError(t, remote.Publish(network.Name, firstChain, remoteProviders))
 
@@ -366,7 +353,30 @@ func (e *env) gridSite(key types.NamespacedName, what string, ok func(*v1alpha1.
 	return &gs
 }
 
-func pemOf(c *x509.Certificate) []byte { return sitetrust.EncodeCertificate(c) }
+// gridCA waits for the grid CA the agent generates, with its key, and
+// returns it and its Secret's data.
+func (e *env) gridCA() (*sitetrust.CA, map[string][]byte) {
+	e.t.Helper()
+	var data map[string][]byte
+	e.eventually("the grid CA", func() (bool, string) {
+		data = e.secretData("grid-ca")
+		return data != nil, "not yet"
+	})
+	ca, err := sitetrust.ParseCA(data["tls.crt"], data["tls.key"])
+	require.NoError(e.t, err, "the generated CA has its key")
+	return ca, data
+}
+
+// presentIssued has gw present a certificate ca issues now for site, and
+// returns its pin and chain.
+func presentIssued(t *testing.T, gw *testgateway.Gateway, ca *sitetrust.CA, site string) (pin, chain string) {
+	t.Helper()
+	chainPEM, key, err := ca.Issue(site, time.Now(), time.Hour)
+	require.NoError(t, err)
+	leaf, err := gw.PresentSecret(map[string][]byte{"tls.crt": chainPEM, "tls.key": key, "ca.crt": sitetrust.EncodeCertificate(ca.Cert)})
+	require.NoError(t, err)
+	return sitetrust.Fingerprint(leaf.Raw), string(chainPEM)
+}
 
 func unsupported(n *v1alpha1.GridNetwork) string {
 	if c := condition(n, "Ready"); c.Reason == controller.ReasonFieldNotSupported {
@@ -391,23 +401,11 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
 	e.create(network)
 	e.startAgent(withSiteTrust("east", time.Hour, time.Second))
-	var caData map[string][]byte
-	e.eventually("the grid CA", func() (bool, string) {
-		caData = e.secretData("grid-ca")
-		return caData != nil, "not yet"
-	})
-	ca, err := sitetrust.ParseCA(caData["tls.crt"], caData["tls.key"])
-	require.NoError(t, err)
+	ca, _ := e.gridCA()
 	gw, err := testgateway.Start("127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(gw.Close)
-	presentAs := func(site string) {
-		chain, key, err := ca.Issue(site, time.Now(), time.Hour)
-		require.NoError(t, err)
-		_, err = gw.PresentSecret(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": pemOf(ca.Cert)})
-		require.NoError(t, err)
-	}
-	presentAs("north")
+	presentIssued(t, gw, ca, "north")
 
 	north := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-north"}, Spec: v1alpha1.GridSiteSpec{
 		GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr},
@@ -418,7 +416,7 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	e.gridSite(key, "Active without pins", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTLSVerified
 	})
-	presentAs("south")
+	presentIssued(t, gw, ca, "south")
 	got := e.gridSite(key, "IdentityMismatch", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonIdentityMismatch
 	})
@@ -461,14 +459,11 @@ func TestTrustMaterialFromACAConfigMap(t *testing.T) {
 	gw, err := testgateway.Start("127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(gw.Close)
-	westChain, westPrivate, err := ca.Issue("west", time.Now(), time.Hour)
-	require.NoError(t, err)
-	leaf, err := gw.PresentSecret(map[string][]byte{"tls.crt": westChain, "tls.key": westPrivate, "ca.crt": caPEM})
-	require.NoError(t, err)
+	westPin, _ := presentIssued(t, gw, ca, "west")
 	west := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-west"}, Spec: v1alpha1.GridSiteSpec{
 		GridNetworkRef:  network.Name,
 		GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr, TLS: &v1alpha1.GatewayTLS{Mode: "Mutual", ServerName: "west.grid.internal"}},
-		Trust:           &v1alpha1.SiteTrust{CanonicalFingerprints: []string{sitetrust.Fingerprint(leaf.Raw)}},
+		Trust:           &v1alpha1.SiteTrust{CanonicalFingerprints: []string{westPin}},
 	}}
 	e.create(west)
 	t.Cleanup(func() { _ = e.admin.Delete(context.Background(), west) })
