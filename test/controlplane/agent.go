@@ -37,3 +37,10 @@ func (cp *ControlPlane) AgentConfig(ctx context.Context, agentNamespace string, 
 	}
 	return cp.ServiceAccountConfig(ctx, agentNamespace, sa)
 }
+
+// AgentTrustSecrets gives agentNamespace/gridsync-agent what the chart's
+// trust.secrets gives it in namespace: get, create and patch on the named
+// grid CA and site certificate Secrets only.
+func (cp *ControlPlane) AgentTrustSecrets(ctx context.Context, agentNamespace, namespace string, names ...string) error {
+	return cp.Grant(ctx, agentNamespace, AgentServiceAccount, "gridsync-agent-trust", namespace, rbac.TrustSecretRules(names...))
+}

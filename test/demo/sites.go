@@ -20,7 +20,6 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testgateway"
 )
@@ -44,8 +43,7 @@ func startSiteAgent(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	}
 	// The chart's trust.secrets: the grid CA and site certificate Secrets,
 	// by name.
-	if err := cp.Grant(ctx, agentNamespace, controlplane.AgentServiceAccount, "gridsync-agent-trust", agentNamespace,
-		rbac.TrustSecretRules("grid-ca", "grid-site-cert")); err != nil {
+	if err := cp.AgentTrustSecrets(ctx, agentNamespace, agentNamespace, "grid-ca", "grid-site-cert"); err != nil {
 		return nil, err
 	}
 	kubeconfig := filepath.Join(work, site+".kubeconfig")
@@ -158,14 +156,15 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 	if err != nil {
 		return stop, err
 	}
+	stopCP := stop
+	stop = func() { gateway.Close(); stopCP() }
 	agent, err := startSiteAgent(ctx, cp, work, binDir, "west-edge", gateway.Addr)
 	if agent != nil {
-		stopCP := stop
+		stopGateway := stop
 		stop = func() {
 			_ = agent.cmd.Process.Kill()
 			_ = agent.cmd.Wait()
-			gateway.Close()
-			stopCP()
+			stopGateway()
 		}
 	}
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
@@ -128,7 +127,7 @@ func TestSiteTrustAcrossThreeSites(t *testing.T) {
 	for i, name := range []string{"site-a", "site-b", "site-c"} {
 		s := newSite(t, clusters[i], name)
 		s.secret("swim-key", map[string][]byte{"key": key})
-		require.NoError(t, s.cp.Grant(ctx, s.agentNS, controlplane.AgentServiceAccount, "trust-secrets", s.resNS, rbac.TrustSecretRules("grid-ca", "site-cert")))
+		require.NoError(t, s.cp.AgentTrustSecrets(ctx, s.agentNS, s.resNS, "grid-ca", "site-cert"))
 		sites = append(sites, s)
 	}
 	a, b, c := sites[0], sites[1], sites[2]

@@ -36,7 +36,6 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testgateway"
@@ -78,7 +77,7 @@ func measure(b *testing.B) {
 	must(b, err)
 	cfg, err := cp.AgentConfig(ctx, agentNS, []string{credNS})
 	must(b, err)
-	must(b, cp.Grant(ctx, agentNS, controlplane.AgentServiceAccount, "trust-secrets", credNS, rbac.TrustSecretRules("grid-ca", "site-cert")))
+	must(b, cp.AgentTrustSecrets(ctx, agentNS, credNS, "grid-ca", "site-cert"))
 
 	must(b, admin.Create(ctx, &v1alpha1.GridNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: network},
