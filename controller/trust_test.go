@@ -20,7 +20,6 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
@@ -32,7 +31,7 @@ import (
 // get, create and patch on the named Secrets of the credential namespace.
 func (e *env) grantTrustSecrets(names ...string) {
 	e.t.Helper()
-	require.NoError(e.t, cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gridsync-agent-trust", e.credNS, rbac.TrustSecretRules(names...)))
+	require.NoError(e.t, cp.AgentTrustSecrets(e.ctx, e.agentNS, e.credNS, names...))
 }
 
 // logOnFailure prints the agent's log when the test failed.
