@@ -23,7 +23,9 @@ import (
 func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	e := newEnv(t)
 	gw := e.gateway("edge", "east")
-	gw.PraxisConfig = &v1alpha1.PraxisConfig{Generate: true}
+	sni := "west.grid.internal"
+	gw.ProviderHopEndpoints = []v1alpha1.ClusterEndpoint{{Cluster: "west", Address: "127.0.0.1:8443",
+		Transport: &v1alpha1.EndpointTransport{Mode: "mutual_tls", SNI: &sni}}}
 	network := e.network(gw)
 	network.Spec.Seeds = []string{"127.0.0.1:7946"}
 	network.Spec.TLS = &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: e.credNS}}
@@ -43,7 +45,7 @@ func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	})
 	ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
 	assert.Equal(t, "False", string(ready.Status))
-	for _, path := range []string{"spec.consumerGateways[" + e.gwNS + "/edge].praxisConfig.generate", "spec.seeds", "spec.tls.swimKeySecretRef"} {
+	for _, path := range []string{"spec.consumerGateways[" + e.gwNS + "/edge].providerHopEndpoints", "spec.seeds", "spec.tls.swimKeySecretRef"} {
 		assert.Contains(t, ready.Message, path)
 	}
 	swim := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionMembership)

@@ -29,6 +29,9 @@ type metrics struct {
 	siteCertificates prometheus.Counter
 	siteProbes       *prometheus.CounterVec
 	probeDuration    prometheus.Histogram
+	// Generated Praxis configs.
+	praxisWrites         *prometheus.CounterVec
+	praxisRenderDuration prometheus.Histogram
 }
 
 // newMetrics registers the controller's metrics; sites (the cache) is
@@ -61,15 +64,27 @@ func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error
 			Help:    "Time of one probe of a remote site's gateway: connect, mutual-TLS handshake, the wait for the gateway's verdict.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		praxisWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gridsync_controller_praxis_config_writes_total",
+			Help: "Generated praxis.yaml ConfigMap writes by outcome: applied, unchanged (the same bytes already stored), failed, refused (not rendered or not ours to write).",
+		}, []string{"outcome"}),
+		praxisRenderDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gridsync_controller_praxis_config_render_duration_seconds",
+			Help:    "Time to render one gateway's praxis.yaml.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
 	}
 	for _, o := range []string{publishApplied, publishUnchanged, publishDeleted, publishFailed, publishRefused} {
 		m.publishes.WithLabelValues(o)
+	}
+	for _, o := range []string{publishApplied, publishUnchanged, publishFailed, publishRefused} {
+		m.praxisWrites.WithLabelValues(o)
 	}
 	for _, k := range []string{"GridNetwork", "InferenceProvider", "GridSite"} {
 		m.statusWrites.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.publishes, m.statusWrites, m.renderDuration,
-		m.siteCertificates, m.siteProbes, m.probeDuration, sitePhases{sites}} {
+		m.siteCertificates, m.siteProbes, m.probeDuration, sitePhases{sites}, m.praxisWrites, m.praxisRenderDuration} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

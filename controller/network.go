@@ -29,6 +29,7 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/assess"
+	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
@@ -162,7 +163,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if swim.keyFailed {
 		// The reconcile stops at the key: nothing announced, nothing
 		// published, the overlays keep what they had.
-		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, &network, network.Status.OverlayStatus, swim, identity)
+		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, &network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, swim, identity)
 	}
 	remote, err := r.remoteProviders(ctx, network.Name, swim.view)
 	if err != nil {
@@ -174,11 +175,32 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 		previous[types.NamespacedName{Namespace: s.Namespace, Name: s.GatewayName}] = s
 	}
 	var statuses []v1alpha1.GatewayOverlayStatus
+	var praxis []v1alpha1.PraxisConfigStatus
 	var firstErr error
+	var pin *praxisInputs
 	gws := gateways(&network)
 	for _, gw := range gws {
 		gwKey := types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}
-		st, err := r.publish(ctx, &network, gw, providers, remote, previous[gwKey])
+		renderStart := time.Now()
+		overlay := render.Overlay(network.Name, gw, providers, remote...)
+		renderTime := time.Since(renderStart)
+		hold := false
+		// A generated Praxis config decides which candidates the gateway
+		// can reach (those without an endpoint are withdrawn) and whether
+		// a credential-bearing revision may reach it yet.
+		if spec := praxisSpec(&network, gw); spec != nil {
+			if pin == nil {
+				in := newPraxisInputs(&network, items)
+				pin = &in
+			}
+			pc, err := r.reconcilePraxisConfig(ctx, &network, gw, spec, overlay, *pin)
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			praxis = append(praxis, pc.status)
+			overlay, hold = pc.overlay, pc.hold
+		}
+		st, err := r.publish(ctx, &network, gw, overlay, hold, renderTime, previous[gwKey])
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -198,7 +220,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if err := r.syncGridSites(ctx, &network, swim.view); err != nil && firstErr == nil {
 		firstErr = err
 	}
-	if err := r.writeStatus(ctx, &network, statuses, swim, identity); err != nil && firstErr == nil {
+	if err := r.writeStatus(ctx, &network, statuses, praxis, swim, identity); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	var renew time.Duration
@@ -315,7 +337,13 @@ func (c *common) assess(p *v1alpha1.InferenceProvider, secrets assess.Secrets) (
 // publish renders and publishes one gateway's overlay and returns its
 // status entry. A failure is reported in the entry; the error is for a
 // retry.
-func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, providers []render.Provider, remote []render.Remote, prev v1alpha1.GatewayOverlayStatus) (v1alpha1.GatewayOverlayStatus, error) {
+//
+// hold keeps a credential-bearing revision from the gateway: the stored
+// overlay stays, and the entry says why. renderTime is how long rendering
+// the overlay took, for the render metric.
+func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, overlay envelope.Overlay, hold bool,
+	renderTime time.Duration, prev v1alpha1.GatewayOverlayStatus,
+) (v1alpha1.GatewayOverlayStatus, error) {
 	name := envelope.ConfigMapName(network.Name, gw.Name)
 	st := v1alpha1.GatewayOverlayStatus{
 		GatewayName: gw.Name, Namespace: gw.Namespace, ConfigMapName: name,
@@ -331,7 +359,6 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	}
 
 	start := time.Now()
-	overlay := render.Overlay(network.Name, gw, providers, remote...)
 	scope := envelope.Scope{Network: network.Name, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.Site}
 	renderedAt := r.opts.Now()
 	doc, revision, err := envelope.Build(overlay, scope, envelope.Provenance{
@@ -343,7 +370,7 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	if err == nil {
 		bare, err = envelope.BareOverlay(overlay)
 	}
-	r.metrics.renderDuration.Observe(time.Since(start).Seconds())
+	r.metrics.renderDuration.Observe((renderTime + time.Since(start)).Seconds())
 	if err != nil {
 		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
 		return fail(ReasonRenderFailed, err.Error()), nil
@@ -388,6 +415,16 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 			st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
 			return st, nil
 		}
+	}
+	if hold {
+		// What the gateway holds stays: the previous entry's revision.
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		held := prev
+		held.ObservedGeneration, held.Phase = network.Generation, v1alpha1.OverlayError
+		held.Reason = praxisconfig.ReasonProjectedCredentialsUnsupported
+		held.Message = fmt.Sprintf("revision %s carries credentials and praxisConfig.supportsProjectedCredentials is false: the previous revision stays", revision)
+		held.GatewayName, held.Namespace, held.ConfigMapName = gw.Name, gw.Namespace, name
+		return held, nil
 	}
 
 	apply := corev1ac.ConfigMap(name, gw.Namespace).
@@ -635,10 +672,13 @@ func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, name
 }
 
 // writeStatus writes the network's status when it differs.
-func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus, swim membershipOutcome, identity identityOutcome) error {
+func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
+	praxis []v1alpha1.PraxisConfigStatus, swim membershipOutcome, identity identityOutcome,
+) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
 	next.OverlayStatus = overlays
+	next.PraxisConfigStatus = praxis
 	next.GatewayCount = int32(len(overlays))
 	next.DistributedCount = 0
 	var failing []string
@@ -647,6 +687,11 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 			next.DistributedCount++
 		} else {
 			failing = append(failing, o.Namespace+"/"+o.GatewayName+": "+o.Reason)
+		}
+	}
+	for _, p := range praxis {
+		if p.Phase != praxisRendered {
+			failing = append(failing, p.Namespace+"/"+p.GatewayName+" praxisConfig: "+p.Reason)
 		}
 	}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllOverlaysDistributed",
@@ -742,14 +787,12 @@ const ReasonFieldNotSupported = "FieldNotSupported"
 const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
 
 // unsupportedFields lists the paths of the fields a network sets that
-// this release does not act on yet (Praxis config generation).
+// this release does not act on yet (the embedded gateway's provider-hop
+// endpoints).
 func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 	var out []string
 	for _, g := range n.Spec.ConsumerGateways {
 		at := fmt.Sprintf("spec.consumerGateways[%s/%s]", g.Namespace, g.Name)
-		if g.PraxisConfig != nil && g.PraxisConfig.Generate {
-			out = append(out, at+".praxisConfig.generate")
-		}
 		if len(g.ProviderHopEndpoints) > 0 {
 			out = append(out, at+".providerHopEndpoints")
 		}

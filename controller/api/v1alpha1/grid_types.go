@@ -128,13 +128,13 @@ type PraxisConfig struct {
 	// +optional
 	// +kubebuilder:default=/etc/praxis/tls
 	TLSCertMountPath string `json:"tlsCertMountPath,omitempty"`
-	// Telemetry adds process-level OTLP settings to the generated config.
+	// Telemetry adds process-level OTLP settings and the trace_context
+	// filter to the generated config. Collector headers are not a field:
+	// they are credentials, set on the gateway as
+	// OTEL_EXPORTER_OTLP_HEADERS from a Secret.
 	//
 	// +optional
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
-	Telemetry *runtime.RawExtension `json:"telemetry,omitempty"`
+	Telemetry *GatewayTelemetry `json:"telemetry,omitempty"`
 	// MountReconciliation delegates the gateway Deployment's Secret mounts.
 	//
 	// +optional
@@ -142,6 +142,46 @@ type PraxisConfig struct {
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=object
 	MountReconciliation *runtime.RawExtension `json:"mountReconciliation,omitempty"`
+}
+
+// GatewayTelemetry is the OpenTelemetry export of a generated Praxis
+// config, written at the config's root.
+type GatewayTelemetry struct {
+	// OTLPEndpoint is the collector, http(s)://host[:port][/path]; empty
+	// leaves it to OTEL_EXPORTER_OTLP_ENDPOINT on the gateway.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^(|https?://[^/?#@\s]+(:[0-9]+)?(/[^\s?#]*)?)$`
+	OTLPEndpoint string `json:"otlpEndpoint,omitempty"`
+	// SamplingRate is the root spans' sampling probability, 0 to 1.
+	//
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1
+	SamplingRate *float64 `json:"samplingRate,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^.*\S.*$`
+	ServiceName string `json:"serviceName,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^.*\S.*$`
+	ServiceVersion string `json:"serviceVersion,omitempty"`
+	// Environment is the deployment.environment resource attribute.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^.*\S.*$`
+	Environment string `json:"environment,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=300
+	BatchIntervalSecs *int64 `json:"batchIntervalSecs,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	BatchSize *int64 `json:"batchSize,omitempty"`
 }
 
 // ClusterEndpoint is where a load_balancer cluster is reached.

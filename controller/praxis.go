@@ -1,0 +1,284 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/praxisconfig"
+	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// Phases of a gateway's praxisConfigStatus.
+const (
+	praxisRendered = "Rendered"
+	praxisError    = "Error"
+)
+
+// praxisOutcome is one gateway's generated Praxis config.
+type praxisOutcome struct {
+	status v1alpha1.PraxisConfigStatus
+	// overlay is what the gateway's overlay becomes: the rendered one less
+	// the withdrawn candidates. Unchanged when the render failed.
+	overlay envelope.Overlay
+	// hold: this overlay revision carries a credential the gateway has not
+	// attested it can inject from projected files; it must not be
+	// published.
+	hold bool
+}
+
+// praxisInputs are a network's inputs to every gateway's config, gathered
+// once per reconcile.
+type praxisInputs struct {
+	providers []praxisconfig.Provider
+	// localNames are the local providers' names: the site their
+	// candidates carry in this release.
+	localNames map[string]bool
+	gridCA     *praxisconfig.SecretRef
+	site       *praxisconfig.SecretRef
+}
+
+func newPraxisInputs(network *v1alpha1.GridNetwork, items []v1alpha1.InferenceProvider) praxisInputs {
+	in := praxisInputs{localNames: make(map[string]bool, len(items))}
+	for i := range items {
+		p := &items[i]
+		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		id := p.Spec.ClusterName
+		if id == "" {
+			id = p.Name
+		}
+		in.providers = append(in.providers, praxisconfig.Provider{Identity: id, Name: p.Name, Endpoint: p.Spec.Endpoint})
+		in.localNames[p.Name] = true
+	}
+	if tls := network.Spec.TLS; tls != nil {
+		if ref := tls.CASecretRef; ref != nil {
+			in.gridCA = &praxisconfig.SecretRef{Namespace: ref.Namespace, Name: ref.Name}
+		}
+		if ref := tls.SiteSecretRef; ref != nil {
+			in.site = &praxisconfig.SecretRef{Namespace: ref.Namespace, Name: ref.Name}
+		}
+	}
+	return in
+}
+
+// praxisSpec is the praxisConfig of a gateway when it asks for generation.
+func praxisSpec(network *v1alpha1.GridNetwork, gw render.Gateway) *v1alpha1.PraxisConfig {
+	for i := range network.Spec.ConsumerGateways {
+		g := &network.Spec.ConsumerGateways[i]
+		if g.Name == gw.Name && g.Namespace == gw.Namespace {
+			if g.PraxisConfig != nil && g.PraxisConfig.Generate {
+				return g.PraxisConfig
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// reconcilePraxisConfig renders and applies one gateway's praxis.yaml and
+// its mount-requirements document. A render that fails keeps the last
+// applied ConfigMap, and the overlay as rendered; the error returned is
+// for a retry.
+func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway,
+	spec *v1alpha1.PraxisConfig, overlay envelope.Overlay, in praxisInputs,
+) (praxisOutcome, error) {
+	name := praxisconfig.ConfigMapName(*spec)
+	out := praxisOutcome{overlay: overlay, status: v1alpha1.PraxisConfigStatus{
+		GatewayName: gw.Name, Namespace: gw.Namespace, ConfigMapName: name, ObservedGeneration: network.Generation,
+	}}
+	failed := func(reason, message string) praxisOutcome {
+		out.status.Phase, out.status.Reason, out.status.Message = praxisError, reason, message
+		r.opts.Logger.Info("praxis_config_failed", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+			"config_map", name, "reason", reason, "message", message)
+		return out
+	}
+	if !r.opts.watches(gw.Namespace) {
+		r.metrics.praxisWrites.WithLabelValues(publishRefused).Inc()
+		return failed(praxisconfig.ReasonPraxisConfigApplyFailed, fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace)), nil
+	}
+
+	start := time.Now()
+	input := praxisconfig.Input{
+		Network: network.Name, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.Site,
+		Spec: *spec, Candidates: overlay.Candidates, Providers: in.providers, GridCA: in.gridCA, Site: in.site,
+		FinalHop: func(site string) bool { return site == gw.Site || in.localNames[site] },
+	}
+	res, err := praxisconfig.Render(input)
+	var doc []byte
+	if err == nil {
+		doc, err = praxisconfig.Requirements(input, res)
+	}
+	elapsed := time.Since(start)
+	r.metrics.praxisRenderDuration.Observe(elapsed.Seconds())
+	r.opts.Logger.Debug("praxis_config_rendered", "network", network.Name, "gateway", gw.Name,
+		"duration_ms", float64(elapsed.Microseconds())/1000, "error", errString(err))
+	if err != nil {
+		r.metrics.praxisWrites.WithLabelValues(publishRefused).Inc()
+		reason, message := praxisconfig.ReasonPraxisConfigRenderFailed, err.Error()
+		if e := (*praxisconfig.Error)(nil); errors.As(err, &e) {
+			reason, message = e.Reason, e.Message
+		}
+		// The gateway keeps running the last applied config: its overlay
+		// names only the clusters that config can reach.
+		if reach, withdrew, err := r.lastAppliedReach(ctx, types.NamespacedName{Namespace: gw.Namespace, Name: name}, overlay.Candidates); err != nil {
+			message += "; " + err.Error()
+		} else if reach != nil {
+			out.overlay.Candidates = reach
+			if len(withdrew) > 0 {
+				message += "; until it renders, withdrew the clusters the last applied config does not have: " + joinLimited(withdrew, 5)
+			}
+		}
+		return failed(reason, message), nil
+	}
+	out.overlay.Candidates = res.Candidates
+	out.hold = res.HoldCredentials
+
+	labels := map[string]string{
+		envelope.LabelManagedBy: r.opts.Producer,
+		envelope.LabelGateway:   gw.Name,
+		envelope.LabelNetwork:   network.Name,
+	}
+	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
+	wrote, err := r.applyManaged(ctx, key, labels, network.Name, gw.Name, map[string]string{praxisconfig.DataKey: string(res.YAML)})
+	if err != nil {
+		r.metrics.praxisWrites.WithLabelValues(publishFailed).Inc()
+		return failed(praxisconfig.ReasonPraxisConfigApplyFailed, err.Error()), err
+	}
+	outcome := publishUnchanged
+	if wrote {
+		outcome = publishApplied
+		r.opts.Logger.Info("praxis_config_applied", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+			"config_map", name, "clusters", res.Clusters, "withdrawn", len(res.Withdrawn))
+	}
+	r.metrics.praxisWrites.WithLabelValues(outcome).Inc()
+	reqKey := types.NamespacedName{Namespace: gw.Namespace, Name: praxisconfig.RequirementsConfigMapName(name)}
+	if _, err := r.applyManaged(ctx, reqKey, labels, network.Name, gw.Name, map[string]string{praxisconfig.RequirementsKey: string(doc)}); err != nil {
+		return failed(praxisconfig.ReasonPraxisConfigApplyFailed, err.Error()), err
+	}
+
+	msg := fmt.Sprintf("consumer config rendered and applied to %s/%s: %d clusters", gw.Namespace, name, res.Clusters)
+	for _, w := range res.Withdrawn {
+		msg += fmt.Sprintf("; withdrew cluster %s (%s): %s", w.Cluster, strings.Join(w.Models, ", "), w.Why)
+	}
+	if missing := r.missingMounts(ctx, res.Requirements); len(missing) > 0 {
+		msg += "; Secrets the config reads that are not there yet: " + joinLimited(missing, 5)
+	}
+	out.status.Phase, out.status.Message = praxisRendered, msg
+	if out.hold {
+		out.status.Phase, out.status.Reason = praxisError, praxisconfig.ReasonProjectedCredentialsUnsupported
+		out.status.Message = msg + "; the overlay revision that carries credentials is held until supportsProjectedCredentials is true " +
+			"(set it once the gateway runs this config with the credential Secrets mounted)"
+	}
+	return out, nil
+}
+
+// missingMounts checks the Secrets a config reads (get only): which are
+// absent or lack a key. Secrets in a namespace the agent does not read
+// cannot be checked and are named so.
+func (r *networkReconciler) missingMounts(ctx context.Context, reqs []praxisconfig.Requirement) []string {
+	secrets := newSecretReader(ctx, r.api)
+	var missing []string
+	for _, req := range reqs {
+		ns, name := req.Secret.Namespace, req.Secret.Name
+		if !r.opts.watches(ns) {
+			missing = append(missing, fmt.Sprintf("%s/%s (namespace not readable by the agent)", ns, name))
+			continue
+		}
+		shape, found, err := secrets.SecretShape(ns, name)
+		switch {
+		case err != nil:
+			missing = append(missing, fmt.Sprintf("%s/%s (%s)", ns, name, apiFailure(err, "get", "Secret")))
+		case !found:
+			missing = append(missing, fmt.Sprintf("%s/%s", ns, name))
+		default:
+			for _, it := range req.Items {
+				if _, ok := shape[it.Key]; !ok {
+					missing = append(missing, fmt.Sprintf("%s/%s key %s", ns, name, it.Key))
+				}
+			}
+		}
+	}
+	return missing
+}
+
+// applyManaged writes a ConfigMap the agent manages for a network's
+// gateway when its data or labels differ, and reports whether it wrote.
+// It refuses a ConfigMap made by somebody else (the Grid operator's are
+// taken over) or held by another network or gateway.
+func (r *networkReconciler) applyManaged(ctx context.Context, key types.NamespacedName, labels map[string]string,
+	network, gateway string, data map[string]string,
+) (bool, error) {
+	var current corev1.ConfigMap
+	var adopt *corev1.ConfigMap
+	switch err := r.api.Get(ctx, key, &current); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return false, fmt.Errorf("get ConfigMap %s: %w", key, err)
+	case current.Labels[envelope.LabelManagedBy] != r.opts.Producer && !adoptable(&current):
+		return false, fmt.Errorf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.opts.Producer)
+	default:
+		if holder, ok := claimedByAnother(&current, network, gateway); ok {
+			return false, fmt.Errorf("ConfigMap %s is held by %s; network %s gateway %s names the same ConfigMap: give one of them another configMapName",
+				key, holder, network, gateway)
+		}
+		if current.Labels[envelope.LabelManagedBy] != r.opts.Producer {
+			adopt = &current
+		} else if hasAll(current.Labels, labels) && hasAll(current.Data, data) {
+			return false, nil
+		}
+	}
+	apply := corev1ac.ConfigMap(key.Name, key.Namespace).WithLabels(labels).WithData(data)
+	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+		return false, fmt.Errorf("apply ConfigMap %s: %w", key, err)
+	}
+	if adopt != nil {
+		if err := r.dropLegacyMetadata(ctx, adopt); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+// lastAppliedReach filters candidates to the clusters of the config
+// stored in the ConfigMap, and names the clusters left out. It returns nil
+// candidates when there is no config of this agent's there (the gateway
+// runs one of its own).
+func (r *networkReconciler) lastAppliedReach(ctx context.Context, key types.NamespacedName, candidates []envelope.Candidate) ([]envelope.Candidate, []string, error) {
+	var cm corev1.ConfigMap
+	switch err := r.api.Get(ctx, key, &cm); {
+	case apierrors.IsNotFound(err):
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("get ConfigMap %s: %w", key, err)
+	}
+	if cm.Labels[envelope.LabelManagedBy] != r.opts.Producer {
+		return nil, nil, nil
+	}
+	clusters, err := praxisconfig.AppliedClusters([]byte(cm.Data[praxisconfig.DataKey]))
+	if err != nil {
+		return nil, nil, fmt.Errorf("the last applied config of %s does not parse", key)
+	}
+	kept := []envelope.Candidate{}
+	var withdrew []string
+	for _, c := range candidates {
+		if clusters[c.Cluster] {
+			kept = append(kept, c)
+		} else if !slices.Contains(withdrew, c.Cluster) {
+			withdrew = append(withdrew, c.Cluster)
+		}
+	}
+	return kept, withdrew, nil
+}
