@@ -746,13 +746,15 @@ func Requirements(in Input, res Result) ([]byte, error) {
 // package rendered earlier (the last applied one), so that while a new
 // render fails the gateway's overlay names only clusters the config it
 // runs can reach.
-func AppliedClusters(doc []byte) (map[string]bool, error) {
+// It returns each cluster's endpoints.
+func AppliedClusters(doc []byte) (map[string][]string, error) {
 	var cfg struct {
 		FilterChains []struct {
 			Filters []struct {
 				Filter   string `yaml:"filter"`
 				Clusters []struct {
-					Name string `yaml:"name"`
+					Name      string   `yaml:"name"`
+					Endpoints []string `yaml:"endpoints"`
 				} `yaml:"clusters"`
 			} `yaml:"filters"`
 		} `yaml:"filter_chains"`
@@ -760,14 +762,14 @@ func AppliedClusters(doc []byte) (map[string]bool, error) {
 	if err := yaml.Unmarshal(doc, &cfg); err != nil {
 		return nil, err
 	}
-	out := map[string]bool{}
+	out := map[string][]string{}
 	for _, chain := range cfg.FilterChains {
 		for _, f := range chain.Filters {
 			if f.Filter != "load_balancer" {
 				continue
 			}
 			for _, c := range f.Clusters {
-				out[c.Name] = true
+				out[c.Name] = c.Endpoints
 			}
 		}
 	}
