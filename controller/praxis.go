@@ -74,6 +74,15 @@ func newPraxisInputs(network *v1alpha1.GridNetwork, items []v1alpha1.InferencePr
 	return in
 }
 
+// praxisInputFor is what one gateway's config is rendered from.
+func praxisInputFor(network *v1alpha1.GridNetwork, gw render.Gateway, spec *v1alpha1.PraxisConfig, overlay envelope.Overlay, in praxisInputs) praxisconfig.Input {
+	return praxisconfig.Input{
+		Network: network.Name, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.Site,
+		Spec: *spec, Candidates: overlay.Candidates, Providers: in.providers, GridCA: in.gridCA, Site: in.site,
+		FinalHop: func(site string) bool { return site == gw.Site || in.localNames[site] },
+	}
+}
+
 // praxisSpec is the praxisConfig of a gateway when it asks for generation.
 func praxisSpec(network *v1alpha1.GridNetwork, gw render.Gateway) *v1alpha1.PraxisConfig {
 	for i := range network.Spec.ConsumerGateways {
@@ -111,11 +120,7 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 	}
 
 	start := time.Now()
-	input := praxisconfig.Input{
-		Network: network.Name, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.Site,
-		Spec: *spec, Candidates: overlay.Candidates, Providers: in.providers, GridCA: in.gridCA, Site: in.site,
-		FinalHop: func(site string) bool { return site == gw.Site || in.localNames[site] },
-	}
+	input := praxisInputFor(network, gw, spec, overlay, in)
 	res, err := praxisconfig.Render(input)
 	var doc []byte
 	if err == nil {
@@ -274,7 +279,7 @@ func (r *networkReconciler) lastAppliedReach(ctx context.Context, key types.Name
 	kept := []envelope.Candidate{}
 	var withdrew []string
 	for _, c := range candidates {
-		if clusters[c.Cluster] {
+		if _, ok := clusters[c.Cluster]; ok {
 			kept = append(kept, c)
 		} else if !slices.Contains(withdrew, c.Cluster) {
 			withdrew = append(withdrew, c.Cluster)

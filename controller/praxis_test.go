@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,25 +56,9 @@ func (e *env) praxisYAML(name string, ok func(string) bool) *corev1.ConfigMap {
 // loadBalancerClusters reads the clusters of a generated config.
 func loadBalancerClusters(t *testing.T, doc string) map[string][]string {
 	t.Helper()
-	var cfg struct {
-		FilterChains []struct {
-			Filters []struct {
-				Filter   string `yaml:"filter"`
-				Clusters []struct {
-					Name      string   `yaml:"name"`
-					Endpoints []string `yaml:"endpoints"`
-				} `yaml:"clusters"`
-			} `yaml:"filters"`
-		} `yaml:"filter_chains"`
-	}
-	require.NoError(t, yaml.Unmarshal([]byte(doc), &cfg))
-	out := map[string][]string{}
-	for _, f := range cfg.FilterChains[0].Filters {
-		for _, c := range f.Clusters {
-			out[c.Name] = c.Endpoints
-		}
-	}
-	return out
+	clusters, err := praxisconfig.AppliedClusters([]byte(doc))
+	require.NoError(t, err)
+	return clusters
 }
 
 // Generation on a real API server with the agent's RBAC: the config and
@@ -291,7 +274,9 @@ func TestPraxisConfigMapOwnership(t *testing.T) {
 	e.create(network)
 	e.startAgent()
 	e.praxisStatus(network, "first", func(s v1alpha1.PraxisConfigStatus) bool { return s.Phase == "Rendered" })
-	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.ConsumerGateways = append(n.Spec.ConsumerGateways, second, third) })
+	update(e, network, func(n *v1alpha1.GridNetwork) {
+		n.Spec.ConsumerGateways = append(n.Spec.ConsumerGateways, second, third)
+	})
 	st := e.praxisStatus(network, "second", func(s v1alpha1.PraxisConfigStatus) bool { return s.Phase == "Error" })
 	assert.Equal(t, praxisconfig.ReasonPraxisConfigApplyFailed, st.Reason)
 	assert.Contains(t, st.Message, "configMapName")
