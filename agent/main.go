@@ -41,6 +41,9 @@ var version = "dev"
 const shutdownGrace = 2 * time.Second
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == renderCommand {
+		os.Exit(renderPraxisConfig(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
 
