@@ -61,6 +61,54 @@ var gatewayCases = []valueCase{
 		return v
 	}()},
 	{name: "defaults", release: "praxis", namespace: "gw-defaults", values: map[string]any{}},
+	{name: "generated-config", release: "praxis", namespace: "gw-generated", values: func() map[string]any {
+		v := sidecarValues(nil)
+		v["praxisConfig"] = map[string]any{
+			"source": "operator", "operator": map[string]any{"configMapName": "edge-praxis"},
+			"credentialSecrets": []string{"openai-token", "anthropic-token"}, "backendCASecrets": []string{"api-provider-ca"},
+		}
+		return v
+	}()},
+}
+
+// praxisConfig.source operator: the generated ConfigMap is the gateway's
+// /etc/praxis folder (never a subPath), credential Secrets sit at the
+// generated table's <mount>/<namespace>/<name> and CA bundles where tls
+// endpoints read them; with config.existingConfigMap as well the chart
+// refuses to pick one.
+func TestGatewayChartMountsTheGeneratedConfig(t *testing.T) {
+	c := gatewayCases[len(gatewayCases)-1]
+	d := deploymentOf(t, render(t, gatewayChart, c))
+	pod := d.Spec.Template.Spec
+	mounts := map[string]corev1.VolumeMount{}
+	for _, ctr := range pod.Containers {
+		if ctr.Name == "praxis" {
+			for _, m := range ctr.VolumeMounts {
+				mounts[m.Name] = m
+			}
+		}
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	config := mounts["config"]
+	assert.Equal(t, "/etc/praxis", config.MountPath)
+	assert.Empty(t, config.SubPath)
+	require.NotNil(t, volumes["config"].ConfigMap)
+	assert.Equal(t, "edge-praxis", volumes["config"].ConfigMap.Name)
+	assert.Equal(t, []corev1.KeyToPath{{Key: "praxis.yaml", Path: "praxis.yaml"}}, volumes["config"].ConfigMap.Items)
+	assert.Equal(t, "/run/secrets/grid-credentials/gw-generated/openai-token", mounts["grid-credential-0"].MountPath)
+	assert.Equal(t, "anthropic-token", volumes["grid-credential-1"].Secret.SecretName)
+	assert.Equal(t, "/run/secrets/grid-backend-ca/api-provider-ca", mounts["grid-backend-ca-0"].MountPath)
+	for _, m := range mounts {
+		assert.True(t, m.ReadOnly, m.Name)
+	}
+
+	both := map[string]any{"praxisConfig": map[string]any{"source": "operator"}, "config": map[string]any{"existingConfigMap": "hand-written"}}
+	_, err := runHelm(t, both, "template", "x", chartDir(gatewayChart), "--kube-version", kubeVersion)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "set one")
 }
 
 func TestGatewayChartLintsAndMatchesItsGoldenFiles(t *testing.T) {
@@ -228,6 +276,7 @@ func TestGatewayChartRefusesValuesOutsideItsSchema(t *testing.T) {
 		"a typo at the top level":     {"typoField": true},
 		"a typo in an upstream key":   {"service": map[string]any{"prot": 8080}},
 		"an invalid digest":           {"image": map[string]any{"digest": "invalid"}},
+		"an unknown config source":    {"praxisConfig": map[string]any{"source": "operatr"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := runHelm(t, values, "template", "x", chartDir(gatewayChart), "--kube-version", kubeVersion)
