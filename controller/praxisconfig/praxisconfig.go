@@ -12,7 +12,6 @@
 package praxisconfig
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,7 +24,7 @@ import (
 	"strconv"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
@@ -222,15 +221,21 @@ func Render(in Input) (Result, error) {
 	// Every candidate's cluster needs an endpoint: with deriveTopology a
 	// candidate without one is withdrawn from this gateway's routes, and
 	// without it the render fails.
-	var kept []envelope.Candidate
+	// kept shares the input until a candidate is withdrawn.
+	kept := in.Candidates
 	withdrawn := map[string]*Withdrawal{}
-	for _, c := range in.Candidates {
+	for i, c := range in.Candidates {
 		if strings.TrimSpace(c.Cluster) == "" {
 			return Result{}, fail(ReasonPraxisConfigRenderFailed, "candidate %s at site %s has a blank cluster", c.Name, c.Site)
 		}
 		if _, ok := endpoints[c.Cluster]; ok {
-			kept = append(kept, c)
+			if len(withdrawn) > 0 {
+				kept = append(kept, c)
+			}
 			continue
+		}
+		if len(withdrawn) == 0 {
+			kept = append(make([]envelope.Candidate, 0, len(in.Candidates)), in.Candidates[:i]...)
 		}
 		if spec.DeriveTopology == nil {
 			return Result{}, fail(ReasonMissingClusterEndpoint,
@@ -249,11 +254,11 @@ func Render(in Input) (Result, error) {
 			w.Models = append(w.Models, c.Name)
 		}
 	}
-	if len(endpoints) == 0 {
-		return Result{}, fail(ReasonMissingClusterEndpoint, "the gateway has no cluster endpoints: a config needs at least one clusterEndpoints entry (or a derivable provider) to route to")
-	}
 	if kept == nil {
 		kept = []envelope.Candidate{}
+	}
+	if len(endpoints) == 0 {
+		return Result{}, fail(ReasonMissingClusterEndpoint, "the gateway has no cluster endpoints: a config needs at least one clusterEndpoints entry (or a derivable provider) to route to")
 	}
 
 	telemetry, err := renderTelemetry(spec.Telemetry)
@@ -274,7 +279,7 @@ func Render(in Input) (Result, error) {
 	}
 	slices.SortFunc(clusters, func(a, b endpoint) int { return cmp.Compare(a.cluster, b.cluster) })
 	reqs := newRequirements()
-	lb := loadBalancerFilter{Filter: "load_balancer"}
+	lb := loadBalancerFilter{}
 	for _, e := range clusters {
 		lb.Clusters = append(lb.Clusters, renderCluster(e, spec.TLSCertMountPath, in, reqs))
 		if e.transport.Mode == modeMutualTLS {
@@ -292,20 +297,19 @@ func Render(in Input) (Result, error) {
 		// An empty table that resolves the selected reference under the
 		// projected root at request time: a later credential-bearing
 		// revision cannot bypass injection.
-		inject = &credentialInjectFilter{Filter: "credential_inject", Credentials: []credentialEntry{}, ProjectedCredentialMountBase: spec.CredentialMountPath}
+		inject = &credentialInjectFilter{Credentials: []credentialEntry{}, ProjectedCredentialMountBase: spec.CredentialMountPath}
 		res.HoldCredentials = held && !spec.SupportsProjectedCredentials
 	case len(credentials) > 0:
-		inject = &credentialInjectFilter{Filter: "credential_inject", Credentials: credentials}
+		inject = &credentialInjectFilter{Credentials: credentials}
 	}
 
-	var filters []any
+	var filters []filter
 	if telemetry != nil {
-		filters = append(filters, traceContextFilter{Filter: "trace_context"})
+		filters = append(filters, traceContextFilter{})
 	}
 	filters = append(filters,
-		jsonBodyFieldFilter{Filter: "json_body_field", Field: "model", Header: ModelHeader},
+		jsonBodyFieldFilter{Field: "model", Header: ModelHeader},
 		intelligentRouteFilter{
-			Filter:      "intelligent_route",
 			ModelHeader: ModelHeader,
 			OverlayFile: OverlayFile,
 			ExpectedOverlayScope: overlayScope{
@@ -329,19 +333,14 @@ func Render(in Input) (Result, error) {
 		Admin:               admin{Address: AdminAddress},
 		ShutdownTimeoutSecs: ShutdownTimeoutSecs,
 	}
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(doc); err != nil {
-		return Result{}, fail(ReasonPraxisConfigRenderFailed, "encode praxis.yaml: %v", err)
-	}
-	if err := enc.Close(); err != nil {
-		return Result{}, fail(ReasonPraxisConfigRenderFailed, "encode praxis.yaml: %v", err)
-	}
 	if err := reqs.err; err != nil {
 		return Result{}, err
 	}
-	res.YAML = append([]byte(header(in)), buf.Bytes()...)
+	var w writer
+	w.buf.Grow(1024 + 256*len(clusters) + 192*len(credentials))
+	w.buf.WriteString(header(in))
+	doc.write(&w)
+	res.YAML = w.buf.Bytes()
 	res.Requirements = reqs.list()
 	return res, nil
 }
@@ -751,15 +750,15 @@ func AppliedClusters(doc []byte) (map[string][]string, error) {
 	var cfg struct {
 		FilterChains []struct {
 			Filters []struct {
-				Filter   string `yaml:"filter"`
+				Filter   string `json:"filter"`
 				Clusters []struct {
-					Name      string   `yaml:"name"`
-					Endpoints []string `yaml:"endpoints"`
-				} `yaml:"clusters"`
-			} `yaml:"filters"`
-		} `yaml:"filter_chains"`
+					Name      string   `json:"name"`
+					Endpoints []string `json:"endpoints"`
+				} `json:"clusters"`
+			} `json:"filters"`
+		} `json:"filter_chains"`
 	}
-	if err := yaml.Unmarshal(doc, &cfg); err != nil {
+	if err := sigsyaml.Unmarshal(doc, &cfg); err != nil {
 		return nil, err
 	}
 	out := map[string][]string{}

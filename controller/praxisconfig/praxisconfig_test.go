@@ -403,6 +403,23 @@ func TestScalarsStayStrings(t *testing.T) {
 	assert.False(t, strings.Contains(string(res.YAML), "\nc:"), "a name never opens a key")
 }
 
+// A sampling rate of 1 is written as a float, 1.0, as Praxis reads it.
+func TestFloatsStayFloats(t *testing.T) {
+	in := input(v1alpha1.PraxisConfig{ClusterEndpoints: []v1alpha1.ClusterEndpoint{plain("a", "a:1")},
+		Telemetry: &v1alpha1.GatewayTelemetry{SamplingRate: ptr(1.0)}}, nil)
+	res, err := praxisconfig.Render(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(res.YAML), "\n  sampling_rate: 1.0\n")
+	p := parsePraxis(t, res.YAML)
+	assert.Equal(t, 1.0, *p.file.Telemetry.SamplingRate)
+
+	in.Spec.Telemetry = &v1alpha1.GatewayTelemetry{}
+	res, err = praxisconfig.Render(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(res.YAML), "\ntelemetry: {}\n", "telemetry asked for with no settings: the block and trace_context, nothing else")
+	assert.Equal(t, []string{"trace_context", "json_body_field", "intelligent_route", "load_balancer"}, parsePraxis(t, res.YAML).order)
+}
+
 func TestRequirementsConfigMapName(t *testing.T) {
 	// The reference's rule (the first 16 hex of SHA-256 of the config's
 	// ConfigMap name), computed here by sha256sum: a tool that follows the
