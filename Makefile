@@ -97,6 +97,7 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	@# leaves a thousand objects behind for the API server to keep busy with.
 	$(GO) test -run '^$$' -bench Delivery -benchtime 1x -timeout 30m ./test/bench
 	$(GO) test -run '^$$' -bench Controller -benchtime 1x -timeout 30m ./test/bench
+	$(GO) test -run '^$$' -bench PraxisConfig -benchtime 1x -timeout 30m ./test/bench
 	@# The membership layer alone: 50 and 200 sites in one process.
 	$(GO) test -run '^$$' -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
 	@# Site trust: 50 remote gateways probed over mutual TLS.

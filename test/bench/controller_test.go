@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -60,36 +61,137 @@ func BenchmarkController(b *testing.B) {
 func benchController(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	f := newFleet(ctx, b, false)
+	start := time.Now()
+	reconciles := f.runAgent(b)
+
+	// Cold start: every gateway's overlay published.
+	converged := waitOverlays(b, f.writes, f.gateways, func(r envelope.Result) bool { return r.CandidateCount == candidatesPerGateway }).Sub(start)
+	waitQuiet(b, reconciles, start)
+	fmt.Println(controllerLine(f.providers, f.gateways, "cold_start", reconciles.take(), f.writes.take(), converged))
+
+	// One provider gains a model: the 2 gateways it is admitted to change.
+	start = time.Now()
+	var p v1alpha1.InferenceProvider
+	must(b, f.admin.Get(ctx, client.ObjectKeyFromObject(f.changed), &p))
+	p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "model-new"})
+	must(b, f.admin.Update(ctx, &p))
+	converged = waitOverlays(b, f.writes, sitesAdmitted, func(r envelope.Result) bool { return r.CandidateCount == candidatesPerGateway+1 }).Sub(start)
+	waitQuiet(b, reconciles, start)
+	changeWrites := f.writes.take()
+	fmt.Println(controllerLine(f.providers, f.gateways, "one_provider_changed", reconciles.take(), changeWrites, converged))
+	if changeWrites != sitesAdmitted {
+		b.Fatalf("a change to one provider wrote %d ConfigMaps, want %d", changeWrites, sitesAdmitted)
+	}
+}
+
+// BenchmarkPraxisConfig prints, for the controller case's fleet with every
+// gateway generating its praxis.yaml (its 40 admitted providers derived as
+// tls endpoints, one mutual_tls hop), a cold start and a change of one
+// provider's endpoint:
+//
+//	praxisconfig providers=<n> gateways=<m> render_p99_ms=<> writes=<> case=<> renders=<> render_p50_ms=<> converged_ms=<>
+//
+// render_*_ms are the agent's own per-gateway render times (its
+// praxis_config_rendered debug lines); writes counts praxis.yaml
+// ConfigMap creations and updates seen by a watch. The endpoint change
+// must rewrite only the 2 configs whose bytes changed, and no overlay.
+func BenchmarkPraxisConfig(b *testing.B) {
+	for b.Loop() {
+		benchPraxisConfig(b)
+	}
+}
+
+func benchPraxisConfig(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	f := newFleet(ctx, b, true)
+	start := time.Now()
+	log := f.runAgent(b)
+	converged := waitConfigs(b, f.writes, f.gateways, func(string) bool { return true }).Sub(start)
+	waitQuiet(b, log, start)
+	log.take()
+	fmt.Println(praxisLine(f.providers, f.gateways, "cold_start", log.takeRenders(), f.writes.takeConfigs(), converged))
+	f.writes.take()
+
+	start = time.Now()
+	var p v1alpha1.InferenceProvider
+	must(b, f.admin.Get(ctx, client.ObjectKeyFromObject(f.changed), &p))
+	p.Spec.Endpoint = "https://moved.example:8443"
+	must(b, f.admin.Update(ctx, &p))
+	converged = waitConfigs(b, f.writes, sitesAdmitted, func(doc string) bool { return strings.Contains(doc, "moved.example:8443") }).Sub(start)
+	waitQuiet(b, log, start)
+	log.take()
+	configWrites, overlayWrites := f.writes.takeConfigs(), f.writes.take()
+	fmt.Println(praxisLine(f.providers, f.gateways, "one_endpoint_changed", log.takeRenders(), configWrites, converged))
+	if configWrites != sitesAdmitted || overlayWrites != 0 {
+		b.Fatalf("a change to one provider's endpoint wrote %d configs and %d overlays, want %d and 0", configWrites, overlayWrites, sitesAdmitted)
+	}
+}
+
+func praxisLine(providers, gateways int, what string, durations []float64, writes int, converged time.Duration) string {
+	return fmt.Sprintf("praxisconfig providers=%d gateways=%d render_p99_ms=%.2f writes=%d case=%s renders=%d render_p50_ms=%.2f converged_ms=%d",
+		providers, gateways, percentile(durations, 99), writes, what, len(durations), percentile(durations, 50), converged.Milliseconds())
+}
+
+// fleet is the controller case's Grid objects, created before the agent
+// starts, and a watch on the gateways' namespace.
+type fleet struct {
+	admin                 client.WithWatch
+	agentNS, gwNS, credNS string
+	changed               *v1alpha1.InferenceProvider // admitted to 2 gateways
+	providers, gateways   int
+	writes                *overlays
+}
+
+// newFleet creates the fleet; with praxis every gateway generates its
+// praxis.yaml from its admitted providers.
+func newFleet(ctx context.Context, b *testing.B, praxis bool) *fleet {
 	n := caseSeq.Add(1)
-	agentNS, gwNS, credNS := fmt.Sprintf("bench-agent-%d", n), fmt.Sprintf("bench-gw-%d", n), fmt.Sprintf("bench-cred-%d", n)
-	for _, ns := range []string{agentNS, gwNS, credNS} {
+	f := &fleet{agentNS: fmt.Sprintf("bench-agent-%d", n), gwNS: fmt.Sprintf("bench-gw-%d", n), credNS: fmt.Sprintf("bench-cred-%d", n)}
+	for _, ns := range []string{f.agentNS, f.gwNS, f.credNS} {
 		must(b, cp.EnsureNamespace(ctx, ns))
 	}
 	must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
 	scheme, err := controller.Scheme()
 	must(b, err)
-	admin, err := client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})
+	f.admin, err = client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})
 	must(b, err)
-
-	// The Grid objects, before the agent starts.
 	for i := range 10 {
-		must(b, admin.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("token-%d", i), Namespace: credNS},
+		must(b, f.admin.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("token-%d", i), Namespace: f.credNS},
 			Data:       map[string][]byte{"token": []byte(fmt.Sprintf("bench-token-%d", i))},
 		}))
 	}
-	var changed *v1alpha1.InferenceProvider
 	for net := range benchNetworks {
 		network := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench%d-net-%02d", n, net)}}
+		name := func(p int) string { return fmt.Sprintf("%s-provider-%03d", network.Name, p) }
 		for g := range gatewaysPerNetwork {
-			network.Spec.ConsumerGateways = append(network.Spec.ConsumerGateways, v1alpha1.ConsumerGateway{
-				Name: fmt.Sprintf("gateway-%d", g), Namespace: gwNS, SiteName: fmt.Sprintf("site-%d", g),
-			})
+			gw := v1alpha1.ConsumerGateway{Name: fmt.Sprintf("gateway-%d", g), Namespace: f.gwNS, SiteName: fmt.Sprintf("site-%d", g)}
+			if praxis {
+				// The providers admitted to site-g are p%5 == g and
+				// (p+1)%5 == g.
+				var admitted []string
+				for p := range providersPerNetwork {
+					if p%gatewaysPerNetwork == g || (p+1)%gatewaysPerNetwork == g {
+						admitted = append(admitted, name(p))
+					}
+				}
+				gw.PraxisConfig = &v1alpha1.PraxisConfig{
+					Generate: true, ConfigMapName: fmt.Sprintf("praxis-%s-%s", network.Name, gw.Name),
+					ClusterEndpoints: []v1alpha1.ClusterEndpoint{{Cluster: "west", Address: "127.0.0.1:30443",
+						Transport: &v1alpha1.EndpointTransport{Mode: "mutual_tls", SNI: ptr("west.grid.internal")}}},
+					DeriveTopology: &v1alpha1.DeriveTopology{FromProviders: admitted, Transport: &v1alpha1.EndpointTransport{
+						Mode: "tls", SNI: ptr("inference-gateway.example"), CASecretRef: &v1alpha1.LocalSecretKeyRef{Name: "serving-ca"},
+					}},
+				}
+			}
+			network.Spec.ConsumerGateways = append(network.Spec.ConsumerGateways, gw)
 		}
-		must(b, admin.Create(ctx, network))
+		must(b, f.admin.Create(ctx, network))
 		for p := range providersPerNetwork {
 			provider := &v1alpha1.InferenceProvider{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-provider-%03d", network.Name, p)},
+				ObjectMeta: metav1.ObjectMeta{Name: name(p)},
 				Spec: v1alpha1.InferenceProviderSpec{
 					GridNetworkRef: network.Name,
 					ProviderKind:   "vllm", BackendKind: "openai_compatible",
@@ -107,46 +209,30 @@ func benchController(b *testing.B) {
 			}
 			if p%2 == 0 {
 				provider.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "bearer_token", SecretRef: &v1alpha1.SecretKeyReference{
-					Name: fmt.Sprintf("token-%d", p%10), Namespace: credNS, Key: "token",
+					Name: fmt.Sprintf("token-%d", p%10), Namespace: f.credNS, Key: "token",
 				}}
 			}
-			must(b, admin.Create(ctx, provider))
-			if changed == nil {
-				changed = provider
+			must(b, f.admin.Create(ctx, provider))
+			if f.changed == nil {
+				f.changed = provider
 			}
 		}
 	}
-	providers := benchNetworks * providersPerNetwork
-	gateways := benchNetworks * gatewaysPerNetwork
+	f.providers, f.gateways = benchNetworks*providersPerNetwork, benchNetworks*gatewaysPerNetwork
+	f.writes = watchOverlays(ctx, b, f.admin, f.gwNS)
+	return f
+}
 
-	writes := watchOverlays(ctx, b, admin, gwNS)
-	saConfig, err := cp.AgentConfig(ctx, agentNS, []string{gwNS, credNS})
+func ptr[T any](v T) *T { return &v }
+
+// runAgent starts the agent binary with the chart's RBAC for the fleet.
+func (f *fleet) runAgent(b *testing.B) *reconcileLog {
+	saConfig, err := cp.AgentConfig(context.Background(), f.agentNS, []string{f.gwNS, f.credNS})
 	must(b, err)
 	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
 	must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
-
-	start := time.Now()
-	reconciles := runAgent(b, "--kubeconfig", kubeconfig, "--namespaces", gwNS+","+credNS,
-		"--leader-election-namespace", agentNS, "--health-addr", freeAddr(b), "--log-level", "debug")
-
-	// Cold start: every gateway's overlay published.
-	converged := waitOverlays(b, writes, gateways, func(r envelope.Result) bool { return r.CandidateCount == candidatesPerGateway }).Sub(start)
-	waitQuiet(b, reconciles, start)
-	fmt.Println(controllerLine(providers, gateways, "cold_start", reconciles.take(), writes.take(), converged))
-
-	// One provider gains a model: the 2 gateways it is admitted to change.
-	start = time.Now()
-	var p v1alpha1.InferenceProvider
-	must(b, admin.Get(ctx, client.ObjectKeyFromObject(changed), &p))
-	p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "model-new"})
-	must(b, admin.Update(ctx, &p))
-	converged = waitOverlays(b, writes, sitesAdmitted, func(r envelope.Result) bool { return r.CandidateCount == candidatesPerGateway+1 }).Sub(start)
-	waitQuiet(b, reconciles, start)
-	changeWrites := writes.take()
-	fmt.Println(controllerLine(providers, gateways, "one_provider_changed", reconciles.take(), changeWrites, converged))
-	if changeWrites != sitesAdmitted {
-		b.Fatalf("a change to one provider wrote %d ConfigMaps, want %d", changeWrites, sitesAdmitted)
-	}
+	return runAgent(b, "--kubeconfig", kubeconfig, "--namespaces", f.gwNS+","+f.credNS,
+		"--leader-election-namespace", f.agentNS, "--health-addr", freeAddr(b), "--log-level", "debug")
 }
 
 func controllerLine(providers, gateways int, what string, durations []float64, writes int, converged time.Duration) string {
@@ -172,14 +258,45 @@ type overlays struct {
 	writes  int
 	results map[string]envelope.Result
 	at      map[string]time.Time
+	// Generated praxis.yaml ConfigMaps (named praxis-*): their writes and
+	// latest documents.
+	configWrites int
+	configs      map[string]string
 }
 
+// take returns the overlay writes since the last take.
 func (o *overlays) take() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := o.writes
 	o.writes = 0
 	return n
+}
+
+// takeConfigs returns the praxis.yaml writes since the last take.
+func (o *overlays) takeConfigs() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.configWrites
+	o.configWrites = 0
+	return n
+}
+
+// matchingConfigs returns how many praxis.yaml documents accept takes,
+// and when the last of them arrived.
+func (o *overlays) matchingConfigs(accept func(string) bool) (int, time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n, last := 0, time.Time{}
+	for name, doc := range o.configs {
+		if accept(doc) {
+			n++
+			if o.at[name].After(last) {
+				last = o.at[name]
+			}
+		}
+	}
+	return n, last
 }
 
 // matching returns how many overlays accept takes, and when the last of
@@ -202,7 +319,7 @@ func (o *overlays) matching(accept func(envelope.Result) bool) (int, time.Time) 
 func watchOverlays(ctx context.Context, b *testing.B, admin client.WithWatch, ns string) *overlays {
 	w, err := admin.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
 	must(b, err)
-	o := &overlays{results: map[string]envelope.Result{}, at: map[string]time.Time{}}
+	o := &overlays{results: map[string]envelope.Result{}, at: map[string]time.Time{}, configs: map[string]string{}}
 	go func() {
 		defer w.Stop()
 		for ev := range w.ResultChan() {
@@ -211,13 +328,21 @@ func watchOverlays(ctx context.Context, b *testing.B, admin client.WithWatch, ns
 				continue
 			}
 			now := time.Now()
-			res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{})
-			o.mu.Lock()
-			o.writes++
-			if err == nil {
-				o.results[cm.Name], o.at[cm.Name] = res, now
+			switch {
+			case strings.HasPrefix(cm.Name, "praxis-"):
+				o.mu.Lock()
+				o.configWrites++
+				o.configs[cm.Name], o.at[cm.Name] = cm.Data["praxis.yaml"], now
+				o.mu.Unlock()
+			case strings.HasPrefix(cm.Name, "grid-overlay-"):
+				res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{})
+				o.mu.Lock()
+				o.writes++
+				if err == nil {
+					o.results[cm.Name], o.at[cm.Name] = res, now
+				}
+				o.mu.Unlock()
 			}
-			o.mu.Unlock()
 		}
 	}()
 	return o
@@ -229,6 +354,15 @@ type reconcileLog struct {
 	mu        sync.Mutex
 	durations []float64
 	last      time.Time
+	renders   []float64 // praxis_config_rendered
+}
+
+func (r *reconcileLog) takeRenders() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.renders
+	r.renders = nil
+	return d
 }
 
 func (r *reconcileLog) take() []float64 {
@@ -255,12 +389,17 @@ func (r *reconcileLog) read(stderr io.Reader) {
 			Msg        string  `json:"msg"`
 			DurationMS float64 `json:"duration_ms"`
 		}
-		if json.Unmarshal(scanner.Bytes(), &line) != nil || line.Msg != "network_reconciled" {
+		if json.Unmarshal(scanner.Bytes(), &line) != nil {
 			continue
 		}
 		r.mu.Lock()
-		r.durations = append(r.durations, line.DurationMS)
-		r.last = time.Now()
+		switch line.Msg {
+		case "network_reconciled":
+			r.durations = append(r.durations, line.DurationMS)
+			r.last = time.Now()
+		case "praxis_config_rendered":
+			r.renders = append(r.renders, line.DurationMS)
+		}
 		r.mu.Unlock()
 	}
 }
@@ -308,6 +447,22 @@ func waitOverlays(b *testing.B, o *overlays, n int, accept func(envelope.Result)
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("%d of %d overlays published", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitConfigs waits until at least n praxis.yaml documents are taken by
+// accept and returns when the last of them arrived.
+func waitConfigs(b *testing.B, o *overlays, n int, accept func(string) bool) time.Time {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		got, last := o.matchingConfigs(accept)
+		if got >= n {
+			return last
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d praxis configs applied", got, n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
