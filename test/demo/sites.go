@@ -201,6 +201,9 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 	for _, line := range metricLines("http://"+eastHealth+"/metrics", "grid_swim_encrypted ", "grid_swim_keys_installed ", `grid_swim_sites{state="Alive"}`, `grid_swim_packets_rejected_total{reason="unknown_key"}`) {
 		fmt.Println("    east " + line)
 	}
+	if err := generateConsumerConfig(ctx, east, gateway.Addr); err != nil {
+		return stop, err
+	}
 
 	step("kill -9 of west's agent: east suspects it, then declares it dead, and the network turns Degraded")
 	killed := time.Now()
