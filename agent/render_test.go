@@ -80,8 +80,8 @@ func TestRenderPraxisConfigPrintsTheGeneratedConfig(t *testing.T) {
 	require.Equal(t, 0, renderPraxisConfig([]string{"-f", network, "-f", providers, "--requirements"}, &stdout, &stderr), stderr.String())
 	out := stdout.String()
 	assert.Contains(t, out, "# ConfigMap praxis-system/praxis-consumer-config, key praxis.yaml")
-	assert.Contains(t, out, "file: /run/secrets/grid-credentials/praxis-system/vllm-token/token")
-	assert.Contains(t, out, "local_site: east")
+	assert.Contains(t, out, `file: "/run/secrets/grid-credentials/praxis-system/vllm-token/token"`)
+	assert.Contains(t, out, `local_site: "east"`)
 	assert.Contains(t, out, `"purpose":"backendCredential"`)
 	assert.Contains(t, stderr.String(), "withdrew cluster unrouted (phi)")
 

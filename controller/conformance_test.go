@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller"
@@ -26,6 +27,7 @@ func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	sni := "west.grid.internal"
 	gw.ProviderHopEndpoints = []v1alpha1.ClusterEndpoint{{Cluster: "west", Address: "127.0.0.1:8443",
 		Transport: &v1alpha1.EndpointTransport{Mode: "mutual_tls", SNI: &sni}}}
+	gw.PraxisConfig = &v1alpha1.PraxisConfig{MountReconciliation: &runtime.RawExtension{Raw: []byte(`{"enabled":true,"deploymentName":"praxis"}`)}}
 	network := e.network(gw)
 	network.Spec.Seeds = []string{"127.0.0.1:7946"}
 	network.Spec.TLS = &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: e.credNS}}
@@ -45,7 +47,8 @@ func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	})
 	ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
 	assert.Equal(t, "False", string(ready.Status))
-	for _, path := range []string{"spec.consumerGateways[" + e.gwNS + "/edge].providerHopEndpoints", "spec.seeds", "spec.tls.swimKeySecretRef"} {
+	for _, path := range []string{"spec.consumerGateways[" + e.gwNS + "/edge].providerHopEndpoints",
+		"spec.consumerGateways[" + e.gwNS + "/edge].praxisConfig.mountReconciliation.enabled", "spec.seeds", "spec.tls.swimKeySecretRef"} {
 		assert.Contains(t, ready.Message, path)
 	}
 	swim := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionMembership)

@@ -689,6 +689,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 			failing = append(failing, o.Namespace+"/"+o.GatewayName+": "+o.Reason)
 		}
 	}
+	overlaysFailing := len(failing)
 	for _, p := range praxis {
 		if p.Phase != praxisRendered {
 			failing = append(failing, p.Namespace+"/"+p.GatewayName+" praxisConfig: "+p.Reason)
@@ -696,8 +697,12 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllOverlaysDistributed",
 		Message: fmt.Sprintf("%d of %d gateway overlays distributed", next.DistributedCount, next.GatewayCount), ObservedGeneration: network.Generation}
-	if len(failing) > 0 {
+	switch {
+	case overlaysFailing > 0:
 		ready.Status, ready.Reason = metav1.ConditionFalse, "OverlaysNotDistributed"
+		ready.Message += "; " + joinLimited(failing, 5)
+	case len(failing) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonPraxisConfigsNotRendered
 		ready.Message += "; " + joinLimited(failing, 5)
 	}
 	// A field this release does not act on is said, never silently
@@ -788,7 +793,7 @@ const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
 
 // unsupportedFields lists the paths of the fields a network sets that
 // this release does not act on yet (the embedded gateway's provider-hop
-// endpoints).
+// endpoints, delegated mount reconciliation).
 func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 	var out []string
 	for _, g := range n.Spec.ConsumerGateways {
@@ -796,9 +801,27 @@ func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 		if len(g.ProviderHopEndpoints) > 0 {
 			out = append(out, at+".providerHopEndpoints")
 		}
+		if pc := g.PraxisConfig; pc != nil && pc.MountReconciliation != nil && mountReconciliationEnabled(pc.MountReconciliation.Raw) {
+			out = append(out, at+".praxisConfig.mountReconciliation.enabled")
+		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// ReasonPraxisConfigsNotRendered is the Ready condition's reason while
+// every overlay is distributed and a gateway's generated Praxis config
+// fails.
+const ReasonPraxisConfigsNotRendered = "PraxisConfigsNotRendered"
+
+// mountReconciliationEnabled reads praxisConfig.mountReconciliation's
+// enabled switch (the object is kept as written: delegated mounts are not
+// in this release).
+func mountReconciliationEnabled(raw []byte) bool {
+	var m struct {
+		Enabled bool `json:"enabled"`
+	}
+	return json.Unmarshal(raw, &m) == nil && m.Enabled
 }
 
 // joinLimited joins at most n items and says how many more there are, so

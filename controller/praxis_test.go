@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/shared/envelope"
@@ -102,7 +103,7 @@ func TestPraxisConfigFollowsTheNetwork(t *testing.T) {
 	cm := e.praxisYAML(praxisconfig.DefaultConfigMapName, func(doc string) bool { return strings.Contains(doc, "credential_inject") })
 	doc := cm.Data[praxisconfig.DataKey]
 	assert.Equal(t, map[string][]string{"api": {"127.0.0.1:18080"}, "secure": {"127.0.0.1:18443"}, "derived": {"127.0.0.1:18081"}}, loadBalancerClusters(t, doc))
-	assert.Contains(t, doc, "file: /run/secrets/grid-credentials/"+e.credNS+"/api-token/token")
+	assert.Contains(t, doc, `file: "/run/secrets/grid-credentials/`+e.credNS+`/api-token/token"`)
 	assert.Equal(t, "gridsync-agent", cm.Labels[envelope.LabelManagedBy])
 	// The stray provider's candidate is withdrawn from this gateway and
 	// named; the others reach the overlay.
@@ -161,7 +162,7 @@ func TestPraxisConfigFollowsTheNetwork(t *testing.T) {
 		var n v1alpha1.GridNetwork
 		require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &n))
 		c := condition(&n, "Ready")
-		return c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "praxisConfig"), c.Message
+		return c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonPraxisConfigsNotRendered && strings.Contains(c.Message, "praxisConfig"), c.Reason + ": " + c.Message
 	})
 	// Meanwhile the overlay names only what the running config reaches:
 	// the stray provider stays withdrawn (checked after a resync).
@@ -232,7 +233,7 @@ func TestProjectedCredentialsHoldCredentialRevisions(t *testing.T) {
 	})
 	e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 1 })
 	e.praxisYAML(praxisconfig.DefaultConfigMapName, func(doc string) bool {
-		return strings.Contains(doc, "projected_credential_mount_base: /run/secrets/grid-credentials")
+		return strings.Contains(doc, `projected_credential_mount_base: "/run/secrets/grid-credentials"`)
 	})
 
 	// A provider with a credential: its revision is held.
