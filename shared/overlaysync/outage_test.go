@@ -3,6 +3,12 @@ package overlaysync_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,9 +85,13 @@ func TestNoticesChangesAndADeletionMadeWhileDisconnected(t *testing.T) {
 func TestRelistsAfterCompactionAnswers410Gone(t *testing.T) {
 	g := newGateway(t)
 	proxy := newProxy(t)
-	r := g.start(fastRetry(g.options()), proxy.Config(g.saConfig))
+	lists := &listLog{}
+	cfg := proxy.Config(g.saConfig)
+	cfg.Wrap(lists.wrap)
+	r := g.start(fastRetry(g.options()), cfg)
 	first, _ := g.envelopeFor(1)
-	r.waitObserved(t, g.putEnvelope(first))
+	seen := g.putEnvelope(first)
+	r.waitObserved(t, seen)
 
 	proxy.Cut()
 	r.waitStatus(t, "cut off", func(st overlaysync.Status) bool { return st.DegradedReason == overlaysync.ReasonAPIUnreachable })
@@ -100,6 +110,51 @@ func TestRelistsAfterCompactionAnswers410Gone(t *testing.T) {
 	assert.Equal(t, overlaysync.StateReady, st.State)
 	assert.Equal(t, string(second), readOutput(t, g.output()))
 	assert.Positive(t, r.metric(t, "grid_overlay_sync_watch_restarts_total", "reason", "expired"), "the watch must have been answered 410 Gone")
+
+	// The first list is a consistent read; the relist asks for any state
+	// not older than what the sidecar had seen, which the API server
+	// serves from its watch cache and which never goes back in time.
+	queries := lists.queries()
+	require.GreaterOrEqual(t, len(queries), 2)
+	assert.Empty(t, queries[0].Get("resourceVersion"))
+	relist := queries[len(queries)-1]
+	assert.Equal(t, "NotOlderThan", relist.Get("resourceVersionMatch"))
+	assert.NotEmpty(t, relist.Get("resourceVersion"))
+	assert.GreaterOrEqual(t, rvNumber(t, relist.Get("resourceVersion")), rvNumber(t, seen))
+}
+
+// listLog records the query of every list request a client makes.
+type listLog struct {
+	mu   sync.Mutex
+	list []url.Values
+}
+
+func (l *listLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if q := req.URL.Query(); q.Get("watch") != "true" && strings.HasSuffix(req.URL.Path, "/configmaps") {
+			l.mu.Lock()
+			l.list = append(l.list, q)
+			l.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (l *listLog) queries() []url.Values {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.list)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func rvNumber(t *testing.T, rv string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(rv, 10, 64)
+	require.NoError(t, err, "resourceVersion %q", rv)
+	return n
 }
 
 // churn writes other ConfigMaps so that the store moves on.

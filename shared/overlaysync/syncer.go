@@ -158,7 +158,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		}
 		if relist {
 			var err error
-			rv, err = s.list(ctx)
+			rv, err = s.list(ctx, rv)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil //nolint:nilerr // the list failed because we are shutting down
@@ -237,13 +237,30 @@ const listTimeout = 30 * time.Second
 
 // list reads the current state of the one ConfigMap and returns the list's
 // resourceVersion to watch from.
-func (s *Syncer) list(ctx context.Context) (string, error) {
+//
+// A relist (seen is the last resourceVersion this Syncer saw) asks for
+// any state not older than seen: the API server answers it from its watch
+// cache, never from etcd, however many pods relist at once (after an API
+// server restart, a thousand of them), and the answer never goes back in
+// time past what was already published. The first list (seen empty) is a
+// consistent read. A server that cannot reach seen in time (a restored
+// etcd with older revisions) answers "too large resource version": the
+// Syncer then falls back to a consistent read.
+func (s *Syncer) list(ctx context.Context, seen string) (string, error) {
 	lctx, cancel := context.WithTimeout(ctx, min(listTimeout, s.opts.WatchIdleTimeout))
 	defer cancel()
+	opts := metav1.ListOptions{FieldSelector: s.selector()}
+	if seen != "" {
+		opts.ResourceVersion, opts.ResourceVersionMatch = seen, metav1.ResourceVersionMatchNotOlderThan
+	}
 	list := &corev1.ConfigMapList{}
-	err := s.request().
-		VersionedParams(&metav1.ListOptions{FieldSelector: s.selector()}, parameterCodec).
-		Do(lctx).Into(list)
+	err := s.request().VersionedParams(&opts, parameterCodec).Do(lctx).Into(list)
+	if seen != "" && apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) {
+		s.opts.Logger.Info("list_resource_version_too_large", "resource_version", seen)
+		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+		list = &corev1.ConfigMapList{}
+		err = s.request().VersionedParams(&opts, parameterCodec).Do(lctx).Into(list)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -243,6 +243,17 @@ func (cp *ControlPlane) PIDs() []int {
 	return pids
 }
 
+// APIServerPID is kube-apiserver's process ID, 0 while it is stopped: for
+// benchmarks that read its CPU time and memory from /proc.
+func (cp *ControlPlane) APIServerPID() int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.apiserver == nil || !cp.apiserver.running() {
+		return 0
+	}
+	return cp.apiserver.cmd.Process.Pid
+}
+
 const (
 	folderPrefix = "gridsync-controlplane-"
 	ownerFile    = "owner.pid"
