@@ -29,8 +29,21 @@ func init() {
 // newCoreClient returns a REST client for core/v1 that speaks protobuf.
 // Decoding a watch event that carries a large envelope as JSON costs
 // several passes of an escaped-string scanner; as protobuf it is a copy.
+//
+// It speaks HTTP/1.1 to a TLS API server, not HTTP/2. A sidecar holds one
+// watch at a time, so HTTP/2's multiplexing buys it nothing, while the API
+// server's HTTP/2 send path (flow control and frame scheduling per stream)
+// more than doubles its CPU per watcher: measured with a thousand pods on
+// one API server, a 64 KiB update cost it 273 ms of CPU over HTTP/2 and
+// 130 ms over HTTP/1.1, the first large update 530 and 140 ms, and each
+// pod's client 94 and 67 KiB of heap. A dead connection is noticed as
+// before: by the watch idle timeout and TCP keepalives rather than HTTP/2
+// pings.
 func newCoreClient(base *rest.Config) (rest.Interface, error) {
 	cfg := rest.CopyConfig(base)
+	if len(cfg.NextProtos) == 0 {
+		cfg.NextProtos = []string{"http/1.1"}
+	}
 	cfg.APIPath = "/api"
 	cfg.GroupVersion = &corev1.SchemeGroupVersion
 	cfg.NegotiatedSerializer = coreCodecs.WithoutConversion()
