@@ -91,13 +91,15 @@ golden: $(HELM) ## rewrite the charts' golden files from what they render now (r
 	$(GO) test ./test/charts -count=1 -update
 
 .PHONY: bench
-bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, SWIM membership, site trust
+bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership, site trust
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./shared/...
 	@# Delivery first, on a control plane of its own: the controller case
 	@# leaves a thousand objects behind for the API server to keep busy with.
 	$(GO) test -run '^$$' -bench Delivery -benchtime 1x -timeout 30m ./test/bench
 	$(GO) test -run '^$$' -bench Controller -benchtime 1x -timeout 30m ./test/bench
 	$(GO) test -run '^$$' -bench PraxisConfig -benchtime 1x -timeout 30m ./test/bench
+	@# A thousand sidecars on one API server, and its restart under them.
+	$(GO) test -run '^$$' -bench Fleet -benchtime 1x -timeout 60m ./test/bench/fleet
 	@# The membership layer alone: 50 and 200 sites in one process.
 	$(GO) test -run '^$$' -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
 	@# Site trust: 50 remote gateways probed over mutual TLS.
