@@ -121,12 +121,18 @@ func TestRelistsAfterCompactionAnswers410Gone(t *testing.T) {
 	assert.Equal(t, "NotOlderThan", relist.Get("resourceVersionMatch"))
 	assert.NotEmpty(t, relist.Get("resourceVersion"))
 	assert.GreaterOrEqual(t, rvNumber(t, relist.Get("resourceVersion")), rvNumber(t, seen))
+	// One watch per pod: HTTP/1.1, which costs the API server half the
+	// CPU per watcher of HTTP/2.
+	lists.mu.Lock()
+	assert.Equal(t, map[string]bool{"HTTP/1.1": true}, lists.protos)
+	lists.mu.Unlock()
 }
 
 // listLog records the query of every list request a client makes.
 type listLog struct {
-	mu   sync.Mutex
-	list []url.Values
+	mu     sync.Mutex
+	list   []url.Values
+	protos map[string]bool // the protocols of the responses
 }
 
 func (l *listLog) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -136,7 +142,16 @@ func (l *listLog) wrap(rt http.RoundTripper) http.RoundTripper {
 			l.list = append(l.list, q)
 			l.mu.Unlock()
 		}
-		return rt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			l.mu.Lock()
+			if l.protos == nil {
+				l.protos = map[string]bool{}
+			}
+			l.protos[resp.Proto] = true
+			l.mu.Unlock()
+		}
+		return resp, err
 	})
 }
 
