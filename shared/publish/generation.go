@@ -34,6 +34,11 @@ func Generation(dir string, files map[string][]byte, perm fs.FileMode) error {
 			return fmt.Errorf("publish generation: invalid file name %q", name)
 		}
 	}
+	// The folder is created on first use: the chart points it inside the
+	// pod's emptyDir, which starts empty.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("publish generation in %s: %w", dir, err)
+	}
 	gen, err := os.MkdirTemp(dir, generationTag+time.Now().UTC().Format("2006_01_02_15_04_05")+".")
 	if err != nil {
 		return fmt.Errorf("publish generation in %s: %w", dir, err)

@@ -60,6 +60,16 @@ func TestGenerationPublishesThroughDataAndRemovesTheOldOne(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o644), info.Mode().Perm())
 }
 
+// The folder is created on first use: the chart points --identity-dir at
+// a subfolder of the pod's emptyDir, which starts empty.
+func TestGenerationCreatesItsFolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "identity")
+	require.NoError(t, publish.Generation(dir, map[string][]byte{"tls.crt": []byte("cert")}, 0o644))
+	got, err := os.ReadFile(filepath.Join(dir, "tls.crt"))
+	require.NoError(t, err)
+	assert.Equal(t, "cert", string(got))
+}
+
 func TestGenerationRefusesNamesOutsideTheFolder(t *testing.T) {
 	for _, name := range []string{"", "../x", "a/b", "..data", "..hidden"} {
 		err := publish.Generation(t.TempDir(), map[string][]byte{name: []byte("x")}, 0o644)
