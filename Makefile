@@ -105,6 +105,15 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	@# Site trust: 50 remote gateways probed over mutual TLS.
 	$(GO) test -run '^$$' -bench Trust -benchtime 1x -timeout 30m ./test/bench/trust
 
+# The soak's duration and seed; an empty SEED draws one (printed).
+DURATION ?= 10m
+SEED ?=
+
+.PHONY: soak
+soak: tools ## the fault-injection soak: the real sidecar and agent, one seed (SEED, random when empty) for DURATION (10m)
+	SOAK_SEED=$(if $(SEED),$(SEED),$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')) SOAK_DURATION=$(DURATION) \
+		$(GO) test ./test/soak -run '^TestSoak$$' -count=1 -v -timeout 0
+
 .PHONY: fuzz
 fuzz: ## fuzz the envelope validator, its canonical form and the gossip decoder, a minute each
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzValidate -fuzztime 60s

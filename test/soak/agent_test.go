@@ -1,0 +1,170 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testproc"
+)
+
+// The agent phase: for the middle third of a run the overlay comes from
+// the gridsync-agent binary, publishing from a GridNetwork and an
+// InferenceProvider whose models change, instead of from the harness.
+// Its revisions are learnt from a watch of the ConfigMap, in the order
+// they appear, so that the reader can tell a published revision and its
+// order. Faults that write the ConfigMap themselves wait for the harness
+// phases.
+
+// agentPhase starts the agent on the network's resources.
+func (s *soak) agentPhase(ctx context.Context) {
+	s.cmMu.Lock()
+	defer s.cmMu.Unlock()
+	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
+		s.violate("harness: install CRDs: %v", err)
+		return
+	}
+	scheme, err := controller.Scheme()
+	if err != nil {
+		s.violate("harness: scheme: %v", err)
+		return
+	}
+	s.grid, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		s.violate("harness: client: %v", err)
+		return
+	}
+	network := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: s.scope.Network}, Spec: v1alpha1.GridNetworkSpec{
+		ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: s.scope.Gateway, Namespace: s.ns, SiteName: s.scope.LocalSite}},
+	}}
+	s.provider = &v1alpha1.InferenceProvider{ObjectMeta: metav1.ObjectMeta{Name: s.scope.Network + "-provider"}, Spec: v1alpha1.InferenceProviderSpec{
+		GridNetworkRef: s.scope.Network, ProviderKind: "vllm", BackendKind: "openai_compatible",
+		Endpoint: "http://127.0.0.1:9/v1", Models: s.nextModels(),
+	}}
+	for _, obj := range []client.Object{network, s.provider} {
+		if !s.retry(ctx, "create "+obj.GetName(), func() error { return s.grid.Create(ctx, obj) }) {
+			return
+		}
+	}
+	agentNS := s.ns + "-agent"
+	cfg, err := cp.AgentConfig(ctx, agentNS, []string{s.ns})
+	if err != nil {
+		s.violate("harness: agent RBAC: %v", err)
+		return
+	}
+	kubeconfig := filepath.Join(s.t.TempDir(), "agent-kubeconfig")
+	if err := controlplane.WriteKubeconfig(cfg, kubeconfig); err != nil {
+		s.violate("harness: %v", err)
+		return
+	}
+	s.agent = exec.Command(agent, //nolint:noctx // stopped with SIGTERM when the phase ends
+		"--kubeconfig", kubeconfig, "--namespaces", s.ns, "--leader-election-namespace", agentNS,
+		"--health-addr", testproc.FreeAddr(s.t), "--resync-period", "10s")
+	s.agent.Stderr = &lineWriter{log: s.events, prefix: "agent "}
+	if err := s.agent.Start(); err != nil {
+		s.violate("harness: start the agent: %v", err)
+		return
+	}
+	s.viaAgent.Store(true)
+	s.events.add("agent phase begins")
+}
+
+// endAgentPhase stops the agent; the harness publishes again.
+func (s *soak) endAgentPhase() {
+	s.cmMu.Lock()
+	defer s.cmMu.Unlock()
+	if s.agent == nil {
+		return
+	}
+	_ = s.agent.Process.Signal(syscall.SIGTERM)
+	_ = s.agent.Wait()
+	s.agent = nil
+	s.viaAgent.Store(false)
+	s.events.add("agent phase ends")
+}
+
+// nextModels are the provider's models for its next revision: new names
+// every time, so that no revision repeats an earlier one.
+func (s *soak) nextModels() []v1alpha1.Model {
+	s.mu.Lock()
+	s.modelSeq++
+	n := s.modelSeq
+	s.mu.Unlock()
+	var out []v1alpha1.Model
+	for i := range 1 + n%3 {
+		out = append(out, v1alpha1.Model{Name: fmt.Sprintf("model-%d-%d", n, i)})
+	}
+	return out
+}
+
+// agentBump changes the provider's models: the agent publishes a revision.
+func (s *soak) agentBump(ctx context.Context) {
+	var p v1alpha1.InferenceProvider
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.grid.Get(cctx, client.ObjectKeyFromObject(s.provider), &p); err != nil {
+		s.events.add(fmt.Sprintf("provider change failed: %v", err))
+		return
+	}
+	p.Spec.Models = s.nextModels()
+	if err := s.grid.Update(cctx, &p); err != nil {
+		s.events.add(fmt.Sprintf("provider change failed: %v", err))
+		return
+	}
+	s.events.add(fmt.Sprintf("provider models changed to %s", p.Spec.Models[0].Name))
+}
+
+// learnRevisions registers every revision the ConfigMap comes to hold that
+// the harness did not publish (the agent's), as the next generation, for
+// the whole run; the watch is restarted after every end (API restarts).
+func (s *soak) learnRevisions(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := s.admin.CoreV1().ConfigMaps(s.ns).Watch(ctx, metav1.ListOptions{
+			FieldSelector: "metadata.name=" + s.configMap,
+		})
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+				s.learn(cm)
+			}
+		}
+		w.Stop()
+	}
+}
+
+// learn registers the revision a ConfigMap holds when it is valid and
+// new: the next generation.
+func (s *soak) learn(cm *corev1.ConfigMap) {
+	res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{Expect: s.scope})
+	if err != nil {
+		return // the invalid fault's updates, a deletion's leftovers
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, known := s.published[res.Revision]; known {
+		return
+	}
+	s.gen++
+	s.published[res.Revision] = s.gen
+	s.newest = s.gen
+	s.acceptedAt[s.gen] = time.Now()
+	s.updates++
+	s.agentUpdates++
+	s.events.add(fmt.Sprintf("learnt gen %d %s (the agent's)", s.gen, res.Revision[:12]))
+}

@@ -1,0 +1,98 @@
+// Package soak runs the real gridsync-sidecar binary against a real
+// kube-apiserver under a seeded random schedule of faults, with a reader
+// that plays the gateway and checks invariants the whole time. `make
+// test` runs a short form (fixed seeds and one random seed); `make soak`
+// runs one long seed. Replay a seed with SOAK_SEED and SOAK_DURATION.
+package soak
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testbin"
+)
+
+var (
+	cp      *controlplane.ControlPlane
+	sidecar string
+	agent   string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrllog.SetLogger(logr.Discard()) // the harness's Grid client logs nothing
+	dir, err := os.MkdirTemp("", "gridsync-soak-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	sidecar, agent = filepath.Join(dir, "gridsync-sidecar"), filepath.Join(dir, "gridsync-agent")
+	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-sidecar": testbin.Sidecar, "gridsync-agent": testbin.Agent}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return controlplane.RunTests(m, &cp)
+}
+
+// TestSoak runs the seeds of SOAK_SEED (comma-separated) for
+// SOAK_DURATION each; without them, the short form: two fixed seeds and
+// one random one, 35 s each.
+func TestSoak(t *testing.T) {
+	seeds, duration := []uint64{1, 2, rand.Uint64()}, 35*time.Second
+	if s := os.Getenv("SOAK_SEED"); s != "" {
+		seeds = nil
+		for _, f := range splitComma(s) {
+			n, err := strconv.ParseUint(f, 10, 64)
+			require.NoError(t, err, "SOAK_SEED")
+			seeds = append(seeds, n)
+		}
+	}
+	if d := os.Getenv("SOAK_DURATION"); d != "" {
+		var err error
+		duration, err = time.ParseDuration(d)
+		require.NoError(t, err, "SOAK_DURATION")
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Logf("replay with: SOAK_SEED=%d SOAK_DURATION=%s make soak", seed, duration)
+			s := newSoak(t, seed, duration)
+			summary := s.run()
+			fmt.Println(summary.line())
+			fmt.Print(summary.table())
+			if len(s.violations) > 0 {
+				t.Fatalf("seed %d: %d violations:\n%s\nlast events:\n%s", seed, len(s.violations),
+					strings.Join(s.violations[:min(10, len(s.violations))], "\n"), s.events.tail(60))
+			}
+		})
+	}
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
