@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -51,6 +53,8 @@ func (cp *ControlPlane) NewHoldingProxy() (*HoldingProxy, error) {
 	}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1 // watches stream
+	// An API server restarting is the tests' doing, not news.
+	rp.ErrorLog = log.New(io.Discard, "", 0)
 	rp.Transport = &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true,
@@ -96,6 +100,9 @@ func (p *HoldingProxy) handler(next http.Handler) http.Handler {
 
 // Config returns base pointed at the proxy.
 func (p *HoldingProxy) Config(base *rest.Config) *rest.Config { return throughProxy(base, p.ln) }
+
+// Addr is the proxy's address, for a TCP Proxy in front of it.
+func (p *HoldingProxy) Addr() string { return p.ln.Addr().String() }
 
 // HoldWatches holds every watch request, new and waiting, without an
 // answer until Release. Other requests pass.

@@ -32,11 +32,17 @@ type Proxy struct {
 
 // NewProxy starts a proxy to kube-apiserver on a free loopback port.
 func (cp *ControlPlane) NewProxy() (*Proxy, error) {
+	return NewProxyTo("127.0.0.1:" + strconv.Itoa(cp.apiPort))
+}
+
+// NewProxyTo starts a proxy to target (a holding proxy, to chain the two)
+// on a free loopback port.
+func NewProxyTo(target string) (*Proxy, error) {
 	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
-	p := &Proxy{ln: ln, target: "127.0.0.1:" + strconv.Itoa(cp.apiPort), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.thawed = sync.NewCond(&p.mu)
 	p.serving.Add(1)
 	go p.accept()

@@ -51,6 +51,8 @@ var catchUpBound = map[string]time.Duration{
 	"etcd_compaction":   10 * time.Second,
 	"proxy_reset":       50 * time.Second,
 	"proxy_freeze":      50 * time.Second,
+	"proxy_hold":        50 * time.Second,
+	"proxy_delay":       50 * time.Second,
 	"sidecar_kill":      15 * time.Second,
 	"identity_rotation": 10 * time.Second,
 	"configmap_gone":    10 * time.Second,
@@ -76,6 +78,7 @@ type soak struct {
 	scope         envelope.Scope
 	admin         kubernetes.Interface
 	proxy         *controlplane.Proxy
+	holding       *controlplane.HoldingProxy
 	kubeconfig    string
 	dir, output   string
 	health        string
@@ -148,7 +151,12 @@ func newSoak(t *testing.T, seed uint64, duration time.Duration) *soak {
 	s.configMap = envelope.ConfigMapName(s.scope.Network, s.scope.Gateway)
 	cfg, err := cp.ConfigMapReaderConfig(ctx, s.ns, "gateway", s.configMap)
 	require.NoError(t, err)
-	s.proxy, err = cp.NewProxy()
+	// The sidecar's path to the API server: a TCP proxy (resets, frozen
+	// paths) in front of an HTTPS proxy (held watches, slow responses).
+	s.holding, err = cp.NewHoldingProxy()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.holding.Close() })
+	s.proxy, err = controlplane.NewProxyTo(s.holding.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.proxy.Close() })
 	s.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
@@ -565,6 +573,18 @@ func (s *soak) faults() []fault {
 			s.proxy.Freeze()
 			time.Sleep(s.between(500*time.Millisecond, 15*time.Second))
 			s.proxy.Thaw()
+			return true
+		}},
+		{"proxy_hold", func(context.Context) bool {
+			s.holding.HoldWatches()
+			time.Sleep(s.between(500*time.Millisecond, 15*time.Second))
+			s.holding.Release()
+			return true
+		}},
+		{"proxy_delay", func(context.Context) bool {
+			s.holding.DelayAll(s.between(200*time.Millisecond, 5*time.Second))
+			time.Sleep(s.between(time.Second, 10*time.Second))
+			s.holding.DelayAll(0)
 			return true
 		}},
 		{"sidecar_kill", func(context.Context) bool {
