@@ -79,6 +79,7 @@ type soak struct {
 	admin         kubernetes.Interface
 	proxy         *controlplane.Proxy
 	holding       *controlplane.HoldingProxy
+	client        *http.Client // to the sidecar's health port
 	kubeconfig    string
 	dir, output   string
 	health        string
@@ -166,6 +167,7 @@ func newSoak(t *testing.T, seed uint64, duration time.Duration) *soak {
 	s.dir = testfs.Mount(t, "size=2m")
 	s.output = filepath.Join(s.dir, "routing-overlay.json")
 	s.health = testproc.FreeAddr(t)
+	s.client = &http.Client{Timeout: time.Second}
 	s.ca = testpki.NewRoot(t, "soak-ca")
 	s.projection = testpki.NewProjection(t)
 	s.identityDir = filepath.Join(s.dir, "identity")
@@ -482,6 +484,11 @@ func (s *soak) sampleProcess() {
 		return
 	}
 	u := usage{at: time.Now(), fds: len(fds)}
+	if g, ok := metricValue(s.client, "http://"+s.health+"/metrics", "go_goroutines "); ok {
+		u.goroutines = int(g)
+	} else {
+		return // between a kill and a restart
+	}
 	for line := range strings.Lines(string(raw)) {
 		if rest, ok := strings.CutPrefix(line, "Threads:"); ok {
 			u.threads, _ = strconv.Atoi(strings.TrimSpace(rest))
@@ -503,11 +510,12 @@ func (s *soak) sampleProcess() {
 	}
 	p.last = u
 	s.peak.fds, s.peak.threads, s.peak.rssKiB = max(s.peak.fds, u.fds), max(s.peak.threads, u.threads), max(s.peak.rssKiB, u.rssKiB)
+	s.peak.goroutines = max(s.peak.goroutines, u.goroutines)
 }
 
 type usage struct {
-	at                   time.Time
-	fds, threads, rssKiB int
+	at                               time.Time
+	fds, threads, goroutines, rssKiB int
 }
 
 type lifetime struct {
@@ -516,8 +524,8 @@ type lifetime struct {
 }
 
 // checkGrowth holds every sidecar process that lived a minute to the
-// stated margins: 16 more open files, 8 more threads, half again its
-// memory plus 8 MiB.
+// stated margins: 16 more open files, 8 more threads, 32 more goroutines,
+// half again its memory plus 8 MiB.
 func (s *soak) checkGrowth() {
 	s.mu.Lock()
 	var long []*lifetime
@@ -529,9 +537,9 @@ func (s *soak) checkGrowth() {
 	s.mu.Unlock()
 	for _, p := range long {
 		b, l := p.baseline, p.last
-		if l.fds > b.fds+16 || l.threads > b.threads+8 || l.rssKiB > b.rssKiB*3/2+8<<10 {
-			s.violate("a sidecar process grew over %s: files %d → %d, threads %d → %d, RSS %d → %d KiB",
-				l.at.Sub(b.at).Round(time.Second), b.fds, l.fds, b.threads, l.threads, b.rssKiB, l.rssKiB)
+		if l.fds > b.fds+16 || l.threads > b.threads+8 || l.goroutines > b.goroutines+32 || l.rssKiB > b.rssKiB*3/2+8<<10 {
+			s.violate("a sidecar process grew over %s: files %d → %d, threads %d → %d, goroutines %d → %d, RSS %d → %d KiB",
+				l.at.Sub(b.at).Round(time.Second), b.fds, l.fds, b.threads, l.threads, b.goroutines, l.goroutines, b.rssKiB, l.rssKiB)
 		}
 	}
 	s.mu.Lock()
@@ -865,8 +873,7 @@ func (s *soak) run() summary {
 		}
 		s.endAgentPhase()
 	}()
-	client := &http.Client{Timeout: time.Second}
-	loop(func() time.Duration { return 500 * time.Millisecond }, func() { s.checkStatus(client) })
+	loop(func() time.Duration { return 500 * time.Millisecond }, func() { s.checkStatus(s.client) })
 	loop(func() time.Duration { return 2 * time.Second }, s.sampleProcess)
 
 	// Faults: a new one every 0.5 to 4 s, each kind one at a time, any
@@ -1023,8 +1030,8 @@ func (m summary) table() string {
 		st := m.stats[n]
 		fmt.Fprintf(&b, "  %-16s %6d %7d %12dms %10s\n", n, st.count, st.judged, st.worstMS, catchUpBound[n])
 	}
-	fmt.Fprintf(&b, "  sidecar peak: %d open files, %d threads, %d KiB RSS; %d processes lived a minute and were held to the growth margins\n",
-		m.peak.fds, m.peak.threads, m.peak.rssKiB, m.longLived)
+	fmt.Fprintf(&b, "  sidecar peak: %d open files, %d threads, %d goroutines, %d KiB RSS; %d processes lived a minute and were held to the growth margins\n",
+		m.peak.fds, m.peak.threads, m.peak.goroutines, m.peak.rssKiB, m.longLived)
 	return b.String()
 }
 
