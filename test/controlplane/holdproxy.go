@@ -67,6 +67,7 @@ func (cp *ControlPlane) NewHoldingProxy() (*HoldingProxy, error) {
 	p.srv = &http.Server{
 		Handler:           p.handler(rp),
 		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0), // connections cut by the tests' TCP proxy
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12},
 	}
 	go func() { _ = p.srv.ServeTLS(ln, "", "") }()

@@ -128,6 +128,7 @@ type soak struct {
 	epoch        atomic.Int64 // counts fault starts
 	active       atomic.Int32 // faults in progress
 	violations   []string
+	firstEvents  string // the events up to the first violation
 	events       *eventLog
 	stats        map[string]*faultStats
 }
@@ -190,8 +191,15 @@ func (s *soak) violate(format string, args ...any) {
 	msg := fmt.Sprintf("%s: ", time.Now().Format("15:04:05.000")) + fmt.Sprintf(format, args...)
 	s.mu.Lock()
 	s.violations = append(s.violations, msg)
+	first := len(s.violations) == 1
 	s.mu.Unlock()
 	s.events.add("VIOLATION " + msg)
+	if first {
+		// What led to it, kept before later events push it out.
+		s.mu.Lock()
+		s.firstEvents = s.events.tail(400)
+		s.mu.Unlock()
+	}
 }
 
 // envelopeOf builds the next generation's envelope.

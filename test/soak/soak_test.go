@@ -1,8 +1,9 @@
 // Package soak runs the real gridsync-sidecar binary against a real
 // kube-apiserver under a seeded random schedule of faults, with a reader
-// that plays the gateway and checks invariants the whole time. `make
-// test` runs a short form (fixed seeds and one random seed); `make soak`
-// runs one long seed. Replay a seed with SOAK_SEED and SOAK_DURATION.
+// that plays the gateway and checks invariants the whole time. Without
+// settings it runs a short form (fixed seeds and one random seed); `make
+// soak` runs one long seed. Replay a seed with SOAK_SEED and
+// SOAK_DURATION.
 package soak
 
 import (
@@ -76,8 +77,8 @@ func TestSoak(t *testing.T) {
 			fmt.Println(summary.line())
 			fmt.Print(summary.table())
 			if len(s.violations) > 0 {
-				t.Fatalf("seed %d: %d violations:\n%s\nlast events:\n%s", seed, len(s.violations),
-					strings.Join(s.violations[:min(10, len(s.violations))], "\n"), s.events.tail(60))
+				t.Fatalf("seed %d: %d violations:\n%s\nevents up to the first:\n%s\nlast events:\n%s", seed, len(s.violations),
+					strings.Join(s.violations[:min(10, len(s.violations))], "\n"), s.firstEvents, s.events.tail(60))
 			}
 		})
 	}
