@@ -119,8 +119,11 @@ func (s *soak) agentBump(ctx context.Context) {
 		s.events.add(fmt.Sprintf("provider change failed: %v", err))
 		return
 	}
+	// A merge patch, not an update: the agent writes the provider's
+	// status meanwhile, and an update would lose to that by conflict.
+	orig := p.DeepCopy()
 	p.Spec.Models = s.nextModels()
-	if err := s.grid.Update(cctx, &p); err != nil {
+	if err := s.grid.Patch(cctx, &p, client.MergeFrom(orig)); err != nil {
 		s.events.add(fmt.Sprintf("provider change failed: %v", err))
 		return
 	}

@@ -195,10 +195,13 @@ func (s *soak) violate(format string, args ...any) {
 	s.mu.Unlock()
 	s.events.add("VIOLATION " + msg)
 	if first {
-		// What led to it, kept before later events push it out.
+		// What led to it, kept before later events push it out, and said
+		// at once: a long run can be looked at while it goes on.
+		events := s.events.tail(400)
 		s.mu.Lock()
-		s.firstEvents = s.events.tail(400)
+		s.firstEvents = events
 		s.mu.Unlock()
+		fmt.Fprintf(os.Stderr, "first violation of seed %d: %s\nevents up to it:\n%s\n", s.seed, msg, events)
 	}
 }
 
