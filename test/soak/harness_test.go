@@ -419,8 +419,12 @@ func (s *soak) checkStatus(client *http.Client) {
 	// /status names what the reader reads once the file has been still
 	// for a while (a restarted sidecar that restored it names nothing).
 	if st.WrittenRevision != "" && fileRev != "" && st.WrittenRevision != fileRev && time.Since(fileSince) > 2*time.Second {
-		if again, ok := s.getStatus(client); ok && again.WrittenRevision == st.WrittenRevision {
-			s.violate("/status says revision %s is written, the file has held %s for %s", st.WrittenRevision[:12], fileRev[:12], time.Since(fileSince).Round(time.Millisecond))
+		// The reader may be a moment behind a write that just happened:
+		// read the file now, between two readings of /status that agree
+		// (a write in between would change the second).
+		now := s.currentRevision()
+		if again, ok := s.getStatus(client); ok && again.WrittenRevision == st.WrittenRevision && now != "" && now != st.WrittenRevision {
+			s.violate("/status says revision %s is written, the file holds %s (and has since %s)", st.WrittenRevision[:12], now[:12], time.Since(fileSince).Round(time.Millisecond))
 		}
 	}
 	// /readyz and the ready gauge agree with /status (read around them, so
@@ -434,6 +438,20 @@ func (s *soak) checkStatus(client *http.Client) {
 	if (code == http.StatusOK) != st.Ready || (gauge == 1) != st.Ready {
 		s.violate("/status says ready=%v, /readyz answers %d, the ready gauge is %v", st.Ready, code, gauge)
 	}
+}
+
+// currentRevision is the revision the file holds now; empty when it
+// cannot be read or is not valid (the reader reports those).
+func (s *soak) currentRevision() string {
+	data, err := os.ReadFile(s.output)
+	if err != nil {
+		return ""
+	}
+	res, err := envelope.Validate(data, envelope.Options{Expect: s.scope})
+	if err != nil {
+		return ""
+	}
+	return res.Revision
 }
 
 func (s *soak) getStatus(client *http.Client) (status, bool) {
