@@ -32,7 +32,6 @@ import (
 
 // Reasons of a gateway's praxisConfigStatus, as the reference names them.
 const (
-	ReasonRendered                        = ""
 	ReasonMissingTransport                = "MissingTransport"
 	ReasonMissingSni                      = "MissingSni"
 	ReasonPlaintextWithSni                = "PlaintextWithSni"
@@ -184,7 +183,6 @@ type endpoint struct {
 	cluster   string
 	address   string
 	transport v1alpha1.EndpointTransport
-	derived   bool
 }
 
 // Render renders one gateway's config, or says why it cannot.
@@ -507,7 +505,7 @@ func derive(p Provider, tls *v1alpha1.EndpointTransport) (endpoint, string) {
 		return endpoint{}, fmt.Sprintf("provider %s's endpoint is not a URL with a host", p.Name)
 	}
 	port := u.Port()
-	e := endpoint{cluster: p.Identity, derived: true}
+	e := endpoint{cluster: p.Identity}
 	switch u.Scheme {
 	case "http":
 		if port == "" {

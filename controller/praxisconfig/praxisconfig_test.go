@@ -255,7 +255,7 @@ func TestDerivedTopology(t *testing.T) {
 	in.Providers = []praxisconfig.Provider{
 		{Identity: "explicit", Name: "explicit", Endpoint: "https://would-be-derived.example"},
 		{Identity: "secure", Name: "secure", Endpoint: "https://gw.infra.svc/v1"},
-		{Identity: "insecure", Name: "insecure", Endpoint: "http://10.0.0.9:8000"},
+		{Identity: "insecure", Name: "insecure", Endpoint: "http://127.0.0.9:8000"},
 		{Identity: "unlisted", Name: "unlisted", Endpoint: "http://unlisted.svc"},
 	}
 	res, err := praxisconfig.Render(in)
@@ -273,7 +273,7 @@ func TestDerivedTopology(t *testing.T) {
 			assert.Equal(t, "/run/secrets/grid-backend-ca/serving-ca/ca.crt", c.TLS.CA.CAPath)
 		}
 	}
-	assert.Equal(t, map[string]string{"explicit": "explicit.svc:8080", "secure": "gw.infra.svc:443", "insecure": "10.0.0.9:8000"}, byName)
+	assert.Equal(t, map[string]string{"explicit": "explicit.svc:8080", "secure": "gw.infra.svc:443", "insecure": "127.0.0.9:8000"}, byName)
 	var kept []string
 	for _, c := range res.Candidates {
 		kept = append(kept, c.Name)

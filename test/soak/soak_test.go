@@ -58,7 +58,7 @@ func TestSoak(t *testing.T) {
 	seeds, duration := []uint64{1, 2, rand.Uint64()}, 35*time.Second
 	if s := os.Getenv("SOAK_SEED"); s != "" {
 		seeds = nil
-		for _, f := range splitComma(s) {
+		for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) {
 			n, err := strconv.ParseUint(f, 10, 64)
 			require.NoError(t, err, "SOAK_SEED")
 			seeds = append(seeds, n)
@@ -82,18 +82,4 @@ func TestSoak(t *testing.T) {
 			}
 		})
 	}
-}
-
-func splitComma(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == ',' {
-			if i > start {
-				out = append(out, s[start:i])
-			}
-			start = i + 1
-		}
-	}
-	return out
 }

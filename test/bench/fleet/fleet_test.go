@@ -26,7 +26,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sync/errgroup"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,35 +112,21 @@ func podConfigs(ctx context.Context, b *testing.B) []*rest.Config {
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + namespace}},
 	}, metav1.CreateOptions{})
 	must(b, err)
-	base := cp.AdminConfig()
 	configs := make([]*rest.Config, maxPods)
 	var g errgroup.Group
 	g.SetLimit(16)
 	for i := range configs {
 		g.Go(func() error {
 			name := fmt.Sprintf("pod-%04d", i)
-			if _, err := admin.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-			expiry := int64(3 * 3600)
-			tok, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-				Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
-			}, metav1.CreateOptions{})
+			cfg, err := cp.ServiceAccountConfig(ctx, namespace, name)
 			if err != nil {
 				return err
 			}
+			// A dialer of its own makes client-go build this pod its own
+			// transport (and connection) instead of sharing one.
 			dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-			configs[i] = &rest.Config{
-				Host:            base.Host,
-				BearerToken:     tok.Status.Token,
-				TLSClientConfig: rest.TLSClientConfig{CAData: base.CAData},
-				// A dialer of its own makes client-go build this pod its own
-				// transport (and HTTP/2 connection) instead of sharing one.
-				Dial:      dialer.DialContext,
-				QPS:       -1,
-				Burst:     -1,
-				UserAgent: "gridsync-sidecar-fleet/" + name,
-			}
+			cfg.Dial, cfg.UserAgent = dialer.DialContext, "gridsync-sidecar-fleet/"+name
+			configs[i] = cfg
 			return nil
 		})
 	}
