@@ -84,9 +84,7 @@ lint: $(GOLANGCI_LINT) verify-generated ## gofmt, go vet, golangci-lint, generat
 
 .PHONY: test
 test: tools lint ## every test, the integration tests against the real kube-apiserver included
-	@# The soak (test/soak) runs with make soak only, until the staleness
-	@# its first 30-minute run found is understood (see the README).
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/test/soak$$')
+	$(GO) test -race -count=1 ./...
 
 .PHONY: golden
 golden: $(HELM) ## rewrite the charts' golden files from what they render now (review the diff)

@@ -65,6 +65,11 @@ func TestRestartRestoresAValidOutputFile(t *testing.T) {
 	assert.True(t, st.Restored)
 	assert.Equal(t, revision, st.WrittenRevision)
 	assert.True(t, s.Started())
+	// ... but not confirmed: the sidecar may restart in the middle of an
+	// outage, with a file far behind the source.
+	assert.True(t, st.Degraded, "unconfirmed until the API server answers")
+	assert.Equal(t, overlaysync.ReasonSourceUnconfirmed, st.DegradedReason)
+	assert.Equal(t, overlaysync.StateReadyDegraded, st.State)
 
 	// Once the source answers with the same revision nothing is written,
 	// and the file still counts as restored.

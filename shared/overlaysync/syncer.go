@@ -90,9 +90,13 @@ func (s *Syncer) restore() {
 	defer s.mu.Unlock()
 	s.st.restored = true
 	s.st.lastValidRevision = res.Revision
-	// The restored file stands for the source until the API says
-	// otherwise; expiry counts from now.
+	// The restored file keeps the gateway serving (ready, expiry counted
+	// from now), but nothing has confirmed it yet: the sidecar may have
+	// been killed in the middle of an outage, so until the API server
+	// first answers it is degraded with source_unconfirmed, never "ready,
+	// not degraded" on a file that may be far behind.
 	s.st.lastConfirmedAt = s.opts.Now()
+	s.st.apiReason = ReasonSourceUnconfirmed
 	s.markOnDiskLocked(res.Revision, len(data))
 	log.Info("overlay_restored", "revision", res.Revision, "output", s.opts.Output)
 }

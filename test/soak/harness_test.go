@@ -1054,10 +1054,10 @@ func (m summary) table() string {
 	}
 	sort.Strings(names)
 	var b strings.Builder
-	fmt.Fprintf(&b, "  %-16s %6s %7s %14s %10s\n", "fault", "count", "judged", "worst_catch_up", "bound")
+	fmt.Fprintf(&b, "  %-18s %6s %7s %14s %10s\n", "fault", "count", "judged", "worst_catch_up", "bound")
 	for _, n := range names {
 		st := m.stats[n]
-		fmt.Fprintf(&b, "  %-16s %6d %7d %12dms %10s\n", n, st.count, st.judged, st.worstMS, catchUpBound[n])
+		fmt.Fprintf(&b, "  %-18s %6d %7d %12dms %10s\n", n, st.count, st.judged, st.worstMS, catchUpBound[n])
 	}
 	fmt.Fprintf(&b, "  sidecar peak: %d open files, %d threads, %d goroutines, %d KiB RSS; %d processes lived a minute and were held to the growth margins\n",
 		m.peak.fds, m.peak.threads, m.peak.goroutines, m.peak.rssKiB, m.longLived)
