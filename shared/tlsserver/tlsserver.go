@@ -38,9 +38,18 @@ type Options struct {
 	// MutualTLS requires a client certificate that verifies to the
 	// identity's current CA bundle.
 	MutualTLS bool
+	// OptionalClientCert verifies a client certificate against the
+	// identity's CA bundle when one is presented and admits a caller
+	// without one; the server then decides what such a caller may do.
+	// MutualTLS wins when both are set.
+	OptionalClientCert bool
 	// Authorize, when set, decides on every connection, full handshakes
 	// and resumptions alike; an error refuses it.
 	Authorize func(tls.ConnectionState) error
+	// OnIdentity, when set, is called once for each identity that starts
+	// serving new handshakes, the first included (a listener starts its
+	// caps over when its TLS material reloads).
+	OnIdentity func(*tlsidentity.Identity)
 }
 
 // configs builds one tls.Config per identity and hands the current one
@@ -88,12 +97,15 @@ func (c *configs) current() (*tls.Config, error) {
 		// HTTP/2 for HTTPS; the HTTP/3 server replaces this with h3.
 		NextProtos: []string{"h2", "http/1.1"},
 	}
-	if c.opts.MutualTLS {
+	if c.opts.MutualTLS || c.opts.OptionalClientCert {
 		pool := x509.NewCertPool()
 		if len(id.CAPEM) == 0 || !pool.AppendCertsFromPEM(id.CAPEM) {
-			return nil, errors.New("tlsserver: mutual TLS needs a CA bundle in the identity")
+			return nil, errors.New("tlsserver: verifying client certificates needs a CA bundle in the identity")
 		}
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+		if c.opts.MutualTLS {
+			cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		}
 		cfg.ClientCAs = pool
 	}
 	var key [32]byte
@@ -102,6 +114,9 @@ func (c *configs) current() (*tls.Config, error) {
 	}
 	cfg.SetSessionTicketKeys([][32]byte{key})
 	c.id, c.cfg = id, cfg
+	if c.opts.OnIdentity != nil {
+		c.opts.OnIdentity(id)
+	}
 	return cfg, nil
 }
 

@@ -1,0 +1,142 @@
+package siglisten
+
+import (
+	"sync"
+	"time"
+)
+
+// ConnectionCaps cap the connections of named callers.
+type ConnectionCaps struct {
+	// Max bounds all gateway and peer connections together.
+	Max int
+	// ReservedForGateway of those the peers together never take: the
+	// co-located gateway can always connect.
+	ReservedForGateway int
+	// PerSite bounds one peer site's connections.
+	PerSite int
+	// MaxAnonymous bounds connections without a site, on their own: they
+	// are admitted only when some routes are open to them (see
+	// Options.AnonymousPaths), else closed right after the handshake.
+	MaxAnonymous int
+}
+
+// DefaultConnectionCaps: a site needs a handful of connections, the
+// gateway a few, and every gateway pod's sidecar one for its reports.
+func DefaultConnectionCaps() ConnectionCaps {
+	return ConnectionCaps{Max: 256, ReservedForGateway: 8, PerSite: 16, MaxAnonymous: 4096}
+}
+
+// Outcomes of admission, a closed set (metric label).
+const (
+	admitted        = "admitted"
+	overSiteCap     = "over_site_cap"
+	overPeerCap     = "over_peer_cap"
+	overTotalCap    = "over_total_cap"
+	refusedUnnamed  = "closed_unnamed"
+	refusedReissued = "closed_reissued_leaf"
+	refusedFull     = "closed_anonymous_full"
+)
+
+// counts are the connections held in one epoch: the caps start over when
+// the TLS material reloads, so a rotation opens a fresh set and the old
+// connections release into the set they were counted in.
+type counts struct {
+	total, peers, anonymous int
+	perSite                 map[string]int
+}
+
+// ticket is one admitted (or answered-with-503) connection.
+type ticket struct {
+	caller Caller
+	// over is the cap it is past; such a connection is answered 503 and
+	// closed, and not counted.
+	over    string
+	epoch   *counts
+	counted bool
+
+	transport string
+	closeFn   func()
+	closeOnce sync.Once
+	ageTimer  *time.Timer
+}
+
+type admission struct {
+	caps ConnectionCaps
+
+	mu    sync.Mutex
+	epoch *counts
+}
+
+func newAdmission(caps ConnectionCaps) *admission {
+	return &admission{caps: caps, epoch: &counts{perSite: map[string]int{}}}
+}
+
+// admit decides on a named (or anonymous) caller. It returns the ticket
+// and the outcome; a nil ticket means close the connection now.
+func (a *admission) admit(c Caller, anonymousAllowed bool) (*ticket, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.epoch
+	t := &ticket{caller: c, epoch: e}
+	peerRoom := a.caps.Max - a.caps.ReservedForGateway
+	switch c.Kind {
+	case Gateway:
+		if e.total >= a.caps.Max {
+			t.over = overTotalCap
+			return t, t.over
+		}
+		e.total++
+	case Site:
+		switch {
+		case e.perSite[c.Site] >= a.caps.PerSite:
+			t.over = overSiteCap
+			return t, t.over
+		case e.peers >= peerRoom:
+			t.over = overPeerCap
+			return t, t.over
+		}
+		e.total++
+		e.peers++
+		e.perSite[c.Site]++
+	default:
+		if !anonymousAllowed {
+			return nil, refusedUnnamed
+		}
+		if e.anonymous >= a.caps.MaxAnonymous {
+			return nil, refusedFull
+		}
+		e.anonymous++
+	}
+	t.counted = true
+	return t, admitted
+}
+
+// release gives a counted connection's place back to its epoch.
+func (a *admission) release(t *ticket) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !t.counted {
+		return
+	}
+	t.counted = false
+	e := t.epoch
+	switch t.caller.Kind {
+	case Gateway:
+		e.total--
+	case Site:
+		e.total--
+		e.peers--
+		if e.perSite[t.caller.Site]--; e.perSite[t.caller.Site] <= 0 {
+			delete(e.perSite, t.caller.Site)
+		}
+	default:
+		e.anonymous--
+	}
+}
+
+// reset opens a new epoch: every cap starts over.
+func (a *admission) reset() {
+	a.mu.Lock()
+	a.epoch = &counts{perSite: map[string]int{}}
+	a.mu.Unlock()
+}

@@ -1,0 +1,318 @@
+package siglisten
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"crypto/tls"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/controller/sitetrust"
+)
+
+// Real clients with real certificates, over both transports: the
+// co-located gateway and a peer site are named, everyone else is closed.
+func TestCallersAreNamedFromTheirCertificates(t *testing.T) {
+	g := newGrid(t)
+	g.serve(t, nil, Options{})
+	otherPEM, otherKey, err := sitetrust.NewCA(time.Now(), time.Hour)
+	require.NoError(t, err)
+	other, err := sitetrust.ParseCA(otherPEM, otherKey)
+	require.NoError(t, err)
+	foreignChain, foreignKey, err := other.Issue("west", time.Now(), time.Hour)
+	require.NoError(t, err)
+	foreign, err := tls.X509KeyPair(foreignChain, foreignKey)
+	require.NoError(t, err)
+	expiredChain, expiredKey, err := g.ca.Issue("west", time.Now().Add(-48*time.Hour), time.Hour)
+	require.NoError(t, err)
+	expired, err := tls.X509KeyPair(expiredChain, expiredKey)
+	require.NoError(t, err)
+
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			_, body, err := g.client(t, tr, "", g.clientTLS(g.gateway)).get("/v1/site/signals")
+			require.NoError(t, err)
+			assert.Equal(t, "gateway", body, "this site's current leaf is the co-located gateway")
+
+			_, body, err = g.client(t, tr, "", g.clientTLS(g.site(t, "west"))).get("/v1/site/signals")
+			require.NoError(t, err)
+			assert.Equal(t, "site:west", body, "a peer is named by its organization")
+
+			for name, cfg := range map[string]*tls.Config{
+				"without a certificate":        g.clientTLS(),
+				"a reissued leaf of this site": g.clientTLS(g.site(t, localSite)),
+				"another CA":                   g.clientTLS(foreign),
+				"an expired leaf":              g.clientTLS(expired),
+			} {
+				_, _, err := g.client(t, tr, "", cfg).get("/v1/site/signals")
+				assert.Error(t, err, "%s gets no answer", name)
+			}
+		})
+	}
+	assert.Positive(t, testutilConnections(g, transportTCP, "anonymous", refusedUnnamed))
+	assert.Positive(t, testutilConnections(g, transportQUIC, "site", refusedReissued))
+}
+
+// In SPIFFE mode the SPIFFE ID names the site, not the organization.
+func TestSPIFFEModeNamesPeersByTheirSPIFFEID(t *testing.T) {
+	g := newGrid(t)
+	g.serve(t, nil, Options{Naming: Naming{SPIFFE: true}})
+	_, body, err := g.client(t, transportQUIC, "", g.clientTLS(g.site(t, "west"))).get("/v1/site/signals")
+	require.NoError(t, err)
+	assert.Equal(t, "site:west", body)
+}
+
+// Sidecars report without a client certificate: with their path open,
+// an anonymous caller reaches that path and nothing else.
+func TestAnonymousCallersReachOnlyTheirPaths(t *testing.T) {
+	g := newGrid(t)
+	g.serve(t, nil, Options{AnonymousPaths: []string{"/v1/site/deliveries"}})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			c := g.client(t, tr, "", g.clientTLS())
+			status, body, err := c.do(http.MethodPost, "/v1/site/deliveries")
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, status)
+			assert.Equal(t, "anonymous", body)
+			_, _, err = g.client(t, tr, "", g.clientTLS()).get("/v1/site/signals")
+			assert.Error(t, err, "a named-only route closes the connection without an answer")
+			assert.Positive(t, g.closes(tr, "anonymous_route"))
+		})
+	}
+}
+
+// A flood of handshakes from one source address is cut off before any
+// cryptographic work, while the co-located gateway, from another address,
+// keeps getting answers on fresh connections.
+func TestAHandshakeFloodFromOneAddressIsCutOffWhileTheGatewayIsAnswered(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGrid(t)
+			g.serve(t, nil, Options{Handshakes: &HandshakeLimits{PerAddress: Bucket{Rate: 5, Burst: 10}}})
+			flooded := g.flood(t, tr, []string{"127.0.0.2"}, 60)
+			assert.Greater(t, flooded.refused, 40, "most of the flood is refused")
+			assert.LessOrEqual(t, flooded.answered, 15, "the burst and a few refills pass")
+			assert.Positive(t, g.handshakes(tr, limitedAddress))
+			assert.Zero(t, flooded.gatewayFailures, "the gateway kept getting answers: %v", flooded.gatewayErr)
+		})
+	}
+}
+
+// Many addresses of one block, each under its own budget, are held to
+// the block's: here IPv4 /24s stand in for IPv6 /64s (loopback has no
+// global IPv6), the grouping itself is unit-tested in limiter_test.go.
+func TestAFloodFromManyAddressesOfOneBlockIsCutOff(t *testing.T) {
+	g := newGrid(t)
+	g.serve(t, nil, Options{Handshakes: &HandshakeLimits{
+		PerAddress: Bucket{Rate: 5, Burst: 10}, PerPrefix64: Bucket{Rate: 5, Burst: 20}, IPv4PrefixBits: 24,
+	}})
+	var block []string
+	for i := 10; i < 40; i++ {
+		block = append(block, fmt.Sprintf("127.0.7.%d", i))
+	}
+	flooded := g.flood(t, transportTCP, block, 60)
+	assert.Greater(t, flooded.refused, 30, "the block's budget holds although each address has budget left")
+	assert.Positive(t, g.handshakes(transportTCP, limitedPrefix64))
+	assert.Zero(t, g.handshakes(transportTCP, limitedAddress), "no single address ran out")
+	assert.Zero(t, flooded.gatewayFailures, "the gateway, in another block, kept getting answers: %v", flooded.gatewayErr)
+}
+
+type floodResult struct {
+	answered, refused int
+	gatewayFailures   int
+	gatewayErr        error
+}
+
+// flood opens n fresh connections from the given addresses (round robin)
+// as fast as they go, while the gateway asks on fresh connections from
+// 127.0.0.1.
+func (g *grid) flood(t *testing.T, tr string, from []string, n int) floodResult {
+	t.Helper()
+	var res floodResult
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	gatewayDone := make(chan struct{})
+	// The gateway holds its connection, as a gateway polling its agent
+	// does; a dropped one would cost it a handshake.
+	gateway := g.client(t, tr, "", g.clientTLS(g.gateway))
+	gatewayAnswers := 0
+	go func() {
+		defer close(gatewayDone)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, body, err := gateway.get("/v1/site/signals")
+			mu.Lock()
+			if err != nil || body != "gateway" {
+				res.gatewayFailures++
+				res.gatewayErr = err
+			} else {
+				gatewayAnswers++
+			}
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	west := g.site(t, "west")
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, err := g.client(t, tr, from[i%len(from)], g.clientTLS(west)).get("/v1/site/signals")
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				res.refused++
+			} else {
+				res.answered++
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-gatewayDone
+	require.Positive(t, gatewayAnswers, "the gateway asked during the flood")
+	return res
+}
+
+// A site past its cap gets 503 while another site does not.
+func TestASitePastItsCapGets503WhileAnotherSiteDoesNot(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGrid(t)
+			g.serve(t, nil, Options{Connections: &ConnectionCaps{Max: 64, ReservedForGateway: 8, PerSite: 2}})
+			west := g.site(t, "west")
+			for range 2 {
+				status, _, err := g.client(t, tr, "", g.clientTLS(west)).get("/v1/site/signals")
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, status)
+			}
+			status, _, err := g.client(t, tr, "", g.clientTLS(west)).get("/v1/site/signals")
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusServiceUnavailable, status, "west's third connection")
+			status, body, err := g.client(t, tr, "", g.clientTLS(g.site(t, "north"))).get("/v1/site/signals")
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, status)
+			assert.Equal(t, "site:north", body)
+		})
+	}
+}
+
+// Peers together never take the last slots: they stay for the gateway.
+func TestPeersCannotTakeTheGatewaysReservedSlots(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGrid(t)
+			g.serve(t, nil, Options{Connections: &ConnectionCaps{Max: 5, ReservedForGateway: 3, PerSite: 10}})
+			for _, site := range []string{"west", "north"} {
+				status, _, err := g.client(t, tr, "", g.clientTLS(g.site(t, site))).get("/v1/site/signals")
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, status, site)
+			}
+			status, _, err := g.client(t, tr, "", g.clientTLS(g.site(t, "south"))).get("/v1/site/signals")
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusServiceUnavailable, status, "a third peer would take a reserved slot")
+			for i := range 3 {
+				status, body, err := g.client(t, tr, "", g.clientTLS(g.gateway)).get("/v1/site/signals")
+				require.NoError(t, err)
+				assert.Equal(t, http.StatusOK, status, "gateway connection %d", i)
+				assert.Equal(t, "gateway", body)
+			}
+		})
+	}
+}
+
+// A caller that stops reading is closed by the write deadline.
+func TestAStalledReaderIsClosedByTheWriteDeadline(t *testing.T) {
+	huge := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		chunk := make([]byte, 64<<10)
+		for range 1024 { // 64 MiB: far past any socket buffer or flow-control window
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGrid(t)
+			g.serve(t, huge, Options{WriteTimeout: 300 * time.Millisecond})
+			c := g.client(t, tr, "", g.clientTLS(g.site(t, "west")))
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, c.base+"/v1/site/signals", http.NoBody)
+			require.NoError(t, err)
+			resp, err := c.http.Do(req)
+			require.NoError(t, err)
+			defer func() { _ = resp.Body.Close() }()
+			// Read nothing more.
+			require.Eventually(t, func() bool { return g.closes(tr, "write_stalled") > 0 },
+				10*time.Second, 20*time.Millisecond, "the stalled connection is closed")
+			_, err = bufio.NewReader(resp.Body).Discard(128 << 20)
+			assert.Error(t, err, "the body was cut off")
+		})
+	}
+}
+
+// A connection is closed at its maximum age; the client reconnects.
+func TestAConnectionIsClosedAtItsMaximumAge(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGrid(t)
+			g.serve(t, nil, Options{MaxAge: 300 * time.Millisecond})
+			c := g.client(t, tr, "", g.clientTLS(g.site(t, "west")))
+			_, _, err := c.get("/v1/site/signals")
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return g.closes(tr, "max_age") > 0 }, 5*time.Second, 20*time.Millisecond)
+			require.Eventually(t, func() bool {
+				_, body, err := c.get("/v1/site/signals")
+				return err == nil && body == "site:west"
+			}, 5*time.Second, 50*time.Millisecond, "the client reconnects")
+			assert.GreaterOrEqual(t, g.handshakes(tr, "completed"), 2.0, "on a new connection")
+		})
+	}
+}
+
+// The caps start over when the TLS material reloads: a site at its cap
+// and an address out of handshakes are both let in after a rotation.
+func TestCapsStartOverAfterAnIdentityRotation(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGrid(t)
+			g.serve(t, nil, Options{
+				Connections: &ConnectionCaps{Max: 64, ReservedForGateway: 8, PerSite: 1},
+				Handshakes:  &HandshakeLimits{PerAddress: Bucket{Rate: 0.01, Burst: 3}},
+			})
+			west := g.site(t, "west")
+			status, _, err := g.client(t, tr, "127.0.0.3", g.clientTLS(west)).get("/v1/site/signals")
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, status)
+			status, _, err = g.client(t, tr, "127.0.0.3", g.clientTLS(west)).get("/v1/site/signals")
+			require.NoError(t, err)
+			require.Equal(t, http.StatusServiceUnavailable, status, "at its cap")
+			_, _, err = g.client(t, tr, "127.0.0.3", g.clientTLS(west)).get("/v1/site/signals")
+			require.NoError(t, err) // the third handshake of the burst
+			_, _, err = g.client(t, tr, "127.0.0.3", g.clientTLS(west)).get("/v1/site/signals")
+			require.Error(t, err, "out of handshakes")
+
+			g.rotate(t)
+			// The reload is noticed at the next handshake, from an address
+			// with budget left; from then on both caps have started over.
+			_, body, err := g.client(t, tr, "", g.clientTLS(g.gateway)).get("/v1/site/signals")
+			require.NoError(t, err)
+			require.Equal(t, "gateway", body, "the new leaf is the gateway")
+			status, body, err = g.client(t, tr, "127.0.0.3", g.clientTLS(west)).get("/v1/site/signals")
+			require.NoError(t, err, "the address has handshakes again")
+			assert.Equal(t, http.StatusOK, status, "and west has a place again")
+			assert.Equal(t, "site:west", body)
+			assert.Equal(t, 1.0, testutilResets(g))
+		})
+	}
+}
