@@ -40,7 +40,28 @@ type config struct {
 	swim                    swimConfig
 	gateway                 gatewayConfig
 	trust                   trustConfig
+	signals                 signalsConfig
 }
+
+// signalsConfig is the signals listener: its address (TCP and UDP, one
+// port), the site identity it serves with, its caps, and the delivery
+// reports it takes.
+type signalsConfig struct {
+	addr                      string
+	certFile, keyFile, caFile string
+	spiffe                    bool
+	maxConnections            int
+	reservedForGateway        int
+	perSite                   int
+	handshakeRate             float64
+	handshakeBurst            int
+	maxConnectionAge          time.Duration
+	writeTimeout              time.Duration
+	reportAudience            string
+	reportSilentAfter         time.Duration
+}
+
+func (c signalsConfig) enabled() bool { return c.addr != "" }
 
 // trustConfig is site trust: the issued site certificate's lifetime and
 // the probes of remote sites' gateways.
@@ -150,8 +171,43 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	bind("gateway-discovery", "GRID_GATEWAY_DISCOVERY_ENABLED")
 	fs.DurationVar(&c.gateway.interval, "gateway-discovery-interval", 5*time.Second, "how often the Service is read"+ref("GRID_GATEWAY_DISCOVERY_INTERVAL_MS")+" (milliseconds there)")
 
+	fs.StringVar(&c.signals.addr, "signals-addr", "", "address of the signals listener, HTTPS over TCP and HTTP/3 over UDP on one port, e.g. :9443 (empty: off)"+note("signals-addr"))
+	fs.StringVar(&c.signals.certFile, "signals-cert", "", "the site certificate (leaf then chain) the listener serves with, in its mounted Secret"+note("signals-cert"))
+	fs.StringVar(&c.signals.keyFile, "signals-key", "", "its private key"+note("signals-key"))
+	fs.StringVar(&c.signals.caFile, "signals-ca", "", "the grid CA bundle client certificates are verified against"+note("signals-ca"))
+	naming := fs.String("signals-peer-naming", "organization", "how a peer's certificate names its site: organization, or spiffe (its SPIFFE ID)"+note("signals-peer-naming"))
+	fs.IntVar(&c.signals.maxConnections, "signals-max-connections", 256, "connections of the gateway and the peers together"+note("signals-max-connections"))
+	fs.IntVar(&c.signals.reservedForGateway, "signals-gateway-reserved", 8, "of those, the connections peers never take: kept for the co-located gateway"+note("signals-gateway-reserved"))
+	fs.IntVar(&c.signals.perSite, "signals-per-site-connections", 16, "connections of one peer site; past it, 503"+note("signals-per-site-connections"))
+	fs.Float64Var(&c.signals.handshakeRate, "signals-handshake-rate", 20, "handshakes per second per source address (a /64 may make 2.5 times, a /48 5 times as many)"+note("signals-handshake-rate"))
+	fs.IntVar(&c.signals.handshakeBurst, "signals-handshake-burst", 40, "handshakes per source address in a burst"+note("signals-handshake-burst"))
+	fs.DurationVar(&c.signals.maxConnectionAge, "signals-max-connection-age", 5*time.Minute, "close a connection that has lived this long"+note("signals-max-connection-age"))
+	fs.DurationVar(&c.signals.writeTimeout, "signals-write-timeout", 10*time.Second, "close a connection whose response write stalls this long"+note("signals-write-timeout"))
+	fs.StringVar(&c.signals.reportAudience, "report-audience", "gridsync-agent", "audience of the sidecars' report tokens, checked by TokenReview"+note("report-audience"))
+	fs.DurationVar(&c.signals.reportSilentAfter, "report-silent-after", 90*time.Second, "a gateway pod whose sidecar has not reported for this long lags as Silent"+note("report-silent-after"))
+
 	if err := envflag.Parse(fs, bindings, args, getenv); err != nil {
 		return nil, err
+	}
+	switch *naming {
+	case "organization":
+	case "spiffe":
+		c.signals.spiffe = true
+	default:
+		return nil, envflag.UsageError(fs, "--signals-peer-naming must be organization or spiffe, got %q", *naming)
+	}
+	if c.signals.enabled() {
+		if c.signals.certFile == "" || c.signals.keyFile == "" || c.signals.caFile == "" {
+			return nil, envflag.UsageError(fs, "--signals-addr needs --signals-cert, --signals-key and --signals-ca: the listener serves only with the site identity and verifies callers against the grid CA")
+		}
+		if c.swim.site == "" {
+			return nil, envflag.UsageError(fs, "--signals-addr needs --site-name: a reissued leaf of this site is told from the gateway by it")
+		}
+		if c.signals.maxConnections <= c.signals.reservedForGateway || c.signals.reservedForGateway < 0 || c.signals.perSite < 1 ||
+			c.signals.handshakeRate <= 0 || c.signals.handshakeBurst < 1 || c.signals.maxConnectionAge < time.Second ||
+			c.signals.writeTimeout < 100*time.Millisecond || c.signals.reportSilentAfter < 3*time.Second {
+			return nil, envflag.UsageError(fs, "signals caps: --signals-max-connections must exceed --signals-gateway-reserved, the per-site cap, rate and burst be positive, the age at least 1s, the write timeout at least 100ms, --report-silent-after at least 3s")
+		}
 	}
 	if ms := getenv("GRID_GATEWAY_DISCOVERY_INTERVAL_MS"); ms != "" && !flagSet(fs, "gateway-discovery-interval") {
 		n, err := strconv.Atoi(ms)

@@ -28,6 +28,7 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/agent/swimservice"
 	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 	"github.com/gridsync/gridsync/shared/runtimecfg"
@@ -102,6 +103,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if swim != nil {
 		member = swim
 	}
+	var deliveries controller.DeliveryTracker
+	var aggregator *rollout.Aggregator
+	if cfg.signals.enabled() {
+		aggregator = rollout.New(rollout.Options{SilentAfter: cfg.signals.reportSilentAfter, Registerer: reg})
+		deliveries = aggregator
+	}
 	mgr, err := controller.NewManager(restConfig, controller.ManagerOptions{
 		Options: controller.Options{
 			Namespaces:             cfg.namespaces,
@@ -116,6 +123,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			// Lease lives: the agent's own namespace.
 			EventNamespace:      cfg.leaderElectionNamespace,
 			Membership:          member,
+			Deliveries:          deliveries,
 			SwimKeyPollInterval: cfg.swim.keyPollInterval,
 			SiteName:            cfg.swim.site,
 			SiteCertLifetime:    cfg.trust.certLifetime,
@@ -158,6 +166,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			}); err != nil {
 				return fail("start_failed", err)
 			}
+		}
+	}
+
+	if aggregator != nil {
+		if err := mgr.Add(&signalsListener{cfg: cfg.signals, site: cfg.swim.site, rest: restConfig, aggregator: aggregator, log: log, reg: reg}); err != nil {
+			return fail("start_failed", err)
 		}
 	}
 

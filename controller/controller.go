@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -93,6 +94,10 @@ type Options struct {
 	// networks are read, so that a rotation step is followed without a
 	// Secret watch. 0 means DefaultSwimKeyPollInterval.
 	SwimKeyPollInterval time.Duration
+
+	// Deliveries folds the delivery reports of gateway pods into the
+	// overlay statuses (controller/rollout); nil: no delivery evidence.
+	Deliveries DeliveryTracker
 
 	// SiteName is this site's name (a lowercase DNS label): the subject of
 	// the site certificate the agent issues. Empty: none is issued.
@@ -256,6 +261,14 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if opts.Membership != nil {
 		opts.Membership.OnChange(networkChanged)
 	}
+	if opts.Deliveries != nil {
+		// Only the status changes: no probe of sites.
+		opts.Deliveries.OnChange(func(network string) {
+			n := &v1alpha1.GridNetwork{}
+			n.Name = network
+			life.send(fromMembership, event.GenericEvent{Object: n})
+		})
+	}
 	if err := mgr.Add(&secretPoller{r: nr, out: fromMembership}); err != nil {
 		return err
 	}
@@ -266,6 +279,17 @@ func Setup(mgr manager.Manager, opts Options) error {
 		return err
 	}
 	return (&providerReconciler{common: shared}).setup(mgr, toProviders)
+}
+
+// DeliveryTracker holds what gateway pods report they deliver.
+type DeliveryTracker interface {
+	// SetGateways names a network's gateways (nil: the network is gone).
+	SetGateways(network string, gateways []types.NamespacedName)
+	// Summary is a gateway's delivery against its rendered revision, nil
+	// while none of its pods reports.
+	Summary(namespace, gateway, rendered string, renderedAt time.Time) *v1alpha1.GatewayDelivery
+	// OnChange registers who is told a network's summary may have changed.
+	OnChange(func(network string))
 }
 
 // common is what both reconcilers share.

@@ -130,6 +130,9 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 		if r.opts.Membership != nil {
 			r.opts.Membership.Forget(name) // deleted while its finalizer was not ours to run
 		}
+		if r.opts.Deliveries != nil {
+			r.opts.Deliveries.SetGateways(name, nil)
+		}
 		return 0, 0, nil // its overlays were withdrawn before the finalizer went
 	}
 	if err != nil {
@@ -220,6 +223,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if err := r.syncGridSites(ctx, &network, swim.view); err != nil && firstErr == nil {
 		firstErr = err
 	}
+	r.summariseDeliveries(network.Name, gws, statuses)
 	if err := r.writeStatus(ctx, &network, statuses, praxis, swim, identity); err != nil && firstErr == nil {
 		firstErr = err
 	}
@@ -580,6 +584,9 @@ const AnnotationOrphaned = "grid.praxis.fast/orphaned"
 // finalize withdraws the overlays of a network being deleted, then lets
 // it go.
 func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.GridNetwork) error {
+	if r.opts.Deliveries != nil {
+		r.opts.Deliveries.SetGateways(network.Name, nil)
+	}
 	if !controllerutil.ContainsFinalizer(network, overlaysFinalizer) {
 		return nil
 	}
@@ -681,6 +688,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	next.PraxisConfigStatus = praxis
 	next.GatewayCount = int32(len(overlays))
 	next.DistributedCount = 0
+	next.Delivered = deliveredSummary(overlays)
 	var failing []string
 	for _, o := range overlays {
 		if o.Phase == v1alpha1.OverlayDistributed {
@@ -838,4 +846,42 @@ func joinLimited(items []string, n int) string {
 		out += s
 	}
 	return out
+}
+
+// summariseDeliveries tells the delivery tracker the network's gateways
+// and puts what their pods report in each overlay status.
+func (r *networkReconciler) summariseDeliveries(network string, gws []render.Gateway, statuses []v1alpha1.GatewayOverlayStatus) {
+	d := r.opts.Deliveries
+	if d == nil {
+		return
+	}
+	keys := make([]types.NamespacedName, 0, len(gws))
+	for _, gw := range gws {
+		keys = append(keys, types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name})
+	}
+	d.SetGateways(network, keys)
+	for i := range statuses {
+		st := &statuses[i]
+		var renderedAt time.Time
+		if st.RenderedAt != nil {
+			renderedAt = st.RenderedAt.Time
+		}
+		st.Delivery = d.Summary(st.Namespace, st.GatewayName, st.RenderedRevision, renderedAt)
+	}
+}
+
+// deliveredSummary is "on revision/reporting" over every gateway, empty
+// while no pod reports.
+func deliveredSummary(overlays []v1alpha1.GatewayOverlayStatus) string {
+	var on, reporting int32
+	for _, o := range overlays {
+		if o.Delivery != nil {
+			on += o.Delivery.PodsOnRevision
+			reporting += o.Delivery.ReportingPods
+		}
+	}
+	if reporting == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d", on, reporting)
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 	"github.com/gridsync/gridsync/shared/overlaysync"
@@ -66,7 +67,17 @@ func runSidecar(args []string, stderr io.Writer) int {
 	opts := cfg.SyncOptions()
 	opts.Logger = log
 	opts.Registerer = reg
-	syncer, err := overlaysync.New(restConfig, opts)
+	var syncer *overlaysync.Syncer
+	var reporter *deliveryreport.Reporter
+	if !cfg.Once {
+		if reporter, err = newReporter(cfg, func() *overlaysync.Syncer { return syncer }, log, reg); err != nil {
+			return fail("start_failed", err)
+		}
+	}
+	if reporter != nil {
+		opts.Notify = reporter.Notify
+	}
+	syncer, err = overlaysync.New(restConfig, opts)
 	if err != nil {
 		return fail("start_failed", err)
 	}
@@ -91,7 +102,7 @@ func runSidecar(args []string, stderr io.Writer) int {
 		err = syncer.Run(ctx) // no endpoints and no identity polling: one publication
 	} else {
 		log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
-		err = serve(ctx, ln, handler, syncer, identity)
+		err = serve(ctx, ln, handler, syncer, identity, reporter)
 	}
 	if err != nil {
 		return fail("stopped_with_error", err)
@@ -106,7 +117,9 @@ func runSidecar(args []string, stderr io.Writer) int {
 
 // serve runs the sync loop, the health endpoints and the identity
 // reloader together until ctx ends or one of them stops.
-func serve(ctx context.Context, ln net.Listener, handler http.Handler, syncer *overlaysync.Syncer, identity *tlsidentity.Reloader) error {
+func serve(ctx context.Context, ln net.Listener, handler http.Handler, syncer *overlaysync.Syncer, identity *tlsidentity.Reloader,
+	reporter *deliveryreport.Reporter,
+) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	identityDone := make(chan struct{})
@@ -116,9 +129,19 @@ func serve(ctx context.Context, ln net.Listener, handler http.Handler, syncer *o
 			_ = identity.Run(runCtx) // returns when runCtx ends
 		}
 	}()
+	// Reports go beside delivery, never in its way: the syncer only
+	// nudges the reporter, which reads the status when it sends.
+	reportDone := make(chan struct{})
+	go func() {
+		defer close(reportDone)
+		if reporter != nil {
+			reporter.Run(runCtx)
+		}
+	}()
 	err := health.ServeWhile(runCtx, ln, handler, shutdownGrace, syncer.Run)
 	cancel()
 	<-identityDone
+	<-reportDone
 	return err
 }
 

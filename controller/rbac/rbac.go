@@ -76,3 +76,12 @@ func TrustSecretRules(names ...string) []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "patch"}, ResourceNames: names},
 	}
 }
+
+// TokenReviewRules are granted cluster-wide when the signals listener
+// takes delivery reports: each sidecar's projected token is checked with a
+// TokenReview (create only; nothing is read).
+func TokenReviewRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+	}
+}

@@ -107,6 +107,7 @@ func (s *Syncer) write(a *accepted) {
 	s.st.lastDeliveryLatency = latency
 	s.markOnDiskLocked(a.result.Revision, len(a.data))
 	s.mu.Unlock()
+	s.notify()
 	log.Info("overlay_written", "revision", a.result.Revision, "candidates", a.result.CandidateCount,
 		"bytes", len(a.data), "delivery_latency_ms", float64(latency.Microseconds())/1000)
 }
@@ -134,6 +135,7 @@ func (s *Syncer) reject(reason, detail, resourceVersion string) {
 	serving := s.st.writtenRevision
 	s.mu.Unlock()
 	s.metrics.rejected(reason)
+	s.notify()
 	s.opts.Logger.Warn("overlay_rejected", "reason", reason, "detail", detail,
 		"resource_version", resourceVersion, "serving_revision", serving)
 }
@@ -149,6 +151,7 @@ func (s *Syncer) absent(reason, resourceVersion string) {
 	serving := s.st.writtenRevision
 	s.mu.Unlock()
 	s.metrics.absent(reason)
+	s.notify()
 	event := "config_map_absent"
 	if reason == ReasonDeleted {
 		event = "overlay_source_deleted" // the upstream sidecar's name
@@ -171,6 +174,7 @@ func (s *Syncer) confirm(t time.Time) {
 	s.st.apiReason = ""
 	s.mu.Unlock()
 	if recovered {
+		s.notify()
 		s.opts.Logger.Info("api_reachable")
 	}
 }
@@ -194,6 +198,7 @@ func (s *Syncer) apiFailure(op string, err error) {
 	s.mu.Unlock()
 	s.metrics.apiFailed(reason)
 	if first {
+		s.notify()
 		s.opts.Logger.Warn(reason, "op", op, "error", err)
 	} else {
 		s.opts.Logger.Debug(reason, "op", op, "error", err)
@@ -225,4 +230,11 @@ func bytesOf(s string) []byte {
 
 func unixSeconds(t time.Time) float64 {
 	return float64(t.UnixNano()) / 1e9
+}
+
+// notify tells the owner that something changed (Options.Notify).
+func (s *Syncer) notify() {
+	if s.opts.Notify != nil {
+		s.opts.Notify()
+	}
 }

@@ -48,6 +48,11 @@ type Options struct {
 	// init container, and the sidecar's --once).
 	Once bool
 
+	// Notify, when set, is called after every change of what the Syncer
+	// serves or says (a write, a rejection, the source gone, the API lost
+	// or back). It must not block: delivery waits for it.
+	Notify func()
+
 	// Logger receives JSON events; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil registers nothing.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
@@ -59,7 +60,19 @@ type Config struct {
 	IdentityCA       string
 	IdentityDir      string
 	IdentityInterval time.Duration
+
+	// Delivery reports to the agent (sidecar only); off unless ReportTo
+	// is set.
+	ReportTo         string
+	ReportTokenFile  string
+	ReportCA         string
+	ReportServerName string
+	ReportInterval   time.Duration
+	PodName          string
 }
+
+// DefaultReportTokenFile is where the chart projects the report token.
+const DefaultReportTokenFile = "/var/run/secrets/gridsync/report/token"
 
 // IdentityEnabled reports whether TLS identity sync is configured.
 func (c *Config) IdentityEnabled() bool {
@@ -125,6 +138,13 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 		str(&c.HealthAddr, "health-addr", envPrefix+"HEALTH_ADDR", DefaultHealthAddr, "address of /livez, /readyz, /startupz, /status and /metrics")
 		fs.BoolVar(&c.Once, "once", false, "publish one valid overlay, then exit (no health port)"+envflag.Note(envPrefix+"ONCE"))
 		bind("once", envPrefix+"ONCE")
+		str(&c.ReportTo, "report-to", envPrefix+"REPORT_TO", "", "https:// address of the agent's signals listener to report deliveries to (off when empty)")
+		str(&c.ReportTokenFile, "report-token-file", envPrefix+"REPORT_TOKEN_FILE", DefaultReportTokenFile, "projected ServiceAccount token the reports authenticate with")
+		str(&c.ReportCA, "report-ca", envPrefix+"REPORT_CA", "", "CA bundle verifying the agent (default: --identity-ca, else the system's)")
+		str(&c.ReportServerName, "report-server-name", envPrefix+"REPORT_SERVER_NAME", "", "name the agent's certificate carries (default: the host of --report-to)")
+		fs.DurationVar(&c.ReportInterval, "report-interval", 30*time.Second, "report an unchanged state this often"+envflag.Note(envPrefix+"REPORT_INTERVAL"))
+		bind("report-interval", envPrefix+"REPORT_INTERVAL")
+		str(&c.PodName, "pod-name", "POD_NAME", "", "this pod's name, for the reports (default: $HOSTNAME)")
 		fs.DurationVar(&c.ExpireAfter, "expire-after", 0, "withdraw readiness when the ConfigMap has not been confirmed by the API for this long (0: never)"+envflag.Note(envPrefix+"EXPIRE_AFTER"))
 		bind("expire-after", envPrefix+"EXPIRE_AFTER")
 	case Init:
@@ -146,6 +166,12 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	}
 	if c.ExpectedNamespace == "" {
 		c.ExpectedNamespace = c.Namespace
+	}
+	if c.PodName == "" {
+		c.PodName = getenv("HOSTNAME")
+	}
+	if c.ReportCA == "" {
+		c.ReportCA = c.IdentityCA
 	}
 	if err := c.validate(bindings); err != nil {
 		return nil, envflag.UsageError(fs, "%v", err)
@@ -179,6 +205,15 @@ func (c *Config) validate(bindings []envflag.Binding) error {
 	}
 	if c.WatchIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--watch-idle-timeout must be positive, got %s", c.WatchIdleTimeout))
+	}
+	if c.ReportTo != "" {
+		if u, err := url.Parse(c.ReportTo); err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			errs = append(errs, fmt.Errorf("--report-to must be an https://host:port address, got %q", c.ReportTo))
+		}
+		required(c.PodName, "pod-name")
+		if c.ReportInterval < time.Second {
+			errs = append(errs, fmt.Errorf("--report-interval must be at least 1s, got %s", c.ReportInterval))
+		}
 	}
 	if c.IdentityEnabled() {
 		required(c.IdentityCert, "identity-cert")

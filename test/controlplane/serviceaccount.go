@@ -48,3 +48,25 @@ func (cp *ControlPlane) ServiceAccountConfig(ctx context.Context, namespace, nam
 		Burst:           -1,
 	}, nil
 }
+
+// ServiceAccountToken returns a token of the ServiceAccount namespace/name
+// for audience, as a projected token volume with that audience holds it.
+// The namespace and ServiceAccount are created when missing.
+func (cp *ControlPlane) ServiceAccountToken(ctx context.Context, namespace, name, audience string) (string, error) {
+	if err := cp.EnsureNamespace(ctx, namespace); err != nil {
+		return "", err
+	}
+	admin := cp.AdminClient()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if _, err := admin.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("create service account %s/%s: %w", namespace, name, err)
+	}
+	expiry := int64(3600)
+	token, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, Audiences: []string{audience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("request token for %s/%s: %w", namespace, name, err)
+	}
+	return token.Status.Token, nil
+}

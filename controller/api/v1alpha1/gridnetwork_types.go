@@ -14,6 +14,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // +kubebuilder:printcolumn:name="Sites",type=integer,JSONPath=`.status.connectedSites`
 // +kubebuilder:printcolumn:name="Gateways",type=integer,JSONPath=`.status.gatewayCount`
 // +kubebuilder:printcolumn:name="Distributed",type=integer,JSONPath=`.status.distributedCount`
+// +kubebuilder:printcolumn:name="Delivered",type=string,JSONPath=`.status.delivered`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a GridNetwork name is at most 63 characters: it labels the network's overlay ConfigMaps"
 type GridNetwork struct {
@@ -50,6 +51,13 @@ type GridNetworkSpec struct {
 	//
 	// +optional
 	PeerTrust *PeerTrust `json:"peerTrust,omitempty"`
+
+	// SignalTransport says how provider signals cross sites: gossip (the
+	// samples ride the membership state) or poll (each agent polls its
+	// Active peers' /v1/site/signals over mutual TLS).
+	//
+	// +optional
+	SignalTransport *SignalTransport `json:"signalTransport,omitempty"`
 
 	// ConsumerGateways receive one overlay each. A gateway is identified
 	// by its name and namespace.
@@ -176,6 +184,11 @@ type GridNetworkStatus struct {
 	GatewayCount int32 `json:"gatewayCount,omitempty"`
 	// +optional
 	DistributedCount int32 `json:"distributedCount,omitempty"`
+	// Delivered is pods on their gateway's rendered revision over pods
+	// reporting, across the network's gateways ("48/50"); absent while no
+	// sidecar reports.
+	// +optional
+	Delivered string `json:"delivered,omitempty"`
 
 	// OverlayStatus has one entry per consumer gateway.
 	//
@@ -222,6 +235,61 @@ type GatewayOverlayStatus struct {
 	Message string `json:"message,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Delivery is what the gateway's pods report they serve, when their
+	// sidecars report to the agent: the rendered ConfigMap is not serving
+	// evidence, these reports are.
+	// +optional
+	Delivery *GatewayDelivery `json:"delivery,omitempty"`
+}
+
+// SignalTransportMode is how signals cross sites.
+//
+// +kubebuilder:validation:Enum=gossip;poll
+type SignalTransportMode string
+
+// Signal transport modes.
+const (
+	SignalTransportGossip SignalTransportMode = "gossip"
+	SignalTransportPoll   SignalTransportMode = "poll"
+)
+
+// SignalTransport is the grid-wide signal dissemination path.
+type SignalTransport struct {
+	// +optional
+	// +kubebuilder:default=gossip
+	Mode SignalTransportMode `json:"mode,omitempty"`
+}
+
+// GatewayDelivery summarises the delivery reports of one gateway's pods
+// against the rendered revision.
+type GatewayDelivery struct {
+	// ReportingPods reported within the agent's forget age.
+	ReportingPods int32 `json:"reportingPods"`
+	// PodsOnRevision hold the rendered revision and report on time.
+	PodsOnRevision int32 `json:"podsOnRevision"`
+	// LaggingPods are on an older revision, rejecting, cold, or silent
+	// for longer than the agent's silent age.
+	LaggingPods int32 `json:"laggingPods"`
+	// Lagging names up to ten lagging pods, with why.
+	// +optional
+	Lagging []LaggingPod `json:"lagging,omitempty"`
+	// CommonRejectionReason is the most common last rejection reason
+	// among the reporting pods.
+	// +optional
+	CommonRejectionReason string `json:"commonRejectionReason,omitempty"`
+	// DeliveredAt is when the rendered revision reached every reporting
+	// pod; absent while some lag.
+	// +optional
+	DeliveredAt *metav1.Time `json:"deliveredAt,omitempty"`
+}
+
+// LaggingPod is one pod behind the rendered revision.
+type LaggingPod struct {
+	Pod string `json:"pod"`
+	// Reason: OlderRevision, Rejecting, Cold or Silent.
+	Reason string `json:"reason"`
+	// +optional
+	Revision string `json:"revision,omitempty"`
 }
 
 // GridNetworkList is a list of GridNetworks.

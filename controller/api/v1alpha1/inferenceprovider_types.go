@@ -1,6 +1,9 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // SiteLabel is the label that names a gateway's site for access policies:
 // a gateway of site S carries grid.praxis.fast/site=S.
@@ -93,6 +96,92 @@ type InferenceProviderSpec struct {
 	//
 	// +optional
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+
+	// MetricsConfig, when set, has the agent scrape the provider's
+	// Prometheus metrics into the site's signals (upstream's field).
+	//
+	// +optional
+	MetricsConfig *MetricsConfig `json:"metricsConfig,omitempty"`
+}
+
+// MetricsConfig says where and how the provider's Prometheus metrics are
+// scraped, and which of its series are the load signals.
+type MetricsConfig struct {
+	// MetricsEndpoint is the base URL scraped instead of spec.endpoint.
+	//
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	MetricsEndpoint string `json:"metricsEndpoint,omitempty"`
+	// Path is appended to the base URL.
+	//
+	// +optional
+	// +kubebuilder:default="/metrics"
+	Path string `json:"path,omitempty"`
+	// Timeout bounds one scrape ("2s", "500ms").
+	//
+	// +optional
+	// +kubebuilder:default="2s"
+	// +kubebuilder:validation:Pattern=`^[0-9]+(ms|s)$`
+	Timeout string `json:"timeout,omitempty"`
+	// SignalNames maps each signal to the provider's metric name; a
+	// signal without a name is not read (absent, neutral).
+	//
+	// +optional
+	SignalNames MetricSignalNames `json:"signalNames,omitempty"`
+	// PoolName, when set, reads only samples whose "name" label is it.
+	//
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	PoolName string `json:"poolName,omitempty"`
+	// QueueCapacity normalises a raw queue size to 0-1.
+	//
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	QueueCapacity *int32 `json:"queueCapacity,omitempty"`
+	// StaleMetricsSeconds is how long a sample is served after it was
+	// scraped; past it the signal is absent. Default: three scrape
+	// intervals.
+	//
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	StaleMetricsSeconds *int32 `json:"staleMetricsSeconds,omitempty"`
+	// TLS and Auth are upstream's metrics TLS and credential; this
+	// release does not scrape with them, so a provider setting either is
+	// not scraped (never in plaintext instead) and says so.
+	//
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	TLS *apiextensionsv1.JSON `json:"tls,omitempty"`
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Auth *apiextensionsv1.JSON `json:"auth,omitempty"`
+}
+
+// MetricSignalNames maps signals to metric names.
+type MetricSignalNames struct {
+	// QueueDepth: normalised queue depth (0-1), or a raw size with
+	// queueCapacity.
+	// +optional
+	QueueDepth string `json:"queueDepth,omitempty"`
+	// KVCacheUtilization: KV-cache utilisation (0-1).
+	// +optional
+	KVCacheUtilization string `json:"kvCacheUtilization,omitempty"`
+	// LatencyP99Ms: p99 request latency in milliseconds.
+	// +optional
+	LatencyP99Ms string `json:"latencyP99Ms,omitempty"`
+	// PrefixCacheHitRatio: prefix-cache hit ratio (0-1).
+	// +optional
+	PrefixCacheHitRatio string `json:"prefixCacheHitRatio,omitempty"`
+	// ErrorRate: normalised error rate (0-1).
+	// +optional
+	ErrorRate string `json:"errorRate,omitempty"`
+	// Healthy: a health gauge, any positive value healthy.
+	// +optional
+	Healthy string `json:"healthy,omitempty"`
 }
 
 // Model is a model the provider serves.

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gridsync/gridsync/agent/reports"
+	"github.com/gridsync/gridsync/agent/siglisten"
+	"github.com/gridsync/gridsync/controller/rollout"
+	"github.com/gridsync/gridsync/shared/deliveryreport"
+	"github.com/gridsync/gridsync/shared/tlsidentity"
+)
+
+// signalsListener runs the signals listener while this replica leads (a
+// manager runnable): the delivery reports and the signals it serves are
+// the leader's.
+type signalsListener struct {
+	cfg        signalsConfig
+	site       string
+	rest       *rest.Config
+	aggregator *rollout.Aggregator
+	log        *slog.Logger
+	reg        prometheus.Registerer
+}
+
+func (s *signalsListener) Start(ctx context.Context) error {
+	identity, err := tlsidentity.New(tlsidentity.Options{
+		CertFile: s.cfg.certFile, KeyFile: s.cfg.keyFile, CAFile: s.cfg.caFile,
+		RequireServerAuth: true, Logger: s.log, Registerer: s.reg,
+	})
+	if err != nil {
+		return fmt.Errorf("signals listener identity: %w", err)
+	}
+	clientset, err := kubernetes.NewForConfig(s.rest)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(deliveryreport.Path, reports.NewHandler(
+		&reports.Reviewer{Client: clientset, Audience: s.cfg.reportAudience}, s.aggregator, s.log, s.reg))
+	handshakes := siglisten.DefaultHandshakeLimits()
+	handshakes.PerAddress = siglisten.Bucket{Rate: s.cfg.handshakeRate, Burst: s.cfg.handshakeBurst}
+	handshakes.PerPrefix64 = siglisten.Bucket{Rate: 2.5 * s.cfg.handshakeRate, Burst: int(2.5 * float64(s.cfg.handshakeBurst))}
+	handshakes.PerPrefix48 = siglisten.Bucket{Rate: 5 * s.cfg.handshakeRate, Burst: 5 * s.cfg.handshakeBurst}
+	conns := siglisten.DefaultConnectionCaps()
+	conns.Max, conns.ReservedForGateway, conns.PerSite = s.cfg.maxConnections, s.cfg.reservedForGateway, s.cfg.perSite
+	l, err := siglisten.New(mux, siglisten.Options{
+		Identity: identity, Naming: siglisten.Naming{LocalSite: s.site, SPIFFE: s.cfg.spiffe},
+		Handshakes: &handshakes, Connections: &conns, AnonymousPaths: []string{deliveryreport.Path},
+		WriteTimeout: s.cfg.writeTimeout, MaxAge: s.cfg.maxConnectionAge, Registerer: s.reg, Logger: s.log,
+	})
+	if err != nil {
+		return err
+	}
+	lc := net.ListenConfig{}
+	tcp, err := lc.Listen(ctx, "tcp", s.cfg.addr)
+	if err != nil {
+		return fmt.Errorf("signals listener: %w", err)
+	}
+	// The same port number for QUIC, also when the address asked for any.
+	port := tcp.Addr().(*net.TCPAddr).Port
+	host, _, _ := net.SplitHostPort(s.cfg.addr)
+	udp, err := lc.ListenPacket(ctx, "udp", net.JoinHostPort(host, fmt.Sprint(port)))
+	if err != nil {
+		_ = tcp.Close()
+		return fmt.Errorf("signals listener (udp): %w", err)
+	}
+	defer func() { _ = udp.Close() }()
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.aggregator.Watch(stop)
+	go func() { _ = identity.Run(ctx) }()
+	s.log.Info("signals_listening", "addr", tcp.Addr().String(), "transports", "tcp,quic")
+	return l.Serve(ctx, tcp, udp)
+}

@@ -1,0 +1,127 @@
+package rollout
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gridsync/gridsync/shared/deliveryreport"
+)
+
+var (
+	revA = strings.Repeat("a", 64)
+	revB = strings.Repeat("b", 64)
+)
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func report(pod, revision, state, reason string) deliveryreport.Report {
+	return deliveryreport.Report{Namespace: "gw", Gateway: "edge", Pod: pod, Revision: revision, ContentDigest: revision, State: state, LastRejectionReason: reason}
+}
+
+func newTestAggregator(t *testing.T) (*Aggregator, *clock) {
+	t.Helper()
+	c := &clock{now: time.Unix(1000, 0)}
+	a := New(Options{SilentAfter: 10 * time.Second, ForgetAfter: time.Minute, MaxPods: 3, Now: c.Now, Registerer: prometheus.NewRegistry()})
+	a.SetGateways("net", []types.NamespacedName{{Namespace: "gw", Name: "edge"}})
+	return a, c
+}
+
+func TestSummaryNamesWhoLagsAndWhy(t *testing.T) {
+	a, c := newTestAggregator(t)
+	require.NoError(t, a.Observe(report("p1", revB, "ready", "")))
+	require.NoError(t, a.Observe(report("p2", revA, "ready_degraded", "malformed_structure")))
+	require.NoError(t, a.Observe(report("p3", revA, "ready", "")))
+	d := a.Summary("gw", "edge", revB, c.Now())
+	require.NotNil(t, d)
+	assert.Equal(t, int32(3), d.ReportingPods)
+	assert.Equal(t, int32(1), d.PodsOnRevision)
+	assert.Equal(t, int32(2), d.LaggingPods)
+	assert.Equal(t, LagRejecting, d.Lagging[0].Reason, "p2 rejects the rendered revision")
+	assert.Equal(t, LagOlderRevision, d.Lagging[1].Reason, "p3 has not caught up")
+	assert.Equal(t, "malformed_structure", d.CommonRejectionReason)
+	assert.Nil(t, d.DeliveredAt)
+
+	c.add(2 * time.Second)
+	require.NoError(t, a.Observe(report("p2", revB, "ready", "malformed_structure")))
+	require.NoError(t, a.Observe(report("p3", revB, "ready", "")))
+	d = a.Summary("gw", "edge", revB, time.Unix(999, 0))
+	assert.Equal(t, int32(3), d.PodsOnRevision)
+	require.NotNil(t, d.DeliveredAt)
+	assert.Equal(t, time.Unix(1002, 0), d.DeliveredAt.Time, "when the last pod got it")
+	a.Summary("gw", "edge", revB, time.Unix(999, 0))
+	assert.Equal(t, 1, testutil.CollectAndCount(a.rolloutSeconds), "one observation per revision, however often summarised")
+
+	c.add(11 * time.Second)
+	require.NoError(t, a.Observe(report("p1", revB, "ready", "")))
+	d = a.Summary("gw", "edge", revB, time.Time{})
+	assert.Equal(t, int32(2), d.LaggingPods, "p2 and p3 fell silent")
+	assert.Equal(t, LagSilent, d.Lagging[0].Reason)
+
+	c.add(time.Minute)
+	require.NoError(t, a.Observe(report("p1", revB, "ready", "")))
+	d = a.Summary("gw", "edge", revB, time.Time{})
+	assert.Equal(t, int32(1), d.ReportingPods, "pods silent past the forget age are not counted")
+}
+
+func TestReportsAreTakenOnlyForKnownGatewaysAndBounded(t *testing.T) {
+	a, c := newTestAggregator(t)
+	r := report("p1", revA, "ready", "")
+	r.Gateway = "other"
+	assert.ErrorIs(t, a.Observe(r), ErrUnknownGateway)
+	for _, p := range []string{"p1", "p2", "p3"} {
+		require.NoError(t, a.Observe(report(p, revA, "ready", "")))
+	}
+	assert.ErrorIs(t, a.Observe(report("p4", revA, "ready", "")), ErrFull)
+	c.add(2 * time.Minute)
+	assert.NoError(t, a.Observe(report("p4", revA, "ready", "")), "forgotten pods make room")
+
+	a.SetGateways("net", nil)
+	assert.ErrorIs(t, a.Observe(report("p1", revA, "ready", "")), ErrUnknownGateway, "a removed gateway takes no reports")
+	assert.Nil(t, a.Summary("gw", "edge", revA, time.Time{}))
+}
+
+// Status updates are asked for at most once per interval per network,
+// and a change inside the interval is not lost.
+func TestChangesAreToldAtMostOncePerInterval(t *testing.T) {
+	a := New(Options{MinInterval: 200 * time.Millisecond})
+	a.SetGateways("net", []types.NamespacedName{{Namespace: "gw", Name: "edge"}})
+	var mu sync.Mutex
+	var told []time.Time
+	a.OnChange(func(string) { mu.Lock(); told = append(told, time.Now()); mu.Unlock() })
+	for i := range 20 {
+		require.NoError(t, a.Observe(report("p"+string(rune('a'+i)), revA, "ready", "")))
+	}
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(told) == 2 }, 2*time.Second, 10*time.Millisecond,
+		"the first change at once, the rest at the end of the interval")
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, told, 2)
+	assert.GreaterOrEqual(t, told[1].Sub(told[0]), 150*time.Millisecond)
+
+	// A heartbeat of an unchanged state asks for nothing.
+	before := len(told)
+	mu.Unlock()
+	require.NoError(t, a.Observe(report("pa", revA, "ready", "")))
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	assert.Len(t, told, before)
+}

@@ -1,0 +1,91 @@
+// Package deliveryreport is what a gateway pod's sidecar tells the agent
+// about the overlay it delivered: the wire shape, its validation, and the
+// sidecar's reporter. A report carries revisions, times, states and
+// bounded reasons, never envelope content and never a secret.
+package deliveryreport
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Path is where the agent's signals listener takes reports.
+const Path = "/v1/site/deliveries"
+
+// MaxBytes bounds a report body.
+const MaxBytes = 4 << 10
+
+// States a sidecar reports: its /status states.
+const (
+	StateCold          = "cold"
+	StateReady         = "ready"
+	StateReadyDegraded = "ready_degraded"
+	StateStale         = "stale"
+)
+
+// Report is one sidecar's delivery state.
+type Report struct {
+	Namespace string `json:"namespace"`
+	Gateway   string `json:"gateway"`
+	Pod       string `json:"pod"`
+	// Revision is the overlay revision on disk ("" before the first).
+	Revision string `json:"revision,omitempty"`
+	// ContentDigest is the SHA-256 of the envelope's canonical content,
+	// the same hex as the revision.
+	ContentDigest string     `json:"content_digest,omitempty"`
+	WrittenAt     *time.Time `json:"written_at,omitempty"`
+	State         string     `json:"state"`
+	// LastRejectionReason is a reason of the envelope contract's closed
+	// set, or a delivery reason (api_unreachable, write_failed...).
+	LastRejectionReason string `json:"last_rejection_reason,omitempty"`
+}
+
+var (
+	hexDigest = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	reason    = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+)
+
+// Validate refuses a report that is not well formed, saying why (without
+// quoting it).
+func (r Report) Validate() error {
+	var problems []error
+	for field, v := range map[string]string{"namespace": r.Namespace, "gateway": r.Gateway} {
+		if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
+			problems = append(problems, fmt.Errorf("%s is not a DNS label", field))
+		}
+	}
+	if errs := validation.IsDNS1123Subdomain(r.Pod); len(errs) > 0 {
+		problems = append(problems, errors.New("pod is not a DNS subdomain"))
+	}
+	if r.Revision != "" && !hexDigest.MatchString(r.Revision) {
+		problems = append(problems, errors.New("revision is not 64 lowercase hex"))
+	}
+	if r.ContentDigest != "" && r.ContentDigest != r.Revision {
+		problems = append(problems, errors.New("content_digest differs from revision"))
+	}
+	switch r.State {
+	case StateCold, StateReady, StateReadyDegraded, StateStale:
+	default:
+		problems = append(problems, errors.New("state is not one of cold, ready, ready_degraded, stale"))
+	}
+	if r.State != StateCold && r.Revision == "" {
+		problems = append(problems, errors.New("a state past cold needs a revision"))
+	}
+	if r.LastRejectionReason != "" && !reason.MatchString(r.LastRejectionReason) {
+		problems = append(problems, errors.New("last_rejection_reason is not a reason"))
+	}
+	return errors.Join(problems...)
+}
+
+// sameState reports whether two reports say the same (a heartbeat of an
+// unchanged state is sent on its interval, not on every change check).
+func sameState(a, b Report) bool {
+	wa, wb := a.WrittenAt, b.WrittenAt
+	sameTime := wa == nil && wb == nil || wa != nil && wb != nil && wa.Equal(*wb)
+	a.WrittenAt, b.WrittenAt = nil, nil
+	return a == b && sameTime
+}

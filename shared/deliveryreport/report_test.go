@@ -1,0 +1,158 @@
+package deliveryreport
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var rev = strings.Repeat("c", 64)
+
+func TestValidateRefusesMalformedReports(t *testing.T) {
+	good := Report{Namespace: "gw", Gateway: "edge", Pod: "edge-7d9f-x2", Revision: rev, ContentDigest: rev, State: StateReady}
+	require.NoError(t, good.Validate())
+	require.NoError(t, Report{Namespace: "gw", Gateway: "edge", Pod: "p", State: StateCold}.Validate(), "cold, no revision yet")
+	for name, mutate := range map[string]func(*Report){
+		"namespace":       func(r *Report) { r.Namespace = "Not_A_Label" },
+		"gateway":         func(r *Report) { r.Gateway = "" },
+		"pod":             func(r *Report) { r.Pod = "a/b" },
+		"revision":        func(r *Report) { r.Revision = "abc" },
+		"digest mismatch": func(r *Report) { r.ContentDigest = strings.Repeat("d", 64) },
+		"state":           func(r *Report) { r.State = "fine" },
+		"ready, nothing":  func(r *Report) { r.Revision, r.ContentDigest = "", "" },
+		"reason":          func(r *Report) { r.LastRejectionReason = "has spaces and {json}" },
+	} {
+		r := good
+		mutate(&r)
+		assert.Error(t, r.Validate(), name)
+	}
+}
+
+// agent is an HTTPS (TCP only) stand-in for the agent's listener that
+// records what it is sent.
+type agent struct {
+	srv    *httptest.Server
+	caFile string
+	mu     sync.Mutex
+	got    []Report
+	tokens []string
+	status int
+}
+
+func newAgent(t *testing.T) *agent {
+	a := &agent{status: http.StatusAccepted}
+	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rep Report
+		body, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(body, &rep)
+		a.mu.Lock()
+		a.got = append(a.got, rep)
+		a.tokens = append(a.tokens, r.Header.Get("Authorization"))
+		status := a.status
+		a.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	a.srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13}
+	a.srv.StartTLS()
+	t.Cleanup(a.srv.Close)
+	a.caFile = filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(a.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.srv.Certificate().Raw}), 0o600))
+	return a
+}
+
+func (a *agent) reports() []Report {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Report(nil), a.got...)
+}
+
+// The reporter reports at once, on each change and on its interval; with
+// no HTTP/3 to be had it falls back to HTTPS; the token file is read at
+// every send.
+func TestReporterSendsAtOnceOnChangeAndOnItsInterval(t *testing.T) {
+	a := newAgent(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token-1\n"), 0o600))
+	var mu sync.Mutex
+	state := Report{Namespace: "gw", Gateway: "edge", Pod: "p", State: StateCold}
+	reg := prometheus.NewRegistry()
+	r, err := NewReporter(ReporterOptions{
+		URL: a.srv.URL, TokenFile: tokenFile, CAFile: a.caFile, ServerName: "example.com", Interval: 300 * time.Millisecond, Timeout: time.Second,
+		Snapshot: func() Report { mu.Lock(); defer mu.Unlock(); return state }, Registerer: reg,
+	})
+	require.NoError(t, err)
+	ctx := t.Context()
+	go r.Run(ctx)
+	require.Eventually(t, func() bool { return len(a.reports()) >= 1 }, 5*time.Second, 10*time.Millisecond, "at once")
+	assert.Equal(t, StateCold, a.reports()[0].State)
+
+	mu.Lock()
+	state = Report{Namespace: "gw", Gateway: "edge", Pod: "p", Revision: rev, ContentDigest: rev, State: StateReady}
+	mu.Unlock()
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token-2"), 0o600))
+	r.Notify()
+	require.Eventually(t, func() bool {
+		got := a.reports()
+		return got[len(got)-1].Revision == rev
+	}, 5*time.Second, 10*time.Millisecond, "on a change")
+	a.mu.Lock()
+	assert.Equal(t, "Bearer token-2", a.tokens[len(a.tokens)-1], "the rotated token")
+	a.mu.Unlock()
+	n := len(a.reports())
+	require.Eventually(t, func() bool { return len(a.reports()) >= n+2 }, 5*time.Second, 20*time.Millisecond, "heartbeats")
+	assert.Positive(t, testutil.ToFloat64(r.sent.WithLabelValues("https", "accepted")))
+	assert.Positive(t, testutil.ToFloat64(r.sent.WithLabelValues("h3", "failed")), "HTTP/3 was tried first")
+}
+
+// Notify never blocks, whatever the reporter is doing.
+func TestNotifyNeverBlocks(t *testing.T) {
+	r, err := NewReporter(ReporterOptions{URL: "https://127.0.0.1:1", TokenFile: "/nonexistent", Snapshot: func() Report { return Report{} }})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		for range 100000 {
+			r.Notify()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Notify blocked with nobody running the reporter")
+	}
+}
+
+// A refused report is retried with a backoff, not hammered.
+func TestRefusedReportsBackOff(t *testing.T) {
+	a := newAgent(t)
+	a.status = http.StatusForbidden
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("t"), 0o600))
+	r, err := NewReporter(ReporterOptions{
+		URL: a.srv.URL, TokenFile: tokenFile, CAFile: a.caFile, ServerName: "example.com", Interval: 4 * time.Second, Timeout: time.Second,
+		Snapshot: func() Report { return Report{Namespace: "gw", Gateway: "edge", Pod: "p", State: StateCold} },
+	})
+	require.NoError(t, err)
+	go r.Run(t.Context())
+	for range 50 {
+		r.Notify()
+		time.Sleep(40 * time.Millisecond)
+	}
+	got := len(a.reports())
+	assert.GreaterOrEqual(t, got, 1)
+	assert.LessOrEqual(t, got, 3, "2 s of refusals with a doubling backoff from 1 s, however often nudged")
+}

@@ -1,0 +1,317 @@
+package deliveryreport
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// Defaults of ReporterOptions.
+const (
+	DefaultInterval = 30 * time.Second
+	DefaultTimeout  = 5 * time.Second
+	// fallbackFor is how long HTTPS is used after HTTP/3 failed, before
+	// HTTP/3 is tried again.
+	fallbackFor   = time.Minute
+	maxTokenBytes = 16 << 10
+)
+
+// ReporterOptions configure a Reporter.
+type ReporterOptions struct {
+	// URL is the agent's listener, https://host:port.
+	URL string
+	// TokenFile is the projected ServiceAccount token, read at every send
+	// (the kubelet rotates it).
+	TokenFile string
+	// CAFile verifies the agent's certificate; read when a connection is
+	// made, so a rotated bundle is picked up.
+	CAFile string
+	// ServerName is the name the agent's certificate must carry.
+	ServerName string
+	// Interval between reports of an unchanged state (a heartbeat, so
+	// that the agent tells a silent pod from a steady one).
+	Interval time.Duration
+	// Timeout bounds one send.
+	Timeout time.Duration
+	// Snapshot returns the state to report now.
+	Snapshot   func() Report
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Reporter sends the sidecar's delivery state to the agent, off the
+// delivery path: Notify never blocks, the latest state wins, failures are
+// counted and logged once per streak.
+type Reporter struct {
+	opts ReporterOptions
+	kick chan struct{}
+
+	mu            sync.Mutex
+	h3, https     *http.Client
+	h3Transport   *http3.Transport
+	httpTransport *http.Transport
+	fallbackUntil time.Time
+
+	sent   *prometheus.CounterVec
+	failed bool
+}
+
+// NewReporter checks the options; Run sends.
+func NewReporter(opts ReporterOptions) (*Reporter, error) {
+	if !strings.HasPrefix(opts.URL, "https://") {
+		return nil, errors.New("report target must be an https:// URL")
+	}
+	if opts.TokenFile == "" || opts.Snapshot == nil {
+		return nil, errors.New("report: a token file and a snapshot are required")
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Reporter{opts: opts, kick: make(chan struct{}, 1)}
+	r.sent = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gridsync_delivery_reports_total",
+		Help: "Delivery reports sent to the agent, by transport (h3, https) and outcome (accepted, refused, failed).",
+	}, []string{"transport", "outcome"})
+	for _, tr := range []string{"h3", "https"} {
+		for _, o := range []string{"accepted", "refused", "failed"} {
+			r.sent.WithLabelValues(tr, o)
+		}
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(r.sent)
+	}
+	return r, nil
+}
+
+// Notify says the state changed; it never blocks.
+func (r *Reporter) Notify() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run reports at once (a restarted sidecar is known at once), then on
+// every change and every Interval, until ctx is done. After a failure it
+// retries with a backoff (1 s doubling to Interval), sending whatever the
+// state is by then.
+func (r *Reporter) Run(ctx context.Context) {
+	defer r.close()
+	var last *Report
+	var lastSent, lastAttempt time.Time
+	var backoff time.Duration
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-timer.C:
+		}
+		now := time.Now()
+		var wait time.Duration
+		rep := r.opts.Snapshot()
+		switch {
+		case backoff > 0 && now.Before(lastAttempt.Add(backoff)):
+			wait = lastAttempt.Add(backoff).Sub(now)
+		case backoff > 0 || last == nil || !sameState(*last, rep) || now.Sub(lastSent) >= r.opts.Interval:
+			lastAttempt = now
+			if err := r.send(ctx, rep); err != nil {
+				backoff = min(max(2*backoff, time.Second), r.opts.Interval)
+				wait = backoff
+				r.streak(err)
+				break
+			}
+			backoff, last, lastSent, wait = 0, &rep, now, r.opts.Interval
+			r.recovered()
+		default:
+			wait = r.opts.Interval - now.Sub(lastSent)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(wait, 10*time.Millisecond))
+	}
+}
+
+func (r *Reporter) streak(err error) {
+	if !r.failed {
+		r.failed = true
+		r.opts.Logger.Warn("report_failed", "error", err)
+		return
+	}
+	r.opts.Logger.Debug("report_failed", "error", err)
+}
+
+func (r *Reporter) recovered() {
+	if r.failed {
+		r.failed = false
+		r.opts.Logger.Info("report_delivered")
+	}
+}
+
+// errRefused is an answer of the agent, not a transport failure: no
+// fallback to HTTPS helps.
+type errRefused struct{ status int }
+
+func (e errRefused) Error() string { return fmt.Sprintf("the agent refused the report: %d", e.status) }
+
+// send posts one report, over HTTP/3 unless it failed lately, then HTTPS.
+func (r *Reporter) send(ctx context.Context, rep Report) error {
+	token, err := readToken(r.opts.TokenFile)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	useH3 := time.Now().After(r.fallbackTime())
+	if useH3 {
+		err = r.post(ctx, "h3", body, token)
+		var refused errRefused
+		if err == nil || errors.As(err, &refused) {
+			return err
+		}
+		r.mu.Lock()
+		r.fallbackUntil = time.Now().Add(fallbackFor)
+		r.mu.Unlock()
+	}
+	return r.post(ctx, "https", body, token)
+}
+
+func (r *Reporter) fallbackTime() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fallbackUntil
+}
+
+func (r *Reporter) post(ctx context.Context, transport string, body []byte, token string) error {
+	client, err := r.client(transport)
+	if err != nil {
+		r.sent.WithLabelValues(transport, "failed").Inc()
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(r.opts.URL, "/")+Path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		r.sent.WithLabelValues(transport, "failed").Inc()
+		r.reset(transport)
+		return fmt.Errorf("report over %s: %w", transport, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		r.sent.WithLabelValues(transport, "refused").Inc()
+		return errRefused{status: resp.StatusCode}
+	}
+	r.sent.WithLabelValues(transport, "accepted").Inc()
+	return nil
+}
+
+// client returns the transport's client, building it (and reading the CA
+// bundle) when there is none.
+func (r *Reporter) client(transport string) (*http.Client, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if transport == "h3" && r.h3 != nil {
+		return r.h3, nil
+	}
+	if transport == "https" && r.https != nil {
+		return r.https, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, ServerName: r.opts.ServerName}
+	if r.opts.CAFile != "" {
+		pem, err := os.ReadFile(r.opts.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("report CA bundle: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("report CA bundle holds no certificate")
+		}
+		cfg.RootCAs = pool
+	}
+	if transport == "h3" {
+		r.h3Transport = &http3.Transport{TLSClientConfig: cfg, QUICConfig: &quic.Config{
+			HandshakeIdleTimeout: r.opts.Timeout, MaxIdleTimeout: 2 * r.opts.Interval, KeepAlivePeriod: 0,
+		}}
+		r.h3 = &http.Client{Transport: r.h3Transport}
+		return r.h3, nil
+	}
+	r.httpTransport = &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, IdleConnTimeout: 2 * r.opts.Interval}
+	r.https = &http.Client{Transport: r.httpTransport}
+	return r.https, nil
+}
+
+// reset drops a transport after a failure: the next send dials anew, and
+// reads the CA bundle again.
+func (r *Reporter) reset(transport string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if transport == "h3" && r.h3Transport != nil {
+		_ = r.h3Transport.Close()
+		r.h3, r.h3Transport = nil, nil
+	}
+	if transport == "https" && r.httpTransport != nil {
+		r.httpTransport.CloseIdleConnections()
+		r.https, r.httpTransport = nil, nil
+	}
+}
+
+func (r *Reporter) close() {
+	r.reset("h3")
+	r.reset("https")
+}
+
+func readToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("report token: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("report token: %w", err)
+	}
+	if len(b) > maxTokenBytes {
+		return "", errors.New("report token: file too large")
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", errors.New("report token: empty")
+	}
+	return t, nil
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"log/slog"
+	"net/url"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gridsync/gridsync/shared/deliveryreport"
+	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/shared/syncflags"
+)
+
+// newReporter builds the delivery reporter when --report-to is set; the
+// syncer is read at each report through the function it gets later.
+func newReporter(cfg *syncflags.Config, syncer func() *overlaysync.Syncer, log *slog.Logger, reg prometheus.Registerer) (*deliveryreport.Reporter, error) {
+	if cfg.ReportTo == "" {
+		return nil, nil
+	}
+	serverName := cfg.ReportServerName
+	if serverName == "" {
+		if u, err := url.Parse(cfg.ReportTo); err == nil {
+			serverName = u.Hostname()
+		}
+	}
+	return deliveryreport.NewReporter(deliveryreport.ReporterOptions{
+		URL: cfg.ReportTo, TokenFile: cfg.ReportTokenFile, CAFile: cfg.ReportCA, ServerName: serverName,
+		Interval: cfg.ReportInterval, Logger: log, Registerer: reg,
+		Snapshot: func() deliveryreport.Report { return reportOf(cfg, syncer().Status()) },
+	})
+}
+
+// reportOf is what the sidecar tells the agent: revisions, times, state
+// and reason, nothing of the envelope's content.
+func reportOf(cfg *syncflags.Config, st overlaysync.Status) deliveryreport.Report {
+	return deliveryreport.Report{
+		Namespace:           cfg.ExpectedNamespace,
+		Gateway:             cfg.ExpectedGateway,
+		Pod:                 cfg.PodName,
+		Revision:            st.WrittenRevision,
+		ContentDigest:       st.WrittenRevision,
+		WrittenAt:           st.LastWrittenAt,
+		State:               st.State,
+		LastRejectionReason: st.LastRejectionReason,
+	}
+}
