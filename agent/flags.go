@@ -59,6 +59,9 @@ type signalsConfig struct {
 	writeTimeout              time.Duration
 	reportAudience            string
 	reportSilentAfter         time.Duration
+	// serviceName is the signals Service (without selector) whose
+	// EndpointSlice the leader writes (with the pod's address).
+	serviceName, podIP string
 }
 
 func (c signalsConfig) enabled() bool { return c.addr != "" }
@@ -183,6 +186,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.IntVar(&c.signals.handshakeBurst, "signals-handshake-burst", 40, "handshakes per source address in a burst"+note("signals-handshake-burst"))
 	fs.DurationVar(&c.signals.maxConnectionAge, "signals-max-connection-age", 5*time.Minute, "close a connection that has lived this long"+note("signals-max-connection-age"))
 	fs.DurationVar(&c.signals.writeTimeout, "signals-write-timeout", 10*time.Second, "close a connection whose response write stalls this long"+note("signals-write-timeout"))
+	fs.StringVar(&c.signals.serviceName, "signals-service-name", "", "signals Service (without selector) whose EndpointSlice the leader points at itself, from $POD_IP (empty: none)"+note("signals-service-name"))
 	fs.StringVar(&c.signals.reportAudience, "report-audience", "gridsync-agent", "audience of the sidecars' report tokens, checked by TokenReview"+note("report-audience"))
 	fs.DurationVar(&c.signals.reportSilentAfter, "report-silent-after", 90*time.Second, "a gateway pod whose sidecar has not reported for this long lags as Silent"+note("report-silent-after"))
 
@@ -199,6 +203,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	if c.signals.enabled() {
 		if c.signals.certFile == "" || c.signals.keyFile == "" || c.signals.caFile == "" {
 			return nil, envflag.UsageError(fs, "--signals-addr needs --signals-cert, --signals-key and --signals-ca: the listener serves only with the site identity and verifies callers against the grid CA")
+		}
+		if c.signals.podIP = getenv("POD_IP"); c.signals.serviceName != "" && c.signals.podIP == "" {
+			return nil, envflag.UsageError(fs, "--signals-service-name needs the pod's address in $POD_IP")
 		}
 		if c.swim.site == "" {
 			return nil, envflag.UsageError(fs, "--signals-addr needs --site-name: a reissued leaf of this site is told from the gateway by it")

@@ -108,3 +108,37 @@ func TestSwimFlagErrors(t *testing.T) {
 		})
 	}
 }
+
+// The chart's signals arguments parse; the listener refuses to start
+// without the site identity or with caps that leave peers no room.
+func TestSignalsFlags(t *testing.T) {
+	env := func(k string) string {
+		return map[string]string{"GRID_SWIM_SITE_NAME": "site-s", "POD_IP": "10.1.2.3"}[k]
+	}
+	chart := []string{"--signals-addr=:9443", "--signals-cert=/etc/gridsync/site/tls.crt", "--signals-key=/etc/gridsync/site/tls.key",
+		"--signals-ca=/etc/gridsync/site/ca.crt", "--signals-peer-naming=spiffe", "--signals-max-connections=256", "--signals-gateway-reserved=8",
+		"--signals-per-site-connections=4", "--signals-handshake-rate=20", "--signals-handshake-burst=40", "--signals-max-connection-age=5m",
+		"--signals-write-timeout=10s", "--report-audience=gridsync-agent", "--report-silent-after=90s", "--signals-service-name=sig-gridsync-agent-signals"}
+	var out bytes.Buffer
+	c, err := parseFlags(chart, env, &out)
+	require.NoError(t, err, out.String())
+	assert.True(t, c.signals.enabled())
+	assert.True(t, c.signals.spiffe)
+	assert.Equal(t, 4, c.signals.perSite)
+	assert.Equal(t, "10.1.2.3", c.signals.podIP)
+
+	for name, args := range map[string][]string{
+		"no identity":    {"--signals-addr=:9443"},
+		"no peer room":   append(append([]string{}, chart...), "--signals-max-connections=8"),
+		"unknown naming": append(append([]string{}, chart...), "--signals-peer-naming=cn"),
+		"no site":        {"--signals-addr=:9443", "--signals-cert=a", "--signals-key=b", "--signals-ca=c"},
+	} {
+		e := env
+		if name == "no site" {
+			e = func(string) string { return "" }
+		}
+		out.Reset()
+		_, err := parseFlags(args, e, &out)
+		assert.Error(t, err, name)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -31,12 +32,9 @@ type signalsListener struct {
 }
 
 func (s *signalsListener) Start(ctx context.Context) error {
-	identity, err := tlsidentity.New(tlsidentity.Options{
-		CertFile: s.cfg.certFile, KeyFile: s.cfg.keyFile, CAFile: s.cfg.caFile,
-		RequireServerAuth: true, Logger: s.log, Registerer: s.reg,
-	})
-	if err != nil {
-		return fmt.Errorf("signals listener identity: %w", err)
+	identity, err := s.waitIdentity(ctx)
+	if err != nil || identity == nil {
+		return err // nil: stopped while waiting
 	}
 	clientset, err := kubernetes.NewForConfig(s.rest)
 	if err != nil {
@@ -79,4 +77,40 @@ func (s *signalsListener) Start(ctx context.Context) error {
 	go func() { _ = identity.Run(ctx) }()
 	s.log.Info("signals_listening", "addr", tcp.Addr().String(), "transports", "tcp,quic")
 	return l.Serve(ctx, tcp, udp)
+}
+
+// identityWait is how often the site certificate is looked for before
+// the listener starts.
+const identityWait = 5 * time.Second
+
+// waitIdentity loads the site identity, waiting while it is not there
+// yet: the agent issues the site certificate itself, and the kubelet
+// projects the Secret a while after. The listener never serves without
+// a valid identity.
+func (s *signalsListener) waitIdentity(ctx context.Context) (*tlsidentity.Reloader, error) {
+	opts := tlsidentity.Options{CertFile: s.cfg.certFile, KeyFile: s.cfg.keyFile, CAFile: s.cfg.caFile, RequireServerAuth: true, Logger: s.log}
+	logged := false
+	for {
+		id, err := tlsidentity.New(opts)
+		if err == nil {
+			if s.reg != nil {
+				// Registered once it holds an identity, so its expiry
+				// gauge never reads a missing one.
+				opts.Registerer = s.reg
+				if id, err = tlsidentity.New(opts); err != nil {
+					return nil, err
+				}
+			}
+			return id, nil
+		}
+		if !logged {
+			s.log.Warn("signals_identity_waiting", "error", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(identityWait):
+		}
+	}
 }

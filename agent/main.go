@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -169,6 +171,16 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		}
 	}
 
+	if aggregator != nil && cfg.signals.serviceName != "" {
+		_, port, _ := net.SplitHostPort(cfg.signals.addr)
+		p, _ := strconv.Atoi(port)
+		if err := mgr.Add(&swimservice.Publisher{
+			Client: mgr.GetClient(), Namespace: cfg.leaderElectionNamespace, Service: cfg.signals.serviceName,
+			PodIP: cfg.signals.podIP, Port: int32(p), PortPrefix: "signals", Manager: binary, Logger: log,
+		}); err != nil {
+			return fail("start_failed", err)
+		}
+	}
 	if aggregator != nil {
 		if err := mgr.Add(&signalsListener{cfg: cfg.signals, site: cfg.swim.site, rest: restConfig, aggregator: aggregator, log: log, reg: reg}); err != nil {
 			return fail("start_failed", err)

@@ -24,10 +24,13 @@ type Publisher struct {
 	// Service is the SWIM Service's name; the slice is named after it.
 	Service string
 	// PodIP is this replica's address; Port the SWIM port (UDP and TCP).
-	PodIP   string
-	Port    int32
-	Manager string // field manager and managed-by label
-	Logger  *slog.Logger
+	PodIP string
+	Port  int32
+	// PortPrefix names the slice's ports <prefix>-udp and <prefix>-tcp;
+	// "swim" when empty. The signals Service is published the same way.
+	PortPrefix string
+	Manager    string // field manager and managed-by label
+	Logger     *slog.Logger
 }
 
 // NeedLeaderElection: the slice names the leader.
@@ -37,7 +40,7 @@ func (p *Publisher) NeedLeaderElection() bool { return true }
 func (p *Publisher) Start(ctx context.Context) error {
 	if err := p.Publish(ctx); err != nil {
 		// Not fatal: peers that reach the pod address still join.
-		p.Logger.Error("swim_endpoints_failed", "service", p.Namespace+"/"+p.Service, "error", err)
+		p.Logger.Error("service_endpoints_failed", "service", p.Namespace+"/"+p.Service, "error", err)
 	}
 	<-ctx.Done()
 	return nil
@@ -54,6 +57,10 @@ func (p *Publisher) Publish(ctx context.Context) error {
 		family = discoveryv1.AddressTypeIPv6
 	}
 	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	prefix := p.PortPrefix
+	if prefix == "" {
+		prefix = "swim"
+	}
 	slice := discoveryv1ac.EndpointSlice(p.Service, p.Namespace).
 		WithLabels(map[string]string{
 			discoveryv1.LabelServiceName: p.Service,
@@ -64,12 +71,12 @@ func (p *Publisher) Publish(ctx context.Context) error {
 			WithAddresses(ip.Unmap().String()).
 			WithConditions(discoveryv1ac.EndpointConditions().WithReady(true))).
 		WithPorts(
-			discoveryv1ac.EndpointPort().WithName("swim-udp").WithProtocol(udp).WithPort(p.Port),
-			discoveryv1ac.EndpointPort().WithName("swim-tcp").WithProtocol(tcp).WithPort(p.Port),
+			discoveryv1ac.EndpointPort().WithName(prefix+"-udp").WithProtocol(udp).WithPort(p.Port),
+			discoveryv1ac.EndpointPort().WithName(prefix+"-tcp").WithProtocol(tcp).WithPort(p.Port),
 		)
 	if err := p.Client.Apply(ctx, slice, client.FieldOwner(p.Manager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply EndpointSlice %s/%s: %w", p.Namespace, p.Service, err)
 	}
-	p.Logger.Info("swim_endpoints_published", "service", p.Namespace+"/"+p.Service, "address", ip.String(), "port", p.Port)
+	p.Logger.Info(prefix+"_endpoints_published", "service", p.Namespace+"/"+p.Service, "address", ip.String(), "port", p.Port)
 	return nil
 }

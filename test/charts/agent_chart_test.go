@@ -43,6 +43,12 @@ var agentCases = []valueCase{
 		"trust": map[string]any{"secrets": []map[string]any{{"name": "grid-ca"}, {"name": "grid-site-cert"}, {"name": "edge-ca", "namespace": "gateways"}},
 			"probeInterval": "10s"},
 	}},
+	// The signals listener, with its Service and the delivery reports.
+	{name: "signals", release: "sig", namespace: "sig-system", values: map[string]any{
+		"resourceNamespaces": []string{"gateways-s"},
+		"swim":               map[string]any{"siteName": "site-s"},
+		"signals":            map[string]any{"enabled": true, "siteSecretName": "grid-site-cert", "perSiteConnections": 4},
+	}},
 	{name: "long-release-name", release: "a-release-name-long-enough-that-its-full-name-is-cut", namespace: "long-ns", values: map[string]any{
 		"namespaces": []string{"gateways-d"}, "logLevel": "debug",
 		"probes": map[string]any{"allowDestinations": []string{"198.51.100.0/24", "models.example.com"}, "secretSelector": "grid.praxis.fast/probe-credential=true"},
@@ -309,4 +315,55 @@ func applyRendered(t *testing.T, c client.Client, vc valueCase, rendered string)
 			require.NoError(t, err, "apply %s %s/%s (dry run %v)", o.GetKind(), o.GetNamespace(), o.GetName(), dryRun)
 		}
 	}
+}
+
+// With the signals listener on, the chart adds TokenReview create (the
+// sidecars' report tokens) and the signals Service's EndpointSlice, and
+// serves the listener on TCP and UDP from a Service that keeps the
+// callers' source addresses (the handshake caps count them).
+func TestAgentChartGrantsTheSignalsListenerOnlyWhatItNeeds(t *testing.T) {
+	var vc valueCase
+	for _, c := range agentCases {
+		if c.name == "signals" {
+			vc = c
+		}
+	}
+	rendered := render(t, agentChart, vc)
+	objs := objects(t, rendered)
+	roles := map[string][]rbacv1.PolicyRule{}
+	for _, r := range ofKind(objs, "Role") {
+		roles[r.GetNamespace()+"/"+r.GetName()] = rulesOf(t, r)
+	}
+	assert.Equal(t, rbac.SwimServiceRules(), roles["sig-system/sig-gridsync-agent-signals-service"])
+	clusterRoles := map[string][]rbacv1.PolicyRule{}
+	for _, r := range ofKind(objs, "ClusterRole") {
+		clusterRoles[r.GetName()] = rulesOf(t, r)
+	}
+	assert.Equal(t, rbac.TokenReviewRules(), clusterRoles["sig-gridsync-agent-tokenreview"])
+
+	var service *unstructured.Unstructured
+	for _, svc := range ofKind(objs, "Service") {
+		if svc.GetName() == "sig-gridsync-agent-signals" {
+			service = svc
+		}
+	}
+	require.NotNil(t, service)
+	policy, _, _ := unstructured.NestedString(service.Object, "spec", "externalTrafficPolicy")
+	assert.Equal(t, "Local", policy)
+	ports, _, _ := unstructured.NestedSlice(service.Object, "spec", "ports")
+	var protocols []string
+	for _, p := range ports {
+		protocols = append(protocols, p.(map[string]any)["protocol"].(string))
+	}
+	assert.ElementsMatch(t, []string{"TCP", "UDP"}, protocols, "HTTPS and HTTP/3 on one port")
+
+	c := adminClient(t)
+	applyRendered(t, c, vc, rendered)
+	user := "system:serviceaccount:sig-system:sig-gridsync-agent"
+	assertAccess(t, user, []access{
+		{true, authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "sig-system", Group: "discovery.k8s.io", Resource: "endpointslices"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "sig-system", Resource: "serviceaccounts", Subresource: "token"}},
+	})
 }

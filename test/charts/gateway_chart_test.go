@@ -53,7 +53,8 @@ var gatewayCases = []valueCase{
 		"expectedNetwork": "production-network-east", "expectedGateway": "inference-edge-gateway-primary-01",
 	})},
 	{name: "identity-and-monitoring", release: "praxis", namespace: "gw-observed", values: func() map[string]any {
-		v := sidecarValues(map[string]any{"identity": map[string]any{"enabled": true, "secretName": "gateway-tls"}})
+		v := sidecarValues(map[string]any{"identity": map[string]any{"enabled": true, "secretName": "gateway-tls"},
+			"report": map[string]any{"to": "https://sig-gridsync-agent-signals.sig-system.svc:9443", "serverName": "site-s.grid.internal"}})
 		v["metrics"] = map[string]any{
 			"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true},
 			"prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true},
@@ -175,6 +176,9 @@ func TestGatewayChartWiresTheSyncContainersAndKeepsTheGatewayTokenless(t *testin
 				want := []string{"routing-overlay", "overlay-sync-token"}
 				if c.name == "identity-and-monitoring" {
 					want = append(want, "identity-source") // the TLS Secret: sync containers only
+					if ctr.Name == "overlay-sync" {
+						want = append(want, "overlay-report-token") // the sidecar reports; the init container does not
+					}
 				}
 				assert.ElementsMatch(t, want, mounts)
 				assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
@@ -496,4 +500,47 @@ func TestGatewayChartKeepsTheUpstreamConnectivityTest(t *testing.T) {
 		}
 	}
 	assert.True(t, found)
+}
+
+// With report.to set, the sidecar reports to the agent with a token of
+// its own audience (not the API token), and knows its pod's name; the init
+// container reports nothing.
+func TestGatewayChartWiresTheDeliveryReports(t *testing.T) {
+	pod := deploymentOf(t, render(t, gatewayChart, gatewayCases[4])).Spec.Template.Spec
+	var sidecar *corev1.Container
+	for i, c := range pod.Containers {
+		if c.Name == "overlay-sync" {
+			sidecar = &pod.Containers[i]
+		}
+	}
+	require.NotNil(t, sidecar)
+	assert.Contains(t, sidecar.Args, "--report-to=https://sig-gridsync-agent-signals.sig-system.svc:9443")
+	assert.Contains(t, sidecar.Args, "--report-server-name=site-s.grid.internal")
+	assert.Contains(t, sidecar.Args, "--report-token-file=/var/run/secrets/gridsync/report/token")
+	var podName bool
+	for _, e := range sidecar.Env {
+		podName = podName || e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}
+	assert.True(t, podName)
+	var token *corev1.Volume
+	for i, v := range pod.Volumes {
+		if v.Name == "overlay-report-token" {
+			token = &pod.Volumes[i]
+		}
+	}
+	require.NotNil(t, token)
+	require.Len(t, token.Projected.Sources, 1)
+	assert.Equal(t, "gridsync-agent", token.Projected.Sources[0].ServiceAccountToken.Audience)
+	for _, c := range pod.InitContainers {
+		for _, a := range c.Args {
+			assert.NotContains(t, a, "--report-to", "the init container only gates the start")
+		}
+	}
+	for _, c := range pod.Containers {
+		if c.Name == "praxis" {
+			for _, m := range c.VolumeMounts {
+				assert.NotEqual(t, "overlay-report-token", m.Name, "the gateway gets no token")
+			}
+		}
+	}
 }

@@ -37,12 +37,26 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
     {{- else }}
     - --health-addr=:{{ $v.healthPort }}
     - --expire-after={{ $v.expireAfter }}
+    {{- with $v.report.to }}
+    - --report-to={{ . }}
+    - --report-token-file=/var/run/secrets/gridsync/report/token
+    - --report-interval={{ $v.report.interval }}
+    {{- with $v.report.serverName }}
+    - --report-server-name={{ . }}
+    {{- end }}
+    {{- end }}
     {{- end }}
   env:
     - name: POD_NAMESPACE
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
+    {{- if and (ne .kind "init") $v.report.to }}
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    {{- end }}
     # The Go runtime keeps itself under 90% of the container's limit.
     - name: GRIDSYNC_MEMORY_LIMIT
       valueFrom:
@@ -74,6 +88,12 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
     - name: overlay-sync-token
       mountPath: /var/run/secrets/kubernetes.io/serviceaccount
       readOnly: true
+    {{- if and (ne .kind "init") $v.report.to }}
+    # The report token: its own audience, good for the agent only.
+    - name: overlay-report-token
+      mountPath: /var/run/secrets/gridsync/report
+      readOnly: true
+    {{- end }}
     {{- if $v.identity.enabled }}
     # The TLS Secret as mounted; the gateway gets validated generations only.
     - name: identity-source
