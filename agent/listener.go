@@ -14,6 +14,7 @@ import (
 
 	"github.com/gridsync/gridsync/agent/reports"
 	"github.com/gridsync/gridsync/agent/siglisten"
+	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
@@ -27,6 +28,7 @@ type signalsListener struct {
 	site       string
 	rest       *rest.Config
 	aggregator *rollout.Aggregator
+	api        *signalsapi.API
 	log        *slog.Logger
 	reg        prometheus.Registerer
 }
@@ -41,6 +43,7 @@ func (s *signalsListener) Start(ctx context.Context) error {
 		return err
 	}
 	mux := http.NewServeMux()
+	s.api.Register(mux)
 	mux.Handle(deliveryreport.Path, reports.NewHandler(
 		&reports.Reviewer{Client: clientset, Audience: s.cfg.reportAudience}, s.aggregator, s.log, s.reg))
 	handshakes := siglisten.DefaultHandshakeLimits()

@@ -28,9 +28,11 @@ import (
 
 	"github.com/gridsync/gridsync/agent/gateway"
 	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/agent/swimservice"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rollout"
+	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 	"github.com/gridsync/gridsync/shared/runtimecfg"
@@ -107,9 +109,14 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	var deliveries controller.DeliveryTracker
 	var aggregator *rollout.Aggregator
+	var store *signals.Store
+	var directory *controller.Directory
 	if cfg.signals.enabled() {
 		aggregator = rollout.New(rollout.Options{SilentAfter: cfg.signals.reportSilentAfter, Registerer: reg})
 		deliveries = aggregator
+		store = signals.NewStore(nil)
+		directory = &controller.Directory{}
+		reg.MustRegister(signals.Collector{Store: store})
 	}
 	mgr, err := controller.NewManager(restConfig, controller.ManagerOptions{
 		Options: controller.Options{
@@ -126,6 +133,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			EventNamespace:      cfg.leaderElectionNamespace,
 			Membership:          member,
 			Deliveries:          deliveries,
+			Signals:             store,
+			Directory:           directory,
 			SwimKeyPollInterval: cfg.swim.keyPollInterval,
 			SiteName:            cfg.swim.site,
 			SiteCertLifetime:    cfg.trust.certLifetime,
@@ -182,7 +191,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		}
 	}
 	if aggregator != nil {
-		if err := mgr.Add(&signalsListener{cfg: cfg.signals, site: cfg.swim.site, rest: restConfig, aggregator: aggregator, log: log, reg: reg}); err != nil {
+		api := &signalsapi.API{Site: cfg.swim.site, Store: store, Directory: directory, Logger: log}
+		if err := mgr.Add(&signalsListener{cfg: cfg.signals, site: cfg.swim.site, rest: restConfig, aggregator: aggregator, api: api, log: log, reg: reg}); err != nil {
 			return fail("start_failed", err)
 		}
 	}

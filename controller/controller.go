@@ -38,6 +38,7 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 )
 
@@ -95,6 +96,20 @@ type Options struct {
 	// Secret watch. 0 means DefaultSwimKeyPollInterval.
 	SwimKeyPollInterval time.Duration
 
+	// Signals, when set, receives this site's provider signals (health
+	// and scraped load) every SignalsInterval; SiteName labels them.
+	Signals *signals.Store
+	// SignalsInterval is how often they are collected; 0 means
+	// DefaultSignalsInterval.
+	SignalsInterval time.Duration
+	// SignalsScrapeMaxBytes bounds one metrics scrape; 0 means
+	// DefaultScrapeMaxBytes.
+	SignalsScrapeMaxBytes int64
+
+	// Directory, when set, is filled in to answer the provider discovery
+	// API.
+	Directory *Directory
+
 	// Deliveries folds the delivery reports of gateway pods into the
 	// overlay statuses (controller/rollout); nil: no delivery evidence.
 	Deliveries DeliveryTracker
@@ -140,6 +155,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ResyncPeriod <= 0 {
 		o.ResyncPeriod = DefaultResyncPeriod
+	}
+	if o.SignalsInterval <= 0 {
+		o.SignalsInterval = DefaultSignalsInterval
+	}
+	if o.SignalsScrapeMaxBytes <= 0 {
+		o.SignalsScrapeMaxBytes = DefaultScrapeMaxBytes
 	}
 	if o.SwimKeyPollInterval <= 0 {
 		o.SwimKeyPollInterval = DefaultSwimKeyPollInterval
@@ -244,6 +265,9 @@ func Setup(mgr manager.Manager, opts Options) error {
 		trust:    &trustCache{api: mgr.GetAPIReader()},
 	}
 	nr := &networkReconciler{common: shared}
+	if opts.Directory != nil {
+		opts.Directory.r = nr
+	}
 	// Membership changes (a site's state, its records), SWIM key changes
 	// and trust material changes reach the network reconciler through one
 	// channel; GridSites are probed again through another.
@@ -261,6 +285,27 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if opts.Membership != nil {
 		opts.Membership.OnChange(networkChanged)
 	}
+	if opts.Signals != nil {
+		// A remote provider its site reports unready is rendered not
+		// fresh: every network is looked at again (the store does not
+		// know which network a site's provider is of).
+		opts.Signals.OnReadyChange(func(site, _ string) {
+			if site == opts.SiteName {
+				return // local readiness reaches the reconcilers through probes
+			}
+			ctx, err := life.context()
+			if err != nil {
+				return
+			}
+			var list v1alpha1.GridNetworkList
+			if mgr.GetCache().List(ctx, &list) != nil {
+				return
+			}
+			for i := range list.Items {
+				networkChanged(list.Items[i].Name)
+			}
+		})
+	}
 	if opts.Deliveries != nil {
 		// Only the status changes: no probe of sites.
 		opts.Deliveries.OnChange(func(network string) {
@@ -271,6 +316,14 @@ func Setup(mgr manager.Manager, opts Options) error {
 	}
 	if err := mgr.Add(&secretPoller{r: nr, out: fromMembership}); err != nil {
 		return err
+	}
+	if opts.Signals != nil {
+		if opts.SiteName == "" {
+			return errors.New("the site's signals need its name (SiteName)")
+		}
+		if err := mgr.Add(newSignalCollector(shared)); err != nil {
+			return err
+		}
 	}
 	if err := nr.setup(mgr, toNetworks, fromMembership); err != nil {
 		return err

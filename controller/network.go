@@ -251,6 +251,13 @@ func (r *networkReconciler) remoteProviders(ctx context.Context, network string,
 			continue
 		}
 		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale}
+		if r.opts.Signals != nil {
+			// Its site says the provider cannot serve now: not fresh,
+			// whatever the gossiped phase.
+			if ready, known := r.opts.Signals.Ready(p.Site, p.Name); known && !ready {
+				rp.Stale = true
+			}
+		}
 		if p.Sites != "" {
 			sel, err := labels.Parse(p.Sites)
 			if err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gridsync/gridsync/agent/reports"
 	"github.com/gridsync/gridsync/agent/siglisten"
+	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/rbac"
@@ -45,9 +46,11 @@ func withDeliveries(d controller.DeliveryTracker) agentOption {
 type reportListener struct {
 	url, caFile string
 	stop        func()
+	ca          *sitetrust.CA
+	gateway     tls.Certificate // this site's current leaf
 }
 
-func (e *env) startReportListener(agg *rollout.Aggregator) *reportListener {
+func (e *env) startReportListener(agg *rollout.Aggregator, apis ...*signalsapi.API) *reportListener {
 	e.t.Helper()
 	now := time.Now()
 	caPEM, caKey, err := sitetrust.NewCA(now, time.Hour)
@@ -66,6 +69,9 @@ func (e *env) startReportListener(agg *rollout.Aggregator) *reportListener {
 	require.NoError(e.t, err)
 	mux := http.NewServeMux()
 	mux.Handle(deliveryreport.Path, reports.NewHandler(&reports.Reviewer{Client: clientset, Audience: reports.DefaultAudience}, agg, nil, prometheus.NewRegistry()))
+	for _, api := range apis {
+		api.Register(mux)
+	}
 	l, err := siglisten.New(mux, siglisten.Options{
 		Identity: id, Naming: siglisten.Naming{LocalSite: "east"}, AnonymousPaths: []string{deliveryreport.Path},
 		Registerer: prometheus.NewRegistry(),
@@ -78,7 +84,9 @@ func (e *env) startReportListener(agg *rollout.Aggregator) *reportListener {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- l.Serve(ctx, tcp, udp) }()
-	rl := &reportListener{url: "https://" + tcp.Addr().String(), caFile: proj.Path("ca.crt")}
+	rl := &reportListener{url: "https://" + tcp.Addr().String(), caFile: proj.Path("ca.crt"), ca: ca}
+	rl.gateway, err = tls.X509KeyPair(chain, key)
+	require.NoError(e.t, err)
 	stopped := false
 	rl.stop = func() {
 		if stopped {
@@ -283,11 +291,11 @@ func postReport(t *testing.T, l *reportListener, token string, r deliveryreport.
 	return resp.StatusCode
 }
 
-func tlsClient(t *testing.T, caPEM []byte) *http.Client {
+func tlsClient(t *testing.T, caPEM []byte, certs ...tls.Certificate) *http.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(caPEM))
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: sitetrust.DNSName("east"), MinVersion: tls.VersionTLS13},
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: sitetrust.DNSName("east"), MinVersion: tls.VersionTLS13, Certificates: certs},
 	}}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
@@ -248,7 +249,8 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 	e.create(e.provider("local", network.Name, "m-local"))
 
 	site := startSwimSite(t, "site-a", membership.Config{RequireKey: true})
-	e.startAgent(withMembership(site, seedNames{"site-b.grid.test": "127.0.0.1"}), withSiteTrust("site-a", time.Hour, time.Second))
+	store := signals.NewStore(nil)
+	e.startAgent(withMembership(site, seedNames{"site-b.grid.test": "127.0.0.1"}), withSiteTrust("site-a", time.Hour, time.Second), withSignals(store))
 
 	// The grid CA reaches site B out of band; B's gateway certificate is
 	// issued from it.
@@ -287,6 +289,27 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 	assert.Equal(t, []any{"m-remote", "site-b", "site-b", true, (*envelope.Credential)(nil)},
 		[]any{remoteCandidate.Name, remoteCandidate.Site, remoteCandidate.Cluster, remoteCandidate.Fresh, remoteCandidate.Credential},
 		"the remote site and its gateway (the provider hop), no credential")
+
+	// Site B reports its provider unready (its signals, polled or
+	// gossiped): the candidate stays, not fresh; ready again, fresh again.
+	remoteFresh := func(fresh bool) func(envelope.Result) bool {
+		return func(r envelope.Result) bool {
+			if r.CandidateCount != 2 {
+				return false
+			}
+			cm, _ := e.overlayOf(network, gw, anyRevision)
+			for _, c := range candidatesOf(t, cm) {
+				if c.Site == "site-b" {
+					return c.Fresh == fresh
+				}
+			}
+			return false
+		}
+	}
+	store.Set("site-b", "remote-1", signals.PartPeer, []signals.Sample{{Metric: signals.MetricReady, Value: 0, At: time.Now()}}, time.Now().Add(time.Minute))
+	e.overlayOf(network, gw, remoteFresh(false))
+	store.Set("site-b", "remote-1", signals.PartPeer, []signals.Sample{{Metric: signals.MetricReady, Value: 1, At: time.Now()}}, time.Now().Add(time.Minute))
+	e.overlayOf(network, gw, remoteFresh(true))
 
 	// B's gateway presents a reissued leaf outside the pins: demoted, and
 	// the next overlay revision withdraws B's provider.

@@ -7,6 +7,7 @@ package assess
 
 import (
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -60,6 +61,10 @@ type Health struct {
 	// TokenWithheld: the provider's credential exists but was not sent
 	// in probes (its Secret does not match the probe Secret selector).
 	TokenWithheld bool
+	// LastProbeAt and LastLatency are the last probe's start and how long
+	// it took (the site's signals serve them).
+	LastProbeAt time.Time
+	LastLatency time.Duration
 }
 
 // withheldNote is added to a probed provider's message while its token is

@@ -60,6 +60,8 @@ const (
 	OutcomeUnexpectedStatus     = "unexpected_status"
 	OutcomeBadEndpoint          = "bad_endpoint"
 	OutcomeCredentialUnreadable = "credential_unreadable"
+	// OutcomeTooLarge: a scrape's body passed its bound.
+	OutcomeTooLarge = "too_large"
 )
 
 // Options configure a Prober.
@@ -188,11 +190,12 @@ func (p *Prober) run(ctx context.Context, provider string, l *loop) {
 		p.mu.Lock()
 		target := l.target
 		p.mu.Unlock()
+		start := time.Now()
 		withheld, err := p.probe(ctx, target)
 		if ctx.Err() != nil {
 			return
 		}
-		p.record(provider, l, withheld, err)
+		p.record(provider, l, withheld, err, start, time.Since(start))
 		select {
 		case <-ctx.Done():
 			return
@@ -212,14 +215,14 @@ func level(failures int) int {
 	return 0
 }
 
-func (p *Prober) record(provider string, l *loop, withheld bool, err error) {
+func (p *Prober) record(provider string, l *loop, withheld bool, err error, at time.Time, latency time.Duration) {
 	p.mu.Lock()
 	if p.loops[provider] != l {
 		p.mu.Unlock()
 		return // replaced or removed meanwhile
 	}
 	before := p.health[provider]
-	after := assess.Health{Probed: true, TokenWithheld: withheld}
+	after := assess.Health{Probed: true, TokenWithheld: withheld, LastProbeAt: at, LastLatency: latency}
 	if err != nil {
 		after.ConsecutiveFailures = before.ConsecutiveFailures + 1
 		after.LastError = err.Error()
@@ -335,4 +338,33 @@ func httpsPort(u *url.URL) string {
 		return p
 	}
 	return "443"
+}
+
+// Fetch GETs url under the probes' destination rule (no proxy, no
+// redirect followed), bounded by timeout and by maxBytes of body: the
+// site's metrics scrapes go where its probes may, and nowhere else.
+func (p *Prober) Fetch(ctx context.Context, url string, timeout time.Duration, maxBytes int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
+	if err != nil {
+		return nil, failure(OutcomeBadEndpoint)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, failure(outcomeOf(err))
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, failure(OutcomeUnexpectedStatus)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
+	if err != nil {
+		return nil, failure(outcomeOf(err))
+	}
+	if int64(len(body)) > maxBytes {
+		return nil, failure(OutcomeTooLarge)
+	}
+	return body, nil
 }

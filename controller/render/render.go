@@ -36,9 +36,9 @@ type SitePolicy struct {
 	Denied map[string]bool
 }
 
-// allows reports whether a gateway of site from may use a provider of
+// Allows reports whether a gateway of site from may use a provider of
 // site to.
-func (p SitePolicy) allows(from, to string) bool {
+func (p SitePolicy) Allows(from, to string) bool {
 	if p.Denied[from] || p.Denied[to] {
 		return false
 	}
@@ -82,8 +82,12 @@ func (p Provider) Admits(gw Gateway) bool { return admits(p.Sites, gw) }
 
 // admits reports whether an access policy (nil: every site) lets gw use a
 // provider.
-func admits(sites labels.Selector, gw Gateway) bool {
-	return sites == nil || sites.Matches(labels.Set{v1alpha1.SiteLabel: gw.Site})
+func admits(sites labels.Selector, gw Gateway) bool { return AdmitsSite(sites, gw.Site) }
+
+// AdmitsSite reports whether an access policy (nil: every site) lets a
+// gateway of site use a provider.
+func AdmitsSite(sites labels.Selector, site string) bool {
+	return sites == nil || sites.Matches(labels.Set{v1alpha1.SiteLabel: site})
 }
 
 // routable: a provider in this phase has candidates (fresh when
@@ -119,7 +123,7 @@ func candidate(model, site, cluster string, fresh bool) envelope.Candidate {
 func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote) envelope.Overlay {
 	candidates := []envelope.Candidate{}
 	for _, p := range providers {
-		if !routable(p.Phase) || !p.Admits(gw) || !gw.Policy.allows(gw.Site, p.Name) {
+		if !routable(p.Phase) || !p.Admits(gw) || !gw.Policy.Allows(gw.Site, p.Name) {
 			continue
 		}
 		for _, model := range p.Models {
@@ -136,7 +140,7 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 		hop[c.StableID] = i
 	}
 	for _, p := range remote {
-		if !routable(p.Phase) || !admits(p.Sites, gw) || !gw.Policy.allows(gw.Site, p.Site) {
+		if !routable(p.Phase) || !admits(p.Sites, gw) || !gw.Policy.Allows(gw.Site, p.Site) {
 			continue
 		}
 		for _, model := range p.Models {

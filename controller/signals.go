@@ -1,0 +1,296 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/controller/signals"
+)
+
+// Defaults of the signals collection.
+const (
+	DefaultSignalsInterval = 5 * time.Second
+	// DefaultScrapeMaxBytes bounds a provider's metrics body.
+	DefaultScrapeMaxBytes = 4 << 20
+	// maxScrapesAtOnce bounds the scrapes in flight.
+	maxScrapesAtOnce     = 8
+	defaultScrapeTimeout = 2 * time.Second
+)
+
+// signalCollector keeps this site's rows of the signals store: every
+// provider's health (its phase and last probe) and, for a provider with
+// spec.metricsConfig, the load series it declares, scraped under the
+// probes' destination rule and bounded in time and size. A scrape that
+// fails leaves the last rows to expire: stale is absent, never zero.
+type signalCollector struct {
+	c *common
+
+	mu     sync.Mutex
+	warned map[string]string // provider → the skip reason last logged
+
+	scrapes *prometheus.CounterVec
+}
+
+func newSignalCollector(c *common) *signalCollector {
+	s := &signalCollector{c: c, warned: map[string]string{}}
+	s.scrapes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gridsync_signals_scrapes_total",
+		Help: "Scrapes of providers' metrics for the site's signals, by outcome (ok, a probe outcome such as timeout or too_large, not_exposition, skipped_tls).",
+	}, []string{"outcome"})
+	c.opts.Registerer.MustRegister(s.scrapes)
+	return s
+}
+
+// NeedLeaderElection: the leader's signals are the site's.
+func (s *signalCollector) NeedLeaderElection() bool { return true }
+
+func (s *signalCollector) Start(ctx context.Context) error {
+	t := time.NewTicker(s.c.opts.SignalsInterval)
+	defer t.Stop()
+	for {
+		s.collect(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (s *signalCollector) collect(ctx context.Context) {
+	store, site := s.c.opts.Signals, s.c.opts.SiteName
+	var list v1alpha1.InferenceProviderList
+	if err := s.c.client.List(ctx, &list); err != nil {
+		s.c.opts.Logger.Warn("signals_list_failed", "error", err)
+		return
+	}
+	now := s.c.opts.Now()
+	ttl := 3 * s.c.opts.SignalsInterval
+	present := map[string]bool{}
+	sem := make(chan struct{}, maxScrapesAtOnce)
+	var wg sync.WaitGroup
+	for i := range list.Items {
+		p := &list.Items[i]
+		present[p.Name] = true
+		store.Set(site, p.Name, signals.PartHealth, s.health(p, now), now.Add(max(ttl, 3*probePeriod(p))))
+		if p.Spec.MetricsConfig == nil {
+			store.Drop(site, p.Name, signals.PartLoad)
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.scrape(ctx, p)
+		}()
+	}
+	wg.Wait()
+	store.Retain(site, signals.PartHealth, present)
+	store.Retain(site, signals.PartLoad, present)
+	store.Expire()
+}
+
+// health is a provider's phase and last probe, as series.
+func (s *signalCollector) health(p *v1alpha1.InferenceProvider, now time.Time) []signals.Sample {
+	h := s.c.prober.Health(p.Name)
+	at := now
+	var out []signals.Sample
+	if h.Probed {
+		at = h.LastProbeAt
+		out = append(out, signals.Sample{Metric: signals.MetricProbeLatency, Value: h.LastLatency.Seconds(), At: at})
+	}
+	phase := p.Status.Phase
+	switch phase {
+	case v1alpha1.ProviderAvailable, v1alpha1.ProviderDegraded:
+		out = append(out, signals.Sample{Metric: signals.MetricReady, Value: 1, At: at})
+	case v1alpha1.ProviderUnavailable:
+		out = append(out, signals.Sample{Metric: signals.MetricReady, Value: 0, At: at})
+	}
+	if phase != "" {
+		out = append(out, signals.Sample{Metric: signals.MetricPhase, Labels: []signals.Label{{Name: "phase", Value: string(phase)}}, Value: 1, At: at})
+	}
+	return out
+}
+
+func probePeriod(p *v1alpha1.InferenceProvider) time.Duration {
+	if hc := p.Spec.HealthCheck; hc != nil && hc.PeriodSeconds > 0 {
+		return time.Duration(hc.PeriodSeconds) * time.Second
+	}
+	return 0
+}
+
+// scrape reads a provider's declared load series.
+func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider) {
+	mc := p.Spec.MetricsConfig
+	store, site := s.c.opts.Signals, s.c.opts.SiteName
+	if mc.TLS != nil || mc.Auth != nil {
+		// Never in plaintext, never without the credential it asks for.
+		s.skip(p.Name, "metricsConfig.tls and metricsConfig.auth are not supported by this release: not scraped")
+		s.scrapes.WithLabelValues("skipped_tls").Inc()
+		store.Drop(site, p.Name, signals.PartLoad)
+		return
+	}
+	wanted := declaredSignals(mc.SignalNames)
+	if len(wanted) == 0 {
+		store.Drop(site, p.Name, signals.PartLoad)
+		return
+	}
+	base := mc.MetricsEndpoint
+	if base == "" {
+		base = p.Spec.Endpoint
+	}
+	url := strings.TrimSuffix(base, "/") + "/" + strings.TrimPrefix(cmpOr(mc.Path, "/metrics"), "/")
+	body, err := s.c.prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.opts.SignalsScrapeMaxBytes)
+	if err != nil {
+		s.scrapes.WithLabelValues(err.Error()).Inc()
+		s.skip(p.Name, "scrape failed: "+err.Error())
+		return // the last rows expire on their own
+	}
+	parsed, err := signals.Parse(body, func(m string) bool { return wanted[m] })
+	if err != nil {
+		s.scrapes.WithLabelValues("not_exposition").Inc()
+		s.skip(p.Name, "scrape failed: the answer is not Prometheus text")
+		return
+	}
+	s.scrapes.WithLabelValues("ok").Inc()
+	s.skip(p.Name, "")
+	now := s.c.opts.Now()
+	samples := make([]signals.Sample, 0, len(parsed))
+	for _, ps := range parsed {
+		if mc.PoolName != "" && ps.Label("name") != mc.PoolName {
+			continue
+		}
+		ps.At = now
+		samples = append(samples, ps.Sample)
+	}
+	stale := 3 * s.c.opts.SignalsInterval
+	if mc.StaleMetricsSeconds != nil {
+		stale = time.Duration(*mc.StaleMetricsSeconds) * time.Second
+	}
+	store.Set(site, p.Name, signals.PartLoad, samples, now.Add(stale))
+}
+
+// skip logs a provider's scrape problem once per change of it.
+func (s *signalCollector) skip(provider, why string) {
+	s.mu.Lock()
+	prev := s.warned[provider]
+	s.warned[provider] = why
+	s.mu.Unlock()
+	if why != "" && why != prev {
+		s.c.opts.Logger.Warn("signals_scrape_skipped", "provider", provider, "reason", why)
+	}
+}
+
+func declaredSignals(n v1alpha1.MetricSignalNames) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range []string{n.QueueDepth, n.KVCacheUtilization, n.LatencyP99Ms, n.PrefixCacheHitRatio, n.ErrorRate, n.Healthy} {
+		if name != "" {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// scrapeTimeout reads "2s" or "500ms", bounded by the probes' maximum.
+func scrapeTimeout(s string) time.Duration {
+	d := defaultScrapeTimeout
+	switch {
+	case strings.HasSuffix(s, "ms"):
+		if n, err := strconv.Atoi(strings.TrimSuffix(s, "ms")); err == nil && n > 0 {
+			d = time.Duration(n) * time.Millisecond
+		}
+	case strings.HasSuffix(s, "s"):
+		if n, err := strconv.Atoi(strings.TrimSuffix(s, "s")); err == nil && n > 0 {
+			d = time.Duration(n) * time.Second
+		}
+	}
+	return min(d, probe.MaxTimeout)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// ProviderEntry is one provider of the discovery API.
+type ProviderEntry struct {
+	Name    string   `json:"name"`
+	Network string   `json:"network"`
+	Site    string   `json:"site"`
+	Local   bool     `json:"local"`
+	Models  []string `json:"models"`
+	Phase   string   `json:"phase"`
+	Fresh   bool     `json:"fresh"`
+}
+
+// Directory answers the provider discovery API (GET /v1/grid/providers)
+// from the controller's caches. NewManager fills it in.
+type Directory struct {
+	r *networkReconciler
+}
+
+// ErrDirectoryNotReady: the controller has not started.
+var ErrDirectoryNotReady = errors.New("the provider directory is not ready")
+
+// Providers lists what a caller may use: callerSite is a peer site, or
+// this site's own name for its co-located gateway (ownGateway). A peer
+// gets this site's providers that the network's policy and each
+// provider's access policy admit for it; the gateway gets those and the
+// providers of trusted (Active) remote sites as well. Unavailable
+// providers are left out, as they are from overlays.
+func (d *Directory) Providers(ctx context.Context, callerSite string, ownGateway bool) ([]ProviderEntry, error) {
+	if d == nil || d.r == nil {
+		return nil, ErrDirectoryNotReady
+	}
+	r := d.r
+	var networks v1alpha1.GridNetworkList
+	if err := r.client.List(ctx, &networks); err != nil {
+		return nil, err
+	}
+	out := []ProviderEntry{}
+	for i := range networks.Items {
+		n := &networks.Items[i]
+		gw := render.Gateway{Site: callerSite, Policy: sitePolicy(n.Spec.NetworkPolicy)}
+		local, _, err := r.assessProviders(ctx, n.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range local {
+			if !routable(p.Phase) || !p.Admits(gw) || !gw.Policy.Allows(gw.Site, p.Name) {
+				continue
+			}
+			out = append(out, ProviderEntry{Name: p.Name, Network: n.Name, Site: r.opts.SiteName, Local: true,
+				Models: p.Models, Phase: string(p.Phase), Fresh: p.Phase == v1alpha1.ProviderAvailable})
+		}
+		if !ownGateway || r.opts.Membership == nil {
+			continue // a peer is never handed a third site's providers
+		}
+		remote, err := r.remoteProviders(ctx, n.Name, r.opts.Membership.View(n.Name))
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range remote {
+			if !routable(p.Phase) || !render.AdmitsSite(p.Sites, gw.Site) || !gw.Policy.Allows(gw.Site, p.Site) {
+				continue
+			}
+			out = append(out, ProviderEntry{Name: p.Name, Network: n.Name, Site: p.Site, Models: p.Models, Phase: string(p.Phase),
+				Fresh: p.Phase == v1alpha1.ProviderAvailable && !p.Stale})
+		}
+	}
+	return out, nil
+}
+
+func routable(phase v1alpha1.ProviderPhase) bool {
+	return phase == v1alpha1.ProviderAvailable || phase == v1alpha1.ProviderDegraded
+}

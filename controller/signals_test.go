@@ -1,0 +1,262 @@
+package controller_test
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gridsync/gridsync/agent/signalsapi"
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/rollout"
+	"github.com/gridsync/gridsync/controller/signals"
+)
+
+func withSignals(store *signals.Store) agentOption {
+	return func(o *controller.ManagerOptions) {
+		o.Signals = store
+		o.SignalsInterval = 200 * time.Millisecond
+		if o.SiteName == "" {
+			o.SiteName = "east"
+		}
+	}
+}
+
+func withLoopbackScrapes(maxBytes int64) agentOption {
+	return func(o *controller.ManagerOptions) {
+		o.ProbeDestinations = probe.Destinations{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+		o.SignalsScrapeMaxBytes = maxBytes
+	}
+}
+
+// metricsServer plays a provider's metrics endpoint (Prometheus text).
+type metricsServer struct {
+	*httptest.Server
+	mode atomic.Value // "ok", "down", "slow", "huge"
+}
+
+const providerMetrics = `# HELP vllm:num_requests_waiting Waiting.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{name="pool-a"} 7
+vllm:num_requests_waiting{name="pool-b"} 70
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{name="pool-a"} 0.42
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{name="pool-a"} 1234
+# TYPE unrelated_series gauge
+unrelated_series 1
+`
+
+func startMetricsServer(t *testing.T) *metricsServer {
+	m := &metricsServer{}
+	m.mode.Store("ok")
+	m.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		switch m.mode.Load() {
+		case "down":
+			http.Error(w, "down", http.StatusServiceUnavailable)
+		case "slow":
+			time.Sleep(2 * time.Second)
+			_, _ = w.Write([]byte(providerMetrics))
+		case "huge":
+			_, _ = w.Write([]byte(providerMetrics))
+			_, _ = w.Write(bytes.Repeat([]byte("# padding\n"), 100000))
+		default:
+			_, _ = w.Write([]byte(providerMetrics))
+		}
+	}))
+	t.Cleanup(m.Close)
+	return m
+}
+
+func (e *env) metricsProvider(name, network string, m *metricsServer, stale int32) *v1alpha1.InferenceProvider {
+	p := e.provider(name, network, "m1")
+	p.Spec.MetricsConfig = &v1alpha1.MetricsConfig{
+		MetricsEndpoint: m.URL, Timeout: "300ms", PoolName: "pool-a", StaleMetricsSeconds: &stale,
+		SignalNames: v1alpha1.MetricSignalNames{QueueDepth: "vllm:num_requests_waiting", KVCacheUtilization: "vllm:gpu_cache_usage_perc",
+			ErrorRate: "vllm:request_success_total"},
+	}
+	return p
+}
+
+func rendered(store *signals.Store) string {
+	var b bytes.Buffer
+	_, _, _ = signals.Render(&b, store.Rows(nil), nil, time.Now())
+	return b.String()
+}
+
+// A provider's declared load series are scraped into the site's signals,
+// its pool's only, attributed to the site and the provider; a failed
+// scrape leaves them to expire, and once stale they are absent, not 0.
+func TestProviderMetricsAreScrapedIntoTheSiteSignals(t *testing.T) {
+	e := newEnv(t)
+	store := signals.NewStore(nil)
+	m := startMetricsServer(t)
+	network := e.network(e.gateway("edge", "east"))
+	e.create(network)
+	p := e.metricsProvider("llm", network.Name, m, 1)
+	e.create(p)
+	e.startAgent(withSignals(store), withLoopbackScrapes(64<<10))
+
+	e.eventually("scraped", func() (bool, string) {
+		out := rendered(store)
+		return strings.Contains(out, `vllm:num_requests_waiting{grid_provider="`+p.Name+`",grid_site="east",name="pool-a"} 7 `), out
+	})
+	out := rendered(store)
+	assert.Contains(t, out, `vllm:gpu_cache_usage_perc{grid_provider="`+p.Name+`",grid_site="east",name="pool-a"} 0.42 `)
+	assert.NotContains(t, out, "pool-b", "another pool's samples are not this provider's")
+	assert.NotContains(t, out, "unrelated_series", "only the declared signals")
+	assert.NotContains(t, out, "request_success_total", "a counter is not a load signal")
+	e.eventually("health", func() (bool, string) {
+		out := rendered(store)
+		return strings.Contains(out, `grid_provider_phase{grid_provider="`+p.Name+`",grid_site="east",phase="Available"} 1 `) &&
+			strings.Contains(out, `grid_provider_ready{grid_provider="`+p.Name+`",grid_site="east"} 1 `), out
+	})
+
+	m.mode.Store("down")
+	e.eventually("stale samples absent", func() (bool, string) {
+		out := rendered(store)
+		return !strings.Contains(out, "vllm:"), out
+	})
+	assert.Contains(t, rendered(store), "grid_provider_phase", "the health stays")
+}
+
+// A slow, huge or forbidden scrape yields nothing: bounded in time, in
+// size, and by the probes' destination rule.
+func TestScrapesAreBounded(t *testing.T) {
+	for _, c := range []struct {
+		mode     string
+		loopback bool
+	}{{"slow", true}, {"huge", true}, {"ok", false}} {
+		t.Run(fmt.Sprintf("%s-loopback=%v", c.mode, c.loopback), func(t *testing.T) {
+			e := newEnv(t)
+			store := signals.NewStore(nil)
+			m := startMetricsServer(t)
+			m.mode.Store(c.mode)
+			network := e.network(e.gateway("edge", "east"))
+			e.create(network)
+			e.create(e.metricsProvider("llm", network.Name, m, 30))
+			opts := []agentOption{withSignals(store)}
+			if c.loopback {
+				opts = append(opts, withLoopbackScrapes(64<<10))
+			}
+			e.startAgent(opts...)
+			e.eventually("health row", func() (bool, string) {
+				out := rendered(store)
+				return strings.Contains(out, "grid_provider_phase"), out
+			})
+			time.Sleep(2500 * time.Millisecond) // several scrape rounds, and longer than the slow answer takes
+			assert.NotContains(t, rendered(store), "vllm:")
+		})
+	}
+}
+
+// The listener's read endpoints answer by who is asking: the co-located
+// gateway reads every row this site holds and every provider it may
+// route to; a peer reads this site's own providers that the policies let
+// it use, never a third site's rows; a denied site reads nothing.
+func TestSignalsAndProvidersAreServedByWhoAsks(t *testing.T) {
+	e := newEnv(t)
+	store := signals.NewStore(nil)
+	dir := &controller.Directory{}
+	m := startMetricsServer(t)
+	network := e.network(e.gateway("edge", "east"))
+	network.Spec.NetworkPolicy = &v1alpha1.NetworkPolicy{Deny: []v1alpha1.SiteRef{{Site: "north"}}}
+	e.create(network)
+	open := e.metricsProvider("open", network.Name, m, 30)
+	e.create(open)
+	westOnly := e.provider("west-only", network.Name, "m2")
+	westOnly.Spec.AccessPolicy = &v1alpha1.AccessPolicy{SiteSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.SiteLabel: "west"}}}
+	e.create(westOnly)
+	southOnly := e.provider("south-only", network.Name, "m3")
+	southOnly.Spec.AccessPolicy = &v1alpha1.AccessPolicy{SiteSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.SiteLabel: "south"}}}
+	e.create(southOnly)
+	e.startAgent(withSignals(store), withLoopbackScrapes(64<<10), func(o *controller.ManagerOptions) { o.Directory = dir })
+	api := &signalsapi.API{Site: "east", Store: store, Directory: dir}
+	l := e.startReportListener(rollout.New(rollout.Options{Registerer: prometheus.NewRegistry()}), api)
+	// A row a peer (south) reported, relayed to this site's gateway only.
+	store.Set("south", "far", signals.PartPeer, []signals.Sample{{Metric: signals.MetricReady, Value: 1, At: time.Now()}}, time.Now().Add(time.Hour))
+
+	caPEM, err := os.ReadFile(l.caFile)
+	require.NoError(t, err)
+	client := func(site string) *http.Client {
+		if site == "" {
+			return tlsClient(t, caPEM, l.gateway)
+		}
+		chain, key, err := l.ca.Issue(site, time.Now(), time.Hour)
+		require.NoError(t, err)
+		c, err := tls.X509KeyPair(chain, key)
+		require.NoError(t, err)
+		return tlsClient(t, caPEM, c)
+	}
+	get := func(c *http.Client, path string) (int, http.Header, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, l.url+path, http.NoBody)
+		require.NoError(t, err)
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, resp.Header, string(body)
+	}
+	gateway, west, north := client(""), client("west"), client("north")
+	e.eventually("the gateway reads every row", func() (bool, string) {
+		_, _, body := get(gateway, signalsapi.SignalsPath)
+		return strings.Contains(body, `vllm:num_requests_waiting{grid_provider="`+open.Name+`",grid_site="east"`) &&
+			strings.Contains(body, `grid_provider_ready{grid_provider="far",grid_site="south"} 1`) &&
+			strings.Contains(body, `grid_provider_ready{grid_provider="`+westOnly.Name+`"`), body
+	})
+	_, header, body := get(gateway, signalsapi.SignalsPath)
+	assert.Equal(t, signals.ContentType, header.Get("Content-Type"))
+	assert.NotEmpty(t, header.Get("Age"))
+	assert.NotEmpty(t, header.Get("Date"))
+	parsed, err := signals.Parse([]byte(body), nil)
+	require.NoError(t, err, "the answer is exposition a Prometheus parser reads")
+	assert.NotEmpty(t, parsed)
+
+	_, _, body = get(west, signalsapi.SignalsPath)
+	assert.Contains(t, body, `grid_provider="`+open.Name+`"`)
+	assert.Contains(t, body, `grid_provider="`+westOnly.Name+`"`, "its access policy admits west")
+	assert.NotContains(t, body, `grid_provider="`+southOnly.Name+`"`, "its access policy admits south only")
+	assert.NotContains(t, body, `grid_site="south"`, "a peer never reads a third site's rows")
+
+	_, _, body = get(west, signalsapi.SignalsPath+"?target="+open.Name+"&collect[]=vllm:gpu_cache_usage_perc")
+	assert.Contains(t, body, "vllm:gpu_cache_usage_perc")
+	assert.NotContains(t, body, "num_requests_waiting", "collect[] narrows")
+	assert.NotContains(t, body, westOnly.Name, "target narrows")
+
+	status, _, body := get(north, signalsapi.SignalsPath)
+	assert.Equal(t, http.StatusOK, status)
+	assert.Empty(t, strings.TrimSpace(body), "the network denies north")
+
+	var listing struct {
+		Site      string                     `json:"site"`
+		Providers []controller.ProviderEntry `json:"providers"`
+	}
+	_, _, body = get(west, signalsapi.ProvidersPath)
+	require.NoError(t, json.Unmarshal([]byte(body), &listing))
+	var names []string
+	for _, p := range listing.Providers {
+		names = append(names, p.Name)
+		assert.True(t, p.Local)
+	}
+	assert.ElementsMatch(t, []string{open.Name, westOnly.Name}, names)
+	_, _, body = get(north, signalsapi.ProvidersPath)
+	require.NoError(t, json.Unmarshal([]byte(body), &listing))
+	assert.Empty(t, listing.Providers)
+}
