@@ -59,6 +59,8 @@ type signalsConfig struct {
 	writeTimeout              time.Duration
 	reportAudience            string
 	reportSilentAfter         time.Duration
+	interval                  time.Duration
+	peerPort                  int
 	// serviceName is the signals Service (without selector) whose
 	// EndpointSlice the leader writes (with the pod's address).
 	serviceName, podIP string
@@ -186,6 +188,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.IntVar(&c.signals.handshakeBurst, "signals-handshake-burst", 40, "handshakes per source address in a burst"+note("signals-handshake-burst"))
 	fs.DurationVar(&c.signals.maxConnectionAge, "signals-max-connection-age", 5*time.Minute, "close a connection that has lived this long"+note("signals-max-connection-age"))
 	fs.DurationVar(&c.signals.writeTimeout, "signals-write-timeout", 10*time.Second, "close a connection whose response write stalls this long"+note("signals-write-timeout"))
+	fs.DurationVar(&c.signals.interval, "signals-interval", 5*time.Second, "how often providers' signals are collected and peers' polled"+note("signals-interval"))
+	fs.IntVar(&c.signals.peerPort, "signals-peer-port", 0, "the port peers serve their signals on, at their SWIM host (default: this listener's port)"+note("signals-peer-port"))
 	fs.StringVar(&c.signals.serviceName, "signals-service-name", "", "signals Service (without selector) whose EndpointSlice the leader points at itself, from $POD_IP (empty: none)"+note("signals-service-name"))
 	fs.StringVar(&c.signals.reportAudience, "report-audience", "gridsync-agent", "audience of the sidecars' report tokens, checked by TokenReview"+note("report-audience"))
 	fs.DurationVar(&c.signals.reportSilentAfter, "report-silent-after", 90*time.Second, "a gateway pod whose sidecar has not reported for this long lags as Silent"+note("report-silent-after"))
@@ -212,8 +216,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 		}
 		if c.signals.maxConnections <= c.signals.reservedForGateway || c.signals.reservedForGateway < 0 || c.signals.perSite < 1 ||
 			c.signals.handshakeRate <= 0 || c.signals.handshakeBurst < 1 || c.signals.maxConnectionAge < time.Second ||
-			c.signals.writeTimeout < 100*time.Millisecond || c.signals.reportSilentAfter < 3*time.Second {
-			return nil, envflag.UsageError(fs, "signals caps: --signals-max-connections must exceed --signals-gateway-reserved, the per-site cap, rate and burst be positive, the age at least 1s, the write timeout at least 100ms, --report-silent-after at least 3s")
+			c.signals.writeTimeout < 100*time.Millisecond || c.signals.reportSilentAfter < 3*time.Second ||
+			c.signals.interval < 100*time.Millisecond || c.signals.peerPort < 0 || c.signals.peerPort > 65535 {
+			return nil, envflag.UsageError(fs, "signals caps: --signals-max-connections must exceed --signals-gateway-reserved, the per-site cap, rate and burst be positive, the age at least 1s, the write timeout at least 100ms, --report-silent-after at least 3s, --signals-interval at least 100ms, --signals-peer-port a port")
 		}
 	}
 	if ms := getenv("GRID_GATEWAY_DISCOVERY_INTERVAL_MS"); ms != "" && !flagSet(fs, "gateway-discovery-interval") {

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -134,6 +135,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			Membership:          member,
 			Deliveries:          deliveries,
 			Signals:             store,
+			SignalsPeerPort:     cmp.Or(cfg.signals.peerPort, signalsPort(cfg.signals.addr)),
+			SignalsInterval:     cfg.signals.interval,
 			Directory:           directory,
 			SwimKeyPollInterval: cfg.swim.keyPollInterval,
 			SiteName:            cfg.swim.site,
@@ -181,11 +184,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 
 	if aggregator != nil && cfg.signals.serviceName != "" {
-		_, port, _ := net.SplitHostPort(cfg.signals.addr)
-		p, _ := strconv.Atoi(port)
 		if err := mgr.Add(&swimservice.Publisher{
 			Client: mgr.GetClient(), Namespace: cfg.leaderElectionNamespace, Service: cfg.signals.serviceName,
-			PodIP: cfg.signals.podIP, Port: int32(p), PortPrefix: "signals", Manager: binary, Logger: log,
+			PodIP: cfg.signals.podIP, Port: int32(signalsPort(cfg.signals.addr)), PortPrefix: "signals", Manager: binary, Logger: log,
 		}); err != nil {
 			return fail("start_failed", err)
 		}
@@ -239,4 +240,14 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	log.Info("shutdown", "signal", "received")
 	return 0
+}
+
+// signalsPort is the port of the signals address (0 when it has none).
+func signalsPort(addr string) int {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	p, _ := strconv.Atoi(port)
+	return p
 }

@@ -105,6 +105,10 @@ type Options struct {
 	// SignalsScrapeMaxBytes bounds one metrics scrape; 0 means
 	// DefaultScrapeMaxBytes.
 	SignalsScrapeMaxBytes int64
+	// SignalsPeerPort is the port peers serve their signals on (poll
+	// mode): this site's own signals port, as every site of a grid runs
+	// the same chart.
+	SignalsPeerPort int
 
 	// Directory, when set, is filled in to answer the provider discovery
 	// API.
@@ -323,6 +327,11 @@ func Setup(mgr manager.Manager, opts Options) error {
 		}
 		if err := mgr.Add(newSignalCollector(shared)); err != nil {
 			return err
+		}
+		if opts.SignalsPeerPort > 0 {
+			if err := mgr.Add(newSignalPoller(shared)); err != nil {
+				return err
+			}
 		}
 	}
 	if err := nr.setup(mgr, toNetworks, fromMembership); err != nil {

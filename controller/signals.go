@@ -81,7 +81,6 @@ func (s *signalCollector) collect(ctx context.Context) {
 	for i := range list.Items {
 		p := &list.Items[i]
 		present[p.Name] = true
-		store.Set(site, p.Name, signals.PartHealth, s.health(p, now), now.Add(max(ttl, 3*probePeriod(p))))
 		if p.Spec.MetricsConfig == nil {
 			store.Drop(site, p.Name, signals.PartLoad)
 			continue
@@ -94,6 +93,12 @@ func (s *signalCollector) collect(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	// Health after the scrapes: a provider's own health signal, when it
+	// declares one, has a say in its readiness.
+	for i := range list.Items {
+		p := &list.Items[i]
+		store.Set(site, p.Name, signals.PartHealth, s.health(p, now), now.Add(max(ttl, 3*probePeriod(p))))
+	}
 	store.Retain(site, signals.PartHealth, present)
 	store.Retain(site, signals.PartLoad, present)
 	store.Expire()
@@ -109,16 +114,50 @@ func (s *signalCollector) health(p *v1alpha1.InferenceProvider, now time.Time) [
 		out = append(out, signals.Sample{Metric: signals.MetricProbeLatency, Value: h.LastLatency.Seconds(), At: at})
 	}
 	phase := p.Status.Phase
+	ready := -1.0 // unknown
 	switch phase {
 	case v1alpha1.ProviderAvailable, v1alpha1.ProviderDegraded:
-		out = append(out, signals.Sample{Metric: signals.MetricReady, Value: 1, At: at})
+		ready = 1
 	case v1alpha1.ProviderUnavailable:
-		out = append(out, signals.Sample{Metric: signals.MetricReady, Value: 0, At: at})
+		ready = 0
+	}
+	// The provider's own health gauge (signalNames.healthy), while fresh:
+	// any positive value is healthy, anything else is not, whatever the
+	// probes say.
+	if healthy, at2, ok := s.healthySignal(p); ok && ready != 0 {
+		ready, at = 0, at2
+		if healthy > 0 {
+			ready = 1
+		}
+	}
+	if ready >= 0 {
+		out = append(out, signals.Sample{Metric: signals.MetricReady, Value: ready, At: at})
 	}
 	if phase != "" {
 		out = append(out, signals.Sample{Metric: signals.MetricPhase, Labels: []signals.Label{{Name: "phase", Value: string(phase)}}, Value: 1, At: at})
 	}
 	return out
+}
+
+// healthySignal is the fresh value of the provider's declared health
+// gauge, if it has one.
+func (s *signalCollector) healthySignal(p *v1alpha1.InferenceProvider) (float64, time.Time, bool) {
+	mc := p.Spec.MetricsConfig
+	if mc == nil || mc.SignalNames.Healthy == "" {
+		return 0, time.Time{}, false
+	}
+	site := s.c.opts.SiteName
+	for _, r := range s.c.opts.Signals.Rows(func(rs, rp string) bool { return rs == site && rp == p.Name }) {
+		if r.Part != signals.PartLoad {
+			continue
+		}
+		for _, smp := range r.Samples {
+			if smp.Metric == mc.SignalNames.Healthy {
+				return smp.Value, smp.At, true
+			}
+		}
+	}
+	return 0, time.Time{}, false
 }
 
 func probePeriod(p *v1alpha1.InferenceProvider) time.Duration {

@@ -40,8 +40,9 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 				continue // a peer's row and a health row of one provider
 			}
 			seen[key] = true
-			m := prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, smp.Value, r.Site, r.Provider)
-			ch <- prometheus.NewMetricWithTimestamp(smp.At, m)
+			// No timestamp: Prometheus stamps a scrape itself, and an
+			// absent series is how staleness shows.
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, smp.Value, r.Site, r.Provider)
 		}
 	}
 }

@@ -310,3 +310,13 @@ func tlsFailure(err error) string {
 		return "protocol error"
 	}
 }
+
+// Verify checks a peer's presented chain as a probe does (the grid CA,
+// the exact DNS name, and the pin or the SPIFFE ID of Site); nil when it
+// is trusted. For connections other than the probe: the signals poll.
+func (t Target) Verify(certs []*x509.Certificate, now time.Time) error {
+	if o := t.verify(certs, now); o != nil {
+		return errors.New(o.Reason + ": " + o.Message)
+	}
+	return nil
+}

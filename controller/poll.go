@@ -1,0 +1,254 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+)
+
+// Bounds of one poll of a peer's signals.
+const (
+	// PollMaxBytes bounds a peer's answer, as upstream's relay does.
+	PollMaxBytes = 768 << 10
+	// pollMaxProviders and pollMaxSamples bound what one peer may make
+	// this site hold.
+	pollMaxProviders = 64
+	pollMaxSamples   = 4096
+	pollTimeout      = 2 * time.Second
+	// SignalsPath is where a site's signals are served and polled.
+	SignalsPath = "/v1/site/signals"
+)
+
+// signalPoller is signalTransport poll: every interval each agent reads
+// the signals of every Active peer of a poll-mode network, at the peer's
+// gossip-advertised host and the signals port, over mutual TLS with the
+// site certificate, checking the peer as a site probe does (the grid CA,
+// its name and its pin, or its SPIFFE ID). Only the rows the peer holds
+// for its own site are kept, keyed by the verified site, never by what
+// the body says; a sample's age is the answer's Date minus its stamp, so
+// the two sites' clocks never meet.
+type signalPoller struct {
+	c *common
+
+	mu     sync.Mutex
+	failed map[string]string // site → last failure logged
+
+	polls *prometheus.CounterVec
+}
+
+func newSignalPoller(c *common) *signalPoller {
+	p := &signalPoller{c: c, failed: map[string]string{}}
+	p.polls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gridsync_signals_polls_total",
+		Help: "Polls of peer sites' signals, by outcome (ok, no_address, trust_material, refused, tls, timeout, status, too_large, not_exposition).",
+	}, []string{"outcome"})
+	c.opts.Registerer.MustRegister(p.polls)
+	return p
+}
+
+func (p *signalPoller) NeedLeaderElection() bool { return true }
+
+func (p *signalPoller) Start(ctx context.Context) error {
+	t := time.NewTicker(p.c.opts.SignalsInterval)
+	defer t.Stop()
+	for {
+		p.round(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (p *signalPoller) round(ctx context.Context) {
+	var networks v1alpha1.GridNetworkList
+	if err := p.c.client.List(ctx, &networks); err != nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range networks.Items {
+		n := &networks.Items[i]
+		if transportMode(n) != v1alpha1.SignalTransportPoll || p.c.opts.Membership == nil {
+			continue
+		}
+		sites, err := p.c.gridSitesOf(ctx, n.Name)
+		if err != nil {
+			continue
+		}
+		view := p.c.opts.Membership.View(n.Name)
+		for j := range sites {
+			gs := &sites[j]
+			if gs.Status.Phase != sitetrust.PhaseActive || !gs.DeletionTimestamp.IsZero() {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.poll(ctx, n, gs, swimHost(view, siteOf(gs)))
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+func transportMode(n *v1alpha1.GridNetwork) v1alpha1.SignalTransportMode {
+	if n.Spec.SignalTransport == nil || n.Spec.SignalTransport.Mode == "" {
+		return v1alpha1.SignalTransportGossip
+	}
+	return n.Spec.SignalTransport.Mode
+}
+
+// swimHost is the host a site advertises for its SWIM: its signals are
+// at the same host, on the signals port.
+func swimHost(view membership.NetworkView, site string) string {
+	for _, s := range view.Sites {
+		if s.Name == site {
+			if host, _, err := net.SplitHostPort(s.SwimAddress); err == nil {
+				return host
+			}
+		}
+	}
+	return ""
+}
+
+func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1alpha1.GridSite, host string) {
+	site := siteOf(gs)
+	if host == "" {
+		p.fail(site, "no_address", "the site advertises no SWIM address to find its signals at")
+		return
+	}
+	tm := p.c.trust.get(ctx, n)
+	if tm == nil || tm.roots == nil || tm.client == nil {
+		p.fail(site, "trust_material", "this site has no grid CA or site certificate to poll with")
+		return
+	}
+	target := sitetrust.Target{ServerName: sitetrust.DNSName(site), Roots: tm.roots, Pins: pinsOf(gs), SPIFFE: spiffeMode(n), Site: site}
+	var verifyErr error
+	cfg := &tls.Config{
+		// VerifyConnection checks what a site probe checks, and names why
+		// a peer is refused.
+		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
+		ServerName:         target.ServerName,
+		Certificates:       []tls.Certificate{*tm.client},
+		MinVersion:         tls.VersionTLS13,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			verifyErr = target.Verify(cs.PeerCertificates, time.Now())
+			return verifyErr
+		},
+	}
+	client := &http.Client{Timeout: pollTimeout, Transport: &http.Transport{
+		TLSClientConfig: cfg, Proxy: nil, DisableKeepAlives: true, ForceAttemptHTTP2: true,
+		DialContext: (&net.Dialer{Timeout: pollTimeout}).DialContext,
+	}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	url := "https://" + net.JoinHostPort(host, fmt.Sprint(p.c.opts.SignalsPeerPort)) + SignalsPath
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
+	if err != nil {
+		p.fail(site, "no_address", err.Error())
+		return
+	}
+	resp, err := client.Do(req)
+	switch {
+	case verifyErr != nil:
+		p.fail(site, "tls", verifyErr.Error())
+		return
+	case err != nil:
+		outcome := "refused"
+		if strings.Contains(err.Error(), "Timeout") || strings.Contains(err.Error(), "deadline") {
+			outcome = "timeout"
+		} else if strings.Contains(err.Error(), "tls") {
+			outcome = "tls"
+		}
+		p.fail(site, outcome, "polling failed")
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		p.fail(site, "status", fmt.Sprintf("the peer answered %d", resp.StatusCode))
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, PollMaxBytes+1))
+	if err != nil || len(body) > PollMaxBytes {
+		p.fail(site, "too_large", "the answer passed its bound")
+		return
+	}
+	parsed, err := signals.Parse(body, nil)
+	if err != nil {
+		p.fail(site, "not_exposition", "the answer is not Prometheus text")
+		return
+	}
+	now := p.c.opts.Now()
+	date, err := http.ParseTime(resp.Header.Get("Date"))
+	if err != nil {
+		date = now
+	}
+	byProvider := map[string][]signals.Sample{}
+	kept := 0
+	for _, ps := range parsed {
+		// Only what the verified peer says of itself.
+		if ps.Label(signals.LabelSite) != site || kept >= pollMaxSamples {
+			continue
+		}
+		provider := ps.Label(signals.LabelProvider)
+		if _, ok := byProvider[provider]; !ok && len(byProvider) >= pollMaxProviders || provider == "" {
+			continue
+		}
+		if ps.StampMillis != 0 {
+			age := date.Sub(time.UnixMilli(ps.StampMillis))
+			ps.At = now.Add(-max(age, 0))
+		} else {
+			ps.At = now
+		}
+		byProvider[provider] = append(byProvider[provider], ps.Sample)
+		kept++
+	}
+	stale := 3 * p.c.opts.SignalsInterval
+	seen := map[string]bool{}
+	for provider, samples := range byProvider {
+		seen[provider] = true
+		oldest := now
+		for _, s := range samples {
+			if s.At.Before(oldest) {
+				oldest = s.At
+			}
+		}
+		p.c.opts.Signals.Set(site, provider, signals.PartPeer, samples, oldest.Add(stale))
+	}
+	p.c.opts.Signals.Retain(site, signals.PartPeer, seen)
+	p.polls.WithLabelValues("ok").Inc()
+	p.recovered(site)
+}
+
+func (p *signalPoller) fail(site, outcome, why string) {
+	p.polls.WithLabelValues(outcome).Inc()
+	p.mu.Lock()
+	prev := p.failed[site]
+	p.failed[site] = why
+	p.mu.Unlock()
+	if prev != why {
+		p.c.opts.Logger.Warn("signals_poll_failed", "site", site, "outcome", outcome, "reason", why)
+	}
+}
+
+func (p *signalPoller) recovered(site string) {
+	p.mu.Lock()
+	prev := p.failed[site]
+	delete(p.failed, site)
+	p.mu.Unlock()
+	if prev != "" {
+		p.c.opts.Logger.Info("signals_poll_recovered", "site", site)
+	}
+}

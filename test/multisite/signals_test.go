@@ -1,0 +1,200 @@
+package multisite
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/test/testproc"
+)
+
+// Two sites in poll mode: each agent serves its signals on its listener
+// and polls the other's over mutual TLS with its site certificate, once
+// the other is trusted (Active). B's provider says it is unhealthy on its
+// own metrics endpoint: A's overlay keeps B's candidate, not fresh, while
+// B's gossip still calls it Available; healthy again, fresh again.
+func TestTwoSitesPollEachOthersSignals(t *testing.T) {
+	ctx := context.Background()
+	key := newKey(t)
+	var sites []*site
+	for i, name := range []string{"site-a", "site-b"} {
+		s := newSite(t, clusters[i], name)
+		s.secret("swim-key", map[string][]byte{"key": key})
+		require.NoError(t, s.cp.AgentTrustSecrets(ctx, s.agentNS, s.resNS, "grid-ca", "site-cert"))
+		sites = append(sites, s)
+	}
+	a, b := sites[0], sites[1]
+
+	// B's provider's metrics endpoint, on loopback (B's probes may go
+	// there: --probe-allow-destinations).
+	var healthy atomic.Int32
+	healthy.Store(1)
+	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "# TYPE engine_healthy gauge\nengine_healthy %d\n# TYPE engine_queue gauge\nengine_queue 0.25\n", healthy.Load())
+	}))
+	t.Cleanup(metrics.Close)
+
+	ports := [2]string{freePort(t), freePort(t)}
+	identities := [2]*testpki.Projection{testpki.NewProjection(t), testpki.NewProjection(t)}
+	signalFlags := func(i int) []string {
+		return []string{
+			"--site-probe-interval", "1s", "--site-probe-timeout", "1s",
+			"--signals-addr", "127.0.0.1:" + ports[i], "--signals-peer-port", ports[1-i], "--signals-interval", "300ms",
+			"--signals-cert", identities[i].Path("tls.crt"), "--signals-key", identities[i].Path("tls.key"), "--signals-ca", identities[i].Path("ca.crt"),
+			"--probe-allow-destinations", "127.0.0.0/8",
+		}
+	}
+	pollMode := func(s *site, name string, seeds ...string) {
+		s.trustNetwork(name, seeds...)
+		patch := `{"spec":{"signalTransport":{"mode":"poll"}}}`
+		require.NoError(t, s.admin.Patch(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, []byte(patch))))
+	}
+
+	pollMode(a, "sig")
+	a.provider("prov-a", "sig", "model-a")
+	agentA := a.start(nil, signalFlags(0)...)
+	caData := a.waitSecret("grid-ca", func(map[string][]byte) bool { return true })
+	b.secret("grid-ca", caData)
+	pollMode(b, "sig", a.swimAddr)
+	provB := &v1alpha1.InferenceProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: "prov-b"},
+		Spec: v1alpha1.InferenceProviderSpec{GridNetworkRef: "sig", ProviderKind: "vllm", BackendKind: "openai_compatible",
+			Endpoint: metrics.URL, ClusterName: b.name, Models: []v1alpha1.Model{{Name: "model-b"}},
+			MetricsConfig: &v1alpha1.MetricsConfig{Timeout: "500ms", SignalNames: v1alpha1.MetricSignalNames{Healthy: "engine_healthy", QueueDepth: "engine_queue"}}},
+	}
+	require.NoError(t, b.admin.Create(ctx, provB))
+	t.Cleanup(func() { b.remove(provB) })
+	b.start(nil, signalFlags(1)...)
+
+	// Each site's certificate, as the kubelet projects its Secret, for its
+	// listener and its gateway; each pins the other's.
+	pins := map[string]string{}
+	var leafA tls.Certificate
+	for i, s := range sites {
+		data := s.waitSecret("site-cert", func(d map[string][]byte) bool { return len(d["tls.key"]) > 0 })
+		identities[i].Publish(map[string][]byte{"tls.crt": data[corev1.TLSCertKey], "tls.key": data[corev1.TLSPrivateKeyKey], "ca.crt": data["ca.crt"]})
+		g, err := testgateway.Start(s.gateway)
+		require.NoError(t, err)
+		t.Cleanup(g.Close)
+		leaf, err := g.PresentSecret(data)
+		require.NoError(t, err)
+		pins[s.name] = sitetrust.Fingerprint(leaf.Raw)
+		if i == 0 {
+			leafA, err = tls.X509KeyPair(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey])
+			require.NoError(t, err)
+		}
+	}
+	for _, s := range sites {
+		s.networkStatus("sig", 30*time.Second, counts(v1alpha1.NetworkActive, 1, 1))
+	}
+	for _, pair := range [][2]*site{{a, b}, {b, a}} {
+		at, other := pair[0], pair[1]
+		name := "sig-" + other.name
+		at.gridSite(name, "discovered", func(gs *v1alpha1.GridSite) bool { return gs.Status.PublicCertPem != "" })
+		patch := fmt.Sprintf(`{"spec":{"gatewayEndpoint":{"tls":{"mode":"Mutual","serverName":"%s.grid.internal"}},"trust":{"canonicalFingerprints":[%q]}}}`, other.name, pins[other.name])
+		require.NoError(t, at.admin.Patch(ctx, &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, []byte(patch))))
+		at.gridSite(name, "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+	}
+
+	remoteFresh := func(want bool) func() (bool, string) {
+		return func() (bool, string) {
+			c, ok := a.candidate("sig", "site-b", "model-b")
+			return ok && c.Fresh == want, fmt.Sprintf("%+v", c)
+		}
+	}
+	eventually(t, 30*time.Second, "B's candidate fresh at A", remoteFresh(true))
+	eventually(t, 30*time.Second, "B's signals polled into A", func() (bool, string) {
+		v := agentA.metric(`grid_provider_ready{grid_provider="prov-b",grid_site="site-b"}`)
+		return v == 1, fmt.Sprint(v)
+	})
+
+	healthy.Store(0)
+	eventually(t, 30*time.Second, "B's candidate not fresh at A", remoteFresh(false))
+	assert.Equal(t, 0.0, agentA.metric(`grid_provider_ready{grid_provider="prov-b",grid_site="site-b"}`))
+	var gsB v1alpha1.InferenceProvider
+	require.NoError(t, b.admin.Get(ctx, types.NamespacedName{Name: "prov-b"}, &gsB))
+	assert.Equal(t, v1alpha1.ProviderAvailable, gsB.Status.Phase, "its probes and gossip still say Available")
+
+	// A's gateway reads B's signals from A's listener, relayed.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caData["tls.crt"])
+	gw := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, ServerName: sitetrust.DNSName("site-a"), Certificates: []tls.Certificate{leafA}, MinVersion: tls.VersionTLS13}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:"+ports[0]+"/v1/site/signals", http.NoBody)
+	require.NoError(t, err)
+	resp, err := gw.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	assert.Contains(t, string(body), `engine_queue{grid_provider="prov-b",grid_site="site-b"} 0.25`)
+
+	healthy.Store(1)
+	eventually(t, 30*time.Second, "B's candidate fresh again", remoteFresh(true))
+}
+
+// candidate finds a candidate in the site's overlay ConfigMap of gateway
+// edge.
+func (s *site) candidate(network, site, model string) (envelope.Candidate, bool) {
+	var cm corev1.ConfigMap
+	key := types.NamespacedName{Namespace: s.resNS, Name: envelope.ConfigMapName(network, "edge")}
+	if err := s.admin.Get(context.Background(), key, &cm); err != nil {
+		return envelope.Candidate{}, false
+	}
+	var doc struct {
+		Overlay envelope.Overlay `json:"overlay"`
+	}
+	if json.Unmarshal([]byte(cm.Data[envelope.DataKeyEnvelope]), &doc) != nil {
+		return envelope.Candidate{}, false
+	}
+	for _, c := range doc.Overlay.Candidates {
+		if c.Site == site && c.Name == model {
+			return c, true
+		}
+	}
+	return envelope.Candidate{}, false
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		last = why
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s: %s", what, last)
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	addr := testproc.FreeAddr(t)
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	return strings.TrimSpace(port)
+}
