@@ -328,10 +328,10 @@ func Setup(mgr manager.Manager, opts Options) error {
 		if err := mgr.Add(newSignalCollector(shared)); err != nil {
 			return err
 		}
-		if opts.SignalsPeerPort > 0 {
-			if err := mgr.Add(newSignalPoller(shared)); err != nil {
-				return err
-			}
+		// Peers' signals: polled (poll mode, with a peer port) or read
+		// from membership (gossip).
+		if err := mgr.Add(newSignalPoller(shared)); err != nil {
+			return err
 		}
 	}
 	if err := nr.setup(mgr, toNetworks, fromMembership); err != nil {

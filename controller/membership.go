@@ -32,6 +32,9 @@ type Membership interface {
 	AnnounceSeeds(network string, addrs []string) membership.SeedResult
 	RejoinSeeds(network string) membership.SeedResult
 	Publish(network, certPEM string, providers []membership.Provider) error
+	// PublishSignals gossips this site's provider signals (signalTransport
+	// gossip).
+	PublishSignals(network string, signals []membership.Signal) error
 	Forget(network string)
 	View(network string) membership.NetworkView
 	OnChange(fn func(network string))

@@ -45,12 +45,15 @@ type signalPoller struct {
 
 	mu     sync.Mutex
 	failed map[string]string // site → last failure logged
+	// heard is when each site's gossiped signals record (by version) was
+	// first read here: its samples' ages count from then.
+	heard map[string]heardRecord
 
 	polls *prometheus.CounterVec
 }
 
 func newSignalPoller(c *common) *signalPoller {
-	p := &signalPoller{c: c, failed: map[string]string{}}
+	p := &signalPoller{c: c, failed: map[string]string{}, heard: map[string]heardRecord{}}
 	p.polls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_polls_total",
 		Help: "Polls of peer sites' signals, by outcome (ok, no_address, trust_material, refused, tls, timeout, status, too_large, not_exposition).",
@@ -82,7 +85,11 @@ func (p *signalPoller) round(ctx context.Context) {
 	var wg sync.WaitGroup
 	for i := range networks.Items {
 		n := &networks.Items[i]
-		if transportMode(n) != v1alpha1.SignalTransportPoll || p.c.opts.Membership == nil {
+		if p.c.opts.Membership == nil {
+			continue
+		}
+		if transportMode(n) == v1alpha1.SignalTransportGossip {
+			p.fromGossip(ctx, n)
 			continue
 		}
 		sites, err := p.c.gridSitesOf(ctx, n.Name)
@@ -127,6 +134,10 @@ func swimHost(view membership.NetworkView, site string) string {
 
 func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1alpha1.GridSite, host string) {
 	site := siteOf(gs)
+	if p.c.opts.SignalsPeerPort == 0 {
+		p.fail(site, "no_address", "no signals port is known for peers (--signals-peer-port)")
+		return
+	}
 	if host == "" {
 		p.fail(site, "no_address", "the site advertises no SWIM address to find its signals at")
 		return
@@ -250,5 +261,57 @@ func (p *signalPoller) recovered(site string) {
 	p.mu.Unlock()
 	if prev != "" {
 		p.c.opts.Logger.Info("signals_poll_recovered", "site", site)
+	}
+}
+
+type heardRecord struct {
+	version uint64
+	at      time.Time
+}
+
+// fromGossip is signalTransport gossip: the signals of the network's
+// Active sites, as their records carry them, into the store. A site not
+// trusted has none taken.
+func (p *signalPoller) fromGossip(ctx context.Context, n *v1alpha1.GridNetwork) {
+	trusted, err := p.c.trustedSites(ctx, n.Name)
+	if err != nil {
+		return
+	}
+	now := p.c.opts.Now()
+	stale := 3 * p.c.opts.SignalsInterval
+	for _, rs := range p.c.opts.Membership.View(n.Name).Signals {
+		if !trusted[rs.Site] {
+			continue
+		}
+		p.mu.Lock()
+		h, ok := p.heard[rs.Site]
+		if !ok || h.version != rs.Version {
+			h = heardRecord{version: rs.Version, at: now}
+			p.heard[rs.Site] = h
+		}
+		p.mu.Unlock()
+		byProvider := map[string][]signals.Sample{}
+		for _, sg := range rs.Signals {
+			if _, ok := byProvider[sg.Provider]; !ok && len(byProvider) >= pollMaxProviders {
+				continue
+			}
+			smp := signals.Sample{Metric: sg.Metric, Value: sg.Value, At: h.at.Add(-time.Duration(sg.AgeMs) * time.Millisecond)}
+			for k, v := range sg.Labels {
+				smp.Labels = append(smp.Labels, signals.Label{Name: k, Value: v})
+			}
+			byProvider[sg.Provider] = append(byProvider[sg.Provider], smp)
+		}
+		seen := map[string]bool{}
+		for provider, samples := range byProvider {
+			seen[provider] = true
+			oldest := now
+			for _, s := range samples {
+				if s.At.Before(oldest) {
+					oldest = s.At
+				}
+			}
+			p.c.opts.Signals.Set(rs.Site, provider, signals.PartPeer, samples, oldest.Add(stale))
+		}
+		p.c.opts.Signals.Retain(rs.Site, signals.PartPeer, seen)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/render"
@@ -102,7 +103,57 @@ func (s *signalCollector) collect(ctx context.Context) {
 	store.Retain(site, signals.PartHealth, present)
 	store.Retain(site, signals.PartLoad, present)
 	store.Expire()
+	s.gossip(ctx, list.Items, now)
 }
+
+// gossip publishes this site's signals into membership for every network
+// whose signals travel by gossip (the default): each network gets its own
+// providers' rows, ages as of now.
+func (s *signalCollector) gossip(ctx context.Context, providers []v1alpha1.InferenceProvider, now time.Time) {
+	m := s.c.opts.Membership
+	if m == nil {
+		return
+	}
+	var networks v1alpha1.GridNetworkList
+	if err := s.c.client.List(ctx, &networks); err != nil {
+		return
+	}
+	site := s.c.opts.SiteName
+	for i := range networks.Items {
+		n := &networks.Items[i]
+		if transportMode(n) != v1alpha1.SignalTransportGossip {
+			continue
+		}
+		mine := map[string]bool{}
+		for j := range providers {
+			if providers[j].Spec.GridNetworkRef == n.Name {
+				mine[providers[j].Name] = true
+			}
+		}
+		var out []membership.Signal
+		for _, r := range s.c.opts.Signals.Rows(func(rs, rp string) bool { return rs == site && mine[rp] }) {
+			for _, smp := range r.Samples {
+				if len(out) >= maxGossipSignals {
+					break
+				}
+				labels := map[string]string{}
+				for _, l := range smp.Labels {
+					if l.Name != signals.LabelSite && l.Name != signals.LabelProvider {
+						labels[l.Name] = l.Value
+					}
+				}
+				out = append(out, membership.Signal{Provider: r.Provider, Metric: smp.Metric, Labels: labels, Value: smp.Value,
+					AgeMs: max(now.Sub(smp.At).Milliseconds(), 0)})
+			}
+		}
+		if err := m.PublishSignals(n.Name, out); err != nil {
+			s.c.opts.Logger.Warn("signals_gossip_failed", "network", n.Name, "error", err)
+		}
+	}
+}
+
+// maxGossipSignals bounds one site's signals in one network's record.
+const maxGossipSignals = 4096
 
 // health is a provider's phase and last probe, as series.
 func (s *signalCollector) health(p *v1alpha1.InferenceProvider, now time.Time) []signals.Sample {

@@ -290,8 +290,8 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 		[]any{remoteCandidate.Name, remoteCandidate.Site, remoteCandidate.Cluster, remoteCandidate.Fresh, remoteCandidate.Credential},
 		"the remote site and its gateway (the provider hop), no credential")
 
-	// Site B reports its provider unready (its signals, polled or
-	// gossiped): the candidate stays, not fresh; ready again, fresh again.
+	// Site B gossips its provider unready (signalTransport gossip, the
+	// default): the candidate stays, not fresh; ready again, fresh again.
 	remoteFresh := func(fresh bool) func(envelope.Result) bool {
 		return func(r envelope.Result) bool {
 			if r.CandidateCount != 2 {
@@ -306,9 +306,11 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 			return false
 		}
 	}
-	store.Set("site-b", "remote-1", signals.PartPeer, []signals.Sample{{Metric: signals.MetricReady, Value: 0, At: time.Now()}}, time.Now().Add(time.Minute))
+	require.NoError(t, remote.PublishSignals(network.Name, []membership.Signal{{Provider: "remote-1", Metric: signals.MetricReady, Value: 0}}))
 	e.overlayOf(network, gw, remoteFresh(false))
-	store.Set("site-b", "remote-1", signals.PartPeer, []signals.Sample{{Metric: signals.MetricReady, Value: 1, At: time.Now()}}, time.Now().Add(time.Minute))
+	ready, known := store.Ready("site-b", "remote-1")
+	assert.True(t, known && !ready)
+	require.NoError(t, remote.PublishSignals(network.Name, []membership.Signal{{Provider: "remote-1", Metric: signals.MetricReady, Value: 1}}))
 	e.overlayOf(network, gw, remoteFresh(true))
 
 	// B's gateway presents a reissued leaf outside the pins: demoted, and

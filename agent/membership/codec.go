@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -26,6 +27,8 @@ const (
 	maxAddressBytes   = 262 // host (253) : port
 	maxProviders      = 1000
 	maxModels         = 64
+	maxSignals        = 4096
+	maxSignalLabels   = 16
 	maxNameBytes      = 253
 	maxSelectorBytes  = 4096
 	maxRecordsPerMsg  = 100000
@@ -183,7 +186,7 @@ func checkIdentity(network, site string, kind Kind) error {
 	if errs := validation.IsDNS1123Label(site); len(errs) > 0 {
 		return dropped(dropInvalid, "site %q: %s", truncate(site), errs[0])
 	}
-	if kind != KindSite && kind != KindProviders {
+	if kind != KindSite && kind != KindProviders && kind != KindSignals {
 		return dropped(dropInvalid, "record kind %q", truncate(string(kind)))
 	}
 	return nil
@@ -203,8 +206,25 @@ func checkRecord(r *Record) error {
 	if len(r.Providers) > maxProviders {
 		return dropped(dropOversized, "%d providers", len(r.Providers))
 	}
-	if r.Kind == KindSite && len(r.Providers) > 0 || r.Kind == KindProviders && (r.GatewayAddress != "" || r.CertPEM != "") {
+	site := r.GatewayAddress != "" || r.CertPEM != ""
+	if r.Kind == KindSite && (len(r.Providers) > 0 || len(r.Signals) > 0) ||
+		r.Kind == KindProviders && (site || len(r.Signals) > 0) ||
+		r.Kind == KindSignals && (site || len(r.Providers) > 0) {
 		return dropped(dropInvalid, "fields of another record kind in a %s record", r.Kind)
+	}
+	if len(r.Signals) > maxSignals {
+		return dropped(dropOversized, "%d signals", len(r.Signals))
+	}
+	for _, sg := range r.Signals {
+		if len(sg.Provider) == 0 || len(sg.Provider) > maxNameBytes || len(sg.Metric) == 0 || len(sg.Metric) > maxNameBytes ||
+			len(sg.Labels) > maxSignalLabels || sg.AgeMs < 0 || math.IsNaN(sg.Value) || math.IsInf(sg.Value, 0) {
+			return dropped(dropInvalid, "a signal of provider %q is malformed", truncate(sg.Provider))
+		}
+		for k, v := range sg.Labels {
+			if len(k) == 0 || len(k) > maxNameBytes || len(v) > maxNameBytes {
+				return dropped(dropInvalid, "a signal of provider %q has a malformed label", truncate(sg.Provider))
+			}
+		}
 	}
 	for _, p := range r.Providers {
 		if len(p.Name) == 0 || len(p.Name) > maxNameBytes || len(p.Cluster) > maxNameBytes ||

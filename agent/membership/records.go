@@ -21,7 +21,13 @@ const (
 	// network: a removed provider is a new version of the set, so single
 	// providers never need tombstones.
 	KindProviders Kind = "providers"
+	// KindSignals is a site's provider signals in one network
+	// (signalTransport gossip): the samples ride membership.
+	KindSignals Kind = "signals"
 )
+
+// recordKinds are every kind of record.
+var recordKinds = []Kind{KindSite, KindProviders, KindSignals}
 
 // Record is one site's state of one kind in one network, as gossiped.
 // Only its site writes it; copies merge by Version, last writer wins.
@@ -44,6 +50,20 @@ type Record struct {
 
 	// Providers are a KindProviders record's.
 	Providers []Provider `json:"p,omitempty"`
+
+	// Signals are a KindSignals record's.
+	Signals []Signal `json:"sg,omitempty"`
+}
+
+// Signal is one sample of a site's provider signals, as gossiped: its age
+// when the record was written rather than a time, so that no clock of
+// another site is read.
+type Signal struct {
+	Provider string            `json:"p"`
+	Metric   string            `json:"m"`
+	Labels   map[string]string `json:"l,omitempty"`
+	Value    float64           `json:"v"`
+	AgeMs    int64             `json:"a"`
 }
 
 // Provider is what a remote site needs of one InferenceProvider to render
@@ -243,7 +263,7 @@ func (s *store) dropSite(site string) []string {
 	var networks []string
 	for network := range s.bySite[site] {
 		networks = append(networks, network)
-		for _, kind := range []Kind{KindSite, KindProviders} {
+		for _, kind := range recordKinds {
 			k := recordKey{network, site, kind}
 			delete(s.records, k)
 			delete(s.deletedAt, k)
@@ -281,7 +301,7 @@ func (s *store) ofSite(site string) []Record {
 	s.mu.Lock()
 	var out []Record
 	for network := range s.bySite[site] {
-		for _, kind := range []Kind{KindSite, KindProviders} {
+		for _, kind := range recordKinds {
 			if r, ok := s.records[recordKey{network, site, kind}]; ok {
 				out = append(out, *r)
 			}
@@ -300,7 +320,7 @@ func (s *store) ofNetwork(network string) []Record {
 		if nets[network] == 0 {
 			continue
 		}
-		for _, kind := range []Kind{KindSite, KindProviders} {
+		for _, kind := range recordKinds {
 			if r, ok := s.records[recordKey{network, site, kind}]; ok {
 				out = append(out, *r)
 			}

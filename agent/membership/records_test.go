@@ -221,3 +221,36 @@ func TestNegotiateGridID(t *testing.T) {
 	_, err = negotiate(x, yy, now, settle)
 	require.ErrorIs(t, err, errGridIDConflict)
 }
+
+// A signals record round-trips, and a malformed one is dropped on
+// receipt: no other kind's fields, bounded, no negative age.
+func TestSignalsRecordsAreBoundedOnReceipt(t *testing.T) {
+	good := Record{Network: "n", Site: "a", Kind: KindSignals, Version: 1,
+		Signals: []Signal{{Provider: "p", Metric: "grid_provider_ready", Value: 1, AgeMs: 20, Labels: map[string]string{"name": "pool"}}}}
+	b, err := encodeRecords([]Record{good})
+	require.NoError(t, err)
+	m, err := decode(b)
+	require.NoError(t, err)
+	require.Len(t, m.records, 1)
+	require.NoError(t, checkRecord(&m.records[0]))
+	require.Equal(t, good.Signals, m.records[0].Signals)
+
+	for name, mutate := range map[string]func(*Record){
+		"negative age":   func(r *Record) { r.Signals[0].AgeMs = -1 },
+		"no provider":    func(r *Record) { r.Signals[0].Provider = "" },
+		"with providers": func(r *Record) { r.Providers = providers("p") },
+		"with a gateway": func(r *Record) { r.GatewayAddress = "127.0.0.1:1" },
+		"too many": func(r *Record) {
+			for range maxSignals {
+				r.Signals = append(r.Signals, r.Signals[0])
+			}
+		},
+	} {
+		r := good
+		r.Signals = append([]Signal(nil), good.Signals...)
+		mutate(&r)
+		require.Error(t, checkRecord(&r), name)
+	}
+	providersRecord := Record{Network: "n", Site: "a", Kind: KindProviders, Version: 1, Providers: providers("p"), Signals: good.Signals}
+	require.Error(t, checkRecord(&providersRecord), "signals in a providers record")
+}

@@ -722,6 +722,17 @@ func (r *Runtime) SetGatewayAddress(addr string) {
 // Publish announces this site's state in a network: its public
 // certificate (tls.crt of the site Secret, never a key) and its
 // providers. Only what changed is sent.
+// PublishSignals gossips this site's provider signals in a network
+// (signalTransport gossip). Ages are as of now.
+func (r *Runtime) PublishSignals(network string, signals []Signal) error {
+	if len(signals) > maxSignals {
+		return fmt.Errorf("%d signals: at most %d ride membership", len(signals), maxSignals)
+	}
+	sg := slices.Clone(signals)
+	r.putLocal(Record{Network: network, Site: r.cfg.Site, Kind: KindSignals, Signals: sg})
+	return nil
+}
+
 func (r *Runtime) Publish(network, certPEM string, providers []Provider) error {
 	if classifyPEM(certPEM) == certPrivateKey {
 		return errors.New("the site certificate holds a private key: it is never gossiped")
@@ -783,7 +794,7 @@ func (r *Runtime) Forget(network string) {
 	if !had {
 		return
 	}
-	for _, k := range []Kind{KindSite, KindProviders} {
+	for _, k := range recordKinds {
 		r.putLocal(Record{Network: network, Site: r.cfg.Site, Kind: k, Deleted: true})
 	}
 }
@@ -1144,6 +1155,10 @@ func (r *Runtime) View(network string) NetworkView {
 		case KindProviders:
 			for _, p := range rec.Providers {
 				v.Providers = append(v.Providers, RemoteProvider{Site: rec.Site, Provider: p})
+			}
+		case KindSignals:
+			if len(rec.Signals) > 0 {
+				v.Signals = append(v.Signals, RemoteSignals{Site: rec.Site, Version: rec.Version, Signals: rec.Signals})
 			}
 		}
 	}

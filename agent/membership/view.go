@@ -66,6 +66,16 @@ type NetworkView struct {
 	Sites []Site
 	// Providers are their provider records, by site then name.
 	Providers []RemoteProvider
+	// Signals are their gossiped provider signals, by site.
+	Signals []RemoteSignals
+}
+
+// RemoteSignals are one site's gossiped signals in a network.
+type RemoteSignals struct {
+	Site string
+	// Version is the record's: a new one replaces the samples.
+	Version uint64
+	Signals []Signal
 }
 
 // Connected counts the alive sites.
