@@ -91,7 +91,7 @@ golden: $(HELM) ## rewrite the charts' golden files from what they render now (r
 	$(GO) test ./test/charts -count=1 -update
 
 .PHONY: bench
-bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership, site trust
+bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership, site trust, rollout evidence
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./shared/...
 	@# Delivery first, on a control plane of its own: the controller case
 	@# leaves a thousand objects behind for the API server to keep busy with.
@@ -104,6 +104,8 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	$(GO) test -run '^$$' -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
 	@# Site trust: 50 remote gateways probed over mutual TLS.
 	$(GO) test -run '^$$' -bench Trust -benchtime 1x -timeout 30m ./test/bench/trust
+	@# Rollout evidence: 1,000 sidecars reporting over QUIC; the listener under a flood.
+	$(GO) test -run '^$$' -bench Rollout -benchtime 1x -timeout 30m ./test/bench/rollout
 
 # The soak's duration and seed; an empty SEED draws one (printed).
 DURATION ?= 10m

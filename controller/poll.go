@@ -183,7 +183,7 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 		} else if strings.Contains(err.Error(), "tls") {
 			outcome = "tls"
 		}
-		p.fail(site, outcome, "polling failed")
+		p.fail(site, outcome, "polling "+url+" failed: "+firstWords(err.Error()))
 		return
 	}
 	defer func() { _ = resp.Body.Close() }()
@@ -314,4 +314,12 @@ func (p *signalPoller) fromGossip(ctx context.Context, n *v1alpha1.GridNetwork) 
 		}
 		p.c.opts.Signals.Retain(rs.Site, signals.PartPeer, seen)
 	}
+}
+
+// firstWords keeps an error short enough for a log line.
+func firstWords(s string) string {
+	if len(s) > 160 {
+		return s[:160] + "..."
+	}
+	return s
 }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,7 +26,6 @@ import (
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/test/testpki"
-	"github.com/gridsync/gridsync/test/testproc"
 )
 
 // Two sites in poll mode: each agent serves its signals on its listener
@@ -56,7 +54,23 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	}))
 	t.Cleanup(metrics.Close)
 
-	ports := [2]string{freePort(t), freePort(t)}
+	// Ports already promised to the sites (their SWIM and gateway
+	// addresses, not bound yet) are not taken again.
+	taken := map[string]bool{}
+	for _, s := range sites {
+		for _, addr := range []string{s.swimAddr, s.gateway} {
+			if _, port, err := net.SplitHostPort(addr); err == nil {
+				taken[port] = true
+			}
+		}
+	}
+	var ports [2]string
+	for i := range ports {
+		for ports[i] == "" || taken[ports[i]] {
+			ports[i] = freePort(t)
+		}
+		taken[ports[i]] = true
+	}
 	identities := [2]*testpki.Projection{testpki.NewProjection(t), testpki.NewProjection(t)}
 	signalFlags := func(i int) []string {
 		return []string{
@@ -191,10 +205,11 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	t.Fatalf("timed out waiting for %s: %s", what, last)
 }
 
+// freePort is a loopback port free for TCP and UDP alike (the listener
+// takes both).
 func freePort(t *testing.T) string {
 	t.Helper()
-	addr := testproc.FreeAddr(t)
-	_, port, err := net.SplitHostPort(addr)
+	_, port, err := net.SplitHostPort(freeSwimAddr(t))
 	require.NoError(t, err)
-	return strings.TrimSpace(port)
+	return port
 }

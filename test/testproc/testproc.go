@@ -43,7 +43,7 @@ func (pr *Proc) Log() string {
 // Start runs path with args and the test's environment plus env. The
 // process is killed when the test ends, and its output logged if the test
 // failed.
-func Start(t *testing.T, path string, env []string, args ...string) *Proc {
+func Start(t testing.TB, path string, env []string, args ...string) *Proc {
 	t.Helper()
 	pr := &Proc{exited: make(chan struct{})}
 	pr.Cmd = exec.Command(path, args...) //nolint:noctx // stopped by signals in the test
@@ -67,7 +67,7 @@ func Start(t *testing.T, path string, env []string, args ...string) *Proc {
 }
 
 // Wait returns the exit code, failing the test after timeout.
-func (pr *Proc) Wait(t *testing.T, timeout time.Duration) int {
+func (pr *Proc) Wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-pr.exited:
@@ -95,7 +95,7 @@ func (pr *Proc) Running() bool {
 }
 
 // FreeAddr is a loopback TCP address nobody listens on.
-func FreeAddr(t *testing.T) string {
+func FreeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func FreeAddr(t *testing.T) string {
 }
 
 // WaitOK waits up to 10 s for url to answer 200.
-func WaitOK(t *testing.T, url string) {
+func WaitOK(t testing.TB, url string) {
 	t.Helper()
 	var last string
 	require.Eventually(t, func() bool {
@@ -117,7 +117,7 @@ func WaitOK(t *testing.T, url string) {
 
 // Get returns url's status code and body; a failed request is code 0 with
 // the error as the body.
-func Get(t *testing.T, url string) (int, string) {
+func Get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, http.NoBody)
 	require.NoError(t, err)

@@ -36,6 +36,7 @@ import (
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testfs"
+	"github.com/gridsync/gridsync/test/testproc"
 )
 
 var cp *controlplane.ControlPlane
@@ -394,26 +395,15 @@ func metric(ctx context.Context, b *testing.B, admin kubernetes.Interface) apise
 
 // cpuMS is a process's CPU time (user and system) in milliseconds.
 func cpuMS(b *testing.B, pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	ms, err := testproc.CPUMillis(pid)
 	must(b, err)
-	// The fields after the command name, which is in parentheses.
-	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) * 1000 / 100 // USER_HZ is 100 on Linux
+	return ms
 }
 
 func rssMiB(b *testing.B, pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	mib, err := testproc.RSSMiB(pid)
 	must(b, err)
-	for line := range strings.Lines(string(raw)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kib / 1024
-		}
-	}
-	b.Fatalf("no VmRSS for %d", pid)
-	return 0
+	return mib
 }
 
 func liveHeap() uint64 {

@@ -1,0 +1,432 @@
+// Package rollout measures rollout evidence at fleet scale and the signals
+// listener under a flood: the real gridsync-agent binary, with its chart's
+// RBAC on a real kube-apiserver, takes delivery reports from 1,000
+// simulated sidecars, each from its own loopback address over its own QUIC
+// connection with its own ServiceAccount token, and folds them into its
+// GridNetwork's status. Run it with `make bench`; it prints
+//
+//	rollout pods=1000 converged_ms=<> agent_cpu_ms_per_report=<> agent_rss_mib=<> quic_handshakes_per_s=<> tls_handshakes_per_s=<>
+//	rollout-flood gateway_signals_p50_ms=<> gateway_signals_p99_ms=<> flood_attempts=<> flood_refused=<> gateway_requests=<>
+//
+// converged_ms runs from the last of 1,000 reports of a new revision,
+// sent at once, being accepted to the status saying 1000/1000 on it.
+// agent_cpu_ms_per_report is the agent's CPU over that round (reports,
+// aggregation and status writes) divided by 1,000; the tokens were reviewed
+// in an earlier round, as a running fleet's are. The handshake rates are
+// 1,000 fresh QUIC, then TLS over TCP, handshakes 64 at a time from 1,000
+// addresses. The flood runs one source address opening TCP and QUIC
+// connections as fast as it can while the co-located gateway reads
+// /v1/site/signals every 10 ms on its connection.
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/deliveryreport"
+	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testbin"
+	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/test/testproc"
+)
+
+const (
+	pods     = 1000
+	gateways = 10
+	network  = "rollout"
+	site     = "east"
+)
+
+var cp *controlplane.ControlPlane
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if flag.Lookup("test.bench").Value.String() == "" {
+		os.Exit(m.Run())
+	}
+	os.Exit(controlplane.RunTests(m, &cp))
+}
+
+func must(b *testing.B, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkRollout(b *testing.B) {
+	for b.Loop() {
+		measure(b)
+	}
+}
+
+// sidecar is one simulated gateway pod: its address, its token, its QUIC
+// connection (through its own HTTP/3 transport).
+type sidecar struct {
+	pod, gateway string
+	token        string
+	client       *http.Client
+}
+
+func measure(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	agentNS, gwNS := "rollout-agent", "rollout"
+	for _, ns := range []string{agentNS, gwNS} {
+		must(b, cp.EnsureNamespace(ctx, ns))
+	}
+	must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
+	scheme, err := controller.Scheme()
+	must(b, err)
+	admin, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	must(b, err)
+	agentCfg, err := cp.AgentConfig(ctx, agentNS, []string{gwNS})
+	must(b, err)
+	must(b, cp.Grant(ctx, agentNS, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview", "", rbac.TokenReviewRules()))
+	dir := b.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	must(b, controlplane.WriteKubeconfig(agentCfg, kubeconfig))
+
+	// This site's identity, as the chart mounts the site Secret.
+	caPEM, caKey, err := sitetrust.NewCA(time.Now(), time.Hour)
+	must(b, err)
+	ca, err := sitetrust.ParseCA(caPEM, caKey)
+	must(b, err)
+	chain, key, err := ca.Issue(site, time.Now(), time.Hour)
+	must(b, err)
+	proj := testpki.NewProjection(b)
+	proj.Publish(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": caPEM})
+	gatewayLeaf, err := tls.X509KeyPair(chain, key)
+	must(b, err)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+
+	var gws []v1alpha1.ConsumerGateway
+	for g := range gateways {
+		gws = append(gws, v1alpha1.ConsumerGateway{Name: fmt.Sprintf("edge-%d", g), Namespace: gwNS, SiteName: site})
+	}
+	must(b, admin.Create(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: network}, Spec: v1alpha1.GridNetworkSpec{ConsumerGateways: gws}}))
+	provider := &v1alpha1.InferenceProvider{ObjectMeta: metav1.ObjectMeta{Name: "llm"}, Spec: v1alpha1.InferenceProviderSpec{
+		GridNetworkRef: network, ProviderKind: "vllm", BackendKind: "openai_compatible", Endpoint: "https://llm.invalid",
+		Models: []v1alpha1.Model{{Name: "m1"}}}}
+	must(b, admin.Create(ctx, provider))
+
+	binDir := filepath.Join(dir, "bin")
+	must(b, testbin.Build(ctx, binDir, map[string]string{"gridsync-agent": testbin.Agent}))
+	signalsAddr := testproc.FreeAddr(b)
+	health := testproc.FreeAddr(b)
+	agent := testproc.Start(b, filepath.Join(binDir, "gridsync-agent"), nil,
+		"--kubeconfig", kubeconfig, "--namespaces", gwNS, "--leader-elect=false", "--health-addr", health, "--log-level", "warn",
+		"--site-name", site, "--signals-addr", signalsAddr, "--signals-cert", proj.Path("tls.crt"), "--signals-key", proj.Path("tls.key"),
+		"--signals-ca", proj.Path("ca.crt"), "--report-silent-after", "90s")
+	testproc.WaitOK(b, "http://"+health+"/readyz")
+	pid := agent.Cmd.Process.Pid
+	waitListening(b, signalsAddr)
+	rendered := renderedRevisions(ctx, b, admin, nil)
+
+	// 1,000 pods: a ServiceAccount and a token each, and an address.
+	sidecars := make([]*sidecar, pods)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range pods {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			name := fmt.Sprintf("edge-pod-%04d", i)
+			token, err := cp.ServiceAccountToken(ctx, gwNS, name, "gridsync-agent")
+			must(b, err)
+			sidecars[i] = &sidecar{pod: name, gateway: gws[i%gateways].Name, token: token, client: h3Client(roots, sourceAddr(i), nil)}
+		}()
+	}
+	wg.Wait()
+
+	// The handshake rates, from 1,000 addresses, 64 at a time.
+	quicRate := handshakeRate(b, func(i int) error { return quicHandshake(ctx, signalsAddr, roots, sourceAddr(i)) })
+	tlsRate := handshakeRate(b, func(i int) error { return tlsHandshake(ctx, signalsAddr, roots, sourceAddr(i)) })
+
+	// A first round: every token reviewed, every connection up.
+	report := func(s *sidecar, revision string) {
+		body, _ := json.Marshal(deliveryreport.Report{Namespace: gwNS, Gateway: s.gateway, Pod: s.pod, Revision: revision,
+			ContentDigest: revision, State: deliveryreport.StateReady})
+		for attempt := 0; ; attempt++ {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+signalsAddr+deliveryreport.Path, bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+s.token)
+			resp, err := s.client.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode == http.StatusAccepted {
+					return
+				}
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+			if attempt == 5 {
+				b.Fatalf("%s: report: %v", s.pod, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	sendAll := func(revs map[string]string) time.Time {
+		var last atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, s := range sidecars {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				report(s, revs[s.gateway])
+				now := time.Now().UnixNano()
+				for {
+					prev := last.Load()
+					if now <= prev || last.CompareAndSwap(prev, now) {
+						break
+					}
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		return time.Unix(0, last.Load())
+	}
+	sendAll(rendered)
+	waitDelivered(ctx, b, admin, rendered)
+
+	// The measured round: a new revision everywhere, all pods at once.
+	provider.Spec.Models = append(provider.Spec.Models, v1alpha1.Model{Name: "m2"})
+	must(b, admin.Update(ctx, provider))
+	next := renderedRevisions(ctx, b, admin, rendered)
+	cpuBefore, err := testproc.CPUMillis(pid)
+	must(b, err)
+	lastSent := sendAll(next)
+	converged := waitDelivered(ctx, b, admin, next)
+	cpuAfter, err := testproc.CPUMillis(pid)
+	must(b, err)
+	rss, err := testproc.RSSMiB(pid)
+	must(b, err)
+	fmt.Printf("rollout pods=%d converged_ms=%.0f agent_cpu_ms_per_report=%.3f agent_rss_mib=%.1f quic_handshakes_per_s=%.0f tls_handshakes_per_s=%.0f\n",
+		pods, float64(converged.Sub(lastSent).Microseconds())/1000, (cpuAfter-cpuBefore)/pods, rss, quicRate, tlsRate)
+
+	flood(ctx, b, signalsAddr, roots, gatewayLeaf)
+	for _, s := range sidecars {
+		if t, ok := s.client.Transport.(*http3.Transport); ok {
+			_ = t.Close()
+		}
+	}
+	_ = admin.Delete(ctx, provider)
+	n := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: network}}
+	_ = admin.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	_ = admin.Delete(ctx, n)
+}
+
+// sourceAddr gives pod i an address of its own in 127.20.0.0/16.
+func sourceAddr(i int) net.IP { return net.IPv4(127, 20, byte(i/250), byte(i%250+1)) }
+
+func h3Client(roots *x509.CertPool, from net.IP, certs []tls.Certificate) *http.Client {
+	cfg := &tls.Config{RootCAs: roots, ServerName: sitetrust.DNSName(site), MinVersion: tls.VersionTLS13, Certificates: certs}
+	tr := &http3.Transport{TLSClientConfig: cfg, QUICConfig: &quic.Config{HandshakeIdleTimeout: 5 * time.Second, MaxIdleTimeout: time.Minute},
+		Dial: func(ctx context.Context, addr string, tlsCfg *tls.Config, qcfg *quic.Config) (*quic.Conn, error) {
+			pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: from})
+			if err != nil {
+				return nil, err
+			}
+			raddr, err := net.ResolveUDPAddr("udp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return quic.Dial(ctx, pc, raddr, tlsCfg, qcfg)
+		}}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+func quicHandshake(ctx context.Context, addr string, roots *x509.CertPool, from net.IP) error {
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: from})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pc.Close() }()
+	raddr, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return err
+	}
+	cfg := &tls.Config{RootCAs: roots, ServerName: sitetrust.DNSName(site), MinVersion: tls.VersionTLS13, NextProtos: []string{http3.NextProtoH3}}
+	c, err := quic.Dial(ctx, pc, raddr, cfg, &quic.Config{HandshakeIdleTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	return c.CloseWithError(0, "")
+}
+
+func tlsHandshake(ctx context.Context, addr string, roots *x509.CertPool, from net.IP) error {
+	d := &tls.Dialer{NetDialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: from}, Timeout: 5 * time.Second},
+		Config: &tls.Config{RootCAs: roots, ServerName: sitetrust.DNSName(site), MinVersion: tls.VersionTLS13}}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+func handshakeRate(b *testing.B, handshake func(i int) error) float64 {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	var failed atomic.Int32
+	start := time.Now()
+	for i := range pods {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if handshake(i) != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d of %d handshakes failed", n, pods)
+	}
+	return pods / time.Since(start).Seconds()
+}
+
+func waitListening(b *testing.B, addr string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the signals listener never listened: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// renderedRevisions waits until every gateway's rendered revision differs
+// from before's, and returns them by gateway.
+func renderedRevisions(ctx context.Context, b *testing.B, admin client.Client, before map[string]string) map[string]string {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var n v1alpha1.GridNetwork
+		must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
+		out := map[string]string{}
+		for _, s := range n.Status.OverlayStatus {
+			if s.RenderedRevision != "" && s.RenderedRevision != before[s.GatewayName] {
+				out[s.GatewayName] = s.RenderedRevision
+			}
+		}
+		if len(out) == gateways {
+			return out
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d gateways rendered", len(out))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitDelivered returns when the status first says every pod holds its
+// gateway's revision.
+func waitDelivered(ctx context.Context, b *testing.B, admin client.Client, revs map[string]string) time.Time {
+	deadline := time.Now().Add(2 * time.Minute)
+	var last string
+	for {
+		var n v1alpha1.GridNetwork
+		must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
+		done := n.Status.Delivered == fmt.Sprintf("%d/%d", pods, pods)
+		for _, s := range n.Status.OverlayStatus {
+			done = done && s.RenderedRevision == revs[s.GatewayName] && s.Delivery != nil && s.Delivery.PodsOnRevision == pods/gateways
+		}
+		if done {
+			return time.Now()
+		}
+		last = n.Status.Delivered
+		if time.Now().After(deadline) {
+			b.Fatalf("the status never said %d/%d: %s", pods, pods, last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// flood runs one source address's connections at full speed, over TCP
+// and QUIC, while the gateway reads its signals every 10 ms.
+func flood(ctx context.Context, b *testing.B, addr string, roots *x509.CertPool, leaf tls.Certificate) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	attacker := net.IPv4(127, 0, 0, 2)
+	var attempts, refused atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				var err error
+				if w%2 == 0 {
+					err = tlsHandshake(ctx, addr, roots, attacker)
+				} else {
+					err = quicHandshake(ctx, addr, roots, attacker)
+				}
+				attempts.Add(1)
+				if err != nil {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	gw := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: sitetrust.DNSName(site), Certificates: []tls.Certificate{leaf}, MinVersion: tls.VersionTLS13}, ForceAttemptHTTP2: true}}
+	var latencies []time.Duration
+	time.Sleep(500 * time.Millisecond) // the flood at full speed first
+	for ctx.Err() == nil {
+		start := time.Now()
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "https://"+addr+"/v1/site/signals", http.NoBody)
+		resp, err := gw.Do(req)
+		if err != nil {
+			b.Fatalf("the gateway got no answer during the flood: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("the gateway got %d during the flood", resp.StatusCode)
+		}
+		latencies = append(latencies, time.Since(start))
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	slices.Sort(latencies)
+	p := func(q float64) float64 {
+		return float64(latencies[int(q*float64(len(latencies)-1))].Microseconds()) / 1000
+	}
+	fmt.Printf("rollout-flood gateway_signals_p50_ms=%.2f gateway_signals_p99_ms=%.2f flood_attempts=%d flood_refused=%d gateway_requests=%d\n",
+		p(0.5), p(0.99), attempts.Load(), refused.Load(), len(latencies))
+}
