@@ -27,7 +27,11 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	step("installing the Grid CRDs and starting gridsync-agent with its least-privilege RBAC")
 	// The agent gets Secrets, it does not watch them: a deleted one is
 	// noticed at the next resync, 300 s by default, 10 s here.
-	agent, err := startSiteAgent(ctx, cp, work, binDir, scope.LocalSite, demoGateway(scope.LocalSite), "--resync-period", "10s")
+	listener, signalsFlags, err := newSignalsListener(work)
+	if err != nil {
+		return stop, err
+	}
+	agent, err := startSiteAgent(ctx, cp, work, binDir, scope.LocalSite, demoGateway(scope.LocalSite), append([]string{"--resync-period", "10s"}, signalsFlags...)...)
 	if agent != nil {
 		stop = func() {
 			_ = agent.cmd.Process.Signal(syscall.SIGTERM)
@@ -126,6 +130,10 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 		if strings.HasPrefix(line, "gridsync_controller_overlay_publishes_total") || strings.HasPrefix(line, "gridsync_controller_status_writes_total") {
 			fmt.Println("    " + line)
 		}
+	}
+
+	if err := rolloutEvidence(ctx, cp, c, listener, work, binDir); err != nil {
+		return stop, err
 	}
 
 	stopAgent := stop

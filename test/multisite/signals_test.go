@@ -100,7 +100,7 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	}
 	require.NoError(t, b.admin.Create(ctx, provB))
 	t.Cleanup(func() { b.remove(provB) })
-	b.start(nil, signalFlags(1)...)
+	agentB := b.start(nil, signalFlags(1)...)
 
 	// Each site's certificate, as the kubelet projects its Secret, for its
 	// listener and its gateway; each pins the other's.
@@ -141,6 +141,10 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	eventually(t, 30*time.Second, "B's candidate fresh at A", remoteFresh(true))
 	eventually(t, 30*time.Second, "B's signals polled into A", func() (bool, string) {
 		v := agentA.metric(`grid_provider_ready{grid_provider="prov-b",grid_site="site-b"}`)
+		return v == 1, fmt.Sprint(v)
+	})
+	eventually(t, 30*time.Second, "A's signals polled into B", func() (bool, string) {
+		v := agentB.metric(`grid_provider_ready{grid_provider="prov-a",grid_site="site-a"}`)
 		return v == 1, fmt.Sprint(v)
 	})
 

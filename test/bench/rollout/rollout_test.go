@@ -5,14 +5,18 @@
 // connection with its own ServiceAccount token, and folds them into its
 // GridNetwork's status. Run it with `make bench`; it prints
 //
-//	rollout pods=1000 converged_ms=<> agent_cpu_ms_per_report=<> agent_rss_mib=<> quic_handshakes_per_s=<> tls_handshakes_per_s=<>
+//	rollout pods=1000 converged_ms=<> agent_cpu_ms_per_report=<> agent_rss_mib=<> quic_handshakes_per_s=<> tls_handshakes_per_s=<> idle_agent_cpu_ms_per_s=<> udp_datagrams_per_report=<>
+//	rollout-https pods=1000 converged_ms=<> agent_cpu_ms_per_report=<>
 //	rollout-flood gateway_signals_p50_ms=<> gateway_signals_p99_ms=<> flood_attempts=<> flood_refused=<> gateway_requests=<>
 //
 // converged_ms runs from the last of 1,000 reports of a new revision,
 // sent at once, being accepted to the status saying 1000/1000 on it.
 // agent_cpu_ms_per_report is the agent's CPU over that round (reports,
 // aggregation and status writes) divided by 1,000; the tokens were reviewed
-// in an earlier round, as a running fleet's are. The handshake rates are
+// in an earlier round, as a running fleet's are. udp_datagrams_per_report
+// counts the machine's UDP datagrams (both ends) over that round.
+// rollout-https is the same round over HTTPS (the reporter's fallback), on
+// connections already up. The handshake rates are
 // 1,000 fresh QUIC, then TLS over TCP, handshakes 64 at a time from 1,000
 // addresses. The flood runs one source address opening TCP and QUIC
 // connections as fast as it can while the co-located gateway reads
@@ -25,6 +29,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,6 +38,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -142,7 +149,7 @@ func measure(b *testing.B) {
 	signalsAddr := testproc.FreeAddr(b)
 	health := testproc.FreeAddr(b)
 	agent := testproc.Start(b, filepath.Join(binDir, "gridsync-agent"), nil,
-		"--kubeconfig", kubeconfig, "--namespaces", gwNS, "--leader-elect=false", "--health-addr", health, "--log-level", "warn",
+		"--kubeconfig", kubeconfig, "--namespaces", gwNS, "--leader-elect=false", "--leader-election-namespace", agentNS, "--health-addr", health, "--log-level", "warn",
 		"--site-name", site, "--signals-addr", signalsAddr, "--signals-cert", proj.Path("tls.crt"), "--signals-key", proj.Path("tls.key"),
 		"--signals-ca", proj.Path("ca.crt"), "--report-silent-after", "90s")
 	testproc.WaitOK(b, "http://"+health+"/readyz")
@@ -220,19 +227,45 @@ func measure(b *testing.B) {
 	waitDelivered(ctx, b, admin, rendered)
 
 	// The measured round: a new revision everywhere, all pods at once.
-	provider.Spec.Models = append(provider.Spec.Models, v1alpha1.Model{Name: "m2"})
-	must(b, admin.Update(ctx, provider))
+	must(b, admin.Patch(ctx, provider, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"models":[{"name":"m1"},{"name":"m2"}]}}`))))
 	next := renderedRevisions(ctx, b, admin, rendered)
-	cpuBefore, err := testproc.CPUMillis(pid)
+	// The agent's CPU at rest with the 1,000 connections open, for scale.
+	idleFrom, err := testproc.CPUMillis(pid)
+	must(b, err)
+	time.Sleep(3 * time.Second)
+	idleTo, err := testproc.CPUMillis(pid)
+	must(b, err)
+	cpuBefore := idleTo
+	udpBefore, err := udpDatagrams()
 	must(b, err)
 	lastSent := sendAll(next)
+	udpAfter, err := udpDatagrams()
+	must(b, err)
 	converged := waitDelivered(ctx, b, admin, next)
 	cpuAfter, err := testproc.CPUMillis(pid)
 	must(b, err)
 	rss, err := testproc.RSSMiB(pid)
 	must(b, err)
-	fmt.Printf("rollout pods=%d converged_ms=%.0f agent_cpu_ms_per_report=%.3f agent_rss_mib=%.1f quic_handshakes_per_s=%.0f tls_handshakes_per_s=%.0f\n",
-		pods, float64(converged.Sub(lastSent).Microseconds())/1000, (cpuAfter-cpuBefore)/pods, rss, quicRate, tlsRate)
+	fmt.Printf("rollout pods=%d converged_ms=%.0f agent_cpu_ms_per_report=%.3f agent_rss_mib=%.1f quic_handshakes_per_s=%.0f tls_handshakes_per_s=%.0f idle_agent_cpu_ms_per_s=%.1f udp_datagrams_per_report=%.1f\n",
+		pods, float64(converged.Sub(lastSent).Microseconds())/1000, (cpuAfter-cpuBefore)/pods, rss, quicRate, tlsRate,
+		(idleTo-idleFrom)/3, (udpAfter-udpBefore)/pods)
+
+	// The same round over HTTPS (the reporter's fallback), for comparison.
+	for i, s := range sidecars {
+		s.client = httpsClient(roots, sourceAddr(i))
+	}
+	sendAll(next) // connections up, nothing changes
+	waitDelivered(ctx, b, admin, next)
+	must(b, admin.Patch(ctx, provider, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"models":[{"name":"m1"},{"name":"m2"},{"name":"m3"}]}}`))))
+	third := renderedRevisions(ctx, b, admin, next)
+	cpuBefore, err = testproc.CPUMillis(pid)
+	must(b, err)
+	lastSent = sendAll(third)
+	converged = waitDelivered(ctx, b, admin, third)
+	cpuAfter, err = testproc.CPUMillis(pid)
+	must(b, err)
+	fmt.Printf("rollout-https pods=%d converged_ms=%.0f agent_cpu_ms_per_report=%.3f\n",
+		pods, float64(converged.Sub(lastSent).Microseconds())/1000, (cpuAfter-cpuBefore)/pods)
 
 	flood(ctx, b, signalsAddr, roots, gatewayLeaf)
 	for _, s := range sidecars {
@@ -264,6 +297,14 @@ func h3Client(roots *x509.CertPool, from net.IP, certs []tls.Certificate) *http.
 			return quic.Dial(ctx, pc, raddr, tlsCfg, qcfg)
 		}}
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+func httpsClient(roots *x509.CertPool, from net.IP) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots, ServerName: sitetrust.DNSName(site), MinVersion: tls.VersionTLS13},
+		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: from}, Timeout: 5 * time.Second}).DialContext,
+		ForceAttemptHTTP2: true,
+	}}
 }
 
 func quicHandshake(ctx context.Context, addr string, roots *x509.CertPool, from net.IP) error {
@@ -429,4 +470,30 @@ func flood(ctx context.Context, b *testing.B, addr string, roots *x509.CertPool,
 	}
 	fmt.Printf("rollout-flood gateway_signals_p50_ms=%.2f gateway_signals_p99_ms=%.2f flood_attempts=%d flood_refused=%d gateway_requests=%d\n",
 		p(0.5), p(0.99), attempts.Load(), refused.Load(), len(latencies))
+}
+
+// udpDatagrams is the machine's UDP datagrams sent so far (both ends are
+// on loopback: the sidecars' and the agent's).
+func udpDatagrams() (float64, error) {
+	raw, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		return 0, err
+	}
+	var names []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		fields := strings.Fields(l)
+		if len(fields) == 0 || fields[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = fields
+			continue
+		}
+		for i, n := range names {
+			if n == "OutDatagrams" && i < len(fields) {
+				return strconv.ParseFloat(fields[i], 64)
+			}
+		}
+	}
+	return 0, errors.New("no Udp OutDatagrams in /proc/net/snmp")
 }

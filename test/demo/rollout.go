@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/test/controlplane"
+)
+
+// signalsListener is east's signals listener: its address and the folder
+// its site certificate is mounted in (empty until the agent issues it).
+type signalsListener struct {
+	addr, identity string
+}
+
+func newSignalsListener(work string) (*signalsListener, []string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	l := &signalsListener{addr: addr, identity: filepath.Join(work, "east-site-identity")}
+	if err := os.MkdirAll(l.identity, 0o700); err != nil {
+		return nil, nil, err
+	}
+	return l, []string{
+		"--signals-addr", addr, "--signals-cert", filepath.Join(l.identity, "tls.crt"), "--signals-key", filepath.Join(l.identity, "tls.key"),
+		"--signals-ca", filepath.Join(l.identity, "ca.crt"), "--signals-interval", "1s", "--report-silent-after", "3s",
+	}, nil
+}
+
+// rolloutEvidence shows a gateway pod's sidecar reporting what it serves
+// to east's signals listener, and the network's status saying so.
+func rolloutEvidence(ctx context.Context, cp *controlplane.ControlPlane, c client.Client, l *signalsListener, work, binDir string) error {
+	step("rollout evidence: a gateway pod's sidecar reports what it serves to the agent's signals listener (HTTP/3), the GridNetwork says DELIVERED")
+	// The site certificate the agent issued, as the chart mounts it.
+	var site corev1.Secret
+	if err := waitFor(ctx, func() bool {
+		return c.Get(ctx, types.NamespacedName{Namespace: agentNamespace, Name: "grid-site-cert"}, &site) == nil && len(site.Data["tls.key"]) > 0
+	}); err != nil {
+		return fmt.Errorf("no site certificate: %w", err)
+	}
+	for name, key := range map[string]string{"tls.crt": corev1.TLSCertKey, "tls.key": corev1.TLSPrivateKeyKey, "ca.crt": "ca.crt"} {
+		if err := os.WriteFile(filepath.Join(l.identity, name), site.Data[key], 0o600); err != nil {
+			return err
+		}
+	}
+	// The chart's extra rule for the listener: TokenReview create.
+	if err := cp.Grant(ctx, agentNamespace, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview", "", rbac.TokenReviewRules()); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, func() bool {
+		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", l.addr)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err == nil
+	}); err != nil {
+		return fmt.Errorf("the signals listener never started: %w", err)
+	}
+	fmt.Printf("    east's signals listener serves HTTPS and HTTP/3 on %s with its site certificate\n", l.addr)
+
+	token, err := cp.ServiceAccountToken(ctx, scope.Namespace, "praxis-gateway", "gridsync-agent")
+	if err != nil {
+		return err
+	}
+	tokenFile := filepath.Join(work, "report-token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		return err
+	}
+	volume := filepath.Join(work, "praxis-routing-pod-2")
+	if err := os.MkdirAll(volume, 0o755); err != nil {
+		return err
+	}
+	health, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	sidecar, err := startBinary(ctx, filepath.Join(binDir, "gridsync-sidecar"), filepath.Join(work, "sidecar-pod-2.log"),
+		"--kubeconfig", filepath.Join(work, "kubeconfig"), "--namespace", scope.Namespace, "--config-map", configMapName(),
+		"--output", filepath.Join(volume, "routing-overlay.json"), "--health-addr", health,
+		"--expected-network", scope.Network, "--expected-gateway", scope.Gateway, "--expected-local-site", scope.LocalSite,
+		"--report-to", "https://"+l.addr, "--report-token-file", tokenFile, "--report-ca", filepath.Join(l.identity, "ca.crt"),
+		"--report-server-name", sitetrust.DNSName(scope.LocalSite), "--report-interval", "1s", "--pod-name", "edge-gateway-7d9f-x2")
+	if err != nil {
+		return err
+	}
+	network := &v1alpha1.GridNetwork{}
+	delivered := func(want string) error {
+		return waitFor(ctx, func() bool {
+			return c.Get(ctx, types.NamespacedName{Name: scope.Network}, network) == nil && network.Status.Delivered == want
+		})
+	}
+	if err := delivered("1/1"); err != nil {
+		_ = sidecar.Process.Kill()
+		return fmt.Errorf("never delivered: %w", err)
+	}
+	for _, o := range network.Status.OverlayStatus {
+		if d := o.Delivery; d != nil {
+			at := "not yet"
+			if d.DeliveredAt != nil {
+				at = d.DeliveredAt.Format(time.TimeOnly)
+			}
+			fmt.Printf("    kubectl get gridnetwork: DELIVERED %s; gateway %s: %d reporting, %d on revision %s, delivered everywhere at %s\n",
+				network.Status.Delivered, o.GatewayName, d.ReportingPods, d.PodsOnRevision, short(o.RenderedRevision), at)
+		}
+	}
+
+	// The co-located gateway reads the site's signals with the site leaf.
+	pair, err := tls.X509KeyPair(site.Data[corev1.TLSCertKey], site.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(site.Data["ca.crt"])
+	gw := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: sitetrust.DNSName(scope.LocalSite), Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+l.addr+"/v1/site/signals?collect[]=grid_provider_ready", http.NoBody)
+	if err != nil {
+		return err
+	}
+	resp, err := gw.Do(req)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	fmt.Println("    GET /v1/site/signals as the co-located gateway (Prometheus text, stamped):")
+	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		fmt.Println("      " + line)
+	}
+
+	step("the pod goes away: it lags as Silent once it has not reported for 3 s")
+	_ = sidecar.Process.Signal(syscall.SIGKILL)
+	_ = sidecar.Wait()
+	if err := delivered("0/1"); err != nil {
+		return err
+	}
+	for _, o := range network.Status.OverlayStatus {
+		if d := o.Delivery; d != nil && len(d.Lagging) > 0 {
+			fmt.Printf("    DELIVERED %s; lagging: %s (%s)\n", network.Status.Delivered, d.Lagging[0].Pod, d.Lagging[0].Reason)
+		}
+	}
+	return nil
+}
