@@ -240,6 +240,34 @@ func TestGatewayPodsReportTheirDeliveriesIntoTheNetworkStatus(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, postReport(t, listener, audienceless, deliveryreport.Report{
 		Namespace: gw.Namespace, Gateway: gw.Name, Pod: "edge-x", Revision: next.Revision, ContentDigest: next.Revision, State: "ready"}),
 		"a token for another audience is refused")
+	// The same refusal on a sidecar's report stream ends the stream; the
+	// reporter counts it and backs off.
+	foreignFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(foreignFile, []byte(foreign), 0o600))
+	reg := prometheus.NewRegistry()
+	intruder, err := deliveryreport.NewReporter(deliveryreport.ReporterOptions{
+		URL: listener.url, TokenFile: foreignFile, CAFile: listener.caFile, ServerName: sitetrust.DNSName("east"), Interval: time.Second,
+		Registerer: reg,
+		Snapshot: func() deliveryreport.Report {
+			return deliveryreport.Report{Namespace: gw.Namespace, Gateway: gw.Name, Pod: "edge-x", Revision: next.Revision, ContentDigest: next.Revision, State: "ready"}
+		},
+	})
+	require.NoError(t, err)
+	go intruder.Run(e.ctx)
+	e.eventually("the stream refused", func() (bool, string) {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if f.GetName() == "gridsync_delivery_reports_total" && l.GetName() == "outcome" && l.GetValue() == "refused" && m.GetCounter().GetValue() > 0 {
+						return true, ""
+					}
+				}
+			}
+		}
+		return false, "no refusal counted"
+	})
 	_, d = e.delivery(network, gw.Name, func(_ v1alpha1.GridNetworkStatus, d *v1alpha1.GatewayDelivery) bool { return d != nil })
 	assert.Equal(t, int32(3), d.ReportingPods, "the refused reports counted no pod")
 }

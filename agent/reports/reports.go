@@ -6,6 +6,8 @@
 package reports
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -172,6 +174,11 @@ func NewHandler(reviewer *Reviewer, agg *rollout.Aggregator, logger *slog.Logger
 	return h
 }
 
+// ServeHTTP takes one report (a JSON body), or a stream of them (an
+// NDJSON body, one report a line, read as they come: a sidecar keeps one
+// request open and writes a line per report, so a report costs one packet
+// rather than a request and its answer). The token is checked for every
+// report, from the review cache.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -183,46 +190,77 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, "unauthenticated", http.StatusUnauthorized, "a bearer token is required")
 		return
 	}
+	if r.Header.Get("Content-Type") != deliveryreport.StreamContentType {
+		body, err := io.ReadAll(io.LimitReader(r.Body, deliveryreport.MaxBytes+1))
+		if err != nil || len(body) > deliveryreport.MaxBytes {
+			h.refuse(w, "invalid", http.StatusRequestEntityTooLarge, "the report is too large")
+			return
+		}
+		if h.take(w, r, token, body, func() {}) {
+			w.WriteHeader(http.StatusAccepted)
+		}
+		return
+	}
+	// A stream lives for minutes: its answer, when it ends, gets a write
+	// deadline of its own (the listener's was set when it began).
+	answer := func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerWithin)) }
+	lines := bufio.NewScanner(r.Body)
+	lines.Buffer(make([]byte, 0, 1024), deliveryreport.MaxBytes)
+	for lines.Scan() {
+		if len(bytes.TrimSpace(lines.Bytes())) == 0 {
+			continue
+		}
+		if !h.take(w, r, token, lines.Bytes(), answer) {
+			return // answered; the stream ends
+		}
+	}
+	answer()
+	if err := lines.Err(); errors.Is(err, bufio.ErrTooLong) {
+		h.refuse(w, "invalid", http.StatusRequestEntityTooLarge, "a report is too large")
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// answerWithin bounds the write of a stream's answer.
+const answerWithin = 10 * time.Second
+
+// take checks and folds one report; false when it was refused (and the
+// refusal answered).
+func (h *Handler) take(w http.ResponseWriter, r *http.Request, token string, body []byte, beforeAnswer func()) bool {
+	refuse := func(outcome string, status int, msg string) bool {
+		beforeAnswer()
+		h.refuse(w, outcome, status, msg)
+		return false
+	}
 	ns, err := h.Reviewer.Namespace(r.Context(), token)
 	switch {
 	case errors.Is(err, errRefused):
-		h.refuse(w, "unauthenticated", http.StatusUnauthorized, "the token was refused")
-		return
+		return refuse("unauthenticated", http.StatusUnauthorized, "the token was refused")
 	case err != nil:
 		h.Logger.Warn("report_review_failed", "error", err)
-		h.refuse(w, "review_failed", http.StatusServiceUnavailable, "the token could not be reviewed now")
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, deliveryreport.MaxBytes+1))
-	if err != nil || len(body) > deliveryreport.MaxBytes {
-		h.refuse(w, "invalid", http.StatusRequestEntityTooLarge, "the report is too large")
-		return
+		return refuse("review_failed", http.StatusServiceUnavailable, "the token could not be reviewed now")
 	}
 	var rep deliveryreport.Report
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rep); err != nil {
-		h.refuse(w, "invalid", http.StatusBadRequest, "the report is not JSON of the report's shape")
-		return
+		return refuse("invalid", http.StatusBadRequest, "the report is not JSON of the report's shape")
 	}
 	if err := rep.Validate(); err != nil {
-		h.refuse(w, "invalid", http.StatusBadRequest, err.Error())
-		return
+		return refuse("invalid", http.StatusBadRequest, err.Error())
 	}
 	if rep.Namespace != ns {
-		h.refuse(w, "wrong_namespace", http.StatusForbidden, "a token reports only for gateways of its own namespace")
-		return
+		return refuse("wrong_namespace", http.StatusForbidden, "a token reports only for gateways of its own namespace")
 	}
 	switch err := h.Aggregator.Observe(rep); {
 	case errors.Is(err, rollout.ErrUnknownGateway):
-		h.refuse(w, "unknown_gateway", http.StatusNotFound, "no network has this gateway")
-		return
+		return refuse("unknown_gateway", http.StatusNotFound, "no network has this gateway")
 	case errors.Is(err, rollout.ErrFull):
-		h.refuse(w, "full", http.StatusServiceUnavailable, "too many pods report")
-		return
+		return refuse("full", http.StatusServiceUnavailable, "too many pods report")
 	}
 	h.metrics.WithLabelValues("accepted").Inc()
-	w.WriteHeader(http.StatusAccepted)
+	return true
 }
 
 func (h *Handler) refuse(w http.ResponseWriter, outcome string, status int, msg string) {

@@ -297,17 +297,19 @@ func (l *Listener) serveQUIC(ctx context.Context, pc net.PacketConn) error {
 			break
 		}
 		l.metrics.handshakes.WithLabelValues(transportQUIC, "completed").Inc()
-		closeConn := func() {
-			_ = c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "closed by the signals listener")
-		}
-		t := l.admitConn(transportQUIC, c, c.ConnectionState().TLS, closeConn)
-		if t == nil {
-			closeConn()
-			continue
-		}
+		// Straight back to Accept: quic-go refuses a handshake that
+		// completes while 32 connections wait to be accepted, which a
+		// fleet of sidecars starting at once would otherwise meet.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			closeConn := func() {
+				_ = c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "closed by the signals listener")
+			}
+			if l.admitConn(transportQUIC, c, c.ConnectionState().TLS, closeConn) == nil {
+				closeConn()
+				return
+			}
 			_ = srv.ServeQUICConn(c)
 			l.forget(c, transportQUIC)
 		}()

@@ -16,8 +16,12 @@ import (
 // Path is where the agent's signals listener takes reports.
 const Path = "/v1/site/deliveries"
 
-// MaxBytes bounds a report body.
+// MaxBytes bounds a report (a body, or a line of a stream).
 const MaxBytes = 4 << 10
+
+// StreamContentType marks a stream of reports, one JSON report a line,
+// written as they come on one request that stays open.
+const StreamContentType = "application/x-ndjson"
 
 // States a sidecar reports: its /status states.
 const (

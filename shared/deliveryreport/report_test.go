@@ -1,10 +1,10 @@
 package deliveryreport
 
 import (
+	"bufio"
 	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -45,27 +45,42 @@ func TestValidateRefusesMalformedReports(t *testing.T) {
 // agent is an HTTPS (TCP only) stand-in for the agent's listener that
 // records what it is sent.
 type agent struct {
-	srv    *httptest.Server
-	caFile string
-	mu     sync.Mutex
-	got    []Report
-	tokens []string
-	status int
+	srv      *httptest.Server
+	caFile   string
+	mu       sync.Mutex
+	got      []Report
+	tokens   []string
+	types    []string
+	status   int
+	requests int
 }
 
 func newAgent(t *testing.T) *agent {
 	a := &agent{status: http.StatusAccepted}
 	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var rep Report
-		body, _ := io.ReadAll(r.Body)
-		_ = json.Unmarshal(body, &rep)
+		// As the agent does: a report a line, as they come; a refusal
+		// answers at once and ends the stream.
 		a.mu.Lock()
-		a.got = append(a.got, rep)
-		a.tokens = append(a.tokens, r.Header.Get("Authorization"))
-		status := a.status
+		a.requests++
 		a.mu.Unlock()
-		w.WriteHeader(status)
+		lines := bufio.NewScanner(r.Body)
+		for lines.Scan() {
+			var rep Report
+			_ = json.Unmarshal(lines.Bytes(), &rep)
+			a.mu.Lock()
+			a.got = append(a.got, rep)
+			a.tokens = append(a.tokens, r.Header.Get("Authorization"))
+			a.types = append(a.types, r.Header.Get("Content-Type"))
+			status := a.status
+			a.mu.Unlock()
+			if status != http.StatusAccepted {
+				w.WriteHeader(status)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusAccepted)
 	}))
+	a.srv.EnableHTTP2 = true
 	a.srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13}
 	a.srv.StartTLS()
 	t.Cleanup(a.srv.Close)
@@ -115,6 +130,10 @@ func TestReporterSendsAtOnceOnChangeAndOnItsInterval(t *testing.T) {
 	n := len(a.reports())
 	require.Eventually(t, func() bool { return len(a.reports()) >= n+2 }, 5*time.Second, 20*time.Millisecond, "heartbeats")
 	assert.Positive(t, testutil.ToFloat64(r.sent.WithLabelValues("https", "accepted")))
+	a.mu.Lock()
+	assert.Equal(t, StreamContentType, a.types[0], "reports go as a stream")
+	assert.Equal(t, 2, a.requests, "one request per token: the reports are lines of it")
+	a.mu.Unlock()
 	assert.Positive(t, testutil.ToFloat64(r.sent.WithLabelValues("h3", "failed")), "HTTP/3 was tried first")
 }
 

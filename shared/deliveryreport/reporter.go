@@ -1,7 +1,6 @@
 package deliveryreport
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -69,6 +68,7 @@ type Reporter struct {
 
 	sent   *prometheus.CounterVec
 	failed bool
+	stream *stream // Run's goroutine only
 }
 
 // NewReporter checks the options; Run sends.
@@ -181,64 +181,147 @@ type errRefused struct{ status int }
 
 func (e errRefused) Error() string { return fmt.Sprintf("the agent refused the report: %d", e.status) }
 
-// send posts one report, over HTTP/3 unless it failed lately, then HTTPS.
+// maxStreamAge bounds one report stream: a new one starts after it (the
+// agent closes connections older than five minutes anyway).
+const maxStreamAge = 4 * time.Minute
+
+// stream is one open request carrying reports, a line each.
+type stream struct {
+	transport string
+	token     string
+	opened    time.Time
+	pw        *io.PipeWriter
+	done      chan struct{} // closed when the request has ended
+	err       error         // why it ended; set before done is closed
+}
+
+func (st *stream) ended() bool {
+	select {
+	case <-st.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// send writes one report on the open stream, opening one (over HTTP/3
+// unless it failed lately, then HTTPS) when there is none, the token
+// changed or the last one ended. A report the agent refused ends the
+// stream with the refusal, seen at the next send.
 func (r *Reporter) send(ctx context.Context, rep Report) error {
 	token, err := readToken(r.opts.TokenFile)
 	if err != nil {
 		return err
 	}
-	body, err := json.Marshal(rep)
+	line, err := json.Marshal(rep)
 	if err != nil {
 		return err
 	}
-	useH3 := time.Now().After(r.fallbackTime())
-	if useH3 {
-		err = r.post(ctx, "h3", body, token)
+	line = append(line, '\n')
+	if st := r.stream; st != nil && st.ended() {
+		r.stream = nil
 		var refused errRefused
-		if err == nil || errors.As(err, &refused) {
+		if errors.As(st.err, &refused) {
+			r.sent.WithLabelValues(st.transport, "refused").Inc()
+			return st.err // a new stream for this report after the backoff
+		}
+	}
+	for range 2 {
+		st := r.stream
+		if st != nil && (st.token != token || time.Since(st.opened) > maxStreamAge) {
+			r.closeStream()
+			st = nil
+		}
+		if st == nil {
+			transport := "h3"
+			if time.Now().Before(r.fallbackTime()) {
+				transport = "https"
+			}
+			if st, err = r.openStream(ctx, transport, token); err != nil {
+				return err
+			}
+			r.stream = st
+		}
+		if err = r.write(st, line); err == nil {
+			r.sent.WithLabelValues(st.transport, "accepted").Inc()
+			return nil
+		}
+		r.sent.WithLabelValues(st.transport, "failed").Inc()
+		r.closeStream()
+		var refused errRefused
+		if errors.As(err, &refused) {
 			return err
 		}
-		r.mu.Lock()
-		r.fallbackUntil = time.Now().Add(fallbackFor)
-		r.mu.Unlock()
+		if st.transport == "h3" {
+			r.mu.Lock()
+			r.fallbackUntil = time.Now().Add(fallbackFor)
+			r.mu.Unlock()
+		}
+		r.reset(st.transport)
 	}
-	return r.post(ctx, "https", body, token)
+	return err
+}
+
+// write hands one line to the stream's request, bounded by Timeout.
+func (r *Reporter) write(st *stream, line []byte) error {
+	t := time.AfterFunc(r.opts.Timeout, func() { _ = st.pw.CloseWithError(errors.New("report write timed out")) })
+	_, err := st.pw.Write(line)
+	if !t.Stop() && err == nil {
+		err = errors.New("report write timed out")
+	}
+	if err != nil && st.ended() && st.err != nil {
+		return st.err
+	}
+	return err
+}
+
+// openStream starts the request that carries the reports; it ends when
+// the stream is closed, the connection goes, or the agent refuses one.
+func (r *Reporter) openStream(ctx context.Context, transport, token string) (*stream, error) {
+	client, err := r.client(transport)
+	if err != nil {
+		r.sent.WithLabelValues(transport, "failed").Inc()
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(r.opts.URL, "/")+Path, pr)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", StreamContentType)
+	req.Header.Set("Authorization", "Bearer "+token)
+	st := &stream{transport: transport, token: token, opened: time.Now(), pw: pw, done: make(chan struct{})}
+	go func() {
+		defer close(st.done)
+		resp, err := client.Do(req)
+		if err != nil {
+			st.err = fmt.Errorf("report over %s: %w", transport, err)
+		} else {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				st.err = errRefused{status: resp.StatusCode}
+			} else {
+				st.err = io.EOF
+			}
+		}
+		_ = pr.CloseWithError(st.err)
+	}()
+	return st, nil
+}
+
+// closeStream ends the open stream: the agent answers the whole of it.
+func (r *Reporter) closeStream() {
+	if r.stream != nil {
+		_ = r.stream.pw.Close()
+		r.stream = nil
+	}
 }
 
 func (r *Reporter) fallbackTime() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.fallbackUntil
-}
-
-func (r *Reporter) post(ctx context.Context, transport string, body []byte, token string) error {
-	client, err := r.client(transport)
-	if err != nil {
-		r.sent.WithLabelValues(transport, "failed").Inc()
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(r.opts.URL, "/")+Path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := client.Do(req)
-	if err != nil {
-		r.sent.WithLabelValues(transport, "failed").Inc()
-		r.reset(transport)
-		return fmt.Errorf("report over %s: %w", transport, err)
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		r.sent.WithLabelValues(transport, "refused").Inc()
-		return errRefused{status: resp.StatusCode}
-	}
-	r.sent.WithLabelValues(transport, "accepted").Inc()
-	return nil
 }
 
 // client returns the transport's client, building it (and reading the CA
@@ -292,6 +375,7 @@ func (r *Reporter) reset(transport string) {
 }
 
 func (r *Reporter) close() {
+	r.closeStream()
 	r.reset("h3")
 	r.reset("https")
 }
