@@ -91,19 +91,12 @@ const identityWait = 5 * time.Second
 // projects the Secret a while after. The listener never serves without
 // a valid identity.
 func (s *signalsListener) waitIdentity(ctx context.Context) (*tlsidentity.Reloader, error) {
-	opts := tlsidentity.Options{CertFile: s.cfg.certFile, KeyFile: s.cfg.keyFile, CAFile: s.cfg.caFile, RequireServerAuth: true, Logger: s.log}
+	opts := tlsidentity.Options{CertFile: s.cfg.certFile, KeyFile: s.cfg.keyFile, CAFile: s.cfg.caFile,
+		RequireServerAuth: true, Logger: s.log, Registerer: s.reg}
 	logged := false
 	for {
 		id, err := tlsidentity.New(opts)
 		if err == nil {
-			if s.reg != nil {
-				// Registered once it holds an identity, so its expiry
-				// gauge never reads a missing one.
-				opts.Registerer = s.reg
-				if id, err = tlsidentity.New(opts); err != nil {
-					return nil, err
-				}
-			}
 			return id, nil
 		}
 		if !logged {

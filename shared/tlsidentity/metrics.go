@@ -11,10 +11,9 @@ type metrics struct {
 	reloads *prometheus.CounterVec
 }
 
-// newMetrics registers the reload counter, with every series present from
-// the first scrape, and the expiry gauges, computed at scrape time from the
-// active identity so that they exist only while one is active.
-func newMetrics(reg prometheus.Registerer, current func() *Identity) *metrics {
+// newMetrics makes the reload counter, with every series present from the
+// first scrape; register adds it and the expiry gauges.
+func newMetrics() *metrics {
 	m := &metrics{reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_identity_reloads_total",
 		Help: "TLS identity reloads, by material_type (certificate, ca_bundle) and result (success, rejected); an identical repeated rejection counts once.",
@@ -24,11 +23,17 @@ func newMetrics(reg prometheus.Registerer, current func() *Identity) *metrics {
 			m.reloads.WithLabelValues(string(mt), result)
 		}
 	}
-	if reg == nil {
-		return m
-	}
-	reg.MustRegister(m.reloads, &expiryCollector{current: current})
 	return m
+}
+
+// register exports the counter and the expiry gauges, computed at scrape
+// time from the active identity so that they exist only while one is
+// active. A Reloader registers once it has started: a start that fails
+// registers nothing, so a caller may try again with the same registry.
+func (m *metrics) register(reg prometheus.Registerer, current func() *Identity) {
+	if reg != nil {
+		reg.MustRegister(m.reloads, &expiryCollector{current: current})
+	}
 }
 
 var expiryDesc = prometheus.NewDesc("gridsync_identity_not_after_timestamp_seconds",

@@ -73,15 +73,15 @@ func New(opts Options) (*Reloader, error) {
 		opts.Now = time.Now
 	}
 	r := &Reloader{opts: opts}
-	r.metrics = newMetrics(opts.Registerer, r.Current)
+	r.metrics = newMetrics()
 	id, rej := r.load()
 	if rej != nil {
-		r.metrics.reloads.WithLabelValues(string(rej.Material), resultRejected).Inc()
 		return nil, fmt.Errorf("tls identity from %s and %s: %w", opts.CertFile, opts.KeyFile, rej)
 	}
 	if err := r.activate(id); err != nil {
 		return nil, err
 	}
+	r.metrics.register(opts.Registerer, r.Current)
 	return r, nil
 }
 
