@@ -325,12 +325,9 @@ func Setup(mgr manager.Manager, opts Options) error {
 		if opts.SiteName == "" {
 			return errors.New("the site's signals need its name (SiteName)")
 		}
-		if err := mgr.Add(newSignalCollector(shared)); err != nil {
-			return err
-		}
-		// Peers' signals: polled (poll mode, with a peer port) or read
-		// from membership (gossip).
-		if err := mgr.Add(newSignalPoller(shared)); err != nil {
+		// This site's signals, then its peers': polled (poll mode) or
+		// read from membership (gossip).
+		if err := mgr.Add(&signalLoop{collector: newSignalCollector(shared), peers: newSignalPoller(shared), every: opts.SignalsInterval}); err != nil {
 			return err
 		}
 	}

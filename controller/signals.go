@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -33,16 +34,13 @@ const (
 // probes' destination rule and bounded in time and size. A scrape that
 // fails leaves the last rows to expire: stale is absent, never zero.
 type signalCollector struct {
-	c *common
-
-	mu     sync.Mutex
-	warned map[string]string // provider → the skip reason last logged
-
+	c       *common
+	skips   reasonLog // by provider
 	scrapes *prometheus.CounterVec
 }
 
 func newSignalCollector(c *common) *signalCollector {
-	s := &signalCollector{c: c, warned: map[string]string{}}
+	s := &signalCollector{c: c}
 	s.scrapes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_scrapes_total",
 		Help: "Scrapes of providers' metrics for the site's signals, by outcome (ok, a probe outcome such as timeout or too_large, not_exposition, skipped_tls).",
@@ -51,20 +49,52 @@ func newSignalCollector(c *common) *signalCollector {
 	return s
 }
 
-// NeedLeaderElection: the leader's signals are the site's.
-func (s *signalCollector) NeedLeaderElection() bool { return true }
+// signalLoop is the leader's signals work, every SignalsInterval: this
+// site's rows collected (and gossiped), then the peers' taken in.
+type signalLoop struct {
+	collector *signalCollector
+	peers     *signalPoller
+	every     time.Duration
+}
 
-func (s *signalCollector) Start(ctx context.Context) error {
-	t := time.NewTicker(s.c.opts.SignalsInterval)
+// NeedLeaderElection: the leader's signals are the site's.
+func (l *signalLoop) NeedLeaderElection() bool { return true }
+
+func (l *signalLoop) Start(ctx context.Context) error {
+	t := time.NewTicker(l.every)
 	defer t.Stop()
 	for {
-		s.collect(ctx)
+		l.collector.collect(ctx)
+		l.peers.round(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
 	}
+}
+
+// reasonLog remembers the last problem logged per key, so that a problem
+// is logged when it starts or changes, not at every round.
+type reasonLog struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+// set records key's problem ("" for none) and returns the one before.
+func (r *reasonLog) set(key, why string) (before string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]string{}
+	}
+	before = r.last[key]
+	if why == "" {
+		delete(r.last, key)
+	} else {
+		r.last[key] = why
+	}
+	return before
 }
 
 func (s *signalCollector) collect(ctx context.Context) {
@@ -238,7 +268,7 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	if base == "" {
 		base = p.Spec.Endpoint
 	}
-	url := strings.TrimSuffix(base, "/") + "/" + strings.TrimPrefix(cmpOr(mc.Path, "/metrics"), "/")
+	url := strings.TrimSuffix(base, "/") + "/" + strings.TrimPrefix(cmp.Or(mc.Path, "/metrics"), "/")
 	body, err := s.c.prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.opts.SignalsScrapeMaxBytes)
 	if err != nil {
 		s.scrapes.WithLabelValues(err.Error()).Inc()
@@ -271,11 +301,7 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 
 // skip logs a provider's scrape problem once per change of it.
 func (s *signalCollector) skip(provider, why string) {
-	s.mu.Lock()
-	prev := s.warned[provider]
-	s.warned[provider] = why
-	s.mu.Unlock()
-	if why != "" && why != prev {
+	if prev := s.skips.set(provider, why); why != "" && why != prev {
 		s.c.opts.Logger.Warn("signals_scrape_skipped", "provider", provider, "reason", why)
 	}
 }
@@ -304,13 +330,6 @@ func scrapeTimeout(s string) time.Duration {
 		}
 	}
 	return min(d, probe.MaxTimeout)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // ProviderEntry is one provider of the discovery API.

@@ -21,7 +21,7 @@ import (
 
 // Paths of the endpoints.
 const (
-	SignalsPath   = "/v1/site/signals"
+	SignalsPath   = signals.Path
 	ProvidersPath = "/v1/grid/providers"
 )
 

@@ -269,7 +269,7 @@ func (p *Prober) probe(ctx context.Context, t Target) (withheld bool, err error)
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return withheld, failure(outcomeOf(err))
+		return withheld, failure(OutcomeOf(err))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
@@ -287,9 +287,9 @@ func (p *Prober) probe(ctx context.Context, t Target) (withheld bool, err error)
 	}
 }
 
-// outcomeOf names a failed request by its kind only: the error's text
-// holds addresses and the server's words.
-func outcomeOf(err error) string {
+// OutcomeOf names a failed request by its kind only (one of the Outcome
+// constants): the error's text holds addresses and the server's words.
+func OutcomeOf(err error) string {
 	var dnsErr *net.DNSError
 	var certErr *tls.CertificateVerificationError
 	var alert tls.AlertError
@@ -353,7 +353,7 @@ func (p *Prober) Fetch(ctx context.Context, url string, timeout time.Duration, m
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return nil, failure(outcomeOf(err))
+		return nil, failure(OutcomeOf(err))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
@@ -361,7 +361,7 @@ func (p *Prober) Fetch(ctx context.Context, url string, timeout time.Duration, m
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
 	if err != nil {
-		return nil, failure(outcomeOf(err))
+		return nil, failure(OutcomeOf(err))
 	}
 	if int64(len(body)) > maxBytes {
 		return nil, failure(OutcomeTooLarge)

@@ -17,6 +17,9 @@ import (
 	"time"
 )
 
+// Path is where a site's signals are served and polled.
+const Path = "/v1/site/signals"
+
 // Labels this site is authoritative for on every sample.
 const (
 	LabelSite     = "grid_site"
