@@ -113,7 +113,7 @@ func TestSwimFlagErrors(t *testing.T) {
 // without the site identity or with caps that leave peers no room.
 func TestSignalsFlags(t *testing.T) {
 	env := func(k string) string {
-		return map[string]string{"GRID_SWIM_SITE_NAME": "site-s", "POD_IP": "10.1.2.3"}[k]
+		return map[string]string{"GRID_SWIM_SITE_NAME": "site-s", "POD_IP": "127.0.0.3"}[k]
 	}
 	chart := []string{"--signals-addr=:9443", "--signals-cert=/etc/gridsync/site/tls.crt", "--signals-key=/etc/gridsync/site/tls.key",
 		"--signals-ca=/etc/gridsync/site/ca.crt", "--signals-peer-naming=spiffe", "--signals-max-connections=256", "--signals-gateway-reserved=8",
@@ -125,7 +125,7 @@ func TestSignalsFlags(t *testing.T) {
 	assert.True(t, c.signals.enabled())
 	assert.True(t, c.signals.spiffe)
 	assert.Equal(t, 4, c.signals.perSite)
-	assert.Equal(t, "10.1.2.3", c.signals.podIP)
+	assert.Equal(t, "127.0.0.3", c.signals.podIP)
 
 	for name, args := range map[string][]string{
 		"no identity":    {"--signals-addr=:9443"},

@@ -125,11 +125,7 @@ func (e *env) startPod(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGatewa
 	require.NoError(e.t, os.MkdirAll(filepath.Dir(p.output), 0o755))
 	p.reporter, err = deliveryreport.NewReporter(deliveryreport.ReporterOptions{
 		URL: to.url, TokenFile: tokenFile, CAFile: to.caFile, ServerName: sitetrust.DNSName("east"), Interval: time.Second,
-		Snapshot: func() deliveryreport.Report {
-			st := p.syncer.Status()
-			return deliveryreport.Report{Namespace: gw.Namespace, Gateway: gw.Name, Pod: name, Revision: st.WrittenRevision,
-				ContentDigest: st.WrittenRevision, WrittenAt: st.LastWrittenAt, State: st.State, LastRejectionReason: st.LastRejectionReason}
-		},
+		Snapshot: func() deliveryreport.Report { return deliveryreport.Of(gw.Namespace, gw.Name, name, p.syncer.Status()) },
 	})
 	require.NoError(e.t, err)
 	p.syncer, err = overlaysync.New(cfg, overlaysync.Options{

@@ -26,21 +26,8 @@ func newReporter(cfg *syncflags.Config, syncer func() *overlaysync.Syncer, log *
 	return deliveryreport.NewReporter(deliveryreport.ReporterOptions{
 		URL: cfg.ReportTo, TokenFile: cfg.ReportTokenFile, CAFile: cfg.ReportCA, ServerName: serverName,
 		Interval: cfg.ReportInterval, Logger: log, Registerer: reg,
-		Snapshot: func() deliveryreport.Report { return reportOf(cfg, syncer().Status()) },
+		Snapshot: func() deliveryreport.Report {
+			return deliveryreport.Of(cfg.ExpectedNamespace, cfg.ExpectedGateway, cfg.PodName, syncer().Status())
+		},
 	})
-}
-
-// reportOf is what the sidecar tells the agent: revisions, times, state
-// and reason, nothing of the envelope's content.
-func reportOf(cfg *syncflags.Config, st overlaysync.Status) deliveryreport.Report {
-	return deliveryreport.Report{
-		Namespace:           cfg.ExpectedNamespace,
-		Gateway:             cfg.ExpectedGateway,
-		Pod:                 cfg.PodName,
-		Revision:            st.WrittenRevision,
-		ContentDigest:       st.WrittenRevision,
-		WrittenAt:           st.LastWrittenAt,
-		State:               st.State,
-		LastRejectionReason: st.LastRejectionReason,
-	}
 }

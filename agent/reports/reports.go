@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,7 +84,7 @@ func (r *Reviewer) Namespace(ctx context.Context, token string) (string, error) 
 		return "", fmt.Errorf("token review: %w", err)
 	}
 	ns := ""
-	if tr.Status.Authenticated && contains(tr.Status.Audiences, r.Audience) {
+	if tr.Status.Authenticated && slices.Contains(tr.Status.Audiences, r.Audience) {
 		ns = serviceAccountNamespace(tr.Status.User.Username)
 	}
 	until := now.Add(refusedFor)
@@ -110,15 +111,6 @@ func (r *Reviewer) now() time.Time {
 		return r.Now()
 	}
 	return time.Now()
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // serviceAccountNamespace reads system:serviceaccount:<ns>:<name>.

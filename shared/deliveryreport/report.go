@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gridsync/gridsync/shared/overlaysync"
 )
 
 // Path is where the agent's signals listener takes reports.
@@ -92,4 +94,19 @@ func sameState(a, b Report) bool {
 	sameTime := wa == nil && wb == nil || wa != nil && wb != nil && wa.Equal(*wb)
 	a.WrittenAt, b.WrittenAt = nil, nil
 	return a == b && sameTime
+}
+
+// Of is what a sidecar reports of its state: revisions, times, state and
+// reason, nothing of the envelope's content.
+func Of(namespace, gateway, pod string, st overlaysync.Status) Report {
+	return Report{
+		Namespace:           namespace,
+		Gateway:             gateway,
+		Pod:                 pod,
+		Revision:            st.WrittenRevision,
+		ContentDigest:       st.WrittenRevision,
+		WrittenAt:           st.LastWrittenAt,
+		State:               st.State,
+		LastRejectionReason: st.LastRejectionReason,
+	}
 }
