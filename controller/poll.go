@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 )
@@ -28,8 +28,6 @@ const (
 	pollMaxProviders = 64
 	pollMaxSamples   = 4096
 	pollTimeout      = 2 * time.Second
-	// SignalsPath is where a site's signals are served and polled.
-	SignalsPath = "/v1/site/signals"
 )
 
 // signalPoller is signalTransport poll: every interval each agent reads
@@ -41,40 +39,24 @@ const (
 // the body says; a sample's age is the answer's Date minus its stamp, so
 // the two sites' clocks never meet.
 type signalPoller struct {
-	c *common
-
-	mu     sync.Mutex
-	failed map[string]string // site → last failure logged
+	c        *common
+	failures reasonLog // by site
 	// heard is when each site's gossiped signals record (by version) was
 	// first read here: its samples' ages count from then.
+	mu    sync.Mutex
 	heard map[string]heardRecord
 
 	polls *prometheus.CounterVec
 }
 
 func newSignalPoller(c *common) *signalPoller {
-	p := &signalPoller{c: c, failed: map[string]string{}, heard: map[string]heardRecord{}}
+	p := &signalPoller{c: c, heard: map[string]heardRecord{}}
 	p.polls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_polls_total",
-		Help: "Polls of peer sites' signals, by outcome (ok, no_address, trust_material, refused, tls, timeout, status, too_large, not_exposition).",
+		Help: "Polls of peer sites' signals, by outcome (ok, no_address, trust_material, untrusted_peer, status, too_large, not_exposition, or a probe outcome: timeout, connection_refused, tls_error...).",
 	}, []string{"outcome"})
 	c.opts.Registerer.MustRegister(p.polls)
 	return p
-}
-
-func (p *signalPoller) NeedLeaderElection() bool { return true }
-
-func (p *signalPoller) Start(ctx context.Context) error {
-	t := time.NewTicker(p.c.opts.SignalsInterval)
-	defer t.Stop()
-	for {
-		p.round(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
 }
 
 func (p *signalPoller) round(ctx context.Context) {
@@ -82,12 +64,12 @@ func (p *signalPoller) round(ctx context.Context) {
 	if err := p.c.client.List(ctx, &networks); err != nil {
 		return
 	}
+	if p.c.opts.Membership == nil {
+		return
+	}
 	var wg sync.WaitGroup
 	for i := range networks.Items {
 		n := &networks.Items[i]
-		if p.c.opts.Membership == nil {
-			continue
-		}
 		if transportMode(n) == v1alpha1.SignalTransportGossip {
 			p.fromGossip(ctx, n)
 			continue
@@ -165,7 +147,7 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 		TLSClientConfig: cfg, Proxy: nil, DisableKeepAlives: true, ForceAttemptHTTP2: true,
 		DialContext: (&net.Dialer{Timeout: pollTimeout}).DialContext,
 	}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	url := "https://" + net.JoinHostPort(host, fmt.Sprint(p.c.opts.SignalsPeerPort)) + SignalsPath
+	url := "https://" + net.JoinHostPort(host, fmt.Sprint(p.c.opts.SignalsPeerPort)) + signals.Path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 	if err != nil {
 		p.fail(site, "no_address", err.Error())
@@ -174,16 +156,11 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 	resp, err := client.Do(req)
 	switch {
 	case verifyErr != nil:
-		p.fail(site, "tls", verifyErr.Error())
+		p.fail(site, "untrusted_peer", verifyErr.Error())
 		return
 	case err != nil:
-		outcome := "refused"
-		if strings.Contains(err.Error(), "Timeout") || strings.Contains(err.Error(), "deadline") {
-			outcome = "timeout"
-		} else if strings.Contains(err.Error(), "tls") {
-			outcome = "tls"
-		}
-		p.fail(site, outcome, "polling "+url+" failed: "+firstWords(err.Error()))
+		outcome := probe.OutcomeOf(err)
+		p.fail(site, outcome, "polling "+url+" failed: "+outcome)
 		return
 	}
 	defer func() { _ = resp.Body.Close() }()
@@ -226,6 +203,16 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 		byProvider[provider] = append(byProvider[provider], ps.Sample)
 		kept++
 	}
+	p.storePeer(site, byProvider, now)
+	p.polls.WithLabelValues("ok").Inc()
+	if p.failures.set(site, "") != "" {
+		p.c.opts.Logger.Info("signals_poll_recovered", "site", site)
+	}
+}
+
+// storePeer replaces a peer's rows with what it now says: each provider's
+// samples, served until three intervals past the oldest of them.
+func (p *signalPoller) storePeer(site string, byProvider map[string][]signals.Sample, now time.Time) {
 	stale := 3 * p.c.opts.SignalsInterval
 	seen := map[string]bool{}
 	for provider, samples := range byProvider {
@@ -239,28 +226,12 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 		p.c.opts.Signals.Set(site, provider, signals.PartPeer, samples, oldest.Add(stale))
 	}
 	p.c.opts.Signals.Retain(site, signals.PartPeer, seen)
-	p.polls.WithLabelValues("ok").Inc()
-	p.recovered(site)
 }
 
 func (p *signalPoller) fail(site, outcome, why string) {
 	p.polls.WithLabelValues(outcome).Inc()
-	p.mu.Lock()
-	prev := p.failed[site]
-	p.failed[site] = why
-	p.mu.Unlock()
-	if prev != why {
+	if p.failures.set(site, why) != why {
 		p.c.opts.Logger.Warn("signals_poll_failed", "site", site, "outcome", outcome, "reason", why)
-	}
-}
-
-func (p *signalPoller) recovered(site string) {
-	p.mu.Lock()
-	prev := p.failed[site]
-	delete(p.failed, site)
-	p.mu.Unlock()
-	if prev != "" {
-		p.c.opts.Logger.Info("signals_poll_recovered", "site", site)
 	}
 }
 
@@ -278,7 +249,6 @@ func (p *signalPoller) fromGossip(ctx context.Context, n *v1alpha1.GridNetwork) 
 		return
 	}
 	now := p.c.opts.Now()
-	stale := 3 * p.c.opts.SignalsInterval
 	for _, rs := range p.c.opts.Membership.View(n.Name).Signals {
 		if !trusted[rs.Site] {
 			continue
@@ -301,25 +271,6 @@ func (p *signalPoller) fromGossip(ctx context.Context, n *v1alpha1.GridNetwork) 
 			}
 			byProvider[sg.Provider] = append(byProvider[sg.Provider], smp)
 		}
-		seen := map[string]bool{}
-		for provider, samples := range byProvider {
-			seen[provider] = true
-			oldest := now
-			for _, s := range samples {
-				if s.At.Before(oldest) {
-					oldest = s.At
-				}
-			}
-			p.c.opts.Signals.Set(rs.Site, provider, signals.PartPeer, samples, oldest.Add(stale))
-		}
-		p.c.opts.Signals.Retain(rs.Site, signals.PartPeer, seen)
+		p.storePeer(rs.Site, byProvider, now)
 	}
-}
-
-// firstWords keeps an error short enough for a log line.
-func firstWords(s string) string {
-	if len(s) > 160 {
-		return s[:160] + "..."
-	}
-	return s
 }
