@@ -101,6 +101,19 @@ func (e *env) startReportListener(agg *rollout.Aggregator, apis ...*signalsapi.A
 	return rl
 }
 
+// reportingNetwork is a network with one gateway and one provider, the
+// agent folding reports into its status, and its listener taking them.
+func (e *env) reportingNetwork(agg *rollout.Aggregator) (v1alpha1.ConsumerGateway, *v1alpha1.GridNetwork, *v1alpha1.InferenceProvider, *reportListener) {
+	e.t.Helper()
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	e.create(network)
+	provider := e.provider("llm", network.Name, "m1")
+	e.create(provider)
+	e.startAgent(withDeliveries(agg))
+	return gw, network, provider, e.startReportListener(agg)
+}
+
 // pod is a gateway pod: a real Syncer with its own ServiceAccount, and its
 // reporter.
 type pod struct {
@@ -184,13 +197,7 @@ func (e *env) delivery(network *v1alpha1.GridNetwork, gateway string, ok func(v1
 func TestGatewayPodsReportTheirDeliveriesIntoTheNetworkStatus(t *testing.T) {
 	e := newEnv(t)
 	agg := rollout.New(rollout.Options{SilentAfter: 3 * time.Second, Registerer: prometheus.NewRegistry()})
-	gw := e.gateway("edge", "east")
-	network := e.network(gw)
-	e.create(network)
-	provider := e.provider("llm", network.Name, "m1")
-	e.create(provider)
-	e.startAgent(withDeliveries(agg))
-	listener := e.startReportListener(agg)
+	gw, network, provider, listener := e.reportingNetwork(agg)
 	stopWatch := make(chan struct{})
 	defer close(stopWatch)
 	go agg.Watch(stopWatch)
@@ -273,13 +280,7 @@ func TestGatewayPodsReportTheirDeliveriesIntoTheNetworkStatus(t *testing.T) {
 func TestSidecarsDeliverWhileTheAgentListenerIsDown(t *testing.T) {
 	e := newEnv(t)
 	agg := rollout.New(rollout.Options{Registerer: prometheus.NewRegistry()})
-	gw := e.gateway("edge", "east")
-	network := e.network(gw)
-	e.create(network)
-	provider := e.provider("llm", network.Name, "m1")
-	e.create(provider)
-	e.startAgent(withDeliveries(agg))
-	listener := e.startReportListener(agg)
+	gw, network, provider, listener := e.reportingNetwork(agg)
 	pods := []*pod{e.startPod(network, gw, "edge-a", listener), e.startPod(network, gw, "edge-b", listener)}
 	_, res := e.overlayOf(network, gw, anyRevision)
 	e.delivery(network, gw.Name, func(_ v1alpha1.GridNetworkStatus, d *v1alpha1.GatewayDelivery) bool {
