@@ -188,25 +188,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.refuse(w, "invalid", http.StatusRequestEntityTooLarge, "the report is too large")
 			return
 		}
-		if h.take(w, r, token, body, func() {}) {
+		if h.take(w, r, token, body) {
 			w.WriteHeader(http.StatusAccepted)
 		}
 		return
 	}
-	// A stream lives for minutes: its answer, when it ends, gets a write
-	// deadline of its own (the listener's was set when it began).
-	answer := func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerWithin)) }
 	lines := bufio.NewScanner(r.Body)
 	lines.Buffer(make([]byte, 0, 1024), deliveryreport.MaxBytes)
 	for lines.Scan() {
 		if len(bytes.TrimSpace(lines.Bytes())) == 0 {
 			continue
 		}
-		if !h.take(w, r, token, lines.Bytes(), answer) {
+		if !h.take(w, r, token, lines.Bytes()) {
 			return // answered; the stream ends
 		}
 	}
-	answer()
 	if err := lines.Err(); errors.Is(err, bufio.ErrTooLong) {
 		h.refuse(w, "invalid", http.StatusRequestEntityTooLarge, "a report is too large")
 		return
@@ -214,14 +210,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
-// answerWithin bounds the write of a stream's answer.
-const answerWithin = 10 * time.Second
-
 // take checks and folds one report; false when it was refused (and the
 // refusal answered).
-func (h *Handler) take(w http.ResponseWriter, r *http.Request, token string, body []byte, beforeAnswer func()) bool {
+func (h *Handler) take(w http.ResponseWriter, r *http.Request, token string, body []byte) bool {
 	refuse := func(outcome string, status int, msg string) bool {
-		beforeAnswer()
 		h.refuse(w, outcome, status, msg)
 		return false
 	}

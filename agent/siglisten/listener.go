@@ -412,8 +412,7 @@ func (l *Listener) wrap() http.Handler {
 			l.closeConn(t, "anonymous_route")
 			return
 		}
-		_ = http.NewResponseController(w).SetWriteDeadline(l.opts.Now().Add(l.opts.WriteTimeout))
-		sw := &stallWatch{ResponseWriter: w}
+		sw := &stallWatch{ResponseWriter: w, rc: http.NewResponseController(w), timeout: l.opts.WriteTimeout, now: l.opts.Now}
 		l.handler.ServeHTTP(sw, r)
 		if sw.stalled {
 			l.closeConn(t, "write_stalled")
@@ -453,13 +452,24 @@ func (s *stallGuard) Write(p []byte) (int, error) {
 	return s.Conn.Write(p)
 }
 
-// stallWatch notes a response write that hit its deadline.
+// stallWatch bounds every write of a response from the moment it is
+// made (a request may read a long body first, as a report stream does)
+// and notes a write that hit its deadline.
 type stallWatch struct {
 	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	now     func() time.Time
 	stalled bool
 }
 
+func (s *stallWatch) WriteHeader(status int) {
+	_ = s.rc.SetWriteDeadline(s.now().Add(s.timeout))
+	s.ResponseWriter.WriteHeader(status)
+}
+
 func (s *stallWatch) Write(p []byte) (int, error) {
+	_ = s.rc.SetWriteDeadline(s.now().Add(s.timeout))
 	n, err := s.ResponseWriter.Write(p)
 	if err != nil && isTimeout(err) {
 		s.stalled = true

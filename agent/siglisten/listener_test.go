@@ -316,3 +316,23 @@ func TestCapsStartOverAfterAnIdentityRotation(t *testing.T) {
 		})
 	}
 }
+
+// The write deadline runs from each write, not from the request's start:
+// a request that lasts longer than it (a report stream) still gets its
+// answer.
+func TestALongRequestStillGetsItsAnswer(t *testing.T) {
+	slow := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(600 * time.Millisecond) // reading a long body, say
+		w.WriteHeader(http.StatusAccepted)
+	})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGrid(t)
+			g.serve(t, slow, Options{WriteTimeout: 200 * time.Millisecond})
+			status, _, err := g.client(t, tr, "", g.clientTLS(g.site(t, "west"))).get("/v1/site/signals")
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusAccepted, status)
+			assert.Zero(t, g.closes(tr, "write_stalled"))
+		})
+	}
+}
