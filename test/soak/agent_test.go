@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
@@ -33,8 +34,9 @@ import (
 func (s *soak) agentPhase(ctx context.Context) {
 	s.cmMu.Lock()
 	defer s.cmMu.Unlock()
-	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
-		s.violate("harness: install CRDs: %v", err)
+	// The phase may begin while a fault has the API server down: each
+	// call below is idempotent and retried like the harness's others.
+	if !s.retry(ctx, "install CRDs", func() error { return cp.InstallCRDsFS(ctx, crds.Manifests) }) {
 		return
 	}
 	scheme, err := controller.Scheme()
@@ -60,9 +62,11 @@ func (s *soak) agentPhase(ctx context.Context) {
 		}
 	}
 	agentNS := s.ns + "-agent"
-	cfg, err := cp.AgentConfig(ctx, agentNS, []string{s.ns})
-	if err != nil {
-		s.violate("harness: agent RBAC: %v", err)
+	var cfg *rest.Config
+	if !s.retry(ctx, "agent RBAC", func() (err error) {
+		cfg, err = cp.AgentConfig(ctx, agentNS, []string{s.ns})
+		return err
+	}) {
 		return
 	}
 	kubeconfig := filepath.Join(s.t.TempDir(), "agent-kubeconfig")

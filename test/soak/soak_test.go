@@ -71,7 +71,7 @@ func TestSoak(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Logf("replay with: SOAK_SEED=%d SOAK_DURATION=%s make soak", seed, duration)
+			t.Logf("replay with: make soak SEED=%d DURATION=%s", seed, duration)
 			s := newSoak(t, seed, duration)
 			summary := s.run()
 			fmt.Println(summary.line())
