@@ -267,6 +267,11 @@ func Setup(mgr manager.Manager, opts Options) error {
 		lifetime: life,
 		events:   eventWriter{client: mgr.GetClient(), namespace: opts.EventNamespace, component: opts.Producer, logger: opts.Logger},
 		trust:    &trustCache{api: mgr.GetAPIReader()},
+		scrapeStatus: &scrapeStatus{changed: func(provider string) {
+			p := &v1alpha1.InferenceProvider{}
+			p.Name = provider
+			life.send(toProviders, event.GenericEvent{Object: p})
+		}},
 	}
 	nr := &networkReconciler{common: shared}
 	if opts.Directory != nil {
@@ -361,6 +366,9 @@ type common struct {
 	lifetime *lifetime
 	events   eventWriter
 	trust    *trustCache
+	// scrapeStatus is each provider's last metrics scrape, for its
+	// MetricsScraped condition.
+	scrapeStatus *scrapeStatus
 }
 
 // retryConflicts turns a write conflict (the cache had not yet seen the

@@ -66,6 +66,7 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		ready.Status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&next.Conditions, ready)
+	r.setScrapedCondition(&p, next)
 	if equality.Semantic.DeepEqual(&p.Status, next) {
 		return r.opts.resync(), nil
 	}
@@ -84,6 +85,22 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		r.events.record(ctx, &p, "InferenceProvider", eventType, v.Reason, v.Message)
 	}
 	return r.opts.resync(), nil
+}
+
+// setScrapedCondition says whether the provider's metrics are scraped
+// into the site's signals, for a provider with spec.metricsConfig once
+// the collector has tried; otherwise the condition is absent.
+func (r *providerReconciler) setScrapedCondition(p *v1alpha1.InferenceProvider, next *v1alpha1.InferenceProviderStatus) {
+	res, known := r.scrapeStatus.get(p.Name)
+	if p.Spec.MetricsConfig == nil || !known {
+		meta.RemoveStatusCondition(&next.Conditions, ConditionMetricsScraped)
+		return
+	}
+	c := metav1.Condition{Type: ConditionMetricsScraped, Status: metav1.ConditionFalse, Reason: res.reason, Message: res.message, ObservedGeneration: p.Generation}
+	if res.ok {
+		c.Status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&next.Conditions, c)
 }
 
 // ensureProbe starts, updates or stops the provider's health probe.

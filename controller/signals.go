@@ -35,7 +35,6 @@ const (
 // fails leaves the last rows to expire: stale is absent, never zero.
 type signalCollector struct {
 	c       *common
-	skips   reasonLog // by provider
 	scrapes *prometheus.CounterVec
 }
 
@@ -106,7 +105,7 @@ func (s *signalCollector) collect(ctx context.Context) {
 	}
 	now := s.c.opts.Now()
 	ttl := 3 * s.c.opts.SignalsInterval
-	present := map[string]bool{}
+	present, scraped := map[string]bool{}, map[string]bool{}
 	sem := make(chan struct{}, maxScrapesAtOnce)
 	var wg sync.WaitGroup
 	for i := range list.Items {
@@ -116,6 +115,7 @@ func (s *signalCollector) collect(ctx context.Context) {
 			store.Drop(site, p.Name, signals.PartLoad)
 			continue
 		}
+		scraped[p.Name] = true
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -132,6 +132,7 @@ func (s *signalCollector) collect(ctx context.Context) {
 	}
 	store.Retain(site, signals.PartHealth, present)
 	store.Retain(site, signals.PartLoad, present)
+	s.c.scrapeStatus.retain(scraped)
 	store.Expire()
 	s.gossip(ctx, list.Items, now)
 }
@@ -254,13 +255,16 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	store, site := s.c.opts.Signals, s.c.opts.SiteName
 	if mc.TLS != nil || mc.Auth != nil {
 		// Never in plaintext, never without the credential it asks for.
-		s.skip(p.Name, "metricsConfig.tls and metricsConfig.auth are not supported by this release: not scraped")
+		s.outcome(p.Name, scrapeResult{reason: ReasonMetricsTLSUnsupported,
+			message: "metricsConfig.tls and metricsConfig.auth are not supported by this release: the provider's metrics are not scraped"})
 		s.scrapes.WithLabelValues("skipped_tls").Inc()
 		store.Drop(site, p.Name, signals.PartLoad)
 		return
 	}
 	wanted := declaredSignals(mc.SignalNames)
 	if len(wanted) == 0 {
+		s.outcome(p.Name, scrapeResult{reason: ReasonNoSignalNames,
+			message: "metricsConfig.signalNames names no series: nothing is scraped"})
 		store.Drop(site, p.Name, signals.PartLoad)
 		return
 	}
@@ -272,17 +276,17 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	body, err := s.c.prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.opts.SignalsScrapeMaxBytes)
 	if err != nil {
 		s.scrapes.WithLabelValues(err.Error()).Inc()
-		s.skip(p.Name, "scrape failed: "+err.Error())
+		s.outcome(p.Name, scrapeResult{reason: ReasonScrapeFailed, message: "the last scrape failed: " + err.Error()})
 		return // the last rows expire on their own
 	}
 	parsed, err := signals.Parse(body, func(m string) bool { return wanted[m] })
 	if err != nil {
 		s.scrapes.WithLabelValues("not_exposition").Inc()
-		s.skip(p.Name, "scrape failed: the answer is not Prometheus text")
+		s.outcome(p.Name, scrapeResult{reason: ReasonScrapeFailed, message: "the last scrape failed: the answer is not Prometheus text"})
 		return
 	}
 	s.scrapes.WithLabelValues("ok").Inc()
-	s.skip(p.Name, "")
+	s.outcome(p.Name, scrapeResult{ok: true, reason: ReasonScraped, message: "the last scrape succeeded"})
 	now := s.c.opts.Now()
 	samples := make([]signals.Sample, 0, len(parsed))
 	for _, ps := range parsed {
@@ -300,9 +304,75 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 }
 
 // skip logs a provider's scrape problem once per change of it.
-func (s *signalCollector) skip(provider, why string) {
-	if prev := s.skips.set(provider, why); why != "" && why != prev {
-		s.c.opts.Logger.Warn("signals_scrape_skipped", "provider", provider, "reason", why)
+// outcome records a provider's scrape: a change is logged when it is a
+// problem and reaches the provider's MetricsScraped condition.
+func (s *signalCollector) outcome(provider string, r scrapeResult) {
+	if !s.c.scrapeStatus.set(provider, r) {
+		return
+	}
+	if !r.ok {
+		s.c.opts.Logger.Warn("signals_scrape_skipped", "provider", provider, "reason", r.reason, "message", r.message)
+	}
+}
+
+// The MetricsScraped condition of a provider with spec.metricsConfig:
+// whether the agent reads its load signals, and if not, why.
+const (
+	ConditionMetricsScraped     = "MetricsScraped"
+	ReasonScraped               = "Scraped"
+	ReasonScrapeFailed          = "ScrapeFailed"
+	ReasonMetricsTLSUnsupported = "MetricsTLSUnsupported"
+	ReasonNoSignalNames         = "NoSignalNames"
+)
+
+type scrapeResult struct {
+	ok              bool
+	reason, message string
+}
+
+// scrapeStatus is the last scrape outcome of each provider, set by the
+// signals collector and read by the provider reconciler, which a change
+// wakes so that the provider's status says what the log says.
+type scrapeStatus struct {
+	mu      sync.Mutex
+	last    map[string]scrapeResult
+	changed func(provider string)
+}
+
+// set records provider's outcome and says whether it changed.
+func (s *scrapeStatus) set(provider string, r scrapeResult) bool {
+	s.mu.Lock()
+	if s.last == nil {
+		s.last = map[string]scrapeResult{}
+	}
+	prev, seen := s.last[provider]
+	s.last[provider] = r
+	s.mu.Unlock()
+	if seen && prev == r {
+		return false
+	}
+	if s.changed != nil {
+		s.changed(provider)
+	}
+	return true
+}
+
+func (s *scrapeStatus) get(provider string) (scrapeResult, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.last[provider]
+	return r, ok
+}
+
+// retain forgets providers no longer scraped (gone, or without
+// metricsConfig).
+func (s *scrapeStatus) retain(keep map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.last {
+		if !keep[p] {
+			delete(s.last, p)
+		}
 	}
 }
 

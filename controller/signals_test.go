@@ -18,7 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/controller"
@@ -94,6 +97,26 @@ func (e *env) metricsProvider(name, network string, m *metricsServer, stale int3
 	return p
 }
 
+// scraped waits for the provider's MetricsScraped condition to have
+// status and reason, and returns its message.
+func (e *env) scraped(p *v1alpha1.InferenceProvider, status metav1.ConditionStatus, reason string) string {
+	e.t.Helper()
+	var msg string
+	e.eventually(p.Name+" MetricsScraped "+string(status)+"/"+reason, func() (bool, string) {
+		var got v1alpha1.InferenceProvider
+		if err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionMetricsScraped)
+		if c == nil {
+			return false, "no condition"
+		}
+		msg = c.Message
+		return c.Status == status && c.Reason == reason, string(c.Status) + "/" + c.Reason + ": " + c.Message
+	})
+	return msg
+}
+
 func rendered(store *signals.Store) string {
 	var b bytes.Buffer
 	_, _, _ = signals.Render(&b, store.Rows(nil), nil, time.Now())
@@ -122,6 +145,7 @@ func TestProviderMetricsAreScrapedIntoTheSiteSignals(t *testing.T) {
 	assert.NotContains(t, out, "pool-b", "another pool's samples are not this provider's")
 	assert.NotContains(t, out, "unrelated_series", "only the declared signals")
 	assert.NotContains(t, out, "request_success_total", "a counter is not a load signal")
+	e.scraped(p, metav1.ConditionTrue, controller.ReasonScraped)
 	e.eventually("health", func() (bool, string) {
 		out := rendered(store)
 		return strings.Contains(out, `grid_provider_phase{grid_provider="`+p.Name+`",grid_site="east",phase="Available"} 1 `) &&
@@ -134,6 +158,52 @@ func TestProviderMetricsAreScrapedIntoTheSiteSignals(t *testing.T) {
 		return !strings.Contains(out, "vllm:"), out
 	})
 	assert.Contains(t, rendered(store), "grid_provider_phase", "the health stays")
+	assert.Contains(t, e.scraped(p, metav1.ConditionFalse, controller.ReasonScrapeFailed), probe.OutcomeUnexpectedStatus)
+	e.providerPhase(p, v1alpha1.ProviderAvailable, "Ready") // a failing scrape is not ill health
+
+	// Without metricsConfig the condition goes.
+	var got v1alpha1.InferenceProvider
+	require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(p), &got))
+	orig := got.DeepCopy()
+	got.Spec.MetricsConfig = nil
+	require.NoError(t, e.admin.Patch(e.ctx, &got, client.MergeFrom(orig)))
+	e.eventually("no MetricsScraped condition", func() (bool, string) {
+		require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(p), &got))
+		c := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionMetricsScraped)
+		return c == nil, fmt.Sprint(c)
+	})
+}
+
+// A provider asking for metrics TLS or a credential is never scraped (no
+// plaintext fallback, no request at all), and its status says why.
+func TestMetricsWithTLSOrAuthAreNotScrapedAndSaySo(t *testing.T) {
+	e := newEnv(t)
+	store := signals.NewStore(nil)
+	var requests atomic.Int64
+	m := &metricsServer{Server: httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		_, _ = w.Write([]byte(providerMetrics))
+	}))}
+	t.Cleanup(m.Close)
+	network := e.network(e.gateway("edge", "east"))
+	e.create(network)
+	withTLS := e.metricsProvider("tls", network.Name, m, 30)
+	withTLS.Spec.MetricsConfig.TLS = &apiextensionsv1.JSON{Raw: []byte(`{"caSecretRef":{"name":"metrics-ca"}}`)}
+	withAuth := e.metricsProvider("auth", network.Name, m, 30)
+	withAuth.Spec.MetricsConfig.Auth = &apiextensionsv1.JSON{Raw: []byte(`{"secretRef":{"name":"metrics-token"}}`)}
+	unnamed := e.metricsProvider("unnamed", network.Name, m, 30)
+	unnamed.Spec.MetricsConfig.SignalNames = v1alpha1.MetricSignalNames{}
+	for _, p := range []*v1alpha1.InferenceProvider{withTLS, withAuth, unnamed} {
+		e.create(p)
+	}
+	e.startAgent(withSignals(store), withLoopbackScrapes(64<<10))
+
+	assert.Contains(t, e.scraped(withTLS, metav1.ConditionFalse, controller.ReasonMetricsTLSUnsupported), "not scraped")
+	e.scraped(withAuth, metav1.ConditionFalse, controller.ReasonMetricsTLSUnsupported)
+	e.scraped(unnamed, metav1.ConditionFalse, controller.ReasonNoSignalNames)
+	time.Sleep(600 * time.Millisecond) // three more rounds
+	assert.Zero(t, requests.Load(), "nothing is fetched for any of them")
+	assert.NotContains(t, rendered(store), "vllm:")
 }
 
 // A slow, huge or forbidden scrape yields nothing: bounded in time, in
@@ -142,7 +212,8 @@ func TestScrapesAreBounded(t *testing.T) {
 	for _, c := range []struct {
 		mode     string
 		loopback bool
-	}{{"slow", true}, {"huge", true}, {"ok", false}} {
+		outcome  string
+	}{{"slow", true, probe.OutcomeTimeout}, {"huge", true, probe.OutcomeTooLarge}, {"ok", false, probe.OutcomeDestinationDenied}} {
 		t.Run(fmt.Sprintf("%s-loopback=%v", c.mode, c.loopback), func(t *testing.T) {
 			e := newEnv(t)
 			store := signals.NewStore(nil)
@@ -150,7 +221,8 @@ func TestScrapesAreBounded(t *testing.T) {
 			m.mode.Store(c.mode)
 			network := e.network(e.gateway("edge", "east"))
 			e.create(network)
-			e.create(e.metricsProvider("llm", network.Name, m, 30))
+			p := e.metricsProvider("llm", network.Name, m, 30)
+			e.create(p)
 			opts := []agentOption{withSignals(store)}
 			if c.loopback {
 				opts = append(opts, withLoopbackScrapes(64<<10))
@@ -162,6 +234,7 @@ func TestScrapesAreBounded(t *testing.T) {
 			})
 			time.Sleep(2500 * time.Millisecond) // several scrape rounds, and longer than the slow answer takes
 			assert.NotContains(t, rendered(store), "vllm:")
+			assert.Contains(t, e.scraped(p, metav1.ConditionFalse, controller.ReasonScrapeFailed), c.outcome)
 		})
 	}
 }

@@ -147,7 +147,8 @@ type MetricsConfig struct {
 	StaleMetricsSeconds *int32 `json:"staleMetricsSeconds,omitempty"`
 	// TLS and Auth are upstream's metrics TLS and credential; this
 	// release does not scrape with them, so a provider setting either is
-	// not scraped (never in plaintext instead) and says so.
+	// not scraped (never in plaintext instead), and its MetricsScraped
+	// condition says so (MetricsTLSUnsupported).
 	//
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
