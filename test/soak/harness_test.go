@@ -70,9 +70,9 @@ const staleBound = 20 * time.Second
 type soak struct {
 	t        *testing.T
 	seed     uint64
-	rng      *rand.Rand
-	rngMu    sync.Mutex
 	duration time.Duration
+	// Each user of randomness draws from a stream of its own (see dice).
+	schedule, producer, supervisor *dice
 
 	ns, configMap string
 	scope         envelope.Scope
@@ -143,7 +143,8 @@ func newSoak(t *testing.T, seed uint64, duration time.Duration) *soak {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s := &soak{
-		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), duration: duration,
+		t: t, seed: seed, duration: duration,
+		schedule: newDice(seed, streamSchedule), producer: newDice(seed, streamProducer), supervisor: newDice(seed, streamSupervisor),
 		ns:        fmt.Sprintf("soak-%d-%d", seed%100000, time.Now().UnixNano()%100000),
 		published: map[string]int{}, acceptedAt: map[int]time.Time{}, unknown: map[string]time.Time{}, usage: map[int]*lifetime{}, events: &eventLog{}, stats: map[string]*faultStats{},
 		admin: cp.AdminClient(),
@@ -176,15 +177,40 @@ func newSoak(t *testing.T, seed uint64, duration time.Duration) *soak {
 	return s
 }
 
-func (s *soak) intn(n int) int {
-	s.rngMu.Lock()
-	defer s.rngMu.Unlock()
-	return s.rng.IntN(n)
+// dice is one stream of a run's randomness. The fault schedule, the
+// producer, the sidecar's supervisor and every fault as it starts each
+// draw from a stream of their own, seeded from the run's seed and the
+// stream's number, so that a replay of a seed repeats the schedule
+// exactly (which faults start at which offsets, for how long, with what
+// data) however the goroutines interleave: one shared source would hand
+// out its numbers in whatever order the goroutines happened to ask.
+type dice struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+// The streams: the fixed ones, then a stream per fault picked, in the
+// schedule's order, from streamFaults on.
+const (
+	streamSchedule = iota + 1
+	streamProducer
+	streamSupervisor
+	streamFaults = 1000
+)
+
+func newDice(seed, stream uint64) *dice {
+	return &dice{rng: rand.New(rand.NewPCG(seed, stream^0x9e3779b97f4a7c15))}
+}
+
+func (d *dice) intn(n int) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rng.IntN(n)
 }
 
 // between returns a random duration in [lo, hi).
-func (s *soak) between(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(s.intn(int(hi-lo)))
+func (d *dice) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(d.intn(int(hi-lo)))
 }
 
 func (s *soak) violate(format string, args ...any) {
@@ -311,7 +337,7 @@ func (s *soak) supervise(stop <-chan struct{}, done chan<- struct{}) {
 		select {
 		case <-stop:
 			return
-		case <-time.After(s.between(100*time.Millisecond, 2*time.Second)):
+		case <-time.After(s.supervisor.between(100*time.Millisecond, 2*time.Second)):
 		}
 	}
 }
@@ -579,68 +605,68 @@ func (s *soak) checkGrowth() {
 // fault is one kind of trouble: start it, and return its heal.
 type fault struct {
 	name string
-	run  func(ctx context.Context) bool // injects, waits, heals; false when it does not apply now
+	run  func(ctx context.Context, d *dice) bool // injects, waits, heals; false when it does not apply now
 }
 
 func (s *soak) faults() []fault {
 	return []fault{
-		{"api_restart", func(ctx context.Context) bool {
+		{"api_restart", func(ctx context.Context, d *dice) bool {
 			if err := cp.StopAPIServer(); err != nil {
 				s.violate("stop kube-apiserver: %v", err)
 			}
-			time.Sleep(s.between(500*time.Millisecond, 3*time.Second))
+			time.Sleep(d.between(500*time.Millisecond, 3*time.Second))
 			if err := cp.StartAPIServer(ctx); err != nil {
 				s.violate("start kube-apiserver: %v", err)
 			}
 			return true
 		}},
-		{"etcd_compaction", func(ctx context.Context) bool {
+		{"etcd_compaction", func(ctx context.Context, d *dice) bool {
 			if _, err := cp.CompactEtcd(ctx); err != nil {
 				s.events.add(fmt.Sprintf("compaction: %v", err))
 			}
 			return true
 		}},
-		{"proxy_reset", func(context.Context) bool {
+		{"proxy_reset", func(_ context.Context, d *dice) bool {
 			s.proxy.Cut()
-			time.Sleep(s.between(200*time.Millisecond, 5*time.Second))
+			time.Sleep(d.between(200*time.Millisecond, 5*time.Second))
 			s.proxy.Restore()
 			return true
 		}},
-		{"proxy_freeze", func(context.Context) bool {
+		{"proxy_freeze", func(_ context.Context, d *dice) bool {
 			s.proxy.Freeze()
-			time.Sleep(s.between(500*time.Millisecond, 15*time.Second))
+			time.Sleep(d.between(500*time.Millisecond, 15*time.Second))
 			s.proxy.Thaw()
 			return true
 		}},
-		{"proxy_hold", func(context.Context) bool {
+		{"proxy_hold", func(_ context.Context, d *dice) bool {
 			s.holding.HoldWatches()
-			time.Sleep(s.between(500*time.Millisecond, 15*time.Second))
+			time.Sleep(d.between(500*time.Millisecond, 15*time.Second))
 			s.holding.Release()
 			return true
 		}},
-		{"proxy_delay", func(context.Context) bool {
-			s.holding.DelayAll(s.between(200*time.Millisecond, 5*time.Second))
-			time.Sleep(s.between(time.Second, 10*time.Second))
+		{"proxy_delay", func(_ context.Context, d *dice) bool {
+			s.holding.DelayAll(d.between(200*time.Millisecond, 5*time.Second))
+			time.Sleep(d.between(time.Second, 10*time.Second))
 			s.holding.DelayAll(0)
 			return true
 		}},
-		{"sidecar_kill", func(context.Context) bool {
+		{"sidecar_kill", func(_ context.Context, d *dice) bool {
 			s.killSidecar() // the supervisor starts it again within 2 s
 			time.Sleep(2 * time.Second)
 			return true
 		}},
-		{"identity_rotation", func(context.Context) bool {
+		{"identity_rotation", func(_ context.Context, d *dice) bool {
 			// Invalid generations, then a valid one: the reader must only
 			// ever see matching pairs of published valid generations.
-			for range 1 + s.intn(3) {
-				s.projection.Publish(s.invalidIdentity())
+			for range 1 + d.intn(3) {
+				s.projection.Publish(s.invalidIdentity(d))
 				s.events.add("invalid identity generation projected")
-				time.Sleep(s.between(100*time.Millisecond, time.Second))
+				time.Sleep(d.between(100*time.Millisecond, time.Second))
 			}
 			s.rotateIdentity()
 			return true
 		}},
-		{"configmap_gone", func(ctx context.Context) bool {
+		{"configmap_gone", func(ctx context.Context, d *dice) bool {
 			s.cmMu.Lock()
 			defer s.cmMu.Unlock()
 			if s.viaAgent.Load() {
@@ -648,30 +674,30 @@ func (s *soak) faults() []fault {
 			}
 			err := s.admin.CoreV1().ConfigMaps(s.ns).Delete(ctx, s.configMap, metav1.DeleteOptions{})
 			s.events.add(fmt.Sprintf("ConfigMap deleted: %v", err))
-			time.Sleep(s.between(200*time.Millisecond, 3*time.Second))
+			time.Sleep(d.between(200*time.Millisecond, 3*time.Second))
 			s.publishLocked(ctx)
 			return true
 		}},
-		{"burst", func(ctx context.Context) bool {
-			for range 10 + s.intn(40) {
+		{"burst", func(ctx context.Context, d *dice) bool {
+			for range 10 + d.intn(40) {
 				s.publish(ctx)
 			}
 			return true
 		}},
-		{"invalid", func(ctx context.Context) bool {
+		{"invalid", func(ctx context.Context, d *dice) bool {
 			s.cmMu.Lock()
 			defer s.cmMu.Unlock()
 			if s.viaAgent.Load() {
 				return false
 			}
-			data := s.invalidData()
+			data := s.invalidData(d)
 			err := s.put(ctx, data)
 			s.events.add(fmt.Sprintf("invalid update written: %v", err))
-			time.Sleep(s.between(200*time.Millisecond, 2*time.Second))
+			time.Sleep(d.between(200*time.Millisecond, 2*time.Second))
 			s.publishLocked(ctx)
 			return true
 		}},
-		{"volume_full", func(context.Context) bool {
+		{"volume_full", func(_ context.Context, d *dice) bool {
 			filler := filepath.Join(s.dir, "filler")
 			f, err := os.Create(filler)
 			if err != nil {
@@ -680,13 +706,13 @@ func (s *soak) faults() []fault {
 			}
 			_, _ = io.Copy(f, io.LimitReader(zeroReader{}, 4<<20)) // until the volume is full
 			_ = f.Close()
-			time.Sleep(s.between(500*time.Millisecond, 4*time.Second))
+			time.Sleep(d.between(500*time.Millisecond, 4*time.Second))
 			if err := os.Remove(filler); err != nil {
 				s.violate("remove filler: %v", err)
 			}
 			return true
 		}},
-		{"rbac_revoked", func(ctx context.Context) bool {
+		{"rbac_revoked", func(ctx context.Context, d *dice) bool {
 			// Retried: the API server may be restarting meanwhile.
 			name := "gateway-overlay-reader"
 			rbs := s.admin.RbacV1().RoleBindings(s.ns)
@@ -700,7 +726,7 @@ func (s *soak) faults() []fault {
 				return true
 			}
 			s.events.add("RoleBinding deleted")
-			time.Sleep(s.between(500*time.Millisecond, 5*time.Second))
+			time.Sleep(d.between(500*time.Millisecond, 5*time.Second))
 			s.retry(ctx, "restore the RoleBinding", func() error {
 				_, err := rbs.Create(ctx, &rbacv1.RoleBinding{
 					ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -740,7 +766,7 @@ func (s *soak) retry(ctx context.Context, what string, do func() error) bool {
 }
 
 // invalidData is an update of one rejection reason, at random.
-func (s *soak) invalidData() map[string]string {
+func (s *soak) invalidData(d *dice) map[string]string {
 	doc, _, _ := s.envelopeOf()
 	other := s.scope
 	other.Gateway = "another-gateway"
@@ -748,7 +774,7 @@ func (s *soak) invalidData() map[string]string {
 		Producer: "soak", SourceName: other.Network, SourceGeneration: 1, RenderedAt: time.Now(),
 	})
 	require.NoError(s.t, err)
-	switch s.intn(6) {
+	switch d.intn(6) {
 	case 0:
 		return map[string]string{envelope.DataKeyEnvelope: "{\"schema_version\": "}
 	case 1:
@@ -777,10 +803,10 @@ func (s *soak) rotateIdentity() {
 
 // invalidIdentity is a generation the sidecar must refuse: a key of
 // another certificate, an expired certificate, or no certificate at all.
-func (s *soak) invalidIdentity() map[string][]byte {
+func (s *soak) invalidIdentity(d *dice) map[string][]byte {
 	cert, _ := s.ca.Leaf(s.t, "edge.soak.internal", testpki.Opts{})
 	_, otherKey := s.ca.Leaf(s.t, "edge.soak.internal", testpki.Opts{})
-	switch s.intn(3) {
+	switch d.intn(3) {
 	case 0:
 		return map[string][]byte{"tls.crt": cert, "tls.key": otherKey, "ca.crt": s.ca.PEM}
 	case 1:
@@ -880,7 +906,7 @@ func (s *soak) run() summary {
 	}
 	loop(func() time.Duration { return 2 * time.Millisecond }, s.read)
 	loop(func() time.Duration { return 5 * time.Millisecond }, s.readIdentity)
-	loop(func() time.Duration { return s.between(100*time.Millisecond, 800*time.Millisecond) }, func() { s.publish(ctx) })
+	loop(func() time.Duration { return s.producer.between(100*time.Millisecond, 800*time.Millisecond) }, func() { s.publish(ctx) })
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -910,18 +936,18 @@ func (s *soak) run() summary {
 	kinds := s.faults()
 	running := make([]atomic.Bool, len(kinds))
 	var faulting sync.WaitGroup
-	for time.Since(began) < s.duration {
-		time.Sleep(s.between(500*time.Millisecond, 4*time.Second))
-		i := s.intn(len(kinds))
+	for pick := uint64(0); time.Since(began) < s.duration; pick++ {
+		time.Sleep(s.schedule.between(500*time.Millisecond, 4*time.Second))
+		i := s.schedule.intn(len(kinds))
 		if !running[i].CompareAndSwap(false, true) {
 			continue
 		}
-		f := kinds[i]
+		f, d := kinds[i], newDice(s.seed, streamFaults+pick)
 		faulting.Add(1)
 		go func() {
 			defer faulting.Done()
 			defer running[i].Store(false)
-			s.inject(ctx, f)
+			s.inject(ctx, f, d)
 		}()
 	}
 	faulting.Wait()
@@ -954,11 +980,11 @@ func (s *soak) run() summary {
 
 // inject runs one fault and, when no other fault started meanwhile,
 // judges the catch-up after its heal against its bound.
-func (s *soak) inject(ctx context.Context, f fault) {
+func (s *soak) inject(ctx context.Context, f fault, d *dice) {
 	s.epoch.Add(1)
 	s.active.Add(1)
 	s.events.add("fault " + f.name + " begins")
-	if !f.run(ctx) {
+	if !f.run(ctx, d) {
 		s.active.Add(-1)
 		s.events.add("fault " + f.name + " does not apply now")
 		return
