@@ -24,10 +24,12 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
@@ -36,6 +38,9 @@ import (
 func main() {
 	binDir := flag.String("bin", "bin", "folder holding gridsync-init, gridsync-sidecar and gridsync-agent")
 	flag.Parse()
+	// The demo's own Grid clients have nothing to log; without a logger
+	// controller-runtime prints a warning with a stack trace.
+	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	err := run(ctx, *binDir)
 	stop()

@@ -15,9 +15,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/controller/sitetrust"
@@ -42,6 +45,9 @@ func newSignalsListener(work string) (*signalsListener, []string, error) {
 	return l, []string{
 		"--signals-addr", addr, "--signals-cert", filepath.Join(l.identity, "tls.crt"), "--signals-key", filepath.Join(l.identity, "tls.key"),
 		"--signals-ca", filepath.Join(l.identity, "ca.crt"), "--signals-interval", "1s", "--report-silent-after", "3s",
+		// The demo's provider metrics endpoint is on loopback, which
+		// probes and scrapes may reach only when a CIDR lists it.
+		"--probe-allow-destinations", "127.0.0.0/8",
 	}, nil
 }
 
@@ -131,19 +137,15 @@ func rolloutEvidence(ctx context.Context, cp *controlplane.ControlPlane, c clien
 	roots.AppendCertsFromPEM(site.Data["ca.crt"])
 	gw := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: roots, ServerName: sitetrust.DNSName(scope.LocalSite), Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+l.addr+"/v1/site/signals?collect[]=grid_provider_ready", http.NoBody)
+	signalsURL := "https://" + l.addr + "/v1/site/signals?collect[]=grid_provider_ready&collect[]=" + demoQueueMetric + "&collect[]=" + demoKVMetric
+	body, err := getText(ctx, gw, signalsURL)
 	if err != nil {
 		return err
 	}
-	resp, err := gw.Do(req)
-	if err != nil {
-		return err
-	}
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
 	fmt.Println("    GET /v1/site/signals as the co-located gateway (Prometheus text, stamped):")
-	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
-		fmt.Println("      " + line)
+	printIndented(body)
+	if err := loadSignals(ctx, c, gw, signalsURL); err != nil {
+		return err
 	}
 
 	step("the pod goes away: it lags as Silent once it has not reported for 3 s")
@@ -158,4 +160,106 @@ func rolloutEvidence(ctx context.Context, cp *controlplane.ControlPlane, c clien
 		}
 	}
 	return nil
+}
+
+// The load series the demo's provider exposes, as vLLM names them.
+const (
+	demoQueueMetric = "vllm:num_requests_waiting"
+	demoKVMetric    = "vllm:gpu_cache_usage_perc"
+)
+
+// loadSignals shows a provider's metrics scraped into the site's signals:
+// west-provider gets a metricsConfig pointing at a metrics endpoint on
+// loopback; its MetricsScraped condition says how the last scrape went;
+// when the endpoint goes away the samples are absent once stale, never 0.
+func loadSignals(ctx context.Context, c client.Client, gw *http.Client, signalsURL string) error {
+	step("load signals: west-provider's Prometheus metrics are scraped into the site's signals")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	metrics := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprintf(w, "# TYPE %s gauge\n%s 3\n# TYPE %s gauge\n%s 0.42\n", demoQueueMetric, demoQueueMetric, demoKVMetric, demoKVMetric)
+	})}
+	go func() { _ = metrics.Serve(ln) }()
+	defer func() { _ = metrics.Close() }()
+
+	var p v1alpha1.InferenceProvider
+	if err := c.Get(ctx, types.NamespacedName{Name: "west-provider"}, &p); err != nil {
+		return err
+	}
+	orig := p.DeepCopy()
+	p.Spec.MetricsConfig = &v1alpha1.MetricsConfig{MetricsEndpoint: "http://" + ln.Addr().String(),
+		SignalNames: v1alpha1.MetricSignalNames{QueueDepth: demoQueueMetric, KVCacheUtilization: demoKVMetric}}
+	if err := c.Patch(ctx, &p, client.MergeFrom(orig)); err != nil {
+		return err
+	}
+	fmt.Printf("    west-provider: metricsConfig {metricsEndpoint: http://%s, signalNames: {queueDepth, kvCacheUtilization}}\n", ln.Addr())
+	if err := showScraped(ctx, c, &p, metav1.ConditionTrue); err != nil {
+		return err
+	}
+	var body string
+	if err := waitFor(ctx, func() bool {
+		body, err = getText(ctx, gw, signalsURL)
+		return err == nil && strings.Contains(body, demoQueueMetric+"{")
+	}); err != nil {
+		return fmt.Errorf("the load signals never appeared: %w", err)
+	}
+	printIndented(body)
+
+	step("the metrics endpoint goes away: the scrape fails, the condition says why, and the stale samples are absent (never 0)")
+	_ = metrics.Close()
+	if err := showScraped(ctx, c, &p, metav1.ConditionFalse); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, func() bool {
+		body, err = getText(ctx, gw, signalsURL)
+		return err == nil && !strings.Contains(body, demoQueueMetric)
+	}); err != nil {
+		return fmt.Errorf("the stale load signals stayed: %w", err)
+	}
+	printIndented(body)
+	fmt.Printf("    west-provider is still %s: load signals are not health\n", p.Status.Phase)
+	return nil
+}
+
+// showScraped waits for the provider's MetricsScraped condition to have
+// status, and prints it.
+func showScraped(ctx context.Context, c client.Client, p *v1alpha1.InferenceProvider, status metav1.ConditionStatus) error {
+	var cond *metav1.Condition
+	if err := waitFor(ctx, func() bool {
+		if c.Get(ctx, client.ObjectKeyFromObject(p), p) != nil {
+			return false
+		}
+		cond = meta.FindStatusCondition(p.Status.Conditions, controller.ConditionMetricsScraped)
+		return cond != nil && cond.Status == status
+	}); err != nil {
+		return fmt.Errorf("MetricsScraped never became %s: %w", status, err)
+	}
+	fmt.Printf("    kubectl get inferenceprovider west-provider: MetricsScraped=%s (%s: %s)\n", cond.Status, cond.Reason, cond.Message)
+	return nil
+}
+
+// getText GETs url with the client and returns the answer's body.
+func getText(ctx context.Context, c *http.Client, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return string(body), err
+}
+
+func printIndented(text string) {
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		fmt.Println("      " + line)
+	}
 }
