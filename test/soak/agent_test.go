@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -74,16 +75,54 @@ func (s *soak) agentPhase(ctx context.Context) {
 		s.violate("harness: %v", err)
 		return
 	}
-	s.agent = exec.Command(agent, //nolint:noctx // stopped with SIGTERM when the phase ends
-		"--kubeconfig", kubeconfig, "--namespaces", s.ns, "--leader-election-namespace", agentNS,
-		"--health-addr", testproc.FreeAddr(s.t), "--resync-period", "10s")
-	s.agent.Stderr = &lineWriter{log: s.events, prefix: "agent "}
-	if err := s.agent.Start(); err != nil {
-		s.violate("harness: start the agent: %v", err)
-		return
-	}
+	args := []string{"--kubeconfig", kubeconfig, "--namespaces", s.ns, "--leader-election-namespace", agentNS,
+		"--health-addr", testproc.FreeAddr(s.t), "--resync-period", "10s"}
+	s.agent = &agentRun{stop: make(chan struct{}), done: make(chan struct{})}
+	go s.superviseAgent(s.agent, args)
 	s.viaAgent.Store(true)
 	s.events.add("agent phase begins")
+}
+
+// agentRun is the agent process of a phase and its supervisor's state.
+type agentRun struct {
+	stop, done chan struct{}
+	mu         sync.Mutex
+	cmd        *exec.Cmd
+}
+
+// superviseAgent keeps the agent running through its phase as the
+// kubelet keeps its container: an agent that exits is started again a
+// second later. An agent exits when it cannot renew its lease
+// within the renew deadline (10 s), as in an API outage that long; it
+// publishes again once it leads again.
+func (s *soak) superviseAgent(run *agentRun, args []string) {
+	defer close(run.done)
+	for {
+		cmd := exec.Command(agent, args...) //nolint:noctx // stopped with SIGTERM when the phase ends
+		cmd.Stderr = &lineWriter{log: s.events, prefix: "agent "}
+		if err := cmd.Start(); err != nil {
+			s.violate("harness: start the agent: %v", err)
+			return
+		}
+		run.mu.Lock()
+		run.cmd = cmd
+		run.mu.Unlock()
+		err := cmd.Wait()
+		select {
+		case <-run.stop:
+			return
+		default:
+		}
+		s.events.add(fmt.Sprintf("agent exited: %v", err))
+		s.mu.Lock()
+		s.agentRestarts++
+		s.mu.Unlock()
+		select {
+		case <-run.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // endAgentPhase stops the agent; the harness publishes again.
@@ -93,8 +132,13 @@ func (s *soak) endAgentPhase() {
 	if s.agent == nil {
 		return
 	}
-	_ = s.agent.Process.Signal(syscall.SIGTERM)
-	_ = s.agent.Wait()
+	close(s.agent.stop)
+	s.agent.mu.Lock()
+	if cmd := s.agent.cmd; cmd != nil {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+	}
+	s.agent.mu.Unlock()
+	<-s.agent.done
 	s.agent = nil
 	s.viaAgent.Store(false)
 	s.events.add("agent phase ends")

@@ -115,13 +115,14 @@ type soak struct {
 
 	// The agent phase.
 	viaAgent atomic.Bool
-	agent    *exec.Cmd
+	agent    *agentRun
 	grid     client.Client
 	provider *v1alpha1.InferenceProvider
 	modelSeq int
-	// agentUpdates counts the agent's revisions.
-	agentUpdates int
-	unknown      map[string]time.Time // revisions read before they were learnt
+	// agentUpdates counts the agent's revisions, agentRestarts its
+	// exits in its phase.
+	agentUpdates, agentRestarts int
+	unknown                     map[string]time.Time // revisions read before they were learnt
 
 	reads        atomic.Int64
 	invalidReads atomic.Int64
@@ -1045,21 +1046,21 @@ func (s *soak) inject(ctx context.Context, f fault, d *dice) {
 }
 
 type summary struct {
-	seed                                  uint64
-	duration                              time.Duration
-	faults, updates, restarts, violations int
-	reads, invalidReads                   int64
-	maxCatchUpMS                          int64
-	stats                                 map[string]faultStats
-	peak                                  usage
-	longLived, agentUpdates               int
+	seed                                   uint64
+	duration                               time.Duration
+	faults, updates, restarts, violations  int
+	reads, invalidReads                    int64
+	maxCatchUpMS                           int64
+	stats                                  map[string]faultStats
+	peak                                   usage
+	longLived, agentUpdates, agentRestarts int
 }
 
 func (s *soak) summarise(d time.Duration) summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := summary{seed: s.seed, duration: d, updates: s.updates, restarts: s.restarts, violations: len(s.violations),
-		reads: s.reads.Load(), invalidReads: s.invalidReads.Load(), stats: map[string]faultStats{}, peak: s.peak, longLived: s.longLived, agentUpdates: s.agentUpdates}
+		reads: s.reads.Load(), invalidReads: s.invalidReads.Load(), stats: map[string]faultStats{}, peak: s.peak, longLived: s.longLived, agentUpdates: s.agentUpdates, agentRestarts: s.agentRestarts}
 	for name, st := range s.stats {
 		sum.faults += st.count
 		sum.maxCatchUpMS = max(sum.maxCatchUpMS, st.worstMS)
@@ -1069,8 +1070,8 @@ func (s *soak) summarise(d time.Duration) summary {
 }
 
 func (m summary) line() string {
-	return fmt.Sprintf("soak seed=%d duration_s=%.0f faults=%d updates=%d reader_reads=%d invalid_reads=%d max_catch_up_ms=%d restarts=%d violations=%d agent_updates=%d",
-		m.seed, m.duration.Seconds(), m.faults, m.updates, m.reads, m.invalidReads, m.maxCatchUpMS, m.restarts, m.violations, m.agentUpdates)
+	return fmt.Sprintf("soak seed=%d duration_s=%.0f faults=%d updates=%d reader_reads=%d invalid_reads=%d max_catch_up_ms=%d restarts=%d violations=%d agent_updates=%d agent_restarts=%d",
+		m.seed, m.duration.Seconds(), m.faults, m.updates, m.reads, m.invalidReads, m.maxCatchUpMS, m.restarts, m.violations, m.agentUpdates, m.agentRestarts)
 }
 
 func (m summary) table() string {
