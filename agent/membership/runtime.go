@@ -1031,6 +1031,12 @@ func (r *Runtime) applyNotice(n noticeBody) {
 	case n.Leaving:
 		fresh = !m.leaving
 		m.leaving = true
+		// The leave itself may have come first (memberlist puts its own
+		// messages before ours in a packet), and was taken for a death:
+		// a site that is gone and said it was leaving has left.
+		if m.state == SiteDead {
+			m.state, m.since, changed = SiteLeft, now, true
+		}
 	case n.Suspect && n.At > m.suspectAt:
 		m.suspectAt, fresh = n.At, true
 		if m.state == SiteAlive {

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -488,6 +490,37 @@ func TestLeaveIsSeenAtOnce(t *testing.T) {
 	res = a.RejoinSeeds("prod")
 	require.Len(t, res.Failed, 1, "the remembered seed is dialled again")
 	require.Equal(t, b.AdvertiseAddr(), res.Failed[0].Entry)
+}
+
+// A peer that learns of the leave before the leaving notice (both ride
+// gossip, memberlist's own messages first) still sees the site Left.
+func TestALeaveBeforeItsNoticeIsStillALeave(t *testing.T) {
+	a := startSite(t, "site-a")
+	a.SetNetworkKeys("prod", nil, false)
+	a.waitRunning(t)
+	b := startSite(t, "site-b")
+	b.SetNetworkKeys("prod", nil, false)
+	b.waitRunning(t)
+	require.NoError(t, b.Publish("prod", "", providers("pb")))
+	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	require.Eventually(t, func() bool { return a.View("prod").Connected() == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	a.mu.Lock()
+	name := a.members["site-b"].name
+	ml := a.ml
+	a.mu.Unlock()
+	var node *memberlist.Node
+	for _, n := range ml.Members() {
+		if n.Name == name {
+			node = n
+		}
+	}
+	require.NotNil(t, node)
+	d := &delegate{r: a.Runtime}
+	d.NotifyLeave(node) // the leave first: taken for a death
+	require.Equal(t, SiteDead, a.View("prod").Sites[0].State)
+	a.applyNotice(noticeBody{Member: name, Leaving: true, At: 1})
+	assert.Equal(t, SiteLeft, a.View("prod").Sites[0].State, "gone and leaving is Left")
 }
 
 // twoGrids forms two grids apart: site-b joins site-a, site-y joins
