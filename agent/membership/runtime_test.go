@@ -469,16 +469,24 @@ func TestDepartureAndSupersede(t *testing.T) {
 
 // A graceful stop is a departure peers see at once. The seeds a network
 // announced are remembered: rejoining them dials a departed seed again.
-func TestLeaveIsSeenAtOnce(t *testing.T) {
-	a := startSite(t, "site-a")
+// unencryptedPair starts site-a and site-b on network "prod" without a key,
+// b publishing a provider and joined to a, which sees it connected.
+func unencryptedPair(t *testing.T) (a, b *testSite) {
+	t.Helper()
+	a = startSite(t, "site-a")
 	a.SetNetworkKeys("prod", nil, false)
 	a.waitRunning(t)
-	b := startSite(t, "site-b")
+	b = startSite(t, "site-b")
 	b.SetNetworkKeys("prod", nil, false)
 	b.waitRunning(t)
 	require.NoError(t, b.Publish("prod", "", providers("pb")))
 	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
 	require.Eventually(t, func() bool { return a.View("prod").Connected() == 1 }, 5*time.Second, 10*time.Millisecond)
+	return a, b
+}
+
+func TestLeaveIsSeenAtOnce(t *testing.T) {
+	a, b := unencryptedPair(t)
 	res := a.AnnounceSeeds("prod", []string{b.AdvertiseAddr()})
 	require.Empty(t, res.Joined, "an alive site is not joined again")
 	require.Empty(t, res.Failed)
@@ -495,15 +503,7 @@ func TestLeaveIsSeenAtOnce(t *testing.T) {
 // A peer that learns of the leave before the leaving notice (both ride
 // gossip, memberlist's own messages first) still sees the site Left.
 func TestALeaveBeforeItsNoticeIsStillALeave(t *testing.T) {
-	a := startSite(t, "site-a")
-	a.SetNetworkKeys("prod", nil, false)
-	a.waitRunning(t)
-	b := startSite(t, "site-b")
-	b.SetNetworkKeys("prod", nil, false)
-	b.waitRunning(t)
-	require.NoError(t, b.Publish("prod", "", providers("pb")))
-	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
-	require.Eventually(t, func() bool { return a.View("prod").Connected() == 1 }, 5*time.Second, 10*time.Millisecond)
+	a, _ := unencryptedPair(t)
 
 	a.mu.Lock()
 	name := a.members["site-b"].name
