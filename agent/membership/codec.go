@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -31,8 +32,8 @@ const (
 	maxSignalLabels   = 16
 	maxNameBytes      = 253
 	maxSelectorBytes  = 4096
-	maxRecordsPerMsg  = 100000
-	maxDigestsPerMsg  = 100000
+	maxRecordsPerMsg  = maxRecords // a join's full state is what a store holds
+	maxDigestsPerMsg  = maxRecords
 	maxPhaseBytes     = 32
 	maxKindFieldBytes = 64
 )
@@ -47,7 +48,7 @@ const (
 	dropPrivateKey  = "private_key"
 )
 
-var dropReasons = []string{dropOversized, dropMalformed, dropInvalid, dropUnknownType, dropPrivateKey}
+var dropReasons = append([]string{dropOversized, dropMalformed, dropInvalid, dropUnknownType, dropPrivateKey}, capReasons...)
 
 // decodeError carries the reason a message was dropped.
 type decodeError struct {
@@ -72,6 +73,10 @@ func dropReason(err error) string {
 
 type recordsMsgBody struct {
 	Records []Record `json:"r"`
+	// At is when a join's state was sent (Unix milliseconds): the stream
+	// gate refuses a push/pull whose time is stale, so that a captured
+	// request cannot be replayed later. Unset on other messages.
+	At int64 `json:"at,omitempty"`
 }
 
 type digestMsgBody struct {
@@ -79,6 +84,9 @@ type digestMsgBody struct {
 	// back to it.
 	From    string        `json:"f"`
 	Entries []digestEntry `json:"e"`
+	// At is when the digest was sent (Unix milliseconds), as a join's
+	// records carry it.
+	At int64 `json:"at,omitempty"`
 }
 
 func encodeRecords(rs []Record) ([]byte, error) {
@@ -89,8 +97,13 @@ func encodeDirectRecords(rs []Record) ([]byte, error) {
 	return encode(msgDirect, recordsMsgBody{Records: rs})
 }
 
-func encodeDigest(from string, d []digestEntry) ([]byte, error) {
-	return encode(msgDigest, digestMsgBody{From: from, Entries: d})
+// encodeState is a join's full state, stamped with when it is sent.
+func encodeState(rs []Record, at time.Time) ([]byte, error) {
+	return encode(msgRecords, recordsMsgBody{Records: rs, At: at.UnixMilli()})
+}
+
+func encodeDigest(from string, d []digestEntry, at time.Time) ([]byte, error) {
+	return encode(msgDigest, digestMsgBody{From: from, Entries: d, At: at.UnixMilli()})
 }
 
 func encode(t byte, body any) ([]byte, error) {

@@ -65,7 +65,7 @@ func (d *delegate) LocalState(join bool) []byte {
 	var b []byte
 	var err error
 	if join {
-		b, err = encodeRecords(r.store.all())
+		b, err = encodeState(r.store.all(), r.cfg.Now())
 	} else {
 		r.mu.Lock()
 		name := ""
@@ -73,7 +73,7 @@ func (d *delegate) LocalState(join bool) []byte {
 			name = memberName(r.cfg.Site, r.generation)
 		}
 		r.mu.Unlock()
-		b, err = encodeDigest(name, r.store.digest())
+		b, err = encodeDigest(name, r.store.digest(), r.cfg.Now())
 	}
 	if err != nil {
 		r.log.Error("swim_encode_failed", "error", err)

@@ -1,6 +1,8 @@
 package membership
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -93,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
-	for _, r := range rejectReasons {
+	for _, r := range append(slices.Clone(rejectReasons), gateRejectReasons...) {
 		m.rejected.WithLabelValues(r)
 	}
 	for _, r := range dropReasons {

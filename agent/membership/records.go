@@ -114,10 +114,39 @@ type store struct {
 	// once-a-tick questions (which sites have records, in which
 	// networks) do not walk every record.
 	bySite map[string]map[string]int
+	// netSites counts the sites with records in each network.
+	netSites map[string]int
+	// bytes is the approximate size of every record held.
+	bytes int64
 }
 
+// Caps on what the store holds of other sites, sized from what a real
+// grid needs: a network of a few hundred sites, a site in a few dozen
+// networks, each record well under a megabyte. A peer that holds the
+// SWIM key could otherwise make this agent hold whatever it invents (the
+// first round saw 600,000 records and 860 MiB of heap from six messages).
+// A record that would go past a cap is dropped before it is stored, and
+// counted.
+const (
+	maxSitesPerNetwork = 512
+	maxNetworksPerSite = 64 // three records each
+	maxRecords         = 16384
+	maxRecordBytes     = 64 << 20 // every record together, approximately
+)
+
+// Reasons a record was dropped for a cap (grid_swim_messages_dropped_total).
+const (
+	dropSiteOverCap    = "site_over_cap"
+	dropNetworkFull    = "network_full"
+	dropStoreFull      = "store_full"
+	dropStoreBytesFull = "store_bytes_full"
+)
+
+var capReasons = []string{dropSiteOverCap, dropNetworkFull, dropStoreFull, dropStoreBytesFull}
+
 func newStore() *store {
-	return &store{records: map[recordKey]*Record{}, deletedAt: map[recordKey]time.Time{}, bySite: map[string]map[string]int{}}
+	return &store{records: map[recordKey]*Record{}, deletedAt: map[recordKey]time.Time{},
+		bySite: map[string]map[string]int{}, netSites: map[string]int{}}
 }
 
 // index counts k in (added) or out (removed); s.mu held.
@@ -128,36 +157,107 @@ func (s *store) index(k recordKey, added bool) {
 		s.bySite[k.site] = nets
 	}
 	if added {
-		nets[k.network]++
+		if nets[k.network]++; nets[k.network] == 1 {
+			s.netSites[k.network]++
+		}
 		return
 	}
 	if nets[k.network]--; nets[k.network] <= 0 {
 		delete(nets, k.network)
+		s.unindexNetwork(k.network)
 	}
 	if len(nets) == 0 {
 		delete(s.bySite, k.site)
 	}
 }
 
-// merge keeps r when it is newer than the copy held, and says so.
+func (s *store) unindexNetwork(network string) {
+	if s.netSites[network]--; s.netSites[network] <= 0 {
+		delete(s.netSites, network)
+	}
+}
+
+// overCap says which cap storing r would break, or "" (s.mu held).
+func (s *store) overCap(r *Record, cur *Record) string {
+	grow := recordSize(r)
+	if cur != nil {
+		grow -= recordSize(cur)
+	}
+	if s.bytes+grow > maxRecordBytes {
+		return dropStoreBytesFull
+	}
+	if cur != nil {
+		return ""
+	}
+	if len(s.records) >= maxRecords {
+		return dropStoreFull
+	}
+	nets := s.bySite[r.Site]
+	if nets[r.Network] == 0 {
+		if len(nets) >= maxNetworksPerSite {
+			return dropSiteOverCap
+		}
+		if s.netSites[r.Network] >= maxSitesPerNetwork {
+			return dropNetworkFull
+		}
+	}
+	return ""
+}
+
+// recordSize approximates what a record holds in memory: its strings and
+// a fixed cost per element.
+func recordSize(r *Record) int64 {
+	n := 128 + len(r.Network) + len(r.Site) + len(r.GatewayAddress) + len(r.CertPEM)
+	for _, p := range r.Providers {
+		n += 96 + len(p.Name) + len(p.Cluster) + len(p.Phase) + len(p.ProviderKind) + len(p.BackendKind) + len(p.Sites)
+		for _, m := range p.Models {
+			n += 16 + len(m)
+		}
+	}
+	for _, sg := range r.Signals {
+		n += 64 + len(sg.Provider) + len(sg.Metric)
+		for k, v := range sg.Labels {
+			n += 32 + len(k) + len(v)
+		}
+	}
+	return int64(n)
+}
+
+// merge keeps r when it is newer than the copy held, and says so. This
+// site's own records are always kept.
 func (s *store) merge(r Record, now time.Time) bool {
+	changed, _ := s.mergeCapped(r, now, false)
+	return changed
+}
+
+// mergeCapped is merge, refusing (with the cap's reason) a record that
+// would take the store past a cap when capped.
+func (s *store) mergeCapped(r Record, now time.Time, capped bool) (changed bool, refused string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := r.key()
 	cur, ok := s.records[k]
 	if ok && !newer(&r, cur) {
-		return false
+		return false, ""
+	}
+	if capped {
+		if why := s.overCap(&r, cur); why != "" {
+			return false, why
+		}
 	}
 	if !ok {
 		s.index(k, true)
+	} else {
+		s.bytes -= recordSize(cur)
 	}
+	s.bytes += recordSize(&r)
 	s.records[k] = &r
 	if r.Deleted {
 		s.deletedAt[k] = now
 	} else {
 		delete(s.deletedAt, k)
 	}
-	return true
+	return true, ""
 }
 
 func (s *store) count() int {
@@ -246,6 +346,9 @@ func (s *store) expire(now time.Time, ttl time.Duration) int {
 	n := 0
 	for k, at := range s.deletedAt {
 		if now.Sub(at) >= ttl {
+			if r := s.records[k]; r != nil {
+				s.bytes -= recordSize(r)
+			}
 			delete(s.records, k)
 			delete(s.deletedAt, k)
 			s.index(k, false)
@@ -265,9 +368,13 @@ func (s *store) dropSite(site string) []string {
 		networks = append(networks, network)
 		for _, kind := range recordKinds {
 			k := recordKey{network, site, kind}
+			if r := s.records[k]; r != nil {
+				s.bytes -= recordSize(r)
+			}
 			delete(s.records, k)
 			delete(s.deletedAt, k)
 		}
+		s.unindexNetwork(network)
 	}
 	delete(s.bySite, site)
 	sort.Strings(networks)

@@ -157,7 +157,7 @@ func TestClassifyPEM(t *testing.T) {
 // within bounds.
 func FuzzDecode(f *testing.F) {
 	rec, _ := encodeRecords([]Record{{Network: "n", Site: "a", Kind: KindProviders, Version: 1, Providers: providers("p")}})
-	dig, _ := encodeDigest("a/1", []digestEntry{{"n", "a", KindSite, 2}})
+	dig, _ := encodeDigest("a/1", []digestEntry{{"n", "a", KindSite, 2}}, time.Now())
 	note, _ := encodeNotice(noticeBody{Member: "a/1", Suspect: true, At: 3})
 	for _, seed := range [][]byte{rec, dig, note, {}, {1}, {2, '{'}, {3, 'n', 'u', 'l', 'l'}, {9}} {
 		f.Add(seed)

@@ -71,6 +71,9 @@ type Config struct {
 	// GridIDSettle is how long a new grid ID may give way to another new
 	// one (sites started together).
 	GridIDSettle time.Duration
+	// Gate bounds what an inbound stream may spend before it is
+	// authenticated; DefaultGateLimits when zero.
+	Gate GateLimits
 
 	Resolver   Resolver
 	Logger     *slog.Logger
@@ -113,6 +116,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GridIDSettle <= 0 {
 		c.GridIDSettle = DefaultGridIDSettle
+	}
+	if c.Gate == (GateLimits{}) {
+		c.Gate = DefaultGateLimits()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -168,6 +174,7 @@ type Runtime struct {
 	joinFailed  map[string]time.Time       // seed address -> last failed join
 	gatewayAddr string
 	locals      map[string]localState // what this site announced, per network
+	capSaid     map[string]bool       // reason/site whose cap was reported
 	wake        chan struct{}
 	lastGen     uint64
 
@@ -234,6 +241,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		departed:   map[string]map[string]bool{},
 		joinFailed: map[string]time.Time{},
 		locals:     map[string]localState{},
+		capSaid:    map[string]bool{},
 		wake:       make(chan struct{}, 1),
 	}
 	r.notify = newNotifier()
@@ -389,8 +397,20 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 		return nil, fmt.Errorf("SWIM listen on %s: %w", r.bind, err)
 	}
 	conf := memberlist.DefaultLANConfig()
+	if encrypted {
+		kr, err := r.buildKeyring()
+		if err != nil {
+			_ = nt.Shutdown()
+			return nil, err
+		}
+		conf.Keyring = kr
+		conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
+	}
 	conf.Name = memberName(r.cfg.Site, gen)
-	conf.Transport = newCountingTransport(nt, r.metrics)
+	gate := newStreamGate(r.cfg.Gate, conf.Keyring, r.cfg.Now, func(reason string) {
+		r.metrics.rejected.WithLabelValues(reason).Inc()
+	})
+	conf.Transport = newCountingTransport(nt, r.metrics, gate)
 	conf.AdvertiseAddr = r.advertise.Addr().String()
 	conf.AdvertisePort = int(r.advertise.Port())
 	if conf.AdvertisePort == 0 {
@@ -418,15 +438,6 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 	conf.Events = d
 	conf.Merge = d
 	conf.Alive = d
-	if encrypted {
-		kr, err := r.buildKeyring()
-		if err != nil {
-			_ = nt.Shutdown()
-			return nil, err
-		}
-		conf.Keyring = kr
-		conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
-	}
 	ml, err := memberlist.Create(conf)
 	if err != nil {
 		_ = nt.Shutdown()
@@ -901,7 +912,12 @@ func (r *Runtime) receive(records []Record, regossip bool) {
 				"why", "a gossiped certificate PEM carries a private key; it is discarded")
 			rec.CertPEM = ""
 		}
-		if r.store.merge(rec, now) {
+		ok, refused := r.store.mergeCapped(rec, now, true)
+		if refused != "" {
+			r.overCap(rec, refused)
+			continue
+		}
+		if ok {
 			changed[rec.Network] = true
 			if regossip {
 				if msg, err := encodeRecords([]Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
@@ -920,6 +936,24 @@ func (r *Runtime) receive(records []Record, regossip bool) {
 		r.notify.send(n)
 	}
 }
+
+// overCap counts a record dropped for a cap, and says so once per site
+// and reason (a flood of invented records is one line, not thousands).
+func (r *Runtime) overCap(rec Record, reason string) {
+	r.metrics.dropped.WithLabelValues(reason).Inc()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := reason + "/" + rec.Site
+	if r.capSaid[key] || len(r.capSaid) >= maxCapLines {
+		return
+	}
+	r.capSaid[key] = true
+	r.log.Warn("swim_records_over_cap", "site", rec.Site, "network", rec.Network, "reason", reason,
+		"limits", fmt.Sprintf("%d sites per network, %d networks per site, %d records, %d MiB", maxSitesPerNetwork, maxNetworksPerSite, maxRecords, maxRecordBytes>>20))
+}
+
+// maxCapLines bounds the sites whose cap is reported in the log.
+const maxCapLines = 256
 
 // sweep applies the suspicion window and the stale TTL, expires
 // tombstones and refreshes the site gauges, four times a second.

@@ -1,7 +1,9 @@
 package membership
 
 import (
+	"errors"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -10,10 +12,12 @@ import (
 )
 
 // countingTransport is memberlist's network transport with every byte
-// counted, by UDP and TCP: what the idle-traffic figure and the
-// grid_swim_bytes_* metrics read.
+// counted, by UDP and TCP (what the idle-traffic figure and the
+// grid_swim_bytes_* metrics read), and every inbound stream passed through
+// the stream gate before memberlist reads it.
 type countingTransport struct {
 	*memberlist.NetTransport
+	gate    *streamGate
 	packets chan *memberlist.Packet
 	streams chan net.Conn
 	udpOut  prometheus.Counter
@@ -27,9 +31,10 @@ type countingTransport struct {
 	once          sync.Once
 }
 
-func newCountingTransport(inner *memberlist.NetTransport, m *metrics) *countingTransport {
+func newCountingTransport(inner *memberlist.NetTransport, m *metrics, gate *streamGate) *countingTransport {
 	t := &countingTransport{
 		NetTransport: inner,
+		gate:         gate,
 		packets:      make(chan *memberlist.Packet),
 		streams:      make(chan net.Conn),
 		udpOut:       m.bytesSent.WithLabelValues("udp"),
@@ -65,15 +70,54 @@ func (t *countingTransport) forwardStreams() {
 	for {
 		select {
 		case c := <-in:
-			select {
-			case t.streams <- &countingConn{Conn: c, out: t.tcpOut, in: t.tcpIn}:
-			case <-t.stop:
-				c.Close()
+			src, release, ok := t.gate.admit(c)
+			if !ok {
+				t.gate.reject(rejectStreamsBusy)
+				_ = c.Close()
+				continue
 			}
+			// One goroutine per admitted stream, as memberlist runs one:
+			// the gate's caps bound them.
+			go t.pass(&countingConn{Conn: c, out: t.tcpOut, in: t.tcpIn}, src, release)
 		case <-t.drained:
 			return
 		}
 	}
+}
+
+// pass reads a stream's first frame through the gate and hands what it
+// admits to memberlist; anything refused is closed unanswered.
+func (t *countingTransport) pass(c net.Conn, src netip.Addr, release func()) {
+	checked, err := t.gate.inspect(c, src)
+	if err != nil {
+		var refused errRefused
+		reason := rejectMalformed
+		if errors.As(err, &refused) {
+			reason = refused.reason
+		}
+		t.gate.reject(reason)
+		_ = c.Close()
+		release()
+		return
+	}
+	select {
+	case t.streams <- &releasingConn{Conn: checked, release: release}:
+	case <-t.stop:
+		_ = c.Close()
+		release()
+	}
+}
+
+// releasingConn gives its stream's place back to the gate when closed.
+type releasingConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *releasingConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }
 
 func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {

@@ -65,9 +65,14 @@ func measure(b *testing.B, n int) {
 	var wg sync.WaitGroup
 	for i := range sites {
 		reg := prometheus.NewRegistry()
+		// Every site here shares one source address, which a real grid's
+		// sites never do: the per-source caps are raised to the site's own.
+		gate := membership.DefaultGateLimits()
+		gate.PushPullRate, gate.PushPullBurst = gate.SitePushPullRate, gate.SitePushPullBurst
+		gate.MaxStreamsPerAddr, gate.BufferBytesPerAddr = gate.MaxStreams, gate.BufferBytes
 		rt, err := membership.New(context.Background(), membership.Config{
 			Site: fmt.Sprintf("site-%03d", i), BindAddr: "127.0.0.1:0", EnvKey: key, RequireKey: true,
-			Registerer: reg, Logger: slog.New(slog.DiscardHandler),
+			Registerer: reg, Logger: slog.New(slog.DiscardHandler), Gate: gate,
 		})
 		if err != nil {
 			b.Fatal(err)
