@@ -273,7 +273,8 @@ func Setup(mgr manager.Manager, opts Options) error {
 			life.send(toProviders, event.GenericEvent{Object: p})
 		}},
 	}
-	nr := &networkReconciler{common: shared}
+	nr := &networkReconciler{common: shared,
+		seedResolver: membership.NewCachingResolver(opts.SeedResolver, membership.DefaultSeedCacheTTL, opts.Now)}
 	if opts.Directory != nil {
 		opts.Directory.r = nr
 	}

@@ -139,9 +139,15 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 
 	out := membershipOutcome{condition: conditionSpec{ok: true, reason: ReasonMembershipRunning}}
 	var notes []string
-	resolved, problems := membership.ResolveSeeds(ctx, r.opts.SeedResolver, network.Spec.Seeds, membership.DefaultSeedTimeout, membership.DefaultSeedTotalTimeout)
+	resolved, problems := membership.ResolveSeeds(ctx, r.seedResolver, network.Spec.Seeds, membership.DefaultSeedTimeout, membership.DefaultSeedTotalTimeout)
+	// A seed's problem is logged when it changes, not at every reconcile.
+	said := map[string]bool{}
 	for _, p := range problems {
-		r.opts.Logger.Warn("swim_seed_skipped", "network", network.Name, "field", "spec.seeds", "entry", p.Entry, "error", p.Err.Error())
+		key := network.Name + "/resolve/" + p.Entry
+		said[key] = true
+		if r.seedProblems.set(key, p.Err.Error()) != p.Err.Error() {
+			r.opts.Logger.Warn("swim_seed_skipped", "network", network.Name, "field", "spec.seeds", "entry", p.Entry, "error", p.Err.Error())
+		}
 	}
 	if len(problems) > 0 {
 		bad := make([]string, 0, len(problems))
@@ -161,8 +167,13 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 		res = m.AnnounceSeeds(network.Name, resolved)
 	}
 	for _, f := range res.Failed {
-		r.opts.Logger.Warn("swim_seed_join_failed", "network", network.Name, "field", "spec.seeds", "address", f.Entry, "error", f.Err.Error())
+		key := network.Name + "/join/" + f.Entry
+		said[key] = true
+		if r.seedProblems.set(key, f.Err.Error()) != f.Err.Error() {
+			r.opts.Logger.Warn("swim_seed_join_failed", "network", network.Name, "field", "spec.seeds", "address", f.Entry, "error", f.Err.Error())
+		}
 	}
+	r.seedProblems.keep(network.Name+"/", said)
 	if res.Conflict {
 		out.condition = conditionSpec{reason: ReasonGridIDConflict}
 		notes = append(notes, "a seed belongs to another grid (its grid ID differs): the merge was refused")

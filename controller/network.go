@@ -55,6 +55,10 @@ const maxConfigMapData = 1 << 20
 type networkReconciler struct {
 	*common
 	gridSites writeMemo
+	// seedResolver caches seed lookups; seedProblems remembers the seed
+	// problems logged, so that each is logged once per change.
+	seedResolver membership.Resolver
+	seedProblems reasonLog
 }
 
 func (r *networkReconciler) setup(mgr ctrl.Manager, health, fromMembership <-chan event.GenericEvent) error {

@@ -96,6 +96,18 @@ func (r *reasonLog) set(key, why string) (before string) {
 	return before
 }
 
+// keep forgets the problems under prefix that are not in current: a
+// problem that comes back is logged again.
+func (r *reasonLog) keep(prefix string, current map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.last {
+		if strings.HasPrefix(k, prefix) && !current[k] {
+			delete(r.last, k)
+		}
+	}
+}
+
 func (s *signalCollector) collect(ctx context.Context) {
 	store, site := s.c.opts.Signals, s.c.opts.SiteName
 	var list v1alpha1.InferenceProviderList

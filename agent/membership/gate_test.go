@@ -345,3 +345,79 @@ func TestRecordCapsHoldAgainstAKeyHolder(t *testing.T) {
 	require.NoError(t, b.Publish("prod", "", providers("pb", "pb2")))
 	require.Eventually(t, func() bool { return len(a.View("prod").Providers) == 2 }, 10*time.Second, 20*time.Millisecond)
 }
+
+// A seed that accepts a connection and never answers holds its own join,
+// not the caller: announcing returns within the join wait, the address is
+// pending and not dialled again, and another network's seed joins at once.
+// A seed that echoes what it is sent is not a member.
+func TestSilentAndEchoSeeds(t *testing.T) {
+	key := randomKey(t)
+	a := startSite(t, "site-a", withKey(key))
+	a.waitRunning(t)
+	b := startSite(t, "site-b", withKey(key), func(c *Config) { c.JoinWait = 300 * time.Millisecond })
+	b.waitRunning(t)
+
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { silent.Close() })
+	var heldMu sync.Mutex
+	var held []net.Conn
+	t.Cleanup(func() {
+		heldMu.Lock()
+		defer heldMu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			heldMu.Lock()
+			held = append(held, c) // held open, unanswered, until the test ends
+			heldMu.Unlock()
+		}
+	}()
+	start := time.Now()
+	res := b.AnnounceSeeds("quiet", []string{silent.Addr().String()})
+	took := time.Since(start)
+	require.Equal(t, []string{silent.Addr().String()}, res.Pending)
+	require.Empty(t, res.Joined)
+	require.Less(t, took, 2*time.Second, "the caller waits the join wait, not memberlist's TCP timeout")
+
+	start = time.Now()
+	res = b.AnnounceSeeds("quiet", []string{silent.Addr().String()})
+	require.Less(t, time.Since(start), time.Second)
+	require.Equal(t, []string{silent.Addr().String()}, res.Pending, "still in flight, not dialled again")
+
+	start = time.Now()
+	res = b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()})
+	t.Logf("silent_seed_announce_ms=%d other_network_join_ms=%d", took.Milliseconds(), time.Since(start).Milliseconds())
+	require.Equal(t, []string{a.AdvertiseAddr()}, res.Joined, "another network is not held by the silent seed")
+	require.Less(t, time.Since(start), time.Second)
+	require.EqualValues(t, 1, accepted.Load())
+
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { echo.Close() })
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	require.Eventually(t, func() bool {
+		res = b.AnnounceSeeds("echo", []string{echo.Addr().String()})
+		return len(res.Pending) == 0
+	}, 15*time.Second, 100*time.Millisecond)
+	require.Empty(t, res.Joined, "an echo is not a member")
+	require.Len(t, res.Failed, 1)
+	require.Contains(t, res.Failed[0].Err.Error(), "echo")
+}

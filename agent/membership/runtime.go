@@ -74,6 +74,9 @@ type Config struct {
 	// Gate bounds what an inbound stream may spend before it is
 	// authenticated; DefaultGateLimits when zero.
 	Gate GateLimits
+	// JoinWait is how long announcing seeds waits for the joins it starts
+	// before they go on in the background (DefaultJoinWait).
+	JoinWait time.Duration
 
 	Resolver   Resolver
 	Logger     *slog.Logger
@@ -90,6 +93,9 @@ const (
 	DefaultPushPullInterval = 30 * time.Second
 	DefaultStaleTTL         = 10 * time.Minute
 	DefaultTombstoneTTL     = 10 * time.Minute
+	// DefaultJoinWait: a join that answers on a real network takes a few
+	// round trips; one that takes longer does not hold the reconcile.
+	DefaultJoinWait = 200 * time.Millisecond
 )
 
 func (c Config) withDefaults() Config {
@@ -116,6 +122,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GridIDSettle <= 0 {
 		c.GridIDSettle = DefaultGridIDSettle
+	}
+	if c.JoinWait <= 0 {
+		c.JoinWait = DefaultJoinWait
 	}
 	if c.Gate == (GateLimits{}) {
 		c.Gate = DefaultGateLimits()
@@ -171,7 +180,9 @@ type Runtime struct {
 	members     map[string]*member // by site
 	awaySince   map[string]time.Time
 	departed    map[string]map[string]bool // network -> sites whose records were dropped
-	joinFailed  map[string]time.Time       // seed address -> last failed join
+	joinFailed  map[string]joinFailure     // seed address -> last failed join
+	joining     map[string]chan struct{}   // seed address -> join in flight, closed when done
+	tr          *countingTransport
 	gatewayAddr string
 	locals      map[string]localState // what this site announced, per network
 	capSaid     map[string]bool       // reason/site whose cap was reported
@@ -239,7 +250,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		members:    map[string]*member{},
 		awaySince:  map[string]time.Time{},
 		departed:   map[string]map[string]bool{},
-		joinFailed: map[string]time.Time{},
+		joinFailed: map[string]joinFailure{},
+		joining:    map[string]chan struct{}{},
 		locals:     map[string]localState{},
 		capSaid:    map[string]bool{},
 		wake:       make(chan struct{}, 1),
@@ -410,7 +422,11 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 	gate := newStreamGate(r.cfg.Gate, conf.Keyring, r.cfg.Now, func(reason string) {
 		r.metrics.rejected.WithLabelValues(reason).Inc()
 	})
-	conf.Transport = newCountingTransport(nt, r.metrics, gate)
+	tr := newCountingTransport(nt, r.metrics, gate)
+	conf.Transport = tr
+	r.mu.Lock()
+	r.tr = tr
+	r.mu.Unlock()
 	conf.AdvertiseAddr = r.advertise.Addr().String()
 	conf.AdvertisePort = int(r.advertise.Port())
 	if conf.AdvertisePort == 0 {
@@ -597,6 +613,9 @@ type SeedResult struct {
 	Joined []string
 	// Failed are addresses that could not be joined, with why.
 	Failed []SeedProblem
+	// Pending are addresses whose join is still running: its outcome is
+	// in a later result, and the networks are told when it changes.
+	Pending []string
 	// Conflict: a seed belongs to another grid.
 	Conflict bool
 }
@@ -653,57 +672,132 @@ func (r *Runtime) joinAll(ctx context.Context) {
 	}
 }
 
-// join joins each address not already an alive member, concurrently.
+// join joins each address not already an alive member, concurrently and
+// off the caller's path: it waits at most JoinWait for the joins it
+// starts, and a join still running then goes on in the background (its
+// outcome is remembered for the next call, and the networks are told). An
+// address whose join is in flight is not dialled again, and one that just
+// failed is left alone for seedRetry: a seed that accepts a connection and
+// never answers holds a join for memberlist's TCP timeout, never the
+// reconcile of every network.
 func (r *Runtime) join(ml *memberlist.Memberlist, addrs []string) SeedResult {
 	alive := map[string]bool{}
 	for _, n := range r.aliveNodes("") {
 		alive[n.Address()] = true
 	}
 	var res SeedResult
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	now := r.cfg.Now()
+	var started []chan struct{}
+	var startedAddrs []string
 	for _, a := range addrs {
 		if alive[a] {
 			continue
 		}
-		// A seed that just failed is not dialled again on every
-		// reconcile: each dial of an address that does not answer
-		// costs a connect timeout.
 		r.mu.Lock()
-		failedAt, failed := r.joinFailed[a]
+		failure, failed := r.joinFailed[a]
+		done, inFlight := r.joining[a]
+		if !inFlight && !(failed && now.Sub(failure.at) < seedRetry) {
+			done = make(chan struct{})
+			r.joining[a] = done
+		}
 		r.mu.Unlock()
-		if failed && now.Sub(failedAt) < seedRetry {
-			res.Failed = append(res.Failed, SeedProblem{Entry: a, Err: fmt.Errorf("not joined again yet: the last join failed %s ago", now.Sub(failedAt).Round(time.Second))})
+		switch {
+		case inFlight:
+			started = append(started, done)
+			startedAddrs = append(startedAddrs, a)
+			continue
+		case failed && now.Sub(failure.at) < seedRetry:
+			res.Failed = append(res.Failed, SeedProblem{Entry: a, Err: failure.err})
+			res.Conflict = res.Conflict || failure.conflict
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := ml.Join([]string{a})
-			r.mu.Lock()
-			if err != nil {
-				r.joinFailed[a] = r.cfg.Now()
-			} else {
-				delete(r.joinFailed, a)
-			}
-			r.mu.Unlock()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				r.metrics.seedJoinFailures.Inc()
-				if strings.Contains(err.Error(), errGridIDConflict.Error()) {
-					res.Conflict = true
-				}
-				res.Failed = append(res.Failed, SeedProblem{Entry: a, Err: err})
-				return
-			}
-			res.Joined = append(res.Joined, a)
-		}()
+		started = append(started, done)
+		startedAddrs = append(startedAddrs, a)
+		go r.joinOne(ml, a, done)
 	}
-	wg.Wait()
+	deadline := time.After(r.cfg.JoinWait)
+	var finished []string
+	for i, done := range started {
+		select {
+		case <-done:
+			finished = append(finished, startedAddrs[i])
+			continue
+		default:
+		}
+		select {
+		case <-done:
+			finished = append(finished, startedAddrs[i])
+		case <-deadline:
+			res.Pending = append(res.Pending, startedAddrs[i])
+		}
+	}
+	r.mu.Lock()
+	for _, a := range finished {
+		if f, ok := r.joinFailed[a]; ok {
+			res.Failed = append(res.Failed, SeedProblem{Entry: a, Err: f.err})
+			res.Conflict = res.Conflict || f.conflict
+		} else {
+			res.Joined = append(res.Joined, a)
+		}
+	}
+	r.mu.Unlock()
 	slices.Sort(res.Joined)
 	return res
+}
+
+// joinFailure is a seed's last failed join.
+type joinFailure struct {
+	at       time.Time
+	err      error
+	conflict bool
+}
+
+// joinOne joins one address and remembers the outcome. A join counts only
+// when another member answered: a seed that reflects this site's own
+// request (a TCP echo service) is not a member.
+func (r *Runtime) joinOne(ml *memberlist.Memberlist, a string, done chan struct{}) {
+	start := r.cfg.Now()
+	_, err := ml.Join([]string{a})
+	if err == nil && r.transport().reflectedSince(a, start) {
+		err = errors.New("the seed answered with this site's own join request (an echo, not a member)")
+	}
+	r.mu.Lock()
+	before, hadFailed := r.joinFailed[a]
+	if err != nil {
+		r.joinFailed[a] = joinFailure{at: r.cfg.Now(), err: err, conflict: strings.Contains(err.Error(), errGridIDConflict.Error())}
+	} else {
+		delete(r.joinFailed, a)
+	}
+	delete(r.joining, a)
+	networks := r.networksSeeding(a)
+	r.mu.Unlock()
+	close(done)
+	if err != nil {
+		r.metrics.seedJoinFailures.Inc()
+	}
+	// The networks' status changes only when the outcome does.
+	if (err == nil) == hadFailed || err != nil && before.err != nil && before.err.Error() != err.Error() {
+		for _, n := range networks {
+			r.notify.send(n)
+		}
+	}
+}
+
+// networksSeeding are the networks that announced address a (r.mu held).
+func (r *Runtime) networksSeeding(a string) []string {
+	var out []string
+	for n, addrs := range r.seeds {
+		if slices.Contains(addrs, a) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (r *Runtime) transport() *countingTransport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tr
 }
 
 // SetGatewayAddress sets the data-plane gateway address this site

@@ -67,7 +67,10 @@ func startSite(t *testing.T, name string, opts ...siteOption) *testSite {
 		Site: name, BindAddr: "127.0.0.1:0",
 		ProbeInterval: testProbe, ProbeTimeout: testTimeout, GossipInterval: 50 * time.Millisecond,
 		PushPullInterval: 2 * time.Second, Registerer: reg,
-		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// Loopback joins take milliseconds; a loaded test machine may
+		// take longer, and these tests read each join's outcome.
+		JoinWait: 5 * time.Second,
+		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -127,3 +127,70 @@ func ResolveAdvertise(ctx context.Context, r Resolver, entry string) (netip.Addr
 	}
 	return ap, nil
 }
+
+// CachingResolver remembers what another resolver answered, failures
+// included, for a bounded time and a bounded number of names: a network
+// with hundreds of unresolvable seeds costs one lookup per name per TTL,
+// not one per reconcile.
+type CachingResolver struct {
+	inner Resolver
+	ttl   time.Duration
+	max   int
+	now   func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]cachedLookup
+}
+
+type cachedLookup struct {
+	addrs []netip.Addr
+	err   error
+	until time.Time
+}
+
+// DefaultSeedCacheTTL is how long a seed lookup is reused: a moved seed
+// is noticed within it.
+const DefaultSeedCacheTTL = 30 * time.Second
+
+// NewCachingResolver wraps inner (the system's when nil).
+func NewCachingResolver(inner Resolver, ttl time.Duration, now func() time.Time) *CachingResolver {
+	if inner == nil {
+		inner = net.DefaultResolver
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &CachingResolver{inner: inner, ttl: ttl, max: 4096, now: now, entries: map[string]cachedLookup{}}
+}
+
+func (c *CachingResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	key := network + "/" + host
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok && now.Before(e.until) {
+		return slices.Clone(e.addrs), e.err
+	}
+	addrs, err := c.inner.LookupNetIP(ctx, network, host)
+	if ctx.Err() != nil && err != nil {
+		return addrs, err // the caller gave up: not the name's answer
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= c.max {
+		for k, old := range c.entries {
+			if !now.Before(old.until) {
+				delete(c.entries, k)
+			}
+		}
+		for k := range c.entries {
+			if len(c.entries) < c.max {
+				break
+			}
+			delete(c.entries, k)
+		}
+	}
+	c.entries[key] = cachedLookup{addrs: slices.Clone(addrs), err: err, until: now.Add(c.ttl)}
+	return addrs, err
+}

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"net/netip"
@@ -29,6 +30,9 @@ type countingTransport struct {
 	// them.
 	stop, drained chan struct{}
 	once          sync.Once
+
+	echoMu sync.Mutex
+	echoed map[string]time.Time // dialled address -> when a stream to it was echoed
 }
 
 func newCountingTransport(inner *memberlist.NetTransport, m *metrics, gate *streamGate) *countingTransport {
@@ -136,7 +140,78 @@ func (t *countingTransport) DialTimeout(addr string, timeout time.Duration) (net
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: c, out: t.tcpOut, in: t.tcpIn}, nil
+	return &echoConn{Conn: &countingConn{Conn: c, out: t.tcpOut, in: t.tcpIn}, reflected: func() { t.markReflected(addr) }}, nil
+}
+
+// DialAddressTimeout and WriteToAddress are what memberlist calls (the
+// transport is node-aware): without them the inner transport's would be
+// promoted and bypass the counting and the echo check.
+func (t *countingTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	return t.DialTimeout(a.Addr, timeout)
+}
+
+func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	return t.WriteTo(b, a.Addr)
+}
+
+// markReflected notes that a stream to addr read back the very bytes it
+// sent first: no member answered, something echoed.
+func (t *countingTransport) markReflected(addr string) {
+	t.echoMu.Lock()
+	defer t.echoMu.Unlock()
+	if t.echoed == nil || len(t.echoed) > 1024 {
+		t.echoed = map[string]time.Time{}
+	}
+	t.echoed[addr] = time.Now()
+}
+
+// reflectedSince says whether a stream to addr was echoed since start.
+func (t *countingTransport) reflectedSince(addr string, start time.Time) bool {
+	if t == nil {
+		return false
+	}
+	t.echoMu.Lock()
+	defer t.echoMu.Unlock()
+	at, ok := t.echoed[addr]
+	return ok && !at.Before(start)
+}
+
+// echoConn compares the first bytes read with the first bytes written.
+// A member's answer never starts with them: an encrypted answer has a
+// fresh random nonce, and a clear one a message of its own.
+type echoConn struct {
+	net.Conn
+	reflected   func()
+	mu          sync.Mutex
+	wrote, read []byte
+	checked     bool
+}
+
+const echoPrefix = 32
+
+func (c *echoConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.wrote) < echoPrefix {
+		c.wrote = append(c.wrote, p[:min(len(p), echoPrefix-len(c.wrote))]...)
+	}
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *echoConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.checked && n > 0 {
+		c.read = append(c.read, p[:min(n, echoPrefix-len(c.read))]...)
+		if len(c.read) >= min(echoPrefix, len(c.wrote)) {
+			c.checked = true
+			if k := min(len(c.read), len(c.wrote)); k > 0 && bytes.Equal(c.read[:k], c.wrote[:k]) {
+				c.reflected()
+			}
+		}
+	}
+	return n, err
 }
 
 func (t *countingTransport) Shutdown() error {
