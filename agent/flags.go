@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/agent/reports"
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/rollout"
 
 	"github.com/gridsync/gridsync/shared/envflag"
 )
@@ -59,6 +61,9 @@ type signalsConfig struct {
 	writeTimeout              time.Duration
 	reportAudience            string
 	reportSilentAfter         time.Duration
+	reportMaxPodsPerGateway   int
+	reportReviewRate          float64
+	reportReviewBurst         int
 	interval                  time.Duration
 	peerPort                  int
 	// serviceName is the signals Service (without selector) whose
@@ -193,6 +198,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.StringVar(&c.signals.serviceName, "signals-service-name", "", "signals Service (without selector) whose EndpointSlice the leader points at itself, from $POD_IP (empty: none)"+note("signals-service-name"))
 	fs.StringVar(&c.signals.reportAudience, "report-audience", "gridsync-agent", "audience of the sidecars' report tokens, checked by TokenReview"+note("report-audience"))
 	fs.DurationVar(&c.signals.reportSilentAfter, "report-silent-after", 90*time.Second, "a gateway pod whose sidecar has not reported for this long lags as Silent"+note("report-silent-after"))
+	fs.IntVar(&c.signals.reportMaxPodsPerGateway, "report-max-pods-per-gateway", rollout.DefaultMaxPodsPerGateway, "pods of one gateway whose reports are held: one gateway's reporters never crowd out another's"+note("report-max-pods-per-gateway"))
+	fs.Float64Var(&c.signals.reportReviewRate, "report-review-rate", reports.DefaultReviewBudget().TotalRate, "TokenReviews per second for report tokens, all callers together (below --kube-api-qps)"+note("report-review-rate"))
+	fs.IntVar(&c.signals.reportReviewBurst, "report-review-burst", reports.DefaultReviewBudget().TotalBurst, "TokenReviews for report tokens in a burst (a restart of many pods)"+note("report-review-burst"))
 
 	if err := envflag.Parse(fs, bindings, args, getenv); err != nil {
 		return nil, err
@@ -217,8 +225,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 		if c.signals.maxConnections <= c.signals.reservedForGateway || c.signals.reservedForGateway < 0 || c.signals.perSite < 1 ||
 			c.signals.handshakeRate <= 0 || c.signals.handshakeBurst < 1 || c.signals.maxConnectionAge < time.Second ||
 			c.signals.writeTimeout < 100*time.Millisecond || c.signals.reportSilentAfter < 3*time.Second ||
-			c.signals.interval < 100*time.Millisecond || c.signals.peerPort < 0 || c.signals.peerPort > 65535 {
-			return nil, envflag.UsageError(fs, "signals caps: --signals-max-connections must exceed --signals-gateway-reserved, the per-site cap, rate and burst be positive, the age at least 1s, the write timeout at least 100ms, --report-silent-after at least 3s, --signals-interval at least 100ms, --signals-peer-port a port")
+			c.signals.interval < 100*time.Millisecond || c.signals.peerPort < 0 || c.signals.peerPort > 65535 ||
+			c.signals.reportMaxPodsPerGateway < 1 || c.signals.reportReviewRate <= 0 || c.signals.reportReviewBurst < 1 {
+			return nil, envflag.UsageError(fs, "signals caps: --signals-max-connections must exceed --signals-gateway-reserved, the per-site cap, rate and burst be positive, the age at least 1s, the write timeout at least 100ms, --report-silent-after at least 3s, --signals-interval at least 100ms, --signals-peer-port a port, the report caps positive")
 		}
 	}
 	if ms := getenv("GRID_GATEWAY_DISCOVERY_INTERVAL_MS"); ms != "" && !flagSet(fs, "gateway-discovery-interval") {

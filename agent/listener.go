@@ -45,7 +45,7 @@ func (s *signalsListener) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
 	s.api.Register(mux)
 	mux.Handle(deliveryreport.Path, reports.NewHandler(
-		&reports.Reviewer{Client: clientset, Audience: s.cfg.reportAudience}, s.aggregator, s.log, s.reg))
+		&reports.Reviewer{Client: clientset, Audience: s.cfg.reportAudience, Budget: s.reviewBudget()}, s.aggregator, s.log, s.reg))
 	handshakes := siglisten.DefaultHandshakeLimits()
 	handshakes.PerAddress = siglisten.Bucket{Rate: s.cfg.handshakeRate, Burst: s.cfg.handshakeBurst}
 	handshakes.PerPrefix64 = siglisten.Bucket{Rate: 2.5 * s.cfg.handshakeRate, Burst: int(2.5 * float64(s.cfg.handshakeBurst))}
@@ -80,6 +80,14 @@ func (s *signalsListener) Start(ctx context.Context) error {
 	go func() { _ = identity.Run(ctx) }()
 	s.log.Info("signals_listening", "addr", tcp.Addr().String(), "transports", "tcp,quic")
 	return l.Serve(ctx, tcp, udp)
+}
+
+// reviewBudget is the TokenReview budget of report tokens: the agent's
+// from the flags, a source's the default.
+func (s *signalsListener) reviewBudget() reports.ReviewBudget {
+	b := reports.DefaultReviewBudget()
+	b.TotalRate, b.TotalBurst = s.cfg.reportReviewRate, s.cfg.reportReviewBurst
+	return b
 }
 
 // identityWait is how often the site certificate is looked for before

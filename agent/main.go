@@ -113,7 +113,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	var store *signals.Store
 	var directory *controller.Directory
 	if cfg.signals.enabled() {
-		aggregator = rollout.New(rollout.Options{SilentAfter: cfg.signals.reportSilentAfter, Registerer: reg})
+		aggregator = rollout.New(rollout.Options{SilentAfter: cfg.signals.reportSilentAfter,
+			MaxPodsPerGateway: cfg.signals.reportMaxPodsPerGateway, Registerer: reg})
 		deliveries = aggregator
 		store = signals.NewStore(nil)
 		directory = &controller.Directory{}

@@ -129,7 +129,7 @@ func (e *env) startPod(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGatewa
 	cmName := envelope.ConfigMapName(network.Name, gw.Name)
 	cfg, err := cp.ConfigMapReaderConfig(e.ctx, gw.Namespace, name, cmName)
 	require.NoError(e.t, err)
-	token, err := cp.ServiceAccountToken(e.ctx, gw.Namespace, name, reports.DefaultAudience)
+	token, err := cp.PodToken(e.ctx, gw.Namespace, name, name, reports.DefaultAudience)
 	require.NoError(e.t, err)
 	dir := e.t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -233,8 +233,8 @@ func TestGatewayPodsReportTheirDeliveriesIntoTheNetworkStatus(t *testing.T) {
 	})
 	assert.Equal(t, int32(1), d.PodsOnRevision)
 
-	// A token of another namespace reports for nobody here.
-	foreign, err := cp.ServiceAccountToken(e.ctx, e.credNS, "intruder", reports.DefaultAudience)
+	// A pod's token of another namespace reports for nobody here.
+	foreign, err := cp.PodToken(e.ctx, e.credNS, "intruder", "edge-x", reports.DefaultAudience)
 	require.NoError(t, err)
 	status2 := postReport(t, listener, foreign, deliveryreport.Report{Namespace: gw.Namespace, Gateway: gw.Name, Pod: "edge-x", Revision: next.Revision, ContentDigest: next.Revision, State: "ready"})
 	assert.Equal(t, http.StatusForbidden, status2)

@@ -1,146 +1,27 @@
 // Package reports takes the delivery reports of gateway pods' sidecars
 // on the signals listener: each is authenticated by the pod's projected
-// ServiceAccount token (a TokenReview, cached for the token's life),
-// accepted only for a gateway in the token's namespace, validated, and
-// handed to the rollout aggregator.
+// ServiceAccount token (checked locally, then by a TokenReview within a
+// budget, cached for the token's life), accepted only for the pod the
+// token is bound to and a gateway of its namespace, validated, and handed
+// to the rollout aggregator.
 package reports
 
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
+	"net/netip"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
 )
-
-// DefaultAudience is the audience of the sidecars' report tokens.
-const DefaultAudience = "gridsync-agent"
-
-const (
-	// maxTokenCache bounds the tokens remembered.
-	maxTokenCache = 50000
-	// maxCacheLife bounds how long a reviewed token is trusted without a
-	// new review, whatever its expiry says.
-	maxCacheLife = 10 * time.Minute
-	// refusedFor is how long a refused token is remembered, so that a
-	// caller repeating it costs no TokenReview.
-	refusedFor = 10 * time.Second
-)
-
-// Reviewer authenticates report tokens with TokenReviews.
-type Reviewer struct {
-	Client   kubernetes.Interface
-	Audience string
-	Now      func() time.Time
-
-	mu    sync.Mutex
-	cache map[[32]byte]review
-}
-
-type review struct {
-	namespace string // "" when refused
-	until     time.Time
-}
-
-var errRefused = errors.New("token refused")
-
-// Namespace returns the namespace of the ServiceAccount the token belongs
-// to, or errRefused.
-func (r *Reviewer) Namespace(ctx context.Context, token string) (string, error) {
-	now := r.now()
-	key := sha256.Sum256([]byte(token))
-	r.mu.Lock()
-	if c, ok := r.cache[key]; ok && now.Before(c.until) {
-		r.mu.Unlock()
-		if c.namespace == "" {
-			return "", errRefused
-		}
-		return c.namespace, nil
-	}
-	r.mu.Unlock()
-
-	tr, err := r.Client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
-		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{r.Audience}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("token review: %w", err)
-	}
-	ns := ""
-	if tr.Status.Authenticated && slices.Contains(tr.Status.Audiences, r.Audience) {
-		ns = serviceAccountNamespace(tr.Status.User.Username)
-	}
-	until := now.Add(refusedFor)
-	if ns != "" {
-		until = now.Add(maxCacheLife)
-		if exp, ok := expiry(token); ok && exp.Before(until) {
-			until = exp
-		}
-	}
-	r.mu.Lock()
-	if r.cache == nil || len(r.cache) >= maxTokenCache {
-		r.cache = map[[32]byte]review{} // start over rather than grow
-	}
-	r.cache[key] = review{namespace: ns, until: until}
-	r.mu.Unlock()
-	if ns == "" {
-		return "", errRefused
-	}
-	return ns, nil
-}
-
-func (r *Reviewer) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
-}
-
-// serviceAccountNamespace reads system:serviceaccount:<ns>:<name>.
-func serviceAccountNamespace(username string) string {
-	parts := strings.Split(username, ":")
-	if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" || parts[2] == "" || parts[3] == "" {
-		return ""
-	}
-	return parts[2]
-}
-
-// expiry reads a JWT's exp claim. The token has been reviewed; the claim
-// only bounds how long the review is trusted.
-func expiry(token string) (time.Time, bool) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return time.Time{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return time.Time{}, false
-	}
-	var claims struct {
-		Exp int64 `json:"exp"`
-	}
-	if json.Unmarshal(payload, &claims) != nil || claims.Exp == 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(claims.Exp, 0), true
-}
 
 // Handler serves POST /v1/site/deliveries.
 type Handler struct {
@@ -155,7 +36,7 @@ func NewHandler(reviewer *Reviewer, agg *rollout.Aggregator, logger *slog.Logger
 	h := &Handler{Reviewer: reviewer, Aggregator: agg, Logger: logger}
 	h.metrics = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_delivery_reports_received_total",
-		Help: "Delivery reports received on the signals listener, by outcome (accepted, unauthenticated, wrong_namespace, invalid, unknown_gateway, full, review_failed).",
+		Help: "Delivery reports received on the signals listener, by outcome (accepted, unauthenticated, unbound_token, review_budget, wrong_namespace, wrong_pod, invalid, unknown_gateway, full, review_failed).",
 	}, []string{"outcome"})
 	if reg != nil {
 		reg.MustRegister(h.metrics)
@@ -180,6 +61,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
 		h.refuse(w, "unauthenticated", http.StatusUnauthorized, "a bearer token is required")
+		return
+	}
+	// The token is checked from the headers, before a byte of the body is
+	// read or a stream is held open for it.
+	if !h.authenticate(w, r, token) {
 		return
 	}
 	if r.Header.Get("Content-Type") != deliveryreport.StreamContentType {
@@ -217,13 +103,9 @@ func (h *Handler) take(w http.ResponseWriter, r *http.Request, token string, bod
 		h.refuse(w, outcome, status, msg)
 		return false
 	}
-	ns, err := h.Reviewer.Namespace(r.Context(), token)
-	switch {
-	case errors.Is(err, errRefused):
-		return refuse("unauthenticated", http.StatusUnauthorized, "the token was refused")
-	case err != nil:
-		h.Logger.Warn("report_review_failed", "error", err)
-		return refuse("review_failed", http.StatusServiceUnavailable, "the token could not be reviewed now")
+	id, ok := h.identity(w, r, token)
+	if !ok {
+		return false
 	}
 	var rep deliveryreport.Report
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -234,17 +116,56 @@ func (h *Handler) take(w http.ResponseWriter, r *http.Request, token string, bod
 	if err := rep.Validate(); err != nil {
 		return refuse("invalid", http.StatusBadRequest, err.Error())
 	}
-	if rep.Namespace != ns {
+	if rep.Namespace != id.Namespace {
 		return refuse("wrong_namespace", http.StatusForbidden, "a token reports only for gateways of its own namespace")
+	}
+	if rep.Pod != id.Pod {
+		return refuse("wrong_pod", http.StatusForbidden, "a token reports only for the pod it is bound to")
 	}
 	switch err := h.Aggregator.Observe(rep); {
 	case errors.Is(err, rollout.ErrUnknownGateway):
 		return refuse("unknown_gateway", http.StatusNotFound, "no network has this gateway")
 	case errors.Is(err, rollout.ErrFull):
-		return refuse("full", http.StatusServiceUnavailable, "too many pods report")
+		return refuse("full", http.StatusServiceUnavailable, "too many pods of this gateway report")
 	}
 	h.metrics.WithLabelValues("accepted").Inc()
 	return true
+}
+
+// authenticate reviews the request's token, answering a refusal.
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, token string) bool {
+	_, ok := h.identity(w, r, token)
+	return ok
+}
+
+// identity is the pod the token belongs to; false when refused (and the
+// refusal answered).
+func (h *Handler) identity(w http.ResponseWriter, r *http.Request, token string) (Identity, bool) {
+	id, err := h.Reviewer.Review(r.Context(), token, sourceAddr(r))
+	switch {
+	case err == nil:
+		return id, true
+	case errors.Is(err, errUnbound):
+		h.refuse(w, "unbound_token", http.StatusUnauthorized, err.Error())
+	case errors.Is(err, errReviewBudget):
+		w.Header().Set("Retry-After", "1")
+		h.refuse(w, "review_budget", http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, errRefused), errors.Is(err, errMalformed), errors.Is(err, errExpired), errors.Is(err, errAudience):
+		h.refuse(w, "unauthenticated", http.StatusUnauthorized, err.Error())
+	default:
+		h.Logger.Warn("report_review_failed", "error", err)
+		h.refuse(w, "review_failed", http.StatusServiceUnavailable, "the token could not be reviewed now")
+	}
+	return Identity{}, false
+}
+
+// sourceAddr is the caller's address, the unit of the review budget.
+func sourceAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
 }
 
 func (h *Handler) refuse(w http.ResponseWriter, outcome string, status int, msg string) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -79,9 +80,15 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// token is a projected-style token of namespace/gateway for audience.
+// token is the projected token of pod edge-1 of namespace, for audience.
 func (f *fixture) token(namespace, audience string) string {
-	tok, err := cp.ServiceAccountToken(f.t.Context(), namespace, "gateway", audience)
+	return f.podToken(namespace, "edge-1", audience)
+}
+
+// podToken is the projected token of a pod (ServiceAccount gateway) of
+// namespace, for audience.
+func (f *fixture) podToken(namespace, pod, audience string) string {
+	tok, err := cp.PodToken(f.t.Context(), namespace, "gateway", pod, audience)
 	require.NoError(f.t, err)
 	return tok
 }
@@ -169,17 +176,17 @@ func TestBadReportsAreRefusedAndLoseNothing(t *testing.T) {
 	}
 }
 
-// A token of another audience (the API server's own, say) is refused,
-// and the refusal is remembered: repeating it costs no new TokenReview.
+// A token of another audience (the API server's own, say) is refused from
+// its own claims: it costs no TokenReview at all.
 func TestATokenOfAnotherAudienceIsRefusedOnce(t *testing.T) {
 	f := newFixture(t)
 	tok := f.token(f.ns, "https://kubernetes.default.svc")
 	for range 3 {
 		code, text := f.post(http.MethodPost, tok, "application/json", f.report("edge-1", revA))
 		assert.Equal(t, http.StatusUnauthorized, code, text)
-		assert.Contains(t, text, "token was refused")
+		assert.Contains(t, text, "not for this audience")
 	}
-	assert.Equal(t, int64(1), f.reviews.Load())
+	assert.Zero(t, f.reviews.Load(), "refused from the token itself: no review")
 	assert.Empty(t, f.revisionOf("edge-1"))
 }
 
@@ -188,18 +195,100 @@ func TestATokenOfAnotherAudienceIsRefusedOnce(t *testing.T) {
 func TestAStreamEndsAtItsFirstBadReport(t *testing.T) {
 	f := newFixture(t)
 	tok := f.token(f.ns, DefaultAudience)
-	body := f.report("edge-1", revA) + "\n\n" + f.report("edge-2", revA) + "\n" + `{"namespace": 1}` + "\n" + f.report("edge-3", revA) + "\n"
+	body := f.report("edge-1", revA) + "\n\n" + f.report("edge-1", revB) + "\n" + `{"namespace": 1}` + "\n" + f.report("edge-1", revA) + "\n"
 	code, text := f.post(http.MethodPost, tok, deliveryreport.StreamContentType, body)
 	assert.Equal(t, http.StatusBadRequest, code, text)
-	assert.Equal(t, revA, f.revisionOf("edge-1"))
-	assert.Equal(t, revA, f.revisionOf("edge-2"))
-	assert.Empty(t, f.revisionOf("edge-3"), "nothing after the bad line")
+	assert.Equal(t, revB, f.revisionOf("edge-1"), "the lines before the bad one stand, nothing after it")
 
-	long := f.report("edge-4", revA) + strings.Repeat(" ", deliveryreport.MaxBytes)
-	code, _ = f.post(http.MethodPost, tok, deliveryreport.StreamContentType, f.report("edge-5", revA)+"\n"+long+"\n")
+	tok2 := f.podToken(f.ns, "edge-2", DefaultAudience)
+	long := f.report("edge-2", revB) + strings.Repeat(" ", deliveryreport.MaxBytes)
+	code, _ = f.post(http.MethodPost, tok2, deliveryreport.StreamContentType, f.report("edge-2", revA)+"\n"+long+"\n")
 	assert.Equal(t, http.StatusRequestEntityTooLarge, code)
-	assert.Equal(t, revA, f.revisionOf("edge-5"))
-	assert.Empty(t, f.revisionOf("edge-4"))
+	assert.Equal(t, revA, f.revisionOf("edge-2"))
+}
+
+// A token reports for its own pod only: a report naming another pod is
+// refused with its own outcome, and a token bound to no pod is refused
+// before any review (the first round: one ServiceAccount's token turned
+// DELIVERED 0/3 into 50/50 with invented pod names).
+func TestATokenReportsForItsOwnPodOnly(t *testing.T) {
+	f := newFixture(t)
+	tok := f.podToken(f.ns, "edge-1", DefaultAudience)
+	code, text := f.post(http.MethodPost, tok, "application/json", f.report("edge-1", revA))
+	require.Equal(t, http.StatusAccepted, code, text)
+	for i := range 50 {
+		code, text = f.post(http.MethodPost, tok, "application/json", f.report(fmt.Sprintf("invented-%d", i), revB))
+		require.Equal(t, http.StatusForbidden, code, text)
+		require.Contains(t, text, "the pod it is bound to")
+	}
+	for i := range 50 {
+		assert.Empty(t, f.revisionOf(fmt.Sprintf("invented-%d", i)))
+	}
+	assert.Equal(t, revA, f.revisionOf("edge-1"))
+
+	unbound, err := cp.ServiceAccountToken(t.Context(), f.ns, "gateway", DefaultAudience)
+	require.NoError(t, err)
+	before := f.reviews.Load()
+	code, text = f.post(http.MethodPost, unbound, "application/json", f.report("edge-1", revB))
+	assert.Equal(t, http.StatusUnauthorized, code, text)
+	assert.Contains(t, text, "not bound to a pod")
+	assert.Equal(t, before, f.reviews.Load(), "refused from its claims, before any review")
+	assert.Equal(t, revA, f.revisionOf("edge-1"))
+}
+
+// Tokens that cannot succeed cost no review, a source's reviews are
+// budgeted, and no flood of bad tokens evicts a pod's cached review (the
+// first round: 1,500 random tokens made 1,501 TokenReviews at the
+// client's QPS, and an honest report waited 2 s).
+func TestReviewsAreBudgetedAndBadTokensCostNone(t *testing.T) {
+	f := newFixture(t)
+	good := f.token(f.ns, DefaultAudience)
+	code, _ := f.post(http.MethodPost, good, "application/json", f.report("edge-1", revA))
+	require.Equal(t, http.StatusAccepted, code)
+	require.EqualValues(t, 1, f.reviews.Load())
+
+	jwt := func(claims string) string {
+		return base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256"}`)) + "." + base64.RawURLEncoding.EncodeToString([]byte(claims)) + ".c2ln"
+	}
+	exp := time.Now().Add(time.Hour).Unix()
+	start := time.Now()
+	for i := range 1500 {
+		var tok string
+		switch i % 4 {
+		case 0:
+			tok = fmt.Sprintf("random-%d", i)
+		case 1:
+			tok = jwt(fmt.Sprintf(`{"exp":%d,"aud":["%s"],"n":%d}`, time.Now().Add(-time.Hour).Unix(), DefaultAudience, i)) // expired
+		case 2:
+			tok = jwt(fmt.Sprintf(`{"exp":%d,"aud":["elsewhere"],"n":%d}`, exp, i))
+		case 3:
+			tok = jwt(fmt.Sprintf(`{"exp":%d,"aud":["%s"],"n":%d}`, exp, DefaultAudience, i)) // no pod
+		}
+		code, _ := f.post(http.MethodPost, tok, "application/json", f.report("edge-1", revB))
+		require.Equal(t, http.StatusUnauthorized, code)
+	}
+	assert.EqualValues(t, 1, f.reviews.Load(), "none of 1,500 bad tokens was reviewed")
+
+	// Well-formed forgeries (a pod claim, a bad signature) are reviewed,
+	// within the source's budget.
+	budgeted := 0
+	for i := range 30 {
+		tok := jwt(fmt.Sprintf(`{"exp":%d,"aud":["%s"],"kubernetes.io":{"pod":{"name":"p%d","uid":"u"}}}`, exp, DefaultAudience, i))
+		code, _ := f.post(http.MethodPost, tok, "application/json", f.report("edge-1", revB))
+		if code == http.StatusTooManyRequests {
+			budgeted++
+		}
+	}
+	t.Logf("bad_tokens=1530 reviews=%d over_budget=%d took_ms=%d", f.reviews.Load(), budgeted, time.Since(start).Milliseconds())
+	assert.LessOrEqual(t, f.reviews.Load(), int64(1+DefaultReviewBudget().PerSourceBurst+2))
+	assert.Positive(t, budgeted)
+
+	// The honest pod's review is still cached: its report costs nothing.
+	before := f.reviews.Load()
+	code, text := f.post(http.MethodPost, good, "application/json", f.report("edge-1", revB))
+	require.Equal(t, http.StatusAccepted, code, text)
+	assert.Equal(t, before, f.reviews.Load())
+	assert.Equal(t, revB, f.revisionOf("edge-1"))
 }
 
 func TestServiceAccountNamespace(t *testing.T) {
@@ -216,17 +305,33 @@ func TestServiceAccountNamespace(t *testing.T) {
 	}
 }
 
-// A reviewed token is trusted until its exp claim at the latest.
-func TestExpiryReadsTheExpClaim(t *testing.T) {
-	jwt := func(claims string) string {
-		return "e30." + base64.RawURLEncoding.EncodeToString([]byte(claims)) + ".sig"
+// The local check reads a token's shape, expiry, audience and pod claim.
+func TestPrecheck(t *testing.T) {
+	jwt := func(header, claims string) string {
+		return base64.RawURLEncoding.EncodeToString([]byte(header)) + "." + base64.RawURLEncoding.EncodeToString([]byte(claims)) + ".sig"
 	}
-	got, ok := expiry(jwt(`{"exp": 1900000000}`))
-	require.True(t, ok)
-	assert.Equal(t, time.Unix(1900000000, 0), got)
-	for _, tok := range []string{jwt(`{}`), jwt(`not json`), "two.parts", "a.!!!.c"} {
-		_, ok := expiry(tok)
-		assert.False(t, ok, tok)
+	now := time.Unix(1_800_000_000, 0)
+	const pod = `"kubernetes.io":{"pod":{"name":"edge-1","uid":"u-1"}}`
+	good := jwt(`{"alg":"RS256"}`, `{"exp":1900000000,"aud":["gridsync-agent"],`+pod+`}`)
+	c, err := precheck(good, DefaultAudience, now)
+	require.NoError(t, err)
+	assert.Equal(t, time.Unix(1900000000, 0), c.exp)
+	assert.Equal(t, "edge-1", c.pod)
+	_, err = precheck(jwt(`{"alg":"RS256"}`, `{"exp":1900000000,"aud":"gridsync-agent",`+pod+`}`), DefaultAudience, now)
+	assert.NoError(t, err, "a single audience string")
+	for tok, want := range map[string]error{
+		"two.parts": errMalformed,
+		"a.!!!.c":   errMalformed,
+		jwt(`{}`, `{"exp":1900000000,"aud":["gridsync-agent"],`+pod+`}`):              errMalformed,
+		jwt(`{"alg":"none"}`, `{"exp":1900000000,"aud":["gridsync-agent"],`+pod+`}`):  errMalformed,
+		jwt(`{"alg":"RS256"}`, `{"aud":["gridsync-agent"],`+pod+`}`):                  errMalformed,
+		jwt(`{"alg":"RS256"}`, `{"exp":1700000000,"aud":["gridsync-agent"],`+pod+`}`): errExpired,
+		jwt(`{"alg":"RS256"}`, `{"exp":1900000000,"aud":["other"],`+pod+`}`):          errAudience,
+		jwt(`{"alg":"RS256"}`, `{"exp":1900000000,"aud":["gridsync-agent"]}`):         errUnbound,
+		strings.Repeat("x", maxTokenBytes+1):                                          errMalformed,
+	} {
+		_, err := precheck(tok, DefaultAudience, now)
+		assert.ErrorIs(t, err, want, tok[:min(len(tok), 40)])
 	}
 }
 
@@ -235,16 +340,18 @@ func TestExpiryReadsTheExpClaim(t *testing.T) {
 func TestAReviewIsNotTrustedPastTheTokensExpiry(t *testing.T) {
 	f := newFixture(t)
 	tok := f.token(f.ns, DefaultAudience)
-	exp, ok := expiry(tok)
-	require.True(t, ok)
+	c, err := precheck(tok, DefaultAudience, time.Now())
+	require.NoError(t, err)
+	exp := c.exp
 	now := exp.Add(-time.Minute)
 	cfg, err := cp.ServiceAccountConfig(t.Context(), f.ns+"-agent", "gridsync-agent")
 	require.NoError(t, err)
 	client, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	r := &Reviewer{Client: client, Audience: DefaultAudience, Now: func() time.Time { return now }}
-	ns, err := r.Namespace(context.Background(), tok)
+	id, err := r.Review(context.Background(), tok, netip.MustParseAddr("127.0.0.1"))
 	require.NoError(t, err)
-	assert.Equal(t, f.ns, ns)
-	assert.Equal(t, exp, r.cache[sha256.Sum256([]byte(tok))].until, "trusted until the token's expiry, not for maxCacheLife")
+	assert.Equal(t, Identity{Namespace: f.ns, Pod: "edge-1", PodUID: id.PodUID}, id)
+	assert.NotEmpty(t, id.PodUID)
+	assert.Equal(t, exp, r.valid[sha256.Sum256([]byte(tok))].until, "trusted until the token's expiry, not for maxCacheLife")
 }

@@ -24,6 +24,9 @@ const (
 	DefaultSilentAfter = 90 * time.Second
 	DefaultForgetAfter = 10 * time.Minute
 	DefaultMaxPods     = 20000
+	// DefaultMaxPodsPerGateway: a gateway of a thousand replicas with
+	// room for a rollout's surge.
+	DefaultMaxPodsPerGateway = 2000
 	// DefaultMinInterval is the least time between two status updates of
 	// one network that reports cause.
 	DefaultMinInterval = time.Second
@@ -52,8 +55,10 @@ type Options struct {
 	SilentAfter time.Duration
 	// ForgetAfter: a pod silent this long is no longer counted (deleted).
 	ForgetAfter time.Duration
-	// MaxPods bounds the pods held.
-	MaxPods int
+	// MaxPods bounds the pods held; MaxPodsPerGateway those of one
+	// gateway, so that one gateway's reporters never starve another's.
+	MaxPods           int
+	MaxPodsPerGateway int
 	// MinInterval is the least time between two status updates of one
 	// network caused by reports.
 	MinInterval time.Duration
@@ -85,9 +90,11 @@ type Aggregator struct {
 	mu       sync.Mutex
 	gateways map[types.NamespacedName]*gateway
 	podCount int
-	onChange func(network string)
-	lastPoke map[string]time.Time
-	pending  map[string]bool
+	// lastForget is when silent pods were last looked for.
+	lastForget time.Time
+	onChange   func(network string)
+	lastPoke   map[string]time.Time
+	pending    map[string]bool
 
 	rolloutSeconds prometheus.Histogram
 	reports        *prometheus.CounterVec
@@ -103,6 +110,9 @@ func New(opts Options) *Aggregator {
 	}
 	if opts.MaxPods <= 0 {
 		opts.MaxPods = DefaultMaxPods
+	}
+	if opts.MaxPodsPerGateway <= 0 {
+		opts.MaxPodsPerGateway = DefaultMaxPodsPerGateway
 	}
 	if opts.MinInterval <= 0 {
 		opts.MinInterval = DefaultMinInterval
@@ -175,7 +185,14 @@ func (a *Aggregator) Observe(r deliveryreport.Report) error {
 	p := g.pods[r.Pod]
 	changed := true
 	if p == nil {
-		if a.podCount >= a.opts.MaxPods && !a.forgetLocked(now) {
+		full := func() bool { return len(g.pods) >= a.opts.MaxPodsPerGateway || a.podCount >= a.opts.MaxPods }
+		if full() && now.Sub(a.lastForget) >= time.Second {
+			// Pods long silent make room; at most once a second, so that
+			// a full table costs no scan per refused report.
+			a.lastForget = now
+			a.forgetLocked(now)
+		}
+		if full() {
 			a.mu.Unlock()
 			a.reports.WithLabelValues("full").Inc()
 			return ErrFull

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -96,6 +97,27 @@ func TestReportsAreTakenOnlyForKnownGatewaysAndBounded(t *testing.T) {
 	a.SetGateways("net", nil)
 	assert.ErrorIs(t, a.Observe(report("p1", revA, "ready", "")), ErrUnknownGateway, "a removed gateway takes no reports")
 	assert.Nil(t, a.Summary("gw", "edge", revA, time.Time{}))
+}
+
+// One gateway's pods fill only its own budget: another gateway's sidecars
+// still report (the first round: one token's 20,500 invented pods filled
+// the whole table and locked every namespace out).
+func TestOneGatewayNeverStarvesAnother(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	a := New(Options{SilentAfter: 10 * time.Second, ForgetAfter: time.Minute, MaxPods: 100, MaxPodsPerGateway: 3, Now: c.Now, Registerer: prometheus.NewRegistry()})
+	a.SetGateways("net", []types.NamespacedName{{Namespace: "gw", Name: "edge"}, {Namespace: "other", Name: "edge"}})
+	for i := range 50 {
+		err := a.Observe(report(fmt.Sprintf("p%d", i), revA, "ready", ""))
+		if i < 3 {
+			require.NoError(t, err)
+		} else {
+			require.ErrorIs(t, err, ErrFull)
+		}
+	}
+	other := report("honest", revA, "ready", "")
+	other.Namespace = "other"
+	require.NoError(t, a.Observe(other), "another gateway's pod reports")
+	require.NoError(t, a.Observe(report("p1", revB, "ready", "")), "a pod already held keeps reporting")
 }
 
 // Status updates are asked for at most once per interval per network,

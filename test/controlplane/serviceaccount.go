@@ -70,3 +70,40 @@ func (cp *ControlPlane) ServiceAccountToken(ctx context.Context, namespace, name
 	}
 	return token.Status.Token, nil
 }
+
+// PodToken returns a token of the ServiceAccount namespace/serviceAccount
+// bound to pod namespace/pod, for audience: what the kubelet projects
+// into that pod. The pod object is created when missing (no node runs it:
+// a bound token needs the object, not a running container), and so are
+// the namespace and ServiceAccount.
+func (cp *ControlPlane) PodToken(ctx context.Context, namespace, serviceAccount, pod, audience string) (string, error) {
+	if _, err := cp.ServiceAccountToken(ctx, namespace, serviceAccount, audience); err != nil {
+		return "", err
+	}
+	admin := cp.AdminClient()
+	p, err := admin.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		p, err = admin.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace},
+			Spec: corev1.PodSpec{
+				ServiceAccountName: serviceAccount,
+				Containers:         []corev1.Container{{Name: "gateway", Image: "registry.invalid/gateway:none"}},
+			},
+		}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return "", fmt.Errorf("pod %s/%s: %w", namespace, pod, err)
+	}
+	expiry := int64(3600)
+	token, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: &expiry,
+			Audiences:         []string{audience},
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("request a token of %s/%s bound to pod %s: %w", namespace, serviceAccount, pod, err)
+	}
+	return token.Status.Token, nil
+}

@@ -82,7 +82,7 @@ func rolloutEvidence(ctx context.Context, cp *controlplane.ControlPlane, c clien
 	}
 	fmt.Printf("    east's signals listener serves HTTPS and HTTP/3 on %s with its site certificate\n", l.addr)
 
-	token, err := cp.ServiceAccountToken(ctx, scope.Namespace, "praxis-gateway", "gridsync-agent")
+	token, err := cp.PodToken(ctx, scope.Namespace, "praxis-gateway", "edge-gateway-7d9f-x2", "gridsync-agent")
 	if err != nil {
 		return err
 	}
