@@ -13,9 +13,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -28,15 +31,27 @@ type Handler struct {
 	Reviewer   *Reviewer
 	Aggregator *rollout.Aggregator
 	Logger     *slog.Logger
-	metrics    *prometheus.CounterVec
+	// FirstLine and BetweenLines bound how long a report stream may keep
+	// the agent waiting for a report: a stream whose body never comes
+	// does not hold its connection.
+	FirstLine    time.Duration
+	BetweenLines time.Duration
+	metrics      *prometheus.CounterVec
 }
+
+// Defaults of the stream's read deadlines: a sidecar sends its first
+// report at once and one at least every 30 s (its heartbeat).
+const (
+	DefaultFirstLine    = 10 * time.Second
+	DefaultBetweenLines = 90 * time.Second
+)
 
 // NewHandler makes the handler and registers its metric.
 func NewHandler(reviewer *Reviewer, agg *rollout.Aggregator, logger *slog.Logger, reg prometheus.Registerer) *Handler {
-	h := &Handler{Reviewer: reviewer, Aggregator: agg, Logger: logger}
+	h := &Handler{Reviewer: reviewer, Aggregator: agg, Logger: logger, FirstLine: DefaultFirstLine, BetweenLines: DefaultBetweenLines}
 	h.metrics = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_delivery_reports_received_total",
-		Help: "Delivery reports received on the signals listener, by outcome (accepted, unauthenticated, unbound_token, review_budget, wrong_namespace, wrong_pod, invalid, unknown_gateway, full, review_failed).",
+		Help: "Delivery reports received on the signals listener, by outcome (accepted, unauthenticated, unbound_token, review_budget, wrong_namespace, wrong_pod, invalid, unknown_gateway, full, review_failed, stream_timeout).",
 	}, []string{"outcome"})
 	if reg != nil {
 		reg.MustRegister(h.metrics)
@@ -81,7 +96,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	lines := bufio.NewScanner(r.Body)
 	lines.Buffer(make([]byte, 0, 1024), deliveryreport.MaxBytes)
-	for lines.Scan() {
+	rc := http.NewResponseController(w)
+	wait := h.FirstLine
+	for {
+		_ = rc.SetReadDeadline(time.Now().Add(wait))
+		if !lines.Scan() {
+			break
+		}
+		wait = h.BetweenLines
 		if len(bytes.TrimSpace(lines.Bytes())) == 0 {
 			continue
 		}
@@ -89,8 +111,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return // answered; the stream ends
 		}
 	}
-	if err := lines.Err(); errors.Is(err, bufio.ErrTooLong) {
+	var ne net.Error
+	switch err := lines.Err(); {
+	case errors.Is(err, bufio.ErrTooLong):
 		h.refuse(w, "invalid", http.StatusRequestEntityTooLarge, "a report is too large")
+		return
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, os.ErrDeadlineExceeded):
+		h.refuse(w, "stream_timeout", http.StatusRequestTimeout, "no report came in time: the stream ends")
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)

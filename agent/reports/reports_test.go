@@ -55,6 +55,7 @@ type fixture struct {
 	ns      string
 	url     string
 	agg     *rollout.Aggregator
+	h       *Handler
 	reviews atomic.Int64
 }
 
@@ -74,6 +75,7 @@ func newFixture(t *testing.T) *fixture {
 	f.agg = rollout.New(rollout.Options{})
 	f.agg.SetGateways("net", []types.NamespacedName{{Namespace: f.ns, Name: "edge"}})
 	h := NewHandler(&Reviewer{Client: client, Audience: DefaultAudience}, f.agg, nil, nil)
+	f.h = h
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	f.url = srv.URL + deliveryreport.Path
@@ -354,4 +356,34 @@ func TestAReviewIsNotTrustedPastTheTokensExpiry(t *testing.T) {
 	assert.Equal(t, Identity{Namespace: f.ns, Pod: "edge-1", PodUID: id.PodUID}, id)
 	assert.NotEmpty(t, id.PodUID)
 	assert.Equal(t, exp, r.valid[sha256.Sum256([]byte(tok))].until, "trusted until the token's expiry, not for maxCacheLife")
+}
+
+// A stream whose reports stop coming is ended with its own answer, the
+// reports before it standing: a body that never comes does not hold a
+// connection (the first round held 4,096 such streams).
+func TestAStreamThatGoesQuietIsEnded(t *testing.T) {
+	f := newFixture(t)
+	f.h.FirstLine, f.h.BetweenLines = 300*time.Millisecond, 600*time.Millisecond
+	tok := f.token(f.ns, DefaultAudience)
+	for _, first := range []bool{false, true} {
+		pr, pw := io.Pipe()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, pr)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", deliveryreport.StreamContentType)
+		go func() {
+			if first {
+				_, _ = io.WriteString(pw, f.report("edge-1", revB)+"\n")
+			}
+			<-t.Context().Done()
+			pw.Close()
+		}()
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
+		assert.Less(t, time.Since(start), 3*time.Second)
+	}
+	assert.Equal(t, revB, f.revisionOf("edge-1"), "the report before the silence stands")
 }

@@ -82,18 +82,18 @@ func TestTheBucketTableIsBounded(t *testing.T) {
 func TestReleasesAfterAResetGoToTheirOwnEpoch(t *testing.T) {
 	a := newAdmission(ConnectionCaps{Max: 10, ReservedForGateway: 2, PerSite: 1})
 	west := Caller{Kind: Site, Site: "west"}
-	old, outcome := a.admit(west, false)
+	old, outcome := a.admit(west, false, netip.MustParseAddr("127.0.0.1"))
 	require.Equal(t, admitted, outcome)
-	_, outcome = a.admit(west, false)
+	_, outcome = a.admit(west, false, netip.MustParseAddr("127.0.0.1"))
 	require.Equal(t, overSiteCap, outcome)
 	a.reset()
-	fresh, outcome := a.admit(west, false)
+	fresh, outcome := a.admit(west, false, netip.MustParseAddr("127.0.0.1"))
 	require.Equal(t, admitted, outcome, "the caps started over")
 	a.release(old)
 	a.release(old)
-	_, outcome = a.admit(west, false)
+	_, outcome = a.admit(west, false, netip.MustParseAddr("127.0.0.1"))
 	assert.Equal(t, overSiteCap, outcome, "releasing the old connection (twice) frees nothing in the new epoch")
 	a.release(fresh)
-	_, outcome = a.admit(west, false)
+	_, outcome = a.admit(west, false, netip.MustParseAddr("127.0.0.1"))
 	assert.Equal(t, admitted, outcome)
 }

@@ -50,6 +50,12 @@ const (
 	// overCapGrace lets a 503 reach the caller before its connection is
 	// closed.
 	overCapGrace = time.Second
+	// DefaultAnonymousIdle closes an anonymous connection that carries
+	// no request (a sidecar keeps its report stream open).
+	DefaultAnonymousIdle = 10 * time.Second
+	// anonymousStreams is how many requests one anonymous connection may
+	// carry at once.
+	anonymousStreams = 2
 )
 
 // Options configure a Listener.
@@ -62,9 +68,13 @@ type Options struct {
 	// defaults.
 	Handshakes  *HandshakeLimits
 	Connections *ConnectionCaps
+	InFlight    *InFlightLimits
 	// AnonymousPaths are the request paths a caller without a site may
 	// use. Empty: such a caller is closed right after the handshake.
 	AnonymousPaths []string
+	// AnonymousIdle closes an anonymous connection that has carried no
+	// request for this long.
+	AnonymousIdle time.Duration
 	// WriteTimeout bounds each response write; a stalled one closes the
 	// connection.
 	WriteTimeout time.Duration
@@ -82,6 +92,7 @@ type Listener struct {
 	handler http.Handler
 	tlsCfg  *tls.Config
 	limiter *handshakeLimiter
+	pending *inFlight
 	adm     *admission
 	metrics *metrics
 
@@ -103,6 +114,10 @@ func New(handler http.Handler, opts Options) (*Listener, error) {
 		d := DefaultConnectionCaps()
 		opts.Connections = &d
 	}
+	if opts.InFlight == nil {
+		d := DefaultInFlightLimits()
+		opts.InFlight = &d
+	}
 	if opts.Handshakes.MaxTracked <= 0 {
 		opts.Handshakes.MaxTracked = DefaultHandshakeLimits().MaxTracked
 	}
@@ -112,6 +127,9 @@ func New(handler http.Handler, opts Options) (*Listener, error) {
 	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.AnonymousIdle <= 0 {
+		opts.AnonymousIdle = DefaultAnonymousIdle
 	}
 	if opts.MaxAge <= 0 {
 		opts.MaxAge = DefaultMaxAge
@@ -129,6 +147,7 @@ func New(handler http.Handler, opts Options) (*Listener, error) {
 		opts:    opts,
 		handler: handler,
 		limiter: newHandshakeLimiter(*opts.Handshakes, opts.Now),
+		pending: newInFlight(*opts.InFlight),
 		adm:     newAdmission(*opts.Connections),
 		metrics: newMetrics(opts.Registerer),
 		conns:   map[any]*ticket{},
@@ -207,20 +226,43 @@ func (l *Listener) serveTCP(ctx context.Context, ln net.Listener) error {
 		<-ctx.Done()
 		_ = ln.Close()
 	}()
+	var backoff time.Duration
 	for {
 		raw, err := ln.Accept()
 		if err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, net.ErrClosed) {
 				return fmt.Errorf("signals listener (tcp): %w", err)
 			}
-			break
+			// Out of descriptors, or a connection aborted before it was
+			// accepted: wait and go on serving, as net/http does. The
+			// connections already open keep working meanwhile.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			l.metrics.acceptErrors.Inc()
+			if backoff == 5*time.Millisecond {
+				l.opts.Logger.Warn("signals_accept_failed", "error", err.Error(), "retry_in", backoff.String())
+			}
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			continue
 		}
+		backoff = 0
 		if refused := l.limiter.allow(raw.RemoteAddr()); refused != "" {
 			l.metrics.handshakes.WithLabelValues(transportTCP, refused).Inc()
 			_ = raw.Close()
 			continue
 		}
-		go l.handshakeTCP(ctx, raw, handed)
+		release, refused := l.pending.acquire(raw.RemoteAddr())
+		if refused != "" {
+			l.metrics.handshakes.WithLabelValues(transportTCP, refused).Inc()
+			_ = raw.Close()
+			continue
+		}
+		go l.handshakeTCP(ctx, raw, handed, release)
 	}
 	sctx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelShutdown()
@@ -233,18 +275,19 @@ func (l *Listener) serveTCP(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-func (l *Listener) handshakeTCP(ctx context.Context, raw net.Conn, handed chan<- net.Conn) {
+func (l *Listener) handshakeTCP(ctx context.Context, raw net.Conn, handed chan<- net.Conn, release func()) {
 	tc := tls.Server(&stallGuard{Conn: raw, timeout: l.opts.WriteTimeout}, l.tlsCfg)
 	hctx, cancel := context.WithTimeout(ctx, l.opts.HandshakeTimeout)
 	err := tc.HandshakeContext(hctx)
 	cancel()
+	release()
 	if err != nil {
 		l.metrics.handshakes.WithLabelValues(transportTCP, "failed").Inc()
 		_ = tc.Close()
 		return
 	}
 	l.metrics.handshakes.WithLabelValues(transportTCP, "completed").Inc()
-	t := l.admitConn(transportTCP, tc, tc.ConnectionState(), func() { _ = tc.Close() })
+	t := l.admitConn(transportTCP, tc, raw.RemoteAddr(), tc.ConnectionState(), func() { _ = tc.Close() })
 	if t == nil {
 		_ = tc.Close()
 		return
@@ -306,7 +349,7 @@ func (l *Listener) serveQUIC(ctx context.Context, pc net.PacketConn) error {
 			closeConn := func() {
 				_ = c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "closed by the signals listener")
 			}
-			if l.admitConn(transportQUIC, c, c.ConnectionState().TLS, closeConn) == nil {
+			if l.admitConn(transportQUIC, c, c.RemoteAddr(), c.ConnectionState().TLS, closeConn) == nil {
 				closeConn()
 				return
 			}
@@ -323,13 +366,14 @@ func (l *Listener) serveQUIC(ctx context.Context, pc net.PacketConn) error {
 
 // admitConn names the caller of a completed handshake and admits it, or
 // returns nil when the connection must be closed now.
-func (l *Listener) admitConn(transport string, key any, cs tls.ConnectionState, closeFn func()) *ticket {
+func (l *Listener) admitConn(transport string, key any, remote net.Addr, cs tls.ConnectionState, closeFn func()) *ticket {
 	caller, refused := l.opts.Naming.name(cs, l.opts.Identity.Current().Fingerprint)
 	if refused != "" {
 		l.metrics.connections.WithLabelValues(transport, Site.String(), refused).Inc()
 		return nil
 	}
-	t, outcome := l.adm.admit(caller, len(l.opts.AnonymousPaths) > 0)
+	addr, _ := addrOf(remote)
+	t, outcome := l.adm.admit(caller, len(l.opts.AnonymousPaths) > 0, addr)
 	l.metrics.connections.WithLabelValues(transport, caller.Kind.String(), outcome).Inc()
 	if t == nil {
 		return nil
@@ -340,6 +384,11 @@ func (l *Listener) admitConn(transport string, key any, cs tls.ConnectionState, 
 		l.metrics.open.WithLabelValues(transport, caller.Kind.String()).Inc()
 	}
 	t.ageTimer = time.AfterFunc(l.opts.MaxAge, func() { l.closeConn(t, "max_age") })
+	if caller.Kind == Anonymous {
+		// An anonymous connection lives while it carries a request: one
+		// that sits idle gives its slot back soon.
+		t.idleTimer = time.AfterFunc(l.opts.AnonymousIdle, func() { l.closeConn(t, "anonymous_idle") })
+	}
 	l.mu.Lock()
 	l.conns[key] = t
 	l.mu.Unlock()
@@ -362,6 +411,9 @@ func (l *Listener) forget(key any, transport string) {
 		return
 	}
 	t.ageTimer.Stop()
+	if t.idleTimer != nil {
+		t.idleTimer.Stop()
+	}
 	if t.counted {
 		l.metrics.open.WithLabelValues(transport, t.caller.Kind.String()).Dec()
 	}
@@ -407,15 +459,31 @@ func (l *Listener) wrap() http.Handler {
 			time.AfterFunc(overCapGrace, func() { l.closeConn(t, "over_cap") })
 			return
 		}
-		if t.caller.Kind == Anonymous && !slices.Contains(l.opts.AnonymousPaths, r.URL.Path) {
+		anonymous := t.caller.Kind == Anonymous
+		if anonymous && !slices.Contains(l.opts.AnonymousPaths, r.URL.Path) {
 			// Named-only route: no answer, the connection goes.
 			l.closeConn(t, "anonymous_route")
 			return
 		}
+		if anonymous {
+			if !t.begin() {
+				// One stream and a request beside it are all a sidecar
+				// needs; more on one connection is a flood.
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "too many requests on one connection", http.StatusTooManyRequests)
+				return
+			}
+			defer t.end(l.opts.AnonymousIdle)
+		}
 		sw := &stallWatch{ResponseWriter: w, rc: http.NewResponseController(w), timeout: l.opts.WriteTimeout, now: l.opts.Now}
 		l.handler.ServeHTTP(sw, r)
-		if sw.stalled {
+		switch {
+		case sw.stalled:
 			l.closeConn(t, "write_stalled")
+		case anonymous && sw.status >= 400:
+			// A refused anonymous caller does not keep its slot (after a
+			// moment, so that the answer reaches it).
+			time.AfterFunc(overCapGrace, func() { l.closeConn(t, "anonymous_refused") })
 		}
 	})
 }
@@ -461,9 +529,13 @@ type stallWatch struct {
 	timeout time.Duration
 	now     func() time.Time
 	stalled bool
+	status  int // the first status written
 }
 
 func (s *stallWatch) WriteHeader(status int) {
+	if s.status == 0 {
+		s.status = status
+	}
 	_ = s.rc.SetWriteDeadline(s.now().Add(s.timeout))
 	s.ResponseWriter.WriteHeader(status)
 }

@@ -2,14 +2,20 @@ package siglisten
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"crypto/tls"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -335,4 +341,212 @@ func TestALongRequestStillGetsItsAnswer(t *testing.T) {
 			assert.Zero(t, g.closes(tr, "write_stalled"))
 		})
 	}
+}
+
+// holdingHandler reads a request's whole body, as the report stream does,
+// then answers 202.
+var holdingHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.WriteHeader(http.StatusAccepted)
+})
+
+// holdStream opens a TLS connection without a client certificate from
+// src and sends a report request whose body never comes.
+func (g *grid) holdStream(src string) (net.Conn, error) {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	tlsCfg := g.clientTLS()
+	tlsCfg.NextProtos = []string{"http/1.1"}
+	c, err := tls.DialWithDialer(d, "tcp", g.tcpAddr, tlsCfg)
+	if err != nil {
+		return nil, err
+	}
+	_, err = io.WriteString(c, "POST /v1/site/deliveries HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: 100000\r\n\r\n")
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Callers without a certificate, from 130 addresses of one block, each
+// holding report streams whose body never comes, take only their
+// addresses' and their block's share of the anonymous slots: sidecars of
+// another block keep reporting over HTTPS and HTTP/3 (the first round:
+// 4,160 such connections filled all 4,096 slots in 9 s).
+func TestAnonymousFloodTakesOnlyItsShare(t *testing.T) {
+	g := newGrid(t)
+	caps := DefaultConnectionCaps()
+	g.serve(t, holdingHandler, Options{AnonymousPaths: []string{"/v1/site/deliveries"}, Connections: &caps,
+		Handshakes: &HandshakeLimits{PerAddress: Bucket{Rate: 1000, Burst: 1000}}})
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for i := range 130 {
+		for range 32 {
+			c, err := g.holdStream(fmt.Sprintf("127.0.0.%d", 2+i))
+			if err == nil {
+				held = append(held, c)
+			}
+		}
+	}
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(g.l.metrics.open.WithLabelValues(transportTCP, Anonymous.String())) <= float64(caps.MaxAnonymousPerPrefix)
+	}, 5*time.Second, 20*time.Millisecond)
+	openAnon := testutil.ToFloat64(g.l.metrics.open.WithLabelValues(transportTCP, Anonymous.String()))
+	refused := testutilConnections(g, transportTCP, Anonymous.String(), refusedAddrFull) + testutilConnections(g, transportTCP, Anonymous.String(), refusedPrefFull)
+	t.Logf("flood=%d anonymous_open=%v refused=%v", 130*32, openAnon, refused)
+	assert.LessOrEqual(t, openAnon, float64(caps.MaxAnonymousPerPrefix))
+	assert.Positive(t, testutilConnections(g, transportTCP, Anonymous.String(), refusedAddrFull))
+	assert.Positive(t, testutilConnections(g, transportTCP, Anonymous.String(), refusedPrefFull))
+
+	ok := 0
+	for i := range 20 {
+		tr := transports[i%2]
+		status, _, err := g.client(t, tr, fmt.Sprintf("127.0.1.%d", 1+i), g.clientTLS()).do(http.MethodPost, "/v1/site/deliveries")
+		if err == nil && status == http.StatusAccepted {
+			ok++
+		}
+	}
+	assert.Equal(t, 20, ok, "honest sidecars of another block report throughout")
+}
+
+// An anonymous connection carries two requests at once at most, and one
+// that carries none for the idle time is closed: its slot goes back.
+func TestAnonymousConnectionsAreSmallAndShortLived(t *testing.T) {
+	g := newGrid(t)
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	})
+	g.serve(t, handler, Options{AnonymousPaths: []string{"/v1/site/deliveries"}, AnonymousIdle: 300 * time.Millisecond})
+	c := g.client(t, transportTCP, "", g.clientTLS())
+	statuses := make(chan int, 3)
+	for range 3 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/site/deliveries", http.NoBody)
+			resp, err := c.http.Do(req)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		}()
+	}
+	var got []int
+	for range 3 {
+		got = append(got, <-statuses)
+	}
+	assert.Contains(t, got, http.StatusTooManyRequests, "a third request on one anonymous connection")
+
+	idle, err := g.holdStream("127.0.0.7")
+	require.NoError(t, err)
+	idle.Close()
+	raw, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", g.tcpAddr, g.clientTLS())
+	require.NoError(t, err)
+	defer raw.Close()
+	_ = raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	_, err = raw.Read(make([]byte, 1))
+	require.Error(t, err, "closed by the listener")
+	assert.Less(t, time.Since(start), 3*time.Second)
+	assert.Positive(t, g.closes(transportTCP, "anonymous_idle"))
+}
+
+// Half-open connections from many addresses are held to the in-flight
+// caps, and running out of file descriptors does not end the listener:
+// accept backs off and serving goes on once descriptors are free (the
+// first round: accept4's EMFILE stopped the listener and the agent).
+func TestOutOfDescriptorsDoesNotEndTheListener(t *testing.T) {
+	g := newGrid(t)
+	g.serve(t, nil, Options{InFlight: &InFlightLimits{Total: 100, PerAddress: 4, PerPrefix: 24}})
+	var conns []net.Conn
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+		conns = nil
+	}
+	t.Cleanup(closeAll)
+
+	// In flight: 4 per address, 24 per /24 (ten addresses each here).
+	for i := range 40 {
+		for range 6 {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.%d.0.%d", 1+i%4, 1+i))}, Timeout: time.Second}
+			if c, err := d.Dial("tcp", g.tcpAddr); err == nil {
+				conns = append(conns, c)
+			}
+		}
+	}
+	require.Eventually(t, func() bool {
+		return g.handshakes(transportTCP, inFlightAddress) > 0 && g.handshakes(transportTCP, inFlightPrefix) > 0
+	}, 5*time.Second, 20*time.Millisecond)
+	closeAll()
+
+	// Out of descriptors: the soft limit just above what is open now.
+	var lim syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
+	open, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	low := lim
+	low.Cur = uint64(len(open) + 20)
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low))
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim))
+		}
+	}
+	t.Cleanup(restore)
+	// Every descriptor taken but one, which a client's socket takes: the
+	// listener's accept then has none. Descriptors other goroutines free
+	// meanwhile are taken too, and the step repeated until accept failed.
+	var burnt []*os.File
+	defer func() {
+		for _, f := range burnt {
+			f.Close()
+		}
+	}()
+	failed := func() bool { return testutil.ToFloat64(g.l.metrics.acceptErrors) > 0 }
+	for try := 0; try < 50 && !failed(); try++ {
+		for {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				break
+			}
+			burnt = append(burnt, f)
+		}
+		require.NotEmpty(t, burnt)
+		burnt[len(burnt)-1].Close()
+		burnt = burnt[:len(burnt)-1]
+		if c, err := net.DialTimeout("tcp", g.tcpAddr, time.Second); err == nil {
+			conns = append(conns, c)
+		}
+		deadline := time.Now().Add(200 * time.Millisecond)
+		for time.Now().Before(deadline) && !failed() {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	require.True(t, failed(), "accept ran out of descriptors")
+	for _, f := range burnt {
+		f.Close()
+	}
+	burnt = nil
+	restore()
+	closeAll()
+
+	status, body, err := g.client(t, transportTCP, "127.0.0.5", g.clientTLS(g.gateway)).get("/")
+	require.NoError(t, err, "the listener still serves")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "gateway", body)
 }
