@@ -175,9 +175,22 @@ func (r *siteReconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, ne
 		return sitetrust.Outcome{Kind: sitetrust.TrustFailure, Reason: sitetrust.ReasonTrustMaterialMissing,
 			Message: fmt.Sprintf("GridNetwork %s (spec.gridNetworkRef) does not exist", gs.Spec.GridNetworkRef)}, false
 	}
+	// The probe dials under the destination rule, and an address learnt
+	// from gossip gets outcomes that do not map what answers there.
+	dial := r.opts.ProbeDestinations.Dialer(r.opts.SiteProbeTimeout)
+	learnt := r.gossipedAddress(gs.Spec.GridNetworkRef, site) == addr
+	told := func(o sitetrust.Outcome) sitetrust.Outcome {
+		if !learnt {
+			return o
+		}
+		if o.Kind != sitetrust.Verified {
+			r.opts.Logger.Debug("site_probe_failed", "site", site, "address", addr, "reason", o.Reason, "message", o.Message)
+		}
+		return o.Opaque(addr)
+	}
 	if mode == "Plaintext" {
 		return r.probeOnce(gs.Name, "plaintext\x00"+addr, now, func() sitetrust.Outcome {
-			return sitetrust.PlaintextProbe(ctx, addr, r.opts.SiteProbeTimeout)
+			return told(sitetrust.PlaintextProbe(ctx, addr, r.opts.SiteProbeTimeout, dial))
 		})
 	}
 	tm := r.trust.get(ctx, network)
@@ -208,11 +221,25 @@ func (r *siteReconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, ne
 	}
 	inputs := strings.Join([]string{"mutual", addr, serverName, strings.Join(pins, ","), fmt.Sprint(spiffe, tm.version), site}, "\x00")
 	return r.probeOnce(gs.Name, inputs, now, func() sitetrust.Outcome {
-		return sitetrust.Probe(ctx, sitetrust.Target{
+		return told(sitetrust.Probe(ctx, sitetrust.Target{
 			Address: addr, ServerName: serverName, Roots: tm.roots, Client: *tm.client,
-			Pins: pins, SPIFFE: spiffe, Site: site, Timeout: r.opts.SiteProbeTimeout,
-		})
+			Pins: pins, SPIFFE: spiffe, Site: site, Timeout: r.opts.SiteProbeTimeout, Dial: dial,
+		}))
 	})
+}
+
+// gossipedAddress is the gateway address site gossips in network, "" when
+// none is known.
+func (r *siteReconciler) gossipedAddress(network, site string) string {
+	if r.opts.Membership == nil {
+		return ""
+	}
+	for _, s := range r.opts.Membership.View(network).Sites {
+		if s.Name == site {
+			return s.GatewayAddress
+		}
+	}
+	return ""
 }
 
 // probeOnce runs probe unless the same inputs were probed within half a

@@ -145,7 +145,10 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 	}
 	client := &http.Client{Timeout: pollTimeout, Transport: &http.Transport{
 		TLSClientConfig: cfg, Proxy: nil, DisableKeepAlives: true, ForceAttemptHTTP2: true,
-		DialContext: (&net.Dialer{Timeout: pollTimeout}).DialContext,
+		// The peer's host comes from gossip: the destination rule
+		// applies, as it does to every address the agent did not take
+		// from its own configuration.
+		DialContext: p.c.opts.ProbeDestinations.Dialer(pollTimeout),
 	}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	url := "https://" + net.JoinHostPort(host, fmt.Sprint(p.c.opts.SignalsPeerPort)) + signals.Path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
@@ -159,8 +162,13 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 		p.fail(site, "untrusted_peer", verifyErr.Error())
 		return
 	case err != nil:
-		outcome := probe.OutcomeOf(err)
-		p.fail(site, outcome, "polling "+url+" failed: "+outcome)
+		// The address was learnt from gossip: what failed (closed,
+		// silent, not TLS) is not told apart, and no address is named.
+		outcome := "unreachable"
+		if probe.OutcomeOf(err) == probe.OutcomeDestinationDenied {
+			outcome = probe.OutcomeDestinationDenied
+		}
+		p.fail(site, outcome, "polling the site's signals failed: "+outcome)
 		return
 	}
 	defer func() { _ = resp.Body.Close() }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
@@ -51,6 +53,9 @@ func withSiteTrust(site string, lifetime, probeInterval time.Duration) agentOpti
 		o.SiteProbeInterval = probeInterval
 		o.SiteProbeTimeout = time.Second
 		o.SwimKeyPollInterval = 500 * time.Millisecond
+		// The test's gateways listen on loopback, which site probes (as
+		// health probes) never dial unless a CIDR allows it.
+		o.ProbeDestinations = probe.Destinations{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	}
 }
 

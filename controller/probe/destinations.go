@@ -1,10 +1,13 @@
 package probe
 
 import (
-	"errors"
+	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Destinations is where health probes may connect. Whoever may create an
@@ -42,10 +45,48 @@ var deniedPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("::/128"),             //
 	netip.MustParsePrefix("224.0.0.0/4"),        // multicast
 	netip.MustParsePrefix("ff00::/8"),           //
+	netip.MustParsePrefix("::/96"),              // IPv4-compatible (deprecated): ::127.0.0.1 is no IPv6 host
+}
+
+// IPv6 ranges that carry an IPv4 address: the rule is applied to that
+// address too, so that 64:ff9b::a9fe:a9fe (NAT64) or 2002:a9fe:a9fe::
+// (6to4) cannot reach 169.254.169.254.
+var (
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052
+	nat64Local     = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215
+	sixToFour      = netip.MustParsePrefix("2002::/16")      // RFC 3056
+)
+
+// embeddedIPv4 returns the IPv4 address an IPv6 address of a translation
+// or tunnelling range carries.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	if !a.Is6() || a.Is4In6() {
+		return netip.Addr{}, false
+	}
+	b := a.As16()
+	switch {
+	case nat64WellKnown.Contains(a):
+		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
+	case nat64Local.Contains(a):
+		// A /48 prefix: the IPv4 address at bits 48-63 and 72-87, the
+		// octet between them (bits 64-71) reserved.
+		return netip.AddrFrom4([4]byte{b[6], b[7], b[9], b[10]}), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), true
+	}
+	return netip.Addr{}, false
 }
 
 // errDenied is what a refused connection attempt fails with.
-var errDenied = errors.New("destination not allowed for health probes")
+var errDenied = deniedError{}
+
+type deniedError struct{}
+
+func (deniedError) Error() string { return "destination not allowed (--probe-allow-destinations)" }
+
+// DestinationDenied marks the error for callers outside this package that
+// name failures by kind.
+func (deniedError) DestinationDenied() bool { return true }
 
 // ParseDestinations reads an allow-list: each entry a CIDR (10.0.0.0/8,
 // fd00::/8) or a host suffix (example.com allows example.com and every
@@ -87,10 +128,22 @@ func (d Destinations) restricted() bool {
 // URL host host.
 func (d Destinations) check(host string, addr netip.Addr) error {
 	addr = addr.Unmap() // ::ffff:127.0.0.1 is 127.0.0.1
-	for _, p := range d.AllowCIDRs {
-		if p.Contains(addr) {
-			return nil
+	if v4, ok := embeddedIPv4(addr); ok && !d.allowedCIDR(v4) {
+		// What is reached is the IPv4 address: a denied one stays
+		// denied, even under an allowed IPv6 prefix, unless a CIDR
+		// allows the IPv4 address itself.
+		for _, p := range deniedPrefixes {
+			if p.Contains(v4) {
+				return errDenied
+			}
 		}
+	}
+	return d.checkOne(host, addr)
+}
+
+func (d Destinations) checkOne(host string, addr netip.Addr) error {
+	if d.allowedCIDR(addr) {
+		return nil
 	}
 	for _, p := range deniedPrefixes {
 		if p.Contains(addr) {
@@ -101,6 +154,39 @@ func (d Destinations) check(host string, addr netip.Addr) error {
 		return nil
 	}
 	return errDenied
+}
+
+func (d Destinations) allowedCIDR(addr netip.Addr) bool {
+	for _, p := range d.AllowCIDRs {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// Dialer returns a dial function that applies the rule to every address
+// it connects to, at the moment of connecting: for every connection the
+// agent makes to an address it did not take from its own configuration
+// (providers' endpoints, peer sites' gateways and signals).
+func (d Destinations) Dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		nd := net.Dialer{
+			Timeout: timeout,
+			Control: func(_, address string, _ syscall.RawConn) error {
+				ap, err := netip.ParseAddrPort(address)
+				if err != nil {
+					return err
+				}
+				return d.check(host, ap.Addr())
+			},
+		}
+		return nd.DialContext(ctx, network, addr)
+	}
 }
 
 func (d Destinations) hostAllowed(host string) bool {

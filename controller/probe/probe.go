@@ -17,7 +17,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"sync"
 	"syscall"
@@ -126,21 +125,7 @@ func New(opts Options) *Prober {
 // dial connects with the destination rule checked on every address the
 // name resolves to, at the moment of connecting.
 func (p *Prober) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	d := net.Dialer{
-		Timeout: MaxTimeout,
-		Control: func(_, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return err
-			}
-			return p.dest.check(host, ap.Addr())
-		},
-	}
-	return d.DialContext(ctx, network, addr)
+	return p.dest.Dialer(MaxTimeout)(ctx, network, addr)
 }
 
 // Health returns what is known of a provider.

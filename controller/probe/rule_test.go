@@ -15,6 +15,8 @@ func TestDestinationRule(t *testing.T) {
 	open := Destinations{}
 	restricted, err := ParseDestinations([]string{"198.51.100.0/24", "example.com", "*.models.internal", "169.254.10.0/24"})
 	require.NoError(t, err)
+	nat64, err := ParseDestinations([]string{"64:ff9b::/96", "169.254.10.0/24"})
+	require.NoError(t, err)
 	tests := []struct {
 		dest    Destinations
 		host    string
@@ -34,6 +36,20 @@ func TestDestinationRule(t *testing.T) {
 		{open, "x", "0.0.0.0", false},
 		{open, "x", "224.0.0.1", false},
 		{open, "x", "198.51.100.3", true}, // any other address, without a list
+		// IPv6 forms that carry a denied IPv4 address.
+		{open, "x", "64:ff9b::a9fe:a9fe", false},       // NAT64 to 169.254.169.254
+		{open, "x", "64:ff9b::7f00:1", false},          // NAT64 to 127.0.0.1
+		{open, "x", "64:ff9b:1:a9fe:a9:fe00::", false}, // local-use NAT64 (/48) to 169.254.169.254
+		{open, "x", "2002:a9fe:a9fe::", false},         // 6to4 of 169.254.169.254
+		{open, "x", "2002:7f00:1::1", false},           // 6to4 of 127.0.0.1
+		{open, "x", "::127.0.0.1", false},              // IPv4-compatible
+		{open, "x", "::a9fe:a9fe", false},              //
+		{open, "x", "64:ff9b::c633:6403", true},        // NAT64 to 198.51.100.3: allowed as the IPv4 address is
+		{open, "x", "2002:c633:6403::1", true},         // 6to4 of 198.51.100.3
+		{restricted, "x", "64:ff9b::c633:6409", false}, // the IPv6 address itself is not listed
+		{nat64, "x", "64:ff9b::c633:6409", true},       // a listed NAT64 prefix
+		{nat64, "x", "64:ff9b::a9fe:a9fe", false},      // never to metadata through it
+		{nat64, "x", "64:ff9b::a9fe:a05", true},        // unless the IPv4 CIDR is listed itself
 		{restricted, "anything", "198.51.100.9", true},
 		{restricted, "example.com", "203.0.113.7", true},
 		{restricted, "api.example.com", "203.0.113.7", true},

@@ -56,6 +56,9 @@ type Outcome struct {
 	Kind    Kind
 	Reason  string
 	Message string
+	// chainVerified: the gateway had proved a certificate of the grid CA
+	// when this outcome was reached.
+	chainVerified bool
 }
 
 func fail(kind Kind, reason, format string, args ...any) Outcome {
@@ -81,6 +84,11 @@ type Target struct {
 	// Timeout bounds the whole probe: connect, handshake, and the wait
 	// for the gateway's verdict on this site's certificate.
 	Timeout time.Duration
+	// Dial connects to Address; a plain dialer when nil. The agent's
+	// applies the probe destination rule: a site's address comes from
+	// gossip or from whoever may write a GridSite, and the probe presents
+	// this site's client certificate to it.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// ClientAuthWindow is how long a TLS 1.3 gateway is given to refuse
 	// this site's certificate after the handshake (a TLS 1.3 server
 	// judges it after the client finished): DefaultClientAuthWindow when
@@ -105,8 +113,7 @@ func Probe(ctx context.Context, t Target) Outcome {
 	deadline := time.Now().Add(t.Timeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", t.Address)
+	conn, err := dialWith(t.Dial)(ctx, "tcp", t.Address)
 	if err != nil {
 		if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
 			return fail(ConnectionFailure, ReasonConnectTimeout, "connecting to %s timed out after %s", t.Address, t.Timeout)
@@ -118,6 +125,7 @@ func Probe(ctx context.Context, t Target) Outcome {
 
 	// VerifyConnection runs inside the handshake, on this goroutine.
 	var verdict *Outcome
+	chainVerified := false
 	tickets := &ticketSignal{conn: conn}
 	cfg := &tls.Config{
 		// Verification is VerifyConnection's, below: it names the reason
@@ -132,6 +140,7 @@ func Probe(ctx context.Context, t Target) Outcome {
 			if verdict = t.verify(cs.PeerCertificates, time.Now()); verdict != nil {
 				return errRefused
 			}
+			chainVerified = true
 			return nil
 		},
 	}
@@ -141,10 +150,14 @@ func Probe(ctx context.Context, t Target) Outcome {
 		return *verdict
 	}
 	if err != nil {
+		o := fail(TrustFailure, ReasonTLSProtocolError, "the TLS handshake with %s failed (%s)", t.Address, tlsFailure(err))
 		if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
-			return fail(TrustFailure, ReasonHandshakeTimeout, "%s accepted the connection but did not complete a TLS handshake within %s", t.Address, t.Timeout)
+			o = fail(TrustFailure, ReasonHandshakeTimeout, "%s accepted the connection but did not complete a TLS handshake within %s", t.Address, t.Timeout)
 		}
-		return fail(TrustFailure, ReasonTLSProtocolError, "the TLS handshake with %s failed (%s)", t.Address, tlsFailure(err))
+		// After the gateway proved a grid certificate (TLS 1.2 refuses
+		// this site's certificate inside the handshake).
+		o.chainVerified = chainVerified
+		return o
 	}
 	if tc.ConnectionState().Version == tls.VersionTLS13 {
 		window := t.ClientAuthWindow
@@ -163,10 +176,10 @@ func Probe(ctx context.Context, t Target) Outcome {
 			// Accepted: no refusal within the window, a session ticket,
 			// or the gateway spoke first.
 		case errors.Is(err, io.EOF):
-			return Outcome{Kind: TrustFailure, Reason: ReasonTLSProtocolError,
+			return Outcome{Kind: TrustFailure, Reason: ReasonTLSProtocolError, chainVerified: true,
 				Message: fmt.Sprintf("%s closed the connection right after the handshake: it did not accept this site's client certificate", t.Address)}
 		default:
-			return Outcome{Kind: TrustFailure, Reason: ReasonTLSProtocolError,
+			return Outcome{Kind: TrustFailure, Reason: ReasonTLSProtocolError, chainVerified: true,
 				Message: fmt.Sprintf("%s refused this site's client certificate (%s)", t.Address, tlsFailure(err))}
 		}
 	}
@@ -243,11 +256,10 @@ func (t Target) verify(certs []*x509.Certificate, now time.Time) *Outcome {
 
 // PlaintextProbe is Plaintext mode: a bounded TCP connection, for
 // diagnostics only. Reaching the gateway never makes the site routable.
-func PlaintextProbe(ctx context.Context, address string, timeout time.Duration) Outcome {
+func PlaintextProbe(ctx context.Context, address string, timeout time.Duration, dial func(ctx context.Context, network, addr string) (net.Conn, error)) Outcome {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", address)
+	conn, err := dialWith(dial)(ctx, "tcp", address)
 	if err != nil {
 		if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
 			return fail(ConnectionFailure, ReasonConnectTimeout, "connecting to %s timed out after %s", address, timeout)
@@ -257,6 +269,40 @@ func PlaintextProbe(ctx context.Context, address string, timeout time.Duration) 
 	_ = conn.Close()
 	return fail(TrustFailure, ReasonIdentityVerificationRequired,
 		"Plaintext mode: %s accepts connections, which proves nothing about who it is; the site is never routable in this mode", address)
+}
+
+func dialWith(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if dial != nil {
+		return dial
+	}
+	var d net.Dialer
+	return d.DialContext
+}
+
+// Opaque is the outcome as told for an address learnt from gossip: every
+// failure before the gateway proved a certificate of the grid CA (a
+// closed, silent, plain-HTTP or other-CA port) reads alike, and no
+// message names the address, so that a GridSite's status never maps
+// what answers at an internal address. A failure after the chain
+// verified (a pin, a name, a validity) keeps its reason: only a gateway
+// of the grid gets that far.
+func (o Outcome) Opaque(address string) Outcome {
+	if o.chainVerified || o.Kind == Verified {
+		if address != "" {
+			o.Message = strings.ReplaceAll(o.Message, address, "the gateway")
+		}
+		return o
+	}
+	switch o.Reason {
+	case ReasonConnectTimeout, ReasonConnectionFailed, ReasonHandshakeTimeout, ReasonTLSProtocolError, ReasonUntrustedIssuer,
+		ReasonIdentityVerificationRequired:
+		return Outcome{Kind: ConnectionFailure, Reason: ReasonConnectionFailed,
+			Message: "the gateway address this site advertises did not complete a mutual TLS handshake with a certificate of the grid CA (the agent's log says more)"}
+	}
+	if address != "" {
+		o.Message = strings.ReplaceAll(o.Message, address, "the gateway")
+	}
+	return o
 }
 
 // ticketSignal is the probe's session cache: it never resumes (every
@@ -279,7 +325,10 @@ func isTimeout(err error) bool {
 // system's words.
 func dialFailure(err error) string {
 	var dns *net.DNSError
+	var denied interface{ DestinationDenied() bool }
 	switch {
+	case errors.As(err, &denied) && denied.DestinationDenied():
+		return "the destination is not allowed (--probe-allow-destinations)"
 	case errors.As(err, &dns):
 		return "the name does not resolve"
 	case strings.Contains(err.Error(), "refused"):

@@ -153,6 +153,10 @@ func TestProbeReasons(t *testing.T) {
 		{"nothing listens", p.target(closedAddr, pin(good)), ConnectionFailure, ReasonConnectionFailed},
 		{"not host:port", p.target("127.0.0.1", pin(good)), ConnectionFailure, ReasonConnectionFailed},
 	}
+	// What a site's status may say when the address was learnt from
+	// gossip: a closed, silent, plain-HTTP or other-CA port reads alike.
+	alike := map[string]bool{"another CA": true, "never answers TLS": true, "answers garbage": true, "nothing listens": true}
+	var opaque []Outcome
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o := Probe(context.Background(), c.target)
@@ -160,9 +164,43 @@ func TestProbeReasons(t *testing.T) {
 			assert.Equal(t, c.kind, o.Kind, o.Message)
 			assert.NotEmpty(t, o.Message)
 			assert.NotContains(t, o.Message, "HTTP/1.1", "never what the server sent")
+			told := o.Opaque(c.target.Address)
+			assert.NotContains(t, told.Message, c.target.Address, "no address in what a learnt address's status says")
+			if alike[c.name] {
+				opaque = append(opaque, told)
+			} else {
+				assert.Equal(t, c.reason, told.Reason, "a grid gateway's own failure keeps its reason")
+			}
 		})
 	}
+	require.Len(t, opaque, len(alike))
+	for _, o := range opaque[1:] {
+		assert.Equal(t, opaque[0], o, "one reason for every port that is not a grid gateway")
+	}
 }
+
+// A site probe dials under the destination rule it is given: a denied
+// address is never connected to, and the status says why.
+func TestProbeKeepsTheDestinationRule(t *testing.T) {
+	p := newPKI(t)
+	good := siteCert(t, p.ca, "west", time.Now(), time.Hour)
+	addr := gateway(t, good, p.roots, 0)
+	tg := p.target(addr, pin(good))
+	var dialled bool
+	tg.Dial = func(ctx context.Context, network, a string) (net.Conn, error) {
+		dialled = true
+		return nil, deniedForTest{}
+	}
+	o := Probe(context.Background(), tg)
+	assert.True(t, dialled)
+	assert.Equal(t, ReasonConnectionFailed, o.Reason)
+	assert.Contains(t, o.Message, "not allowed")
+}
+
+type deniedForTest struct{}
+
+func (deniedForTest) Error() string           { return "denied" }
+func (deniedForTest) DestinationDenied() bool { return true }
 
 // Pin rotation: the current and the next pin are both accepted, the old
 // one removed refuses the old leaf, and a third identity is refused.
@@ -219,7 +257,7 @@ func siteCertURIs(t *testing.T, site string) []*url.URL {
 }
 
 func TestPlaintextProbeNeverPromotes(t *testing.T) {
-	o := PlaintextProbe(context.Background(), rawServer(t, nil), time.Second)
+	o := PlaintextProbe(context.Background(), rawServer(t, nil), time.Second, nil)
 	assert.Equal(t, TrustFailure, o.Kind)
 	assert.Equal(t, ReasonIdentityVerificationRequired, o.Reason)
 	assert.Equal(t, PhaseConnecting, Next(PhaseActive, o))
@@ -228,7 +266,7 @@ func TestPlaintextProbeNeverPromotes(t *testing.T) {
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	_ = l.Close()
-	o = PlaintextProbe(context.Background(), addr, time.Second)
+	o = PlaintextProbe(context.Background(), addr, time.Second, nil)
 	assert.Equal(t, ReasonConnectionFailed, o.Reason)
 }
 

@@ -45,9 +45,6 @@ func newSignalsListener(work string) (*signalsListener, []string, error) {
 	return l, []string{
 		"--signals-addr", addr, "--signals-cert", filepath.Join(l.identity, "tls.crt"), "--signals-key", filepath.Join(l.identity, "tls.key"),
 		"--signals-ca", filepath.Join(l.identity, "ca.crt"), "--signals-interval", "1s", "--report-silent-after", "3s",
-		// The demo's provider metrics endpoint is on loopback, which
-		// probes and scrapes may reach only when a CIDR lists it.
-		"--probe-allow-destinations", "127.0.0.0/8",
 	}, nil
 }
 

@@ -63,6 +63,9 @@ func startSiteAgent(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 		"--site-name", site, "--swim-bind-addr", a.swimAddr, "--gateway-address", gateway,
 		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms", "--swim-key-poll-interval", "2s",
 		"--site-probe-interval", "2s", "--site-probe-timeout", "1s",
+		// The demo's sites all live on loopback, which site probes (as
+		// health probes) never dial unless a CIDR allows it.
+		"--probe-allow-destinations", "127.0.0.0/8",
 	}, extra...)
 	if a.cmd, err = startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), filepath.Join(work, site+"-agent.log"), args...); err != nil {
 		return nil, err

@@ -136,6 +136,9 @@ func (s *site) start(env []string, extra ...string) *agent {
 		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms", "--swim-push-pull-interval", "2s",
 		"--swim-key-poll-interval", "1s", "--resync-period", "10s",
 		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s",
+		// Every site's gateway and signals listen on loopback, which
+		// the agent's probes and polls never dial unless a CIDR allows it.
+		"--probe-allow-destinations", "127.0.0.0/8",
 	}, extra...)
 	if s.gatewayService != "" {
 		args = append(args, "--gateway-service-name", s.gatewayService, "--gateway-service-namespace", s.resNS, "--gateway-discovery-interval", "200ms")

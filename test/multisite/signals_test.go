@@ -77,7 +77,6 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 			"--site-probe-interval", "1s", "--site-probe-timeout", "1s",
 			"--signals-addr", "127.0.0.1:" + ports[i], "--signals-peer-port", ports[1-i], "--signals-interval", "300ms",
 			"--signals-cert", identities[i].Path("tls.crt"), "--signals-key", identities[i].Path("tls.key"), "--signals-ca", identities[i].Path("ca.crt"),
-			"--probe-allow-destinations", "127.0.0.0/8",
 		}
 	}
 	pollMode := func(s *site, name string, seeds ...string) {

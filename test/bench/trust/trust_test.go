@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"slices"
 	"sync"
@@ -36,6 +37,7 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testgateway"
@@ -89,6 +91,8 @@ func measure(b *testing.B) {
 	mgr, err := controller.NewManager(cfg, controller.ManagerOptions{Options: controller.Options{
 		Namespaces: []string{credNS}, Logger: slog.New(slog.DiscardHandler),
 		SiteName: "bench", SiteProbeInterval: probeInterval, SiteProbeTimeout: time.Second,
+		// The benchmark's gateways listen on loopback.
+		ProbeDestinations: probe.Destinations{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 	}})
 	must(b, err)
 	mctx, stop := context.WithCancel(ctx)
