@@ -117,10 +117,11 @@ soak: tools ## the fault-injection soak: the real sidecar and agent, one seed (S
 		$(GO) test ./test/soak -run '^TestSoak$$' -count=1 -v -timeout 0
 
 .PHONY: fuzz
-fuzz: ## fuzz the envelope validator, its canonical form and the gossip decoder, a minute each
+fuzz: ## fuzz the envelope validator, its canonical form, the gossip decoder and the signals feed, a minute each
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzValidate -fuzztime 60s
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzCanonicalMatchesLibrary -fuzztime 60s
 	$(GO) test ./agent/membership -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+	$(GO) test ./controller/signals -run '^$$' -fuzz FuzzScrapeIsServedForItsSourceOnly -fuzztime 60s
 
 .PHONY: clean
 clean: ## remove built binaries (the pinned servers stay cached in .tools/)

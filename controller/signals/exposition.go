@@ -37,6 +37,9 @@ func Render(w io.Writer, rows []Row, collect []string, now time.Time) (oldest ti
 	var b bytes.Buffer
 	last := ""
 	for _, smp := range all {
+		if !ValidSample(smp) {
+			continue // never written: a name is written unescaped
+		}
 		if smp.Metric != last {
 			fmt.Fprintf(&b, "# TYPE %s gauge\n", smp.Metric)
 			last = smp.Metric

@@ -15,14 +15,18 @@ var (
 		[]string{LabelSite, LabelProvider}, nil)
 	latencyDesc = prometheus.NewDesc(MetricProbeLatency, "The provider's last health probe's latency, by site; absent when unknown or stale.",
 		[]string{LabelSite, LabelProvider}, nil)
+	invalidDesc = prometheus.NewDesc("gridsync_signals_samples_dropped_total",
+		"Signal samples dropped because a metric or label name is not of the classic syntax (from scrapes, polls and gossip alike).", nil, nil)
 )
 
 func (c Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- readyDesc
 	ch <- latencyDesc
+	ch <- invalidDesc
 }
 
 func (c Collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(invalidDesc, prometheus.CounterValue, float64(c.Store.Invalid()))
 	seen := map[[3]string]bool{}
 	for _, r := range c.Store.Rows(nil) {
 		for _, smp := range r.Samples {

@@ -14,6 +14,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -82,6 +83,8 @@ type rowKey struct{ site, provider, part string }
 // Store holds rows. Safe for concurrent use.
 type Store struct {
 	now func() time.Time
+	// invalid counts the samples dropped for their names.
+	invalid atomic.Uint64
 
 	mu   sync.RWMutex
 	rows map[rowKey]Row
@@ -108,9 +111,20 @@ func (s *Store) OnReadyChange(f func(site, provider string)) {
 // Set replaces one part of a provider's signals. Labels of the samples
 // are completed with grid_site and grid_provider (a sample's own are kept
 // as exported_*).
+//
+// Only the classic metric and label name syntax is kept: a sample whose
+// metric or any label name is anything else (a quoted UTF-8 name, which
+// the exposition parser accepts) is dropped and counted, whoever sent it
+// (a provider's scrape, a peer's poll, gossip). Such a name, written back
+// into /v1/site/signals, could break the answer or forge another
+// provider's line.
 func (s *Store) Set(site, provider, part string, samples []Sample, expires time.Time) {
 	attributed := make([]Sample, 0, len(samples))
 	for _, smp := range samples {
+		if !ValidSample(smp) {
+			s.invalid.Add(1)
+			continue
+		}
 		attributed = append(attributed, attribute(smp, site, provider))
 	}
 	k := rowKey{site, provider, part}
@@ -248,3 +262,38 @@ func attribute(smp Sample, site, provider string) Sample {
 	labels = slices.CompactFunc(labels, func(a, b Label) bool { return a.Name == b.Name })
 	return Sample{Metric: smp.Metric, Labels: labels, Value: smp.Value, At: smp.At}
 }
+
+// ValidSample says whether a sample's metric name and label names are of
+// the classic syntax: [a-zA-Z_:][a-zA-Z0-9_:]* for metrics,
+// [a-zA-Z_][a-zA-Z0-9_]* for labels.
+func ValidSample(smp Sample) bool {
+	if !validName(smp.Metric, true) {
+		return false
+	}
+	for _, l := range smp.Labels {
+		if !validName(l.Name, false) {
+			return false
+		}
+	}
+	return true
+}
+
+func validName(s string, colon bool) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
+		case c == ':' && colon:
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Invalid is how many samples were dropped for their names.
+func (s *Store) Invalid() uint64 { return s.invalid.Load() }

@@ -80,3 +80,80 @@ func TestExpositionRoundTrips(t *testing.T) {
 	assert.Equal(t, 1, n)
 	assert.False(t, strings.Contains(b.String(), "vllm"))
 }
+
+// scrapeAndServe is what the agent does with a provider's metrics answer:
+// parse it, hold it as the provider's load, and serve it on
+// /v1/site/signals.
+func scrapeAndServe(t testing.TB, body []byte, now time.Time) (*Store, []Parsed, error) {
+	parsed, err := Parse(body, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := NewStore(func() time.Time { return now })
+	samples := make([]Sample, 0, len(parsed))
+	for _, p := range parsed {
+		p.At = now
+		samples = append(samples, p.Sample)
+	}
+	s.Set("east", "p1", PartLoad, samples, now.Add(time.Minute))
+	var b bytes.Buffer
+	_, _, err = Render(&b, s.Rows(nil), nil, now)
+	require.NoError(t, err)
+	served, err := Parse(b.Bytes(), nil)
+	if err != nil {
+		t.Fatalf("what was rendered does not parse: %v\n%s", err, b.String())
+	}
+	return s, served, nil
+}
+
+// The first round's forgery: a provider answered a quoted UTF-8 label name
+// holding an escaped newline, and the gateway read a queue depth of 1e9
+// for another provider. Such a sample is dropped and counted; what is
+// served names only the source.
+func TestAForgedLabelNameNeverReachesTheFeed(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	forged := []byte("vllm:num_requests_waiting{\"x\\\"} 0\\ngrid_queue{grid_provider=\\\"victim\\\",grid_site=\\\"east\\\"} 1e9\\nz{a\"=\"v\"} 3\n" +
+		"vllm:num_requests_waiting{model=\"m\"} 2\n")
+	s, served, err := scrapeAndServe(t, forged, now)
+	require.NoError(t, err)
+	require.Len(t, served, 1, "only the well-named sample")
+	assert.Equal(t, "p1", served[0].Label(LabelProvider))
+	assert.Equal(t, 2.0, served[0].Value)
+	assert.EqualValues(t, 1, s.Invalid())
+	for _, name := range []string{"ok", "ok:ns", "_x9", "a_b:c"} {
+		assert.True(t, ValidSample(Sample{Metric: name}), name)
+	}
+	for _, name := range []string{"", "9a", "a-b", "a b", "a\nb", "é"} {
+		assert.False(t, ValidSample(Sample{Metric: name}), name)
+		assert.False(t, ValidSample(Sample{Metric: "m", Labels: []Label{{name, "v"}}}), name)
+	}
+	assert.False(t, ValidSample(Sample{Metric: "m", Labels: []Label{{"a:b", "v"}}}), "no colon in a label name")
+}
+
+// Whatever a provider answers, what the agent serves for it names only
+// that provider and this site, and parses.
+func FuzzScrapeIsServedForItsSourceOnly(f *testing.F) {
+	f.Add([]byte("vllm:num_requests_waiting{model=\"m\"} 2\n"))
+	f.Add([]byte("q{\"x\\\"} 0\\ngrid_q{grid_provider=\\\"victim\\\"} 1e9\\nz{a\"=\"v\"} 3\n"))
+	f.Add([]byte("# TYPE g gauge\ng{grid_provider=\"victim\",grid_site=\"west\"} 1 123\n"))
+	f.Add([]byte("{\"weird name\",l=\"a\\nb\"} 1\n"))
+	now := time.Unix(1_800_000_000, 0)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s, served, err := scrapeAndServe(t, body, now)
+		if err != nil {
+			return // not exposition: nothing is held
+		}
+		held := 0
+		for _, r := range s.Rows(nil) {
+			held += len(r.Samples)
+		}
+		if len(served) != held {
+			t.Fatalf("served %d samples of the %d held", len(served), held)
+		}
+		for _, p := range served {
+			if p.Label(LabelProvider) != "p1" || p.Label(LabelSite) != "east" {
+				t.Fatalf("a sample served for %q of %q", p.Label(LabelProvider), p.Label(LabelSite))
+			}
+		}
+	})
+}
