@@ -53,10 +53,15 @@ func runSidecar(args []string, stderr io.Writer) int {
 
 	// --once publishes and exits, like the upstream sidecar's: it serves
 	// no endpoints, so it never needs (or fails for) the health port.
-	var ln net.Listener
+	var ln, probeLn net.Listener
 	if !cfg.Once {
 		if ln, err = health.Listen(ctx, cfg.HealthAddr); err != nil {
 			return fail("health_bind_failed", err)
+		}
+		if cfg.ProbeAddr != "" {
+			if probeLn, err = health.Listen(ctx, cfg.ProbeAddr); err != nil {
+				return fail("health_bind_failed", err)
+			}
 		}
 	}
 	restConfig, err := kubeconfig.Load(cfg.Kubeconfig, binary+"/"+version)
@@ -91,18 +96,19 @@ func runSidecar(args []string, stderr io.Writer) int {
 			return fail("identity_invalid", err)
 		}
 	}
-	handler := health.Handler(health.Checks{
+	checks := health.Checks{
 		Ready:   func() (bool, string) { return ready(syncer, identity) },
 		Started: syncer.Started,
 		Status:  func() any { return statusOf(syncer, identity) },
-	}, reg)
+	}
+	handler := health.Handler(checks, reg)
 
 	if cfg.Once {
 		log.Info("started", "version", version, "once", true, "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
 		err = syncer.Run(ctx) // no endpoints and no identity polling: one publication
 	} else {
 		log.Info("started", "version", version, "health_addr", ln.Addr().String(), "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
-		err = serve(ctx, ln, handler, syncer, identity, reporter)
+		err = serve(ctx, ln, handler, syncer, identity, reporter, probeLn, health.ProbeHandler(checks))
 	}
 	if err != nil {
 		return fail("stopped_with_error", err)
@@ -118,10 +124,26 @@ func runSidecar(args []string, stderr io.Writer) int {
 // serve runs the sync loop, the health endpoints and the identity
 // reloader together until ctx ends or one of them stops.
 func serve(ctx context.Context, ln net.Listener, handler http.Handler, syncer *overlaysync.Syncer, identity *tlsidentity.Reloader,
-	reporter *deliveryreport.Reporter,
+	reporter *deliveryreport.Reporter, probeLn net.Listener, probeHandler http.Handler,
 ) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The probe port, when set, serves beside the health port; either
+	// ending stops the sidecar (a dead probe port would restart the pod
+	// for reasons nobody could see).
+	probeErr := make(chan error, 1)
+	if probeLn != nil {
+		go func() {
+			err := health.Serve(runCtx, probeLn, probeHandler, shutdownGrace)
+			if err == nil && runCtx.Err() == nil {
+				err = errors.New("probe server stopped")
+			}
+			probeErr <- err
+			cancel()
+		}()
+	} else {
+		probeErr <- nil
+	}
 	identityDone := make(chan struct{})
 	go func() {
 		defer close(identityDone)
@@ -142,6 +164,9 @@ func serve(ctx context.Context, ln net.Listener, handler http.Handler, syncer *o
 	cancel()
 	<-identityDone
 	<-reportDone
+	if perr := <-probeErr; perr != nil && ctx.Err() == nil {
+		err = errors.Join(err, perr)
+	}
 	return err
 }
 

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 )
 
 // Checks are the answers behind the endpoints.
@@ -58,6 +57,30 @@ func RegisterBuildInfo(reg prometheus.Registerer, binary, version string) {
 
 // Handler routes the endpoints.
 func Handler(checks Checks, gatherer prometheus.Gatherer) http.Handler {
+	mux := probeMux(checks)
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		body, err := json.Marshal(checks.Status(), jsontext.Multiline(true), jsontext.WithIndent("  "))
+		if err != nil {
+			writeText(w, http.StatusInternalServerError, "encode status: "+err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(append(body, '\n'))
+	})
+	// A render holds a copy of every series: a few at a time is plenty
+	// for Prometheus and the kubelet, and more would let anyone who can
+	// reach the port grow the process past its memory limit.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{MaxRequestsInFlight: MaxMetricsInFlight}))
+	return mux
+}
+
+// ProbeHandler routes the kubelet's endpoints alone (/livez, /readyz,
+// /startupz), for a port of their own: what they answer costs nothing,
+// and no scrape shares their connections.
+func ProbeHandler(checks Checks) http.Handler { return probeMux(checks) }
+
+func probeMux(checks Checks) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok")
@@ -77,20 +100,6 @@ func Handler(checks Checks, gatherer prometheus.Gatherer) http.Handler {
 		}
 		writeText(w, http.StatusOK, "ok")
 	})
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		body, err := json.Marshal(checks.Status(), jsontext.Multiline(true), jsontext.WithIndent("  "))
-		if err != nil {
-			writeText(w, http.StatusInternalServerError, "encode status: "+err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write(append(body, '\n'))
-	})
-	// A render holds a copy of every series: a few at a time is plenty
-	// for Prometheus and the kubelet, and more would let anyone who can
-	// reach the port grow the process past its memory limit.
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{MaxRequestsInFlight: MaxMetricsInFlight}))
 	return mux
 }
 
@@ -99,9 +108,9 @@ func Handler(checks Checks, gatherer prometheus.Gatherer) http.Handler {
 // the process (the sidecar runs within 32 MiB) rather than queueing them
 // in the kernel or refusing them.
 const (
-	// MaxConnections are served at once; more wait in the listen backlog
-	// until one ends (an idle one within the read-header timeout).
-	MaxConnections = 32
+	// MaxConnections are served at once; a newcomer past them takes the
+	// place of one that carries no request (see connTable).
+	MaxConnections = 64
 	// MaxMetricsInFlight renders of /metrics at once; more get 503.
 	MaxMetricsInFlight = 2
 	// MaxHeaderBytes of a request: probes and scrapes send a few hundred.
@@ -131,16 +140,22 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 // Serve serves handler on ln until ctx is done, then shuts down within
 // shutdownGrace.
 func Serve(ctx context.Context, ln net.Listener, handler http.Handler, shutdownGrace time.Duration) error {
+	table := newConnTable(MaxConnections)
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       30 * time.Second,
-		MaxHeaderBytes:    MaxHeaderBytes,
+		// A response (a /metrics render to a slow reader) holds its
+		// place at most this long.
+		WriteTimeout: 10 * time.Second,
+		// Probes and scrapes come every few seconds: a kept connection
+		// idle longer is closed.
+		IdleTimeout:    5 * time.Second,
+		MaxHeaderBytes: MaxHeaderBytes,
+		ConnState:      table.track,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(netutil.LimitListener(ln, MaxConnections)) }()
+	go func() { errc <- srv.Serve(&evictingListener{Listener: ln, table: table}) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("health server: %w", err)

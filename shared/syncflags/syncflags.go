@@ -50,6 +50,7 @@ type Config struct {
 	ExpireAfter       time.Duration
 	WatchIdleTimeout  time.Duration
 	HealthAddr        string // sidecar only
+	ProbeAddr         string // sidecar only
 	Once              bool   // sidecar only
 	Timeout           time.Duration
 
@@ -136,6 +137,7 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	switch mode {
 	case Sidecar:
 		str(&c.HealthAddr, "health-addr", envPrefix+"HEALTH_ADDR", DefaultHealthAddr, "address of /livez, /readyz, /startupz, /status and /metrics")
+		str(&c.ProbeAddr, "probe-addr", envPrefix+"PROBE_ADDR", "", "address of /livez, /readyz and /startupz alone, for the kubelet's probes: no scrape or idle client on the health port can starve them (off when empty)")
 		fs.BoolVar(&c.Once, "once", false, "publish one valid overlay, then exit (no health port)"+envflag.Note(envPrefix+"ONCE"))
 		bind("once", envPrefix+"ONCE")
 		str(&c.ReportTo, "report-to", envPrefix+"REPORT_TO", "", "https:// address of the agent's signals listener to report deliveries to (off when empty)")

@@ -36,6 +36,7 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
     - --timeout={{ $v.initTimeout }}
     {{- else }}
     - --health-addr=:{{ $v.healthPort }}
+    - --probe-addr=:{{ $v.probePort }}
     - --expire-after={{ $v.expireAfter }}
     {{- with $v.report.to }}
     - --report-to={{ . }}
@@ -67,18 +68,21 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
     - name: metrics
       containerPort: {{ $v.healthPort }}
       protocol: TCP
+    - name: probes
+      containerPort: {{ $v.probePort }}
+      protocol: TCP
   {{- if eq .kind "native" }}
   # Holds the gateway back until a valid overlay is on disk.
   startupProbe:
-    httpGet: {path: /startupz, port: metrics}
+    httpGet: {path: /startupz, port: probes}
     periodSeconds: 1
     failureThreshold: 600
   {{- end }}
   livenessProbe:
-    httpGet: {path: /livez, port: metrics}
+    httpGet: {path: /livez, port: probes}
     periodSeconds: 10
   readinessProbe:
-    httpGet: {path: /readyz, port: metrics}
+    httpGet: {path: /readyz, port: probes}
     periodSeconds: 5
   {{- end }}
   volumeMounts:
