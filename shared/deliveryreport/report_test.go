@@ -53,6 +53,9 @@ type agent struct {
 	types    []string
 	status   int
 	requests int
+	// endAfter, when set, ends every stream after that many reports, as
+	// an agent's restart or a lost connection does.
+	endAfter int
 }
 
 func newAgent(t *testing.T) *agent {
@@ -64,7 +67,9 @@ func newAgent(t *testing.T) *agent {
 		a.requests++
 		a.mu.Unlock()
 		lines := bufio.NewScanner(r.Body)
+		read := 0
 		for lines.Scan() {
+			read++
 			var rep Report
 			_ = json.Unmarshal(lines.Bytes(), &rep)
 			a.mu.Lock()
@@ -76,6 +81,12 @@ func newAgent(t *testing.T) *agent {
 			if status != http.StatusAccepted {
 				w.WriteHeader(status)
 				return
+			}
+			a.mu.Lock()
+			end := a.endAfter > 0 && read >= a.endAfter
+			a.mu.Unlock()
+			if end {
+				break
 			}
 		}
 		w.WriteHeader(http.StatusAccepted)
@@ -174,4 +185,53 @@ func TestRefusedReportsBackOff(t *testing.T) {
 	got := len(a.reports())
 	assert.GreaterOrEqual(t, got, 1)
 	assert.LessOrEqual(t, got, 3, "2 s of refusals with a doubling backoff from 1 s, however often nudged")
+}
+
+// A stream the agent or the network ends is opened again at once, and the
+// latest state goes on it: it does not wait for the next heartbeat (the
+// rollout benchmark saw streams end on an idle timeout and the round never
+// settle).
+func TestALostStreamIsReopenedAtOnce(t *testing.T) {
+	a := newAgent(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token-1\n"), 0o600))
+	var mu sync.Mutex
+	state := Report{Namespace: "gw", Gateway: "edge", Pod: "p", State: StateCold}
+	r, err := NewReporter(ReporterOptions{
+		URL: a.srv.URL, TokenFile: tokenFile, CAFile: a.caFile, ServerName: "example.com", Interval: time.Minute, Timeout: time.Second,
+		Snapshot: func() Report { mu.Lock(); defer mu.Unlock(); return state }, Registerer: prometheus.NewRegistry(),
+	})
+	require.NoError(t, err)
+	go r.Run(t.Context())
+	require.Eventually(t, func() bool { return len(a.reports()) >= 1 }, 5*time.Second, 10*time.Millisecond)
+	// The agent ends the stream after a while: the reporter opens the
+	// next and sends its state again at once, far inside its one-minute
+	// interval.
+	time.Sleep(1100 * time.Millisecond)
+	a.mu.Lock()
+	a.endAfter = 1
+	a.mu.Unlock()
+	mu.Lock()
+	state.State = StateStale
+	mu.Unlock()
+	r.Notify()
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.requests >= 2
+	}, 10*time.Second, 10*time.Millisecond, "the ended stream is opened again")
+	assert.Less(t, time.Since(start), 5*time.Second)
+	a.mu.Lock()
+	a.endAfter = 0
+	a.mu.Unlock()
+
+	mu.Lock()
+	state = Report{Namespace: "gw", Gateway: "edge", Pod: "p", Revision: rev, ContentDigest: rev, State: StateReady}
+	mu.Unlock()
+	r.Notify()
+	require.Eventually(t, func() bool {
+		got := a.reports()
+		return got[len(got)-1].Revision == rev
+	}, 5*time.Second, 10*time.Millisecond, "the latest state arrives")
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,8 @@ type Reporter struct {
 	sent   *prometheus.CounterVec
 	failed bool
 	stream *stream // Run's goroutine only
+	// lost: the open stream ended without this side ending it.
+	lost atomic.Bool
 }
 
 // NewReporter checks the options; Run sends.
@@ -133,10 +136,11 @@ func (r *Reporter) Run(ctx context.Context) {
 		now := time.Now()
 		var wait time.Duration
 		rep := r.opts.Snapshot()
+		lost := r.lost.Swap(false)
 		switch {
 		case backoff > 0 && now.Before(lastAttempt.Add(backoff)):
 			wait = lastAttempt.Add(backoff).Sub(now)
-		case backoff > 0 || last == nil || !sameState(*last, rep) || now.Sub(lastSent) >= r.opts.Interval:
+		case lost || backoff > 0 || last == nil || !sameState(*last, rep) || now.Sub(lastSent) >= r.opts.Interval:
 			lastAttempt = now
 			if err := r.send(ctx, rep); err != nil {
 				backoff = min(max(2*backoff, time.Second), r.opts.Interval)
@@ -193,6 +197,9 @@ type stream struct {
 	pw        *io.PipeWriter
 	done      chan struct{} // closed when the request has ended
 	err       error         // why it ended; set before done is closed
+	// closing: this side ended it (a new token, its age, a failed
+	// write); otherwise its end is a loss, reported at once.
+	closing atomic.Bool
 }
 
 func (st *stream) ended() bool {
@@ -306,6 +313,16 @@ func (r *Reporter) openStream(ctx context.Context, transport, token string) (*st
 			}
 		}
 		_ = pr.CloseWithError(st.err)
+		var refused errRefused
+		if !st.closing.Load() && !errors.As(st.err, &refused) && ctx.Err() == nil && time.Since(st.opened) >= time.Second {
+			// The agent or the network ended the stream (an idle
+			// timeout, the agent's restart, its connection age): the
+			// latest state goes on a new one at once, not at the next
+			// heartbeat. (A stream that ended within a second of its
+			// opening waits for the usual schedule: no loop of them.)
+			r.lost.Store(true)
+			r.Notify()
+		}
 	}()
 	return st, nil
 }
@@ -313,6 +330,7 @@ func (r *Reporter) openStream(ctx context.Context, transport, token string) (*st
 // closeStream ends the open stream: the agent answers the whole of it.
 func (r *Reporter) closeStream() {
 	if r.stream != nil {
+		r.stream.closing.Store(true)
 		_ = r.stream.pw.Close()
 		r.stream = nil
 	}
@@ -349,7 +367,9 @@ func (r *Reporter) client(transport string) (*http.Client, error) {
 	}
 	if transport == "h3" {
 		r.h3Transport = &http3.Transport{TLSClientConfig: cfg, QUICConfig: &quic.Config{
-			HandshakeIdleTimeout: r.opts.Timeout, MaxIdleTimeout: 2 * r.opts.Interval, KeepAlivePeriod: 0,
+			// The heartbeat keeps the connection alive; a few missed
+			// beats on a loaded machine must not end it.
+			HandshakeIdleTimeout: r.opts.Timeout, MaxIdleTimeout: max(3*r.opts.Interval, 30*time.Second), KeepAlivePeriod: 0,
 		}}
 		r.h3 = &http.Client{Transport: r.h3Transport}
 		return r.h3, nil
