@@ -107,6 +107,13 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	@# Rollout evidence: 1,000 sidecars reporting over QUIC; the listener under a flood.
 	$(GO) test -run '^$$' -bench Rollout -benchtime 1x -timeout 30m ./test/bench/rollout
 
+# The standing attack suite: each attack of the hardening rounds against
+# the real binaries on loopback, one line each. `make test` runs its short
+# form (the same attacks, smaller counts).
+.PHONY: attack
+attack: tools ## the attack suite at full size: one line per attack (attack name=... held=true|false), non-zero when one is not held
+	ATTACK_FULL=1 $(GO) test ./test/attack -count=1 -v -timeout 30m | grep -E '^(attack |--- FAIL|FAIL|ok|panic)'
+
 # The soak's duration and seed; an empty SEED draws one (printed).
 DURATION ?= 10m
 SEED ?=

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -151,19 +152,16 @@ func decode(buf []byte) (message, error) {
 	m := message{kind: buf[0]}
 	switch buf[0] {
 	case msgRecords, msgDirect:
-		var body recordsMsgBody
-		if err := json.Unmarshal(buf[1:], &body); err != nil {
-			return message{}, dropped(dropMalformed, "records: %v", err)
+		records, err := decodeRecords(buf[1:])
+		if err != nil {
+			return message{}, err
 		}
-		if len(body.Records) > maxRecordsPerMsg {
-			return message{}, dropped(dropOversized, "%d records", len(body.Records))
-		}
-		for i := range body.Records {
-			if err := checkRecord(&body.Records[i]); err != nil {
+		for i := range records {
+			if err := checkRecord(&records[i]); err != nil {
 				return message{}, err
 			}
 		}
-		m.records = body.Records
+		m.records = records
 	case msgDigest:
 		if err := json.Unmarshal(buf[1:], &m.digest); err != nil {
 			return message{}, dropped(dropMalformed, "digest: %v", err)
@@ -293,4 +291,53 @@ func classifyPEM(pem string) certState {
 	default:
 		return certValid
 	}
+}
+
+// decodeRecords reads a records body one record at a time, refusing it as
+// soon as it holds more than maxRecordsPerMsg: a message of a hundred
+// thousand small records is never decoded whole (its decoded form is
+// many times its size).
+func decodeRecords(b []byte) ([]Record, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	malformed := func(err error) error { return dropped(dropMalformed, "records: %v", err) }
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, malformed(fmt.Errorf("not an object"))
+	}
+	var out []Record
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil, malformed(err)
+		}
+		if key != "r" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, malformed(err)
+			}
+			continue
+		}
+		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+			if t == nil && err == nil {
+				continue // "r": null
+			}
+			return nil, malformed(fmt.Errorf("records are not a list"))
+		}
+		for dec.More() {
+			if len(out) >= maxRecordsPerMsg {
+				return nil, dropped(dropOversized, "more than %d records", maxRecordsPerMsg)
+			}
+			var r Record
+			if err := dec.Decode(&r); err != nil {
+				return nil, malformed(err)
+			}
+			out = append(out, r)
+		}
+		if _, err := dec.Token(); err != nil {
+			return nil, malformed(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, malformed(err)
+	}
+	return out, nil
 }

@@ -124,6 +124,7 @@ var gateRejectReasons = []string{rejectStreamsBusy, rejectFrameTooLarge, rejectB
 // memberlist's wire constants (the numbers are its protocol).
 const (
 	mlPushPullMsg  = 6
+	mlCompressMsg  = 9
 	mlEncryptMsg   = 10
 	mlHasLabelMsg  = 244
 	nonceBytes     = 12
@@ -187,32 +188,35 @@ func (e errRefused) Error() string { return "stream refused: " + e.reason }
 
 // inspect reads and checks the stream's first frame. It returns a
 // connection that replays what was read, for memberlist to read as if
-// untouched.
-func (g *streamGate) inspect(c net.Conn, src netip.Addr) (net.Conn, error) {
+// untouched, and the release of the bytes it holds of the budget: held
+// until the stream ends, since memberlist buffers the frame again, so that
+// what every stream's first frame holds (a key holder's too) stays within
+// the budget.
+func (g *streamGate) inspect(c net.Conn, src netip.Addr) (net.Conn, func(), error) {
 	if err := c.SetReadDeadline(g.now().Add(g.lim.FrameTimeout)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	br := bufio.NewReaderSize(c, 512)
 	var head bytes.Buffer
 	first, err := br.ReadByte()
 	if err != nil {
-		return nil, g.readErr(err)
+		return nil, nil, g.readErr(err)
 	}
 	head.WriteByte(first)
 	var label []byte
 	if first == mlHasLabelMsg {
 		n, err := br.ReadByte()
 		if err != nil {
-			return nil, g.readErr(err)
+			return nil, nil, g.readErr(err)
 		}
 		label = make([]byte, n)
 		if _, err := io.ReadFull(br, label); err != nil {
-			return nil, g.readErr(err)
+			return nil, nil, g.readErr(err)
 		}
 		head.WriteByte(n)
 		head.Write(label)
 		if first, err = br.ReadByte(); err != nil {
-			return nil, g.readErr(err)
+			return nil, nil, g.readErr(err)
 		}
 		head.WriteByte(first)
 	}
@@ -221,33 +225,38 @@ func (g *streamGate) inspect(c net.Conn, src netip.Addr) (net.Conn, error) {
 		// and memberlist's own limits are all there is (the runtime
 		// warns that gossip is unauthenticated).
 		if first == mlEncryptMsg {
-			return nil, errRefused{rejectEncryptedUnexpected}
+			return nil, nil, errRefused{rejectEncryptedUnexpected}
 		}
-		return g.replay(c, head.Bytes(), br), nil
+		return g.replay(c, head.Bytes(), br), func() {}, nil
 	}
 	if first != mlEncryptMsg {
-		return nil, errRefused{rejectNotEncrypted}
+		return nil, nil, errRefused{rejectNotEncrypted}
 	}
 	var lenBuf [4]byte
 	if _, err := io.ReadFull(br, lenBuf[:]); err != nil {
-		return nil, g.readErr(err)
+		return nil, nil, g.readErr(err)
 	}
 	head.Write(lenBuf[:])
 	n := binary.BigEndian.Uint32(lenBuf[:])
 	if n > uint32(g.lim.MaxFrameBytes) {
-		return nil, errRefused{rejectFrameTooLarge}
+		return nil, nil, errRefused{rejectFrameTooLarge}
 	}
 	if n < encVersionSize+nonceBytes+gcmTagBytes {
-		return nil, errRefused{rejectMalformed}
+		return nil, nil, errRefused{rejectMalformed}
 	}
 	free, ok := g.reserve(src, int64(n))
 	if !ok {
-		return nil, errRefused{rejectBudget}
+		return nil, nil, errRefused{rejectBudget}
 	}
-	defer free()
+	keep := false
+	defer func() {
+		if !keep {
+			free()
+		}
+	}()
 	body := make([]byte, n)
 	if _, err := io.ReadFull(br, body); err != nil {
-		return nil, g.readErr(err)
+		return nil, nil, g.readErr(err)
 	}
 	// Authenticated data: the type byte, the length and the label, as
 	// memberlist builds it.
@@ -255,14 +264,21 @@ func (g *streamGate) inspect(c net.Conn, src netip.Addr) (net.Conn, error) {
 	aad = append(aad, label...)
 	plain, err := openFrame(g.keyring.GetKeys(), body, aad)
 	if err != nil {
-		return nil, errRefused{rejectUnknownKey}
+		return nil, nil, errRefused{rejectUnknownKey}
+	}
+	if len(plain) > 0 && plain[0] == mlCompressMsg {
+		// gridsync never compresses (see the runtime's config): a
+		// compressed frame would hide a push/pull from the checks below
+		// and may inflate to 40 MiB.
+		return nil, nil, errRefused{rejectUnexpectedKind}
 	}
 	if len(plain) > 0 && plain[0] == mlPushPullMsg {
 		if err := g.checkPushPull(src, body[encVersionSize:encVersionSize+nonceBytes], plain[1:]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return g.replay(c, append(head.Bytes(), body...), br), nil
+	keep = true
+	return g.replay(c, append(head.Bytes(), body...), br), free, nil
 }
 
 func (g *streamGate) readErr(err error) error {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -420,4 +422,30 @@ func TestSilentAndEchoSeeds(t *testing.T) {
 	require.Empty(t, res.Joined, "an echo is not a member")
 	require.Len(t, res.Failed, 1)
 	require.Contains(t, res.Failed[0].Err.Error(), "echo")
+}
+
+// A compressed frame is refused: gridsync never compresses, and
+// compression would hide a push/pull from the gate's checks.
+func TestCompressedFramesAreRefused(t *testing.T) {
+	key := randomKey(t)
+	a := startSite(t, "site-a", withKey(key))
+	a.waitRunning(t)
+	conf := memberlist.DefaultLANConfig()
+	conf.Name = "key-holder"
+	conf.BindAddr, conf.BindPort, conf.AdvertisePort = "127.0.0.1", 0, 0
+	kr, err := memberlist.NewKeyring(nil, key)
+	require.NoError(t, err)
+	conf.Keyring, conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = kr, true, true
+	conf.EnableCompression = true
+	conf.LogOutput = io.Discard
+	ml, err := memberlist.Create(conf)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ml.Shutdown() })
+	ap, err := netip.ParseAddrPort(a.AdvertiseAddr())
+	require.NoError(t, err)
+	msg, err := encodeDirectRecords([]Record{{Network: "prod", Site: "intruder", Kind: KindProviders, Version: 1, Providers: providers("x")}})
+	require.NoError(t, err)
+	require.NoError(t, ml.SendReliable(&memberlist.Node{Name: "a", Addr: ap.Addr().AsSlice(), Port: ap.Port()}, msg))
+	require.Eventually(t, func() bool { return a.counter("grid_swim_packets_rejected_total", rejectUnexpectedKind) > 0 }, 5*time.Second, 10*time.Millisecond)
+	assert.Zero(t, a.store.count())
 }

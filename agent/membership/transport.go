@@ -92,7 +92,7 @@ func (t *countingTransport) forwardStreams() {
 // pass reads a stream's first frame through the gate and hands what it
 // admits to memberlist; anything refused is closed unanswered.
 func (t *countingTransport) pass(c net.Conn, src netip.Addr, release func()) {
-	checked, err := t.gate.inspect(c, src)
+	checked, free, err := t.gate.inspect(c, src)
 	if err != nil {
 		var refused errRefused
 		reason := rejectMalformed
@@ -105,22 +105,25 @@ func (t *countingTransport) pass(c net.Conn, src netip.Addr, release func()) {
 		return
 	}
 	select {
-	case t.streams <- &releasingConn{Conn: checked, release: release}:
+	case t.streams <- &releasingConn{Conn: checked, release: func() { free(); release() }}:
 	case <-t.stop:
 		_ = c.Close()
+		free()
 		release()
 	}
 }
 
-// releasingConn gives its stream's place back to the gate when closed.
+// releasingConn gives its stream's place and bytes back to the gate when
+// closed (once: memberlist may close it twice).
 type releasingConn struct {
 	net.Conn
 	release func()
+	once    sync.Once
 }
 
 func (c *releasingConn) Close() error {
 	err := c.Conn.Close()
-	c.release()
+	c.once.Do(c.release)
 	return err
 }
 

@@ -1,0 +1,84 @@
+// Package attack is the standing attack suite: each attack of the
+// hardening rounds run against the real binaries on loopback, printing one
+// line
+//
+//	attack name=<name> <figure>=<value> ... held=true|false
+//
+// and failing when an attack is not held. `make attack` runs the full
+// sizes (ATTACK_FULL=1); `make test` runs the short form. Every load loop
+// is bounded in count and time, and every address dialled is loopback.
+package attack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testbin"
+)
+
+var (
+	cp       *controlplane.ControlPlane
+	agentBin string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "gridsync-attack-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-agent": testbin.Agent}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	agentBin = filepath.Join(dir, "gridsync-agent")
+	return controlplane.RunTests(m, &cp)
+}
+
+// full says whether the attacks run at the sizes of the rounds that found
+// them (make attack) or the short form (make test).
+func full() bool { return os.Getenv("ATTACK_FULL") == "1" }
+
+// size is the full or the short figure.
+func size(fullSize, short int) int {
+	if full() {
+		return fullSize
+	}
+	return short
+}
+
+// figure is one name=value of an attack's line.
+type figure struct {
+	name  string
+	value any
+}
+
+// report prints the attack's line and fails the test when not held.
+func report(t *testing.T, name string, held bool, figures ...figure) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "attack name=%s", name)
+	for _, f := range figures {
+		switch v := f.value.(type) {
+		case float64:
+			fmt.Fprintf(&b, " %s=%.1f", f.name, v)
+		default:
+			fmt.Fprintf(&b, " %s=%v", f.name, v)
+		}
+	}
+	fmt.Fprintf(&b, " held=%t", held)
+	fmt.Println(b.String())
+	if !held {
+		t.Errorf("not held: %s", b.String())
+	}
+}

@@ -1,0 +1,346 @@
+package attack
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/require"
+
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
+	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testproc"
+)
+
+// chartMemoryLimitMiB is the agent chart's memory limit: what the agent
+// must stay under through every flood.
+const chartMemoryLimitMiB = 256
+
+var seq atomic.Int32
+
+// swimAgent is a gridsync-agent process of one site with SWIM on a
+// loopback port, encrypted with key.
+type swimAgent struct {
+	*testproc.Proc
+	t      *testing.T
+	health string
+	swim   string
+	key    []byte
+}
+
+// startSwimAgent starts an agent with key (a new one when nil), joining
+// seeds at start.
+func startSwimAgent(t *testing.T, key []byte, seeds ...string) *swimAgent {
+	t.Helper()
+	ctx := context.Background()
+	n := seq.Add(1)
+	agentNS, resNS := fmt.Sprintf("attack-system-%d", n), fmt.Sprintf("attack-%d", n)
+	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
+	require.NoError(t, cp.EnsureNamespace(ctx, resNS))
+	cfg, err := cp.AgentConfig(ctx, agentNS, []string{resNS})
+	require.NoError(t, err)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, controlplane.WriteKubeconfig(cfg, kubeconfig))
+	a := &swimAgent{t: t, health: testproc.FreeAddr(t), swim: freeSwimAddr(t), key: key}
+	if a.key == nil {
+		a.key = make([]byte, 32)
+		_, _ = rand.Read(a.key)
+	}
+	env := []string{"GRID_SWIM_ENCRYPT_KEY=" + hex.EncodeToString(a.key)}
+	if len(seeds) > 0 {
+		env = append(env, "GRID_SWIM_SEEDS="+strings.Join(seeds, ","))
+	}
+	a.Proc = testproc.Start(t, agentBin, env,
+		"--kubeconfig", kubeconfig, "--namespaces", resNS, "--leader-election-namespace", agentNS,
+		"--health-addr", a.health, "--site-name", fmt.Sprintf("site-%d", n), "--swim-bind-addr", a.swim,
+		"--gateway-address", testproc.FreeAddr(t), "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s")
+	testproc.WaitOK(t, "http://"+a.health+"/readyz")
+	require.Eventually(t, func() bool { return a.status().Swim.Running }, 20*time.Second, 50*time.Millisecond, "SWIM never ran")
+	return a
+}
+
+type agentStatus struct {
+	Swim struct {
+		Running bool `json:"running"`
+		Records int  `json:"records"`
+	} `json:"swim"`
+}
+
+func (a *swimAgent) status() agentStatus {
+	_, body := testproc.Get(a.t, "http://"+a.health+"/status")
+	var st agentStatus
+	_ = json.Unmarshal([]byte(body), &st)
+	return st
+}
+
+// metric sums the agent's /metrics samples of series (any labels).
+func (a *swimAgent) metric(series string) float64 {
+	_, body := testproc.Get(a.t, "http://"+a.health+"/metrics")
+	sum := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, series+" ") || strings.HasPrefix(line, series+"{") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+func (a *swimAgent) rss() float64 {
+	v, _ := testproc.RSSMiB(a.Cmd.Process.Pid)
+	return v
+}
+
+// rssPeak samples the agent's resident memory until stop is called.
+func (a *swimAgent) rssPeak() (stop func() float64) {
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			if v := uint64(a.rss() * 1024); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() float64 {
+		close(done)
+		<-finished
+		return float64(peak.Load()) / 1024
+	}
+}
+
+// freeSwimAddr is a loopback port free for both TCP and UDP.
+func freeSwimAddr(t *testing.T) string {
+	t.Helper()
+	for range 50 {
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := l.Addr().String()
+		u, err := (&net.ListenConfig{}).ListenPacket(context.Background(), "udp", addr)
+		_ = l.Close()
+		if err == nil {
+			_ = u.Close()
+			return addr
+		}
+	}
+	t.Fatal("no loopback port free for TCP and UDP")
+	return ""
+}
+
+// Streams to the SWIM port without the key, each claiming an encrypted
+// frame just under memberlist's 20 MiB limit and sending random bytes
+// (the first round: 48 such streams took the agent from 36 to 2,211 MiB).
+func TestSwimPreAuthStreams(t *testing.T) {
+	a := startSwimAgent(t, nil)
+	streams := 48
+	sendMiB := size(20, 4)
+	stop := a.rssPeak()
+	chunk := make([]byte, 256<<10)
+	_, _ = rand.Read(chunk)
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	deadline := time.Now().Add(30 * time.Second)
+	for i := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%8))}}
+			c, err := d.Dial("tcp", a.swim)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(deadline)
+			hdr := []byte{10, 0, 0, 0, 0} // memberlist's encrypted-message byte and a length
+			binary.BigEndian.PutUint32(hdr[1:], 20<<20-1)
+			if _, err := c.Write(hdr); err != nil {
+				return
+			}
+			for left := sendMiB << 20; left > 0; left -= len(chunk) {
+				n, err := c.Write(chunk[:min(left, len(chunk))])
+				sent.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	peak := stop()
+	time.Sleep(500 * time.Millisecond)
+	after := a.rss()
+	code, _ := testproc.Get(t, "http://"+a.health+"/readyz")
+	report(t, "swim_preauth_streams", peak < chartMemoryLimitMiB && code == 200 && a.Running(),
+		figure{"streams", streams}, figure{"sent_mib", sent.Load() >> 20}, figure{"agent_rss_peak_mib", peak},
+		figure{"agent_rss_after_mib", after}, figure{"limit_mib", chartMemoryLimitMiB})
+}
+
+// recordingProxy forwards TCP connections to target and keeps the bytes
+// each client sent.
+type recordingProxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	client [][]byte
+}
+
+func startRecordingProxy(t *testing.T, target string) *recordingProxy {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &recordingProxy{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.DialTimeout("tcp", target, 2*time.Second)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				var rec bytes.Buffer
+				done := make(chan struct{})
+				go func() { _, _ = io.Copy(c, up); close(done) }()
+				_, _ = io.Copy(io.MultiWriter(up, &rec), c)
+				<-done
+				p.mu.Lock()
+				p.client = append(p.client, rec.Bytes())
+				p.mu.Unlock()
+			}()
+		}
+	}()
+	return p
+}
+
+// keyHolder is a memberlist node holding the grid's SWIM key: what a peer
+// site (or whoever has the key) can do, without gridsync's own checks.
+func keyHolder(t *testing.T, key []byte) *memberlist.Memberlist {
+	t.Helper()
+	conf := memberlist.DefaultLANConfig()
+	conf.Name = fmt.Sprintf("key-holder/%d", time.Now().UnixNano())
+	conf.BindAddr, conf.BindPort, conf.AdvertisePort = "127.0.0.1", 0, 0
+	kr, err := memberlist.NewKeyring(nil, key)
+	require.NoError(t, err)
+	conf.Keyring = kr
+	conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
+	// Compressed frames are refused by gridsync outright: an attacker
+	// sends them plain.
+	conf.EnableCompression = false
+	conf.Logger = log.New(io.Discard, "", 0)
+	conf.LogOutput = nil
+	ml, err := memberlist.Create(conf)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ml.Shutdown() })
+	return ml
+}
+
+// A captured join request replayed without the key (the first round: one
+// 419-byte request resent 500 times brought back 223 MB, 1,065 times what
+// was sent).
+func TestSwimJoinReplay(t *testing.T) {
+	a := startSwimAgent(t, nil)
+	proxy := startRecordingProxy(t, a.swim)
+	// Another site joins through a recording proxy: its join is what an
+	// eavesdropper captures.
+	startSwimAgent(t, a.key, proxy.ln.Addr().String())
+	var join []byte
+	require.Eventually(t, func() bool {
+		proxy.mu.Lock()
+		defer proxy.mu.Unlock()
+		for _, c := range proxy.client {
+			if len(c) > 0 {
+				join = c
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "no join captured")
+	replays := size(500, 50)
+	var sent, back int64
+	start := time.Now()
+	for range replays {
+		c, err := net.DialTimeout("tcp", a.swim, time.Second)
+		if err != nil {
+			continue
+		}
+		_, _ = c.Write(join)
+		sent += int64(len(join))
+		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		n, _ := io.Copy(io.Discard, c)
+		back += n
+		c.Close()
+	}
+	amplification := float64(back) / float64(max(sent, 1))
+	report(t, "swim_join_replay", amplification <= 1,
+		figure{"replays", replays}, figure{"bytes_sent", sent}, figure{"bytes_back", back},
+		figure{"amplification", amplification}, figure{"took_ms", time.Since(start).Milliseconds()})
+}
+
+// One key holder sends records for invented sites (the first round: six
+// messages of 100,000 records, 600,004 records held, heap 764 to 863 MiB).
+func TestSwimRecordFlood(t *testing.T) {
+	a := startSwimAgent(t, nil)
+	holder := keyHolder(t, a.key)
+	host, port, err := net.SplitHostPort(a.swim)
+	require.NoError(t, err)
+	p, _ := strconv.Atoi(port)
+	to := &memberlist.Node{Name: "agent", Addr: net.ParseIP(host), Port: uint16(p)}
+	// First the first round's messages, a hundred thousand records each
+	// (refused whole), then messages under the per-message limit that
+	// would grow the store past its caps.
+	whole, wholeSize := size(6, 1), 100000
+	messages, perMessage := size(6, 3), 10000
+	send := func(m, n int) {
+		var b bytes.Buffer
+		b.WriteString("\x04{\"r\":[") // the state layer's direct records
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"n":"n%d","s":"inv-%d","k":"providers","v":1,"p":[{"name":"gpt-evil","models":["m"],"phase":"Available"}]}`, m*100+i%100, i)
+		}
+		b.WriteString("]}")
+		_ = holder.SendReliable(to, b.Bytes())
+	}
+	stop := a.rssPeak()
+	for m := range whole {
+		send(m, wholeSize)
+	}
+	for m := range messages {
+		send(100+m, perMessage)
+	}
+	time.Sleep(2 * time.Second)
+	peak := stop()
+	records := a.status().Swim.Records
+	dropped := a.metric("grid_swim_messages_dropped_total")
+	const recordCap = 16384
+	report(t, "swim_record_flood", peak < chartMemoryLimitMiB && records <= recordCap && a.Running(),
+		figure{"messages", whole + messages}, figure{"records_sent", whole*wholeSize + messages*perMessage}, figure{"records_held", records},
+		figure{"dropped", int(dropped)}, figure{"agent_rss_peak_mib", peak}, figure{"limit_mib", chartMemoryLimitMiB})
+}
