@@ -2,6 +2,7 @@ package membership
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -24,7 +25,7 @@ import (
 func dialFrom(t *testing.T, src, addr string) (net.Conn, error) {
 	t.Helper()
 	d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	return d.Dial("tcp", addr)
+	return d.DialContext(context.Background(), "tcp", addr)
 }
 
 // heapSampler records the largest heap in use while it runs.
@@ -167,7 +168,7 @@ type recordingProxy struct {
 }
 
 func startRecordingProxy(t *testing.T, target string) *recordingProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &recordingProxy{ln: ln}
 	t.Cleanup(func() { ln.Close() })
@@ -179,7 +180,7 @@ func startRecordingProxy(t *testing.T, target string) *recordingProxy {
 			}
 			go func() {
 				defer c.Close()
-				up, err := net.Dial("tcp", target)
+				up, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", target)
 				if err != nil {
 					return
 				}
@@ -230,7 +231,7 @@ func TestReplayedJoinIsRefused(t *testing.T) {
 
 	var sent, got int
 	for range 20 {
-		c, err := net.Dial("tcp", a.AdvertiseAddr())
+		c, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", a.AdvertiseAddr())
 		require.NoError(t, err)
 		_, err = c.Write(join)
 		require.NoError(t, err)
@@ -359,7 +360,7 @@ func TestSilentAndEchoSeeds(t *testing.T) {
 	b := startSite(t, "site-b", withKey(key), func(c *Config) { c.JoinWait = 300 * time.Millisecond })
 	b.waitRunning(t)
 
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	silent, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { silent.Close() })
 	var heldMu sync.Mutex
@@ -403,7 +404,7 @@ func TestSilentAndEchoSeeds(t *testing.T) {
 	require.Less(t, time.Since(start), time.Second)
 	require.EqualValues(t, 1, accepted.Load())
 
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	echo, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { echo.Close() })
 	go func() {

@@ -696,7 +696,7 @@ func (r *Runtime) join(ml *memberlist.Memberlist, addrs []string) SeedResult {
 		r.mu.Lock()
 		failure, failed := r.joinFailed[a]
 		done, inFlight := r.joining[a]
-		if !inFlight && !(failed && now.Sub(failure.at) < seedRetry) {
+		if !inFlight && (!failed || now.Sub(failure.at) >= seedRetry) {
 			done = make(chan struct{})
 			r.joining[a] = done
 		}

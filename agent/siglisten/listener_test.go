@@ -356,7 +356,7 @@ func (g *grid) holdStream(src string) (net.Conn, error) {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
 	tlsCfg := g.clientTLS()
 	tlsCfg.NextProtos = []string{"http/1.1"}
-	c, err := tls.DialWithDialer(d, "tcp", g.tcpAddr, tlsCfg)
+	c, err := (&tls.Dialer{NetDialer: d, Config: tlsCfg}).DialContext(context.Background(), "tcp", g.tcpAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -451,7 +451,7 @@ func TestAnonymousConnectionsAreSmallAndShortLived(t *testing.T) {
 	idle, err := g.holdStream("127.0.0.7")
 	require.NoError(t, err)
 	idle.Close()
-	raw, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", g.tcpAddr, g.clientTLS())
+	raw, err := (&tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: g.clientTLS()}).DialContext(context.Background(), "tcp", g.tcpAddr)
 	require.NoError(t, err)
 	defer raw.Close()
 	_ = raw.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -482,7 +482,7 @@ func TestOutOfDescriptorsDoesNotEndTheListener(t *testing.T) {
 	for i := range 40 {
 		for range 6 {
 			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.%d.0.%d", 1+i%4, 1+i))}, Timeout: time.Second}
-			if c, err := d.Dial("tcp", g.tcpAddr); err == nil {
+			if c, err := d.DialContext(context.Background(), "tcp", g.tcpAddr); err == nil {
 				conns = append(conns, c)
 			}
 		}
@@ -529,7 +529,7 @@ func TestOutOfDescriptorsDoesNotEndTheListener(t *testing.T) {
 		require.NotEmpty(t, burnt)
 		burnt[len(burnt)-1].Close()
 		burnt = burnt[:len(burnt)-1]
-		if c, err := net.DialTimeout("tcp", g.tcpAddr, time.Second); err == nil {
+		if c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", g.tcpAddr); err == nil {
 			conns = append(conns, c)
 		}
 		deadline := time.Now().Add(200 * time.Millisecond)

@@ -157,11 +157,19 @@ func TestServeStopsCleanlyWithAHalfSentRequest(t *testing.T) {
 	}
 }
 
+func get(c *http.Client, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, http.NoBody)
+	if err != nil {
+		return nil, err
+	}
+	return c.Do(req)
+}
+
 // probe is a kubelet-style probe: a new connection, no keep-alive, a
 // one-second timeout.
 func probe(addr, path string) error {
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Get("http://" + addr + path)
+	resp, err := get(client, "http://"+addr+path)
 	if err != nil {
 		return err
 	}
@@ -215,7 +223,7 @@ func TestProbesAreNeverStarved(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if resp, err := (&http.Client{Transport: keepAlive, Timeout: 5 * time.Second}).Get("http://" + a + "/livez"); err == nil {
+				if resp, err := get(&http.Client{Transport: keepAlive, Timeout: 5 * time.Second}, "http://"+a+"/livez"); err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					_ = resp.Body.Close()
 				}
@@ -243,7 +251,7 @@ func TestProbesAreNeverStarved(t *testing.T) {
 					return
 				default:
 				}
-				resp, err := client.Get("http://" + addr + "/metrics")
+				resp, err := get(client, "http://"+addr+"/metrics")
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					_ = resp.Body.Close()
@@ -267,7 +275,7 @@ func TestProbesAreNeverStarved(t *testing.T) {
 	flood.Wait()
 	t.Logf("probes_ok=%d/%d with %d silent and 40 idle clients per port and 1000 /metrics clients", ok, total, health.MaxConnections+20)
 	assert.Equal(t, total, ok, "every kubelet-style probe answered within its second")
-	status, err := (&http.Client{Timeout: time.Second}).Get("http://" + probeAddr + "/metrics")
+	status, err := get(&http.Client{Timeout: time.Second}, "http://"+probeAddr+"/metrics")
 	require.NoError(t, err)
 	_ = status.Body.Close()
 	assert.Equal(t, http.StatusNotFound, status.StatusCode, "the probe port serves the probes alone")

@@ -21,8 +21,10 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
+	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testproc"
 )
@@ -41,6 +43,8 @@ type swimAgent struct {
 	health string
 	swim   string
 	key    []byte
+	resNS  string
+	admin  client.Client
 }
 
 // startSwimAgent starts an agent with key (a new one when nil), joining
@@ -56,7 +60,11 @@ func startSwimAgent(t *testing.T, key []byte, seeds ...string) *swimAgent {
 	require.NoError(t, err)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, controlplane.WriteKubeconfig(cfg, kubeconfig))
-	a := &swimAgent{t: t, health: testproc.FreeAddr(t), swim: freeSwimAddr(t), key: key}
+	a := &swimAgent{t: t, health: testproc.FreeAddr(t), swim: freeSwimAddr(t), key: key, resNS: resNS}
+	scheme, err := controller.Scheme()
+	require.NoError(t, err)
+	a.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	require.NoError(t, err)
 	if a.key == nil {
 		a.key = make([]byte, 32)
 		_, _ = rand.Read(a.key)
@@ -68,7 +76,8 @@ func startSwimAgent(t *testing.T, key []byte, seeds ...string) *swimAgent {
 	a.Proc = testproc.Start(t, agentBin, env,
 		"--kubeconfig", kubeconfig, "--namespaces", resNS, "--leader-election-namespace", agentNS,
 		"--health-addr", a.health, "--site-name", fmt.Sprintf("site-%d", n), "--swim-bind-addr", a.swim,
-		"--gateway-address", testproc.FreeAddr(t), "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s")
+		"--gateway-address", testproc.FreeAddr(t), "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s",
+		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--resync-period", "10s")
 	testproc.WaitOK(t, "http://"+a.health+"/readyz")
 	require.Eventually(t, func() bool { return a.status().Swim.Running }, 20*time.Second, 50*time.Millisecond, "SWIM never ran")
 	return a
@@ -168,7 +177,7 @@ func TestSwimPreAuthStreams(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%8))}}
-			c, err := d.Dial("tcp", a.swim)
+			c, err := d.DialContext(context.Background(), "tcp", a.swim)
 			if err != nil {
 				return
 			}
@@ -219,7 +228,7 @@ func startRecordingProxy(t *testing.T, target string) *recordingProxy {
 			}
 			go func() {
 				defer c.Close()
-				up, err := net.DialTimeout("tcp", target, 2*time.Second)
+				up, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(context.Background(), "tcp", target)
 				if err != nil {
 					return
 				}
@@ -285,7 +294,7 @@ func TestSwimJoinReplay(t *testing.T) {
 	var sent, back int64
 	start := time.Now()
 	for range replays {
-		c, err := net.DialTimeout("tcp", a.swim, time.Second)
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", a.swim)
 		if err != nil {
 			continue
 		}

@@ -1,0 +1,407 @@
+package attack
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/deliveryreport"
+	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/test/testproc"
+)
+
+const listenerSite = "east"
+
+// signalsAgent is a gridsync-agent process serving its signals listener
+// with this site's identity, for gateway "edge" of namespace gwNS in
+// network "net-<n>".
+type signalsAgent struct {
+	*testproc.Proc
+	t       *testing.T
+	health  string
+	signals string
+	gwNS    string
+	network string
+	admin   client.Client
+	roots   *x509.CertPool
+	leaf    tls.Certificate // this site's, as the co-located gateway presents it
+}
+
+// startSignalsAgent starts the agent; wrap, when set, is the command the
+// agent runs under (prlimit) with its arguments before the agent's.
+func startSignalsAgent(t *testing.T, wrap []string, extra ...string) *signalsAgent {
+	t.Helper()
+	ctx := context.Background()
+	n := seq.Add(1)
+	agentNS := fmt.Sprintf("attack-system-%d", n)
+	s := &signalsAgent{t: t, gwNS: fmt.Sprintf("attack-gw-%d", n), network: fmt.Sprintf("net-%d", n)}
+	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
+	require.NoError(t, cp.EnsureNamespace(ctx, s.gwNS))
+	cfg, err := cp.AgentConfig(ctx, agentNS, []string{s.gwNS})
+	require.NoError(t, err)
+	require.NoError(t, cp.Grant(ctx, agentNS, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview-"+agentNS, "", rbac.TokenReviewRules()))
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, controlplane.WriteKubeconfig(cfg, kubeconfig))
+	scheme, err := controller.Scheme()
+	require.NoError(t, err)
+	s.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	require.NoError(t, err)
+
+	caPEM, caKey, err := sitetrust.NewCA(time.Now(), time.Hour)
+	require.NoError(t, err)
+	ca, err := sitetrust.ParseCA(caPEM, caKey)
+	require.NoError(t, err)
+	chain, key, err := ca.Issue(listenerSite, time.Now(), time.Hour)
+	require.NoError(t, err)
+	proj := testpki.NewProjection(t)
+	proj.Publish(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": caPEM})
+	s.leaf, err = tls.X509KeyPair(chain, key)
+	require.NoError(t, err)
+	s.roots = x509.NewCertPool()
+	s.roots.AppendCertsFromPEM(caPEM)
+	gn := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: s.network}, Spec: v1alpha1.GridNetworkSpec{
+		ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.gwNS, SiteName: listenerSite}}}}
+	require.NoError(t, s.admin.Create(ctx, gn))
+	t.Cleanup(func() { _ = s.admin.Delete(context.Background(), gn) })
+
+	s.health, s.signals = testproc.FreeAddr(t), testproc.FreeAddr(t)
+	args := append([]string{
+		"--kubeconfig", kubeconfig, "--namespaces", s.gwNS, "--leader-elect=false", "--leader-election-namespace", agentNS,
+		"--health-addr", s.health, "--log-level", "warn", "--site-name", listenerSite,
+		"--signals-addr", s.signals, "--signals-cert", proj.Path("tls.crt"), "--signals-key", proj.Path("tls.key"), "--signals-ca", proj.Path("ca.crt"),
+	}, extra...)
+	path := agentBin
+	if len(wrap) > 0 {
+		path, args = wrap[0], append(append(wrap[1:], agentBin), args...)
+	}
+	s.Proc = testproc.Start(t, path, nil, args...)
+	testproc.WaitOK(t, "http://"+s.health+"/readyz")
+	require.Eventually(t, func() bool {
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", s.signals)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "the signals listener never listened")
+	// The gateway is known to the reports once the network is reconciled.
+	tok := s.podToken("edge-warm-up")
+	c := s.client(net.IPv4(127, 0, 0, 1))
+	require.Eventually(t, func() bool { return s.report(c, tok, "edge-warm-up") == http.StatusAccepted }, 30*time.Second, 100*time.Millisecond,
+		"the agent never took a report for gateway edge")
+	return s
+}
+
+func (s *signalsAgent) rss() float64 {
+	v, _ := testproc.RSSMiB(s.Cmd.Process.Pid)
+	return v
+}
+
+// metric sums the agent's /metrics samples of series whose line holds
+// every one of match.
+func (s *signalsAgent) metric(series string, match ...string) float64 {
+	_, body := testproc.Get(s.t, "http://"+s.health+"/metrics")
+	sum := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, series+" ") && !strings.HasPrefix(line, series+"{") {
+			continue
+		}
+		ok := true
+		for _, m := range match {
+			ok = ok && strings.Contains(line, m)
+		}
+		if ok {
+			f := strings.Fields(line)
+			var v float64
+			_, _ = fmt.Sscan(f[len(f)-1], &v)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// client is an HTTPS client from a loopback source address, presenting
+// certs.
+func (s *signalsAgent) client(from net.IP, certs ...tls.Certificate) *http.Client {
+	cfg := &tls.Config{RootCAs: s.roots, ServerName: sitetrust.DNSName(listenerSite), MinVersion: tls.VersionTLS13, Certificates: certs}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true,
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: from}, Timeout: 5 * time.Second}).DialContext}}
+}
+
+// report posts one report with token and returns the status code.
+func (s *signalsAgent) report(c *http.Client, token, pod string) int {
+	rev := strings.Repeat("a", 64)
+	body, _ := json.Marshal(deliveryreport.Report{Namespace: s.gwNS, Gateway: "edge", Pod: pod, Revision: rev, ContentDigest: rev, State: deliveryreport.StateReady})
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "https://"+s.signals+deliveryreport.Path, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (s *signalsAgent) podToken(pod string) string {
+	tok, err := cp.PodToken(context.Background(), s.gwNS, "gateway", pod, "gridsync-agent")
+	require.NoError(s.t, err)
+	return tok
+}
+
+// A pod's token reports for the pod it is bound to only (the first round:
+// a token of a ServiceAccount running no gateway pod turned DELIVERED 0/3
+// into 50/50 with invented names).
+func TestReportForgery(t *testing.T) {
+	s := startSignalsAgent(t, nil)
+	c := s.client(net.IPv4(127, 0, 0, 1))
+	tok := s.podToken("edge-real-0")
+	honest := s.report(c, tok, "edge-real-0")
+	forged := 0
+	for i := range 50 {
+		if s.report(c, tok, fmt.Sprintf("edge-invented-%d", i)) == http.StatusAccepted {
+			forged++
+		}
+	}
+	unbound, err := cp.ServiceAccountToken(context.Background(), s.gwNS, "no-pod", "gridsync-agent")
+	require.NoError(t, err)
+	unboundAccepted := 0
+	if s.report(c, unbound, "edge-real-1") == http.StatusAccepted {
+		unboundAccepted++
+	}
+	report(t, "report_forgery", honest == http.StatusAccepted && forged == 0 && unboundAccepted == 0,
+		figure{"honest_status", honest}, figure{"forged_sent", 50}, figure{"forged_accepted", forged}, figure{"unbound_accepted", unboundAccepted})
+}
+
+// Random tokens on one connection cost no TokenReview, and an honest
+// report is answered meanwhile (the first round: 1,501 TokenReviews at the
+// client's QPS, and an honest report waited 2 s).
+func TestTokenReviewFlood(t *testing.T) {
+	s := startSignalsAgent(t, nil)
+	honestTok := s.podToken("edge-real-0")
+	honestClient := s.client(net.IPv4(127, 0, 1, 1))
+	require.Equal(t, http.StatusAccepted, s.report(honestClient, honestTok, "edge-real-0"))
+	reviewsBefore := s.metric("rest_client_requests_total", `method="POST"`)
+	flooder := s.client(net.IPv4(127, 0, 0, 9))
+	n := size(1500, 300)
+	stop := make(chan struct{})
+	var floodDone sync.WaitGroup
+	floodDone.Add(1)
+	go func() {
+		defer floodDone.Done()
+		for i := range n {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s.report(flooder, fmt.Sprintf("random-token-%d", i), "edge-real-0")
+		}
+	}()
+	var latencies []time.Duration
+	okCount := 0
+	for range 10 {
+		start := time.Now()
+		if s.report(honestClient, honestTok, "edge-real-0") == http.StatusAccepted {
+			okCount++
+		}
+		latencies = append(latencies, time.Since(start))
+		time.Sleep(50 * time.Millisecond)
+	}
+	floodDone.Wait()
+	close(stop)
+	posts := s.metric("rest_client_requests_total", `method="POST"`) - reviewsBefore
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	worst := latencies[len(latencies)-1]
+	report(t, "token_review_flood", okCount == 10 && worst < time.Second && posts <= 10,
+		figure{"bad_tokens", n}, figure{"api_posts_during_flood", int(posts)}, figure{"honest_reports_ok", fmt.Sprintf("%d/10", okCount)},
+		figure{"honest_report_max_ms", worst.Milliseconds()})
+}
+
+// Connections without a client certificate, from 130 addresses of one
+// block, each holding a report stream with a valid pod token whose body
+// never comes (the first round: 4,160 filled every anonymous slot in 9 s,
+// honest sidecars refused, the agent at 259 MiB with 12,420 goroutines).
+func TestAnonymousSlots(t *testing.T) {
+	s := startSignalsAgent(t, nil)
+	tok := s.podToken("edge-real-0")
+	perAddr := size(32, 8)
+	cfg := &tls.Config{RootCAs: s.roots, ServerName: sitetrust.DNSName(listenerSite), MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		for {
+			if v := uint64(s.rss() * 1024); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	var mu sync.Mutex
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range 130 {
+		for range perAddr {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}, Timeout: 3 * time.Second}
+				c, err := (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(context.Background(), "tcp", s.signals)
+				if err != nil {
+					return
+				}
+				_, _ = fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: 1000000\r\n\r\n",
+					deliveryreport.Path, tok, deliveryreport.StreamContentType)
+				mu.Lock()
+				held = append(held, c)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	time.Sleep(time.Second)
+	goroutines := s.metric("go_goroutines")
+	honest := 0
+	for i := range 20 {
+		pod := fmt.Sprintf("edge-honest-%d", i)
+		if s.report(s.client(net.IPv4(127, 0, 1, byte(1+i))), s.podToken(pod), pod) == http.StatusAccepted {
+			honest++
+		}
+	}
+	close(done)
+	rss := float64(peak.Load()) / 1024
+	report(t, "anonymous_slots", honest == 20 && rss < chartMemoryLimitMiB && s.Running(),
+		figure{"connections", 130 * perAddr}, figure{"addresses", 130}, figure{"honest_reports_ok", fmt.Sprintf("%d/20", honest)},
+		figure{"agent_rss_peak_mib", rss}, figure{"agent_goroutines", int(goroutines)}, figure{"limit_mib", chartMemoryLimitMiB})
+}
+
+// Half-open connections from 30 addresses past the agent's descriptor
+// limit (the first round: accept4's EMFILE ended the listener and the
+// agent exited).
+func TestAcceptOutOfDescriptors(t *testing.T) {
+	// Fewer descriptors than the first round's 1,024, so that accept
+	// really runs out even with the in-flight caps.
+	const nofile = 384
+	s := startSignalsAgent(t, []string{"prlimit", fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--"})
+	halfOpen := size(1140, 1140)
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for i := range halfOpen {
+		// Thirty addresses of thirty blocks: the block caps alone do not
+		// hold them, the descriptors run out.
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, byte(30+i%30), 0, 1)}, Timeout: time.Second}
+		if c, err := d.DialContext(context.Background(), "tcp", s.signals); err == nil {
+			held = append(held, c)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	tok := s.podToken("edge-real-0")
+	during := s.report(s.client(net.IPv4(127, 0, 1, 7)), tok, "edge-real-0")
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	var after int
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if after = s.report(s.client(net.IPv4(127, 0, 1, 8)), tok, "edge-real-0"); after == http.StatusAccepted {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	acceptErrors := s.metric("gridsync_signals_accept_errors_total")
+	refused := s.metric("gridsync_signals_handshakes_total", "inflight_")
+	report(t, "accept_out_of_descriptors", s.Running() && after == http.StatusAccepted,
+		figure{"half_open", halfOpen}, figure{"addresses", 30}, figure{"nofile", nofile}, figure{"refused_in_flight", int(refused)},
+		figure{"accept_errors", int(acceptErrors)}, figure{"report_during", during}, figure{"report_after", after}, figure{"agent_running", s.Running()})
+}
+
+// A provider's metrics endpoint answers a quoted UTF-8 label name holding
+// an escaped newline (the first round: the gateway read a forged queue
+// depth of 1e9 for another provider, first in the feed).
+func TestSignalsLabelForgery(t *testing.T) {
+	s := startSignalsAgent(t, nil, "--probe-allow-destinations", "127.0.0.0/8", "--signals-interval", "300ms")
+	const queue = "vllm:num_requests_waiting"
+	body := "# TYPE " + queue + " gauge\n" +
+		queue + "{\"x\\\"} 0\\n" + queue + "{grid_provider=\\\"victim\\\",grid_site=\\\"east\\\"} 1e9\\nz{a\"=\"v\"} 3\n" +
+		queue + "{model=\"m\"} 2\n"
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	metrics := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, body)
+	})}
+	go func() { _ = metrics.Serve(ln) }()
+	t.Cleanup(func() { _ = metrics.Close() })
+	for _, name := range []string{"source", "victim"} {
+		p := &v1alpha1.InferenceProvider{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s", s.network, name)}, Spec: v1alpha1.InferenceProviderSpec{
+			GridNetworkRef: s.network, ProviderKind: "vllm", BackendKind: "openai_compatible", Endpoint: "https://" + name + ".invalid",
+			Models: []v1alpha1.Model{{Name: "m1"}}}}
+		if name == "source" {
+			p.Spec.MetricsConfig = &v1alpha1.MetricsConfig{MetricsEndpoint: "http://" + ln.Addr().String(),
+				SignalNames: v1alpha1.MetricSignalNames{QueueDepth: queue}}
+		}
+		require.NoError(t, s.admin.Create(context.Background(), p))
+		t.Cleanup(func() { _ = s.admin.Delete(context.Background(), p) })
+	}
+	gateway := s.client(net.IPv4(127, 0, 0, 1), s.leaf)
+	url := "https://" + s.signals + "/v1/site/signals"
+	var feed string
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, http.NoBody)
+		resp, err := gateway.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		feed = string(b)
+		return strings.Contains(feed, queue+"{")
+	}, 30*time.Second, 100*time.Millisecond, "the source's load never reached the feed")
+	forged := 0
+	for _, line := range strings.Split(feed, "\n") {
+		if strings.HasPrefix(line, queue) && (strings.Contains(line, "victim") || strings.Contains(line, "1e+09")) {
+			forged++
+		}
+	}
+	dropped := s.metric("gridsync_signals_samples_dropped_total")
+	report(t, "signals_label_forgery", forged == 0 && dropped > 0,
+		figure{"forged_lines", forged}, figure{"samples_dropped", int(dropped)})
+}
