@@ -319,7 +319,7 @@ func portOf(addr string) string {
 // at every reconcile.
 func TestBadSeedsHoldNoOtherNetwork(t *testing.T) {
 	e := newEnv(t)
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	silent, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { silent.Close() })
 	var heldMu sync.Mutex
