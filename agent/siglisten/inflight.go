@@ -20,10 +20,10 @@ type InFlightLimits struct {
 }
 
 // DefaultInFlightLimits leave room for a thousand sidecars reconnecting
-// together (their handshakes take milliseconds) and hold a flood far
-// below the chart's file descriptor limit.
+// together (their handshakes take milliseconds; a node's pods share a
+// block) and hold a flood to a thousand sockets.
 func DefaultInFlightLimits() InFlightLimits {
-	return InFlightLimits{Total: 512, PerAddress: 16, PerPrefix: 128}
+	return InFlightLimits{Total: 1024, PerAddress: 16, PerPrefix: 256}
 }
 
 // Refusals of the in-flight caps (metric outcomes).

@@ -22,8 +22,9 @@ import (
 )
 
 var (
-	cp       *controlplane.ControlPlane
-	agentBin string
+	cp         *controlplane.ControlPlane
+	agentBin   string
+	sidecarBin string
 )
 
 func TestMain(m *testing.M) {
@@ -37,11 +38,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-agent": testbin.Agent}); err != nil {
+	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-agent": testbin.Agent, "gridsync-sidecar": testbin.Sidecar}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	agentBin = filepath.Join(dir, "gridsync-agent")
+	sidecarBin = filepath.Join(dir, "gridsync-sidecar")
 	return controlplane.RunTests(m, &cp)
 }
 

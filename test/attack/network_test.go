@@ -169,3 +169,42 @@ func TestProbeDestinations(t *testing.T) {
 	report(t, "probe_destinations", target.accepted.Load() == 0 && strings.Contains(got.Status.Message, "not allowed"),
 		figure{"dials_to_loopback", target.accepted.Load()}, figure{"reason", got.Status.Reason})
 }
+
+// Two networks whose gateways map to one ConfigMap name (network x-a,
+// gateway b-c; network x-a-b, gateway c): the first keeps the name, the
+// second is refused, and nothing flaps (the first round's name
+// collision).
+func TestNameCollision(t *testing.T) {
+	a := startSwimAgent(t, nil)
+	n := seq.Add(1)
+	first, second := fmt.Sprintf("x%d-a", n), fmt.Sprintf("x%d-a-b", n)
+	a.network(first, nil, "b-c")
+	_, ok := a.overlayAt(first, "b-c", 30*time.Second)
+	require.True(t, ok)
+	a.network(second, nil, "c")
+	var reason string
+	require.Eventually(t, func() bool {
+		var gn v1alpha1.GridNetwork
+		if a.admin.Get(context.Background(), types.NamespacedName{Name: second}, &gn) != nil {
+			return false
+		}
+		for _, s := range gn.Status.OverlayStatus {
+			if s.GatewayName == "c" {
+				reason = s.Reason
+			}
+		}
+		return reason != ""
+	}, 30*time.Second, 50*time.Millisecond)
+	key := types.NamespacedName{Namespace: a.resNS, Name: envelope.ConfigMapName(first, "b-c")}
+	var cm corev1.ConfigMap
+	require.NoError(t, a.admin.Get(context.Background(), key, &cm))
+	before := cm.ResourceVersion
+	time.Sleep(time.Duration(size(10, 3)) * time.Second)
+	require.NoError(t, a.admin.Get(context.Background(), key, &cm))
+	writes := 0
+	if cm.ResourceVersion != before {
+		writes = 1
+	}
+	report(t, "name_collision", reason == "ConfigMapNameConflict" && writes == 0 && cm.Annotations != nil,
+		figure{"refused_reason", reason}, figure{"writes_while_colliding", writes})
+}

@@ -74,10 +74,10 @@ func concurrentGets(t *testing.T, url string, n int) map[int]int {
 // (its peak resident memory, read from /proc) and keeps answering.
 func TestSidecarHealthPortStaysWithinTheChartsMemoryLimit(t *testing.T) {
 	p := newPod(t)
-	doc, _ := p.envelope(1)
-	p.put(doc)
+	doc, _ := p.Envelope(1)
+	p.Put(doc)
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", []string{fmt.Sprintf("GRIDSYNC_MEMORY_LIMIT=%d", chartMemoryLimit)}, p.args("--health-addr", addr)...)
+	sidecar := start(t, "gridsync-sidecar", []string{fmt.Sprintf("GRIDSYNC_MEMORY_LIMIT=%d", chartMemoryLimit)}, p.Args("--health-addr", addr)...)
 	waitOK(t, "http://"+addr+"/readyz")
 	pid := sidecar.Cmd.Process.Pid
 
@@ -111,10 +111,10 @@ func TestSidecarHealthPortStaysWithinTheChartsMemoryLimit(t *testing.T) {
 // within a few seconds.
 func TestSidecarExitsZeroOnSIGTERMWithAHalfSentHealthRequest(t *testing.T) {
 	p := newPod(t)
-	doc, _ := p.envelope(1)
-	p.put(doc)
+	doc, _ := p.Envelope(1)
+	p.Put(doc)
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", addr)...)
+	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", addr)...)
 	waitOK(t, "http://"+addr+"/readyz")
 	conn, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", addr)
 	require.NoError(t, err)

@@ -50,8 +50,8 @@ func identityArgs(proj *testpki.Projection, dir string) []string {
 
 func TestSidecarPublishesOnlyValidIdentityGenerations(t *testing.T) {
 	p := newPod(t)
-	doc, _ := p.envelope(1)
-	p.put(doc)
+	doc, _ := p.Envelope(1)
+	p.Put(doc)
 	root := testpki.NewRoot(t, "root")
 	proj := testpki.NewProjection(t)
 	project := func(name string, o testpki.Opts) {
@@ -62,7 +62,7 @@ func TestSidecarPublishesOnlyValidIdentityGenerations(t *testing.T) {
 	identityDir := filepath.Join(t.TempDir(), "identity")
 	require.NoError(t, os.Mkdir(identityDir, 0o755))
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", nil, append(p.args("--health-addr", addr), identityArgs(proj, identityDir)...)...)
+	sidecar := start(t, "gridsync-sidecar", nil, append(p.Args("--health-addr", addr), identityArgs(proj, identityDir)...)...)
 	waitOK(t, "http://"+addr+"/readyz")
 	assert.Equal(t, "gateway-1", commonNameIn(t, identityDir))
 
@@ -88,7 +88,7 @@ func TestSidecarRefusesToStartWithAnInvalidIdentity(t *testing.T) {
 	p := newPod(t)
 	proj := testpki.NewProjection(t)
 	proj.Publish(map[string][]byte{"tls.crt": []byte("junk"), "tls.key": []byte("junk")})
-	sidecar := start(t, "gridsync-sidecar", nil, append(p.args("--health-addr", freeAddr(t)),
+	sidecar := start(t, "gridsync-sidecar", nil, append(p.Args("--health-addr", freeAddr(t)),
 		"--identity-cert", proj.Path("tls.crt"), "--identity-key", proj.Path("tls.key"), "--identity-dir", t.TempDir())...)
 	assert.Equal(t, 1, sidecar.Wait(t, 10*time.Second))
 	assert.Contains(t, sidecar.Log(), "certificate rejected (unparseable)")
@@ -96,34 +96,34 @@ func TestSidecarRefusesToStartWithAnInvalidIdentity(t *testing.T) {
 
 func TestInitWaitsForTheFirstValidIdentity(t *testing.T) {
 	p := newPod(t)
-	doc, _ := p.envelope(1)
-	p.put(doc)
+	doc, _ := p.Envelope(1)
+	p.Put(doc)
 	root := testpki.NewRoot(t, "root")
 	proj := testpki.NewProjection(t) // empty: the Secret is not there yet
 	identityDir := t.TempDir()
-	init := start(t, "gridsync-init", nil, append(p.args(), identityArgs(proj, identityDir)...)...)
+	init := start(t, "gridsync-init", nil, append(p.Args(), identityArgs(proj, identityDir)...)...)
 	time.Sleep(1500 * time.Millisecond)
 	require.True(t, init.Running(), "must wait for the identity")
-	assert.NoFileExists(t, p.output())
+	assert.NoFileExists(t, p.Output())
 
 	cert, key := root.Leaf(t, "gateway", testpki.Opts{})
 	proj.Publish(map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": root.PEM})
 	assert.Equal(t, 0, init.Wait(t, 10*time.Second))
 	assert.Equal(t, "gateway", commonNameIn(t, identityDir))
-	assert.FileExists(t, p.output())
+	assert.FileExists(t, p.Output())
 	assert.Contains(t, init.Log(), "waiting_for_identity")
 }
 
 func TestInitExitsNonZeroWhenNoValidIdentityArrivesInTime(t *testing.T) {
 	p := newPod(t)
-	doc, _ := p.envelope(1)
-	p.put(doc)
+	doc, _ := p.Envelope(1)
+	p.Put(doc)
 	proj := testpki.NewProjection(t)
 	proj.Publish(map[string][]byte{"tls.crt": []byte("junk"), "tls.key": []byte("junk")})
-	init := start(t, "gridsync-init", nil, append(p.args("--timeout", "2s"),
+	init := start(t, "gridsync-init", nil, append(p.Args("--timeout", "2s"),
 		"--identity-cert", proj.Path("tls.crt"), "--identity-key", proj.Path("tls.key"), "--identity-dir", t.TempDir())...)
 	assert.Equal(t, 1, init.Wait(t, 10*time.Second))
 	assert.Contains(t, init.Log(), "no valid TLS identity within --timeout 2s")
 	assert.Contains(t, init.Log(), "unparseable")
-	assert.NoFileExists(t, p.output(), "no overlay before the identity")
+	assert.NoFileExists(t, p.Output(), "no overlay before the identity")
 }

@@ -11,24 +11,24 @@ import (
 
 func TestInitBlocksUntilTheConfigMapAppearsThenExitsZero(t *testing.T) {
 	p := newPod(t)
-	init := start(t, "gridsync-init", nil, p.args()...)
+	init := start(t, "gridsync-init", nil, p.Args()...)
 
 	time.Sleep(1500 * time.Millisecond)
 	require.True(t, init.Running(), "must wait while the ConfigMap is missing")
-	assert.NoFileExists(t, p.output())
+	assert.NoFileExists(t, p.Output())
 
 	// An invalid envelope keeps it waiting too.
-	bad, _ := p.envelope(1)
+	bad, _ := p.Envelope(1)
 	bad = append([]byte(nil), bad...)
 	bad[len(bad)-3] = ' ' // break the JSON
-	p.put(bad)
+	p.Put(bad)
 	time.Sleep(500 * time.Millisecond)
 	require.True(t, init.Running(), "must wait while the envelope is invalid")
 
-	doc, _ := p.envelope(1)
-	p.put(doc)
+	doc, _ := p.Envelope(1)
+	p.Put(doc)
 	assert.Equal(t, 0, init.Wait(t, 10*time.Second))
-	got, err := os.ReadFile(p.output())
+	got, err := os.ReadFile(p.Output())
 	require.NoError(t, err)
 	assert.Equal(t, string(doc), string(got))
 	assert.Contains(t, init.Log(), `"msg":"overlay_ready"`)
@@ -36,19 +36,19 @@ func TestInitBlocksUntilTheConfigMapAppearsThenExitsZero(t *testing.T) {
 
 func TestInitExitsNonZeroWhenTheTimeoutPasses(t *testing.T) {
 	p := newPod(t)
-	init := start(t, "gridsync-init", nil, p.args("--timeout", "2s")...)
+	init := start(t, "gridsync-init", nil, p.Args("--timeout", "2s")...)
 	assert.Equal(t, 1, init.Wait(t, 10*time.Second))
 	assert.Contains(t, init.Log(), "within --timeout 2s")
 	assert.Contains(t, init.Log(), "the ConfigMap does not exist")
-	assert.NoFileExists(t, p.output())
+	assert.NoFileExists(t, p.Output())
 }
 
 func TestInitExitsAtOnceWithAValidOverlayOnDisk(t *testing.T) {
 	p := newPod(t)
-	doc, _ := p.envelope(1)
-	require.NoError(t, os.WriteFile(p.output(), doc, 0o644))
+	doc, _ := p.Envelope(1)
+	require.NoError(t, os.WriteFile(p.Output(), doc, 0o644))
 	// No API server at all: a restarted pod's emptyDir is enough.
-	args := p.args()
+	args := p.Args()
 	args[1] = writeUnreachableKubeconfig(t)
 	began := time.Now()
 	init := start(t, "gridsync-init", nil, args...)

@@ -17,7 +17,7 @@ import (
 func TestSidecarServesProbesStatusAndMetrics(t *testing.T) {
 	p := newPod(t)
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", addr)...)
+	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", addr)...)
 	base := "http://" + addr
 
 	waitOK(t, base+"/livez")
@@ -26,8 +26,8 @@ func TestSidecarServesProbesStatusAndMetrics(t *testing.T) {
 	code, _ = get(t, base+"/startupz")
 	assert.Equal(t, 503, code)
 
-	doc, revision := p.envelope(1)
-	p.put(doc)
+	doc, revision := p.Envelope(1)
+	p.Put(doc)
 	waitOK(t, base+"/readyz")
 	code, _ = get(t, base+"/startupz")
 	assert.Equal(t, 200, code)
@@ -59,7 +59,7 @@ func TestSidecarServesProbesStatusAndMetrics(t *testing.T) {
 
 	// A rejected update is logged with its reason, never its content.
 	tampered := []byte(strings.Replace(string(doc), `"fresh": true`, `"fresh": false`, 1))
-	p.put(tampered)
+	p.Put(tampered)
 	require.Eventually(t, func() bool { return strings.Contains(sidecar.Log(), `"reason":"digest_mismatch"`) }, 10*time.Second, 10*time.Millisecond)
 	for _, content := range []string{"model-east", "east-provider", "sim-east-provider"} {
 		assert.NotContains(t, sidecar.Log(), content, "envelope content in the log")
@@ -71,10 +71,10 @@ func TestSidecarShutsDownCleanlyOnSIGTERM(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			p := newPod(t)
-			doc, _ := p.envelope(1)
-			p.put(doc)
+			doc, _ := p.Envelope(1)
+			p.Put(doc)
 			addr := freeAddr(t)
-			sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", addr)...)
+			sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", addr)...)
 			waitOK(t, "http://"+addr+"/readyz")
 
 			require.NoError(t, sidecar.Cmd.Process.Signal(sig))
@@ -83,7 +83,7 @@ func TestSidecarShutsDownCleanlyOnSIGTERM(t *testing.T) {
 			assert.Less(t, time.Since(began), 3*time.Second)
 			assert.Contains(t, sidecar.Log(), `"msg":"shutdown"`)
 			// The file stays for the gateway.
-			got, err := os.ReadFile(p.output())
+			got, err := os.ReadFile(p.Output())
 			require.NoError(t, err)
 			assert.Equal(t, string(doc), string(got))
 		})
@@ -95,7 +95,7 @@ func TestSidecarExitsNonZeroWhenTheHealthAddressIsTaken(t *testing.T) {
 	taken, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer func() { _ = taken.Close() }()
-	sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", taken.Addr().String())...)
+	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", taken.Addr().String())...)
 	assert.Equal(t, 1, sidecar.Wait(t, 5*time.Second))
 	assert.Contains(t, sidecar.Log(), "bind health address")
 }
@@ -103,17 +103,17 @@ func TestSidecarExitsNonZeroWhenTheHealthAddressIsTaken(t *testing.T) {
 func TestSidecarTakesTheUpstreamEnvironmentVariables(t *testing.T) {
 	p := newPod(t)
 	addr := freeAddr(t)
-	doc, revision := p.envelope(1)
-	p.put(doc)
+	doc, revision := p.Envelope(1)
+	p.Put(doc)
 	start(t, "gridsync-sidecar", []string{
-		"OVERLAY_SYNC_NAMESPACE=" + p.namespace,
-		"OVERLAY_SYNC_CONFIGMAP=" + p.configMap,
+		"OVERLAY_SYNC_NAMESPACE=" + p.Namespace,
+		"OVERLAY_SYNC_CONFIGMAP=" + p.ConfigMap,
 		"OVERLAY_SYNC_DATA_KEY=routing-overlay.json",
-		"OVERLAY_SYNC_OUTPUT=" + p.output(),
+		"OVERLAY_SYNC_OUTPUT=" + p.Output(),
 		"OVERLAY_SYNC_MAX_BYTES=1048576",
 		"OVERLAY_SYNC_HEALTH_ADDR=" + addr,
-	}, "--kubeconfig", p.kubeconfig,
-		"--expected-network", p.scope.Network, "--expected-gateway", p.scope.Gateway, "--expected-local-site", p.scope.LocalSite)
+	}, "--kubeconfig", p.Kubeconfig,
+		"--expected-network", p.Scope.Network, "--expected-gateway", p.Scope.Gateway, "--expected-local-site", p.Scope.LocalSite)
 	waitOK(t, "http://"+addr+"/readyz")
 	_, body := get(t, "http://"+addr+"/status")
 	assert.Contains(t, body, revision)
@@ -121,11 +121,11 @@ func TestSidecarTakesTheUpstreamEnvironmentVariables(t *testing.T) {
 
 func TestSidecarOnceExitsAfterTheFirstValidOverlay(t *testing.T) {
 	p := newPod(t)
-	doc, _ := p.envelope(1)
-	p.put(doc)
-	sidecar := start(t, "gridsync-sidecar", nil, p.args("--once", "--health-addr", freeAddr(t))...)
+	doc, _ := p.Envelope(1)
+	p.Put(doc)
+	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--once", "--health-addr", freeAddr(t))...)
 	assert.Equal(t, 0, sidecar.Wait(t, 10*time.Second))
-	got, err := os.ReadFile(p.output())
+	got, err := os.ReadFile(p.Output())
 	require.NoError(t, err)
 	assert.Equal(t, string(doc), string(got))
 }

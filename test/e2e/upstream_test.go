@@ -19,7 +19,7 @@ import (
 func TestSidecarAnswersAsTheUpstreamSidecarDoes(t *testing.T) {
 	p := newPod(t)
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", nil, p.args("--health-addr", addr)...)
+	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", addr)...)
 	base := "http://" + addr
 	waitOK(t, base+"/livez")
 
@@ -33,12 +33,12 @@ func TestSidecarAnswersAsTheUpstreamSidecarDoes(t *testing.T) {
 	assert.Nil(t, status["written_overlay_revision"])
 	assert.Nil(t, status["last_written_at"])
 	assert.Equal(t, "cold", status["state"])
-	assert.Equal(t, p.namespace, status["namespace"])
-	assert.Equal(t, p.configMap, status["config_map"])
+	assert.Equal(t, p.Namespace, status["namespace"])
+	assert.Equal(t, p.ConfigMap, status["config_map"])
 	assert.Equal(t, "routing-overlay.json", status["data_key"])
 
-	doc, revision := p.envelope(1)
-	p.put(doc)
+	doc, revision := p.Envelope(1)
+	p.Put(doc)
 	waitOK(t, base+"/readyz")
 	_, ready := get(t, base+"/readyz")
 	assert.Equal(t, "ready", strings.TrimSpace(ready))
@@ -51,7 +51,7 @@ func TestSidecarAnswersAsTheUpstreamSidecarDoes(t *testing.T) {
 	assert.NotNil(t, status["last_written_at"])
 
 	// A malformed update: upstream's reason words in metrics and status.
-	p.putRaw(`{"schema_version":`)
+	p.PutRaw(`{"schema_version":`)
 	require.Eventually(t, func() bool {
 		_, body := get(t, base+"/status")
 		return strings.Contains(body, `"degraded_reason": "malformed"`)
@@ -87,7 +87,7 @@ func TestSidecarAnswersAsTheUpstreamSidecarDoes(t *testing.T) {
 	}
 
 	// Deleted: the upstream event name in the log.
-	p.deleteConfigMap()
+	p.DeleteConfigMap()
 	require.Eventually(t, func() bool { return strings.Contains(sidecar.Log(), `"msg":"overlay_source_deleted"`) }, 10*time.Second, 10*time.Millisecond)
 	assert.Contains(t, sidecar.Log(), `"msg":"overlay_written"`)
 }
@@ -96,14 +96,14 @@ func TestSidecarAnswersAsTheUpstreamSidecarDoes(t *testing.T) {
 // and --once never binds the health port (here it is taken).
 func TestSidecarOnceFromTheEnvironmentNeverBindsThePort(t *testing.T) {
 	p := newPod(t)
-	doc, _ := p.envelope(1)
-	p.put(doc)
+	doc, _ := p.Envelope(1)
+	p.Put(doc)
 	taken, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer func() { _ = taken.Close() }()
-	sidecar := start(t, "gridsync-sidecar", []string{"OVERLAY_SYNC_ONCE=true"}, p.args("--health-addr", taken.Addr().String())...)
+	sidecar := start(t, "gridsync-sidecar", []string{"OVERLAY_SYNC_ONCE=true"}, p.Args("--health-addr", taken.Addr().String())...)
 	assert.Equal(t, 0, sidecar.Wait(t, 10*time.Second), sidecar.Log())
-	got, err := os.ReadFile(p.output())
+	got, err := os.ReadFile(p.Output())
 	require.NoError(t, err)
 	assert.Equal(t, string(doc), string(got))
 }

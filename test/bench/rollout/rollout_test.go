@@ -117,13 +117,18 @@ func (s *sidecar) open(ctx context.Context, url string) {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			if resp.StatusCode != http.StatusAccepted {
-				err = fmt.Errorf("status %d", resp.StatusCode)
+				err = statusError(resp.StatusCode)
 			}
 		}
 		_ = pr.CloseWithError(err)
 		s.done <- err
 	}()
 }
+
+// statusError is the agent's refusal of a stream.
+type statusError int
+
+func (e statusError) Error() string { return fmt.Sprintf("status %d", int(e)) }
 
 // ended is why the stream ended, nil while it runs.
 func (s *sidecar) ended() error {
@@ -248,14 +253,29 @@ func measure(b *testing.B) {
 			ContentDigest: revision, State: deliveryreport.StateReady})
 		if s.stream != nil {
 			if err := s.ended(); err != nil {
-				b.Fatalf("%s: %v", s.pod, err) // the agent refused a report of an earlier round
+				var refused statusError
+				if errors.As(err, &refused) {
+					b.Fatalf("%s: %v", s.pod, err) // the agent refused a report of an earlier round
+				}
+				s.stream = nil // the network ended it: a reporter opens another at once
 			}
 		}
-		if s.stream == nil {
-			s.open(ctx, "https://"+signalsAddr+deliveryreport.Path)
-		}
-		if _, err := s.stream.Write(append(line, '\n')); err != nil {
-			b.Fatalf("%s: report: %v (%v)", s.pod, err, s.ended())
+		// A connection refused at its handshake (a fleet reconnecting at
+		// once meets the listener's in-flight caps) is tried again, as a
+		// reporter does.
+		for attempt := 0; ; attempt++ {
+			if s.stream == nil {
+				s.open(ctx, "https://"+signalsAddr+deliveryreport.Path)
+			}
+			_, err := s.stream.Write(append(line, '\n'))
+			if err == nil {
+				break
+			}
+			if attempt == 5 {
+				b.Fatalf("%s: report: %v (%v)", s.pod, err, s.ended())
+			}
+			s.stream = nil
+			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
 		}
 	}
 	sendAll := func(revs map[string]string) time.Time {
