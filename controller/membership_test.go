@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -319,32 +318,10 @@ func portOf(addr string) string {
 // at every reconcile.
 func TestBadSeedsHoldNoOtherNetwork(t *testing.T) {
 	e := newEnv(t)
-	silent, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { silent.Close() })
-	var heldMu sync.Mutex
-	var held []net.Conn
-	t.Cleanup(func() {
-		heldMu.Lock()
-		defer heldMu.Unlock()
-		for _, c := range held {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			heldMu.Lock()
-			held = append(held, c) // held open, unanswered, until the test ends
-			heldMu.Unlock()
-		}
-	}()
+	silent := testnet.Silent(t)
 	quiet := e.network(e.gateway("quiet-edge", "site-a"))
 	quiet.Name += "-quiet"
-	quiet.Spec.Seeds = []string{silent.Addr().String()}
+	quiet.Spec.Seeds = []string{silent.Addr()}
 	for i := range 40 {
 		quiet.Spec.Seeds = append(quiet.Spec.Seeds, fmt.Sprintf("nowhere-%d.grid.test:7946", i))
 	}

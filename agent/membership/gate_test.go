@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -159,49 +160,6 @@ type fakeConn struct {
 
 func (f fakeConn) RemoteAddr() net.Addr { return f.remote }
 
-// recordingProxy forwards TCP connections to target and keeps the bytes
-// each client sent.
-type recordingProxy struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	client [][]byte
-}
-
-func startRecordingProxy(t *testing.T, target string) *recordingProxy {
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &recordingProxy{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				var rec bytes.Buffer
-				done := make(chan struct{})
-				go func() {
-					_, _ = io.Copy(c, up)
-					close(done)
-				}()
-				_, _ = io.Copy(io.MultiWriter(up, &rec), c)
-				<-done
-				p.mu.Lock()
-				p.client = append(p.client, rec.Bytes())
-				p.mu.Unlock()
-			}()
-		}
-	}()
-	return p
-}
-
 // A captured join, replayed without the key, gets nothing back: the first
 // round saw each replay answered with the whole state (1,065 times what
 // was sent).
@@ -213,20 +171,14 @@ func TestReplayedJoinIsRefused(t *testing.T) {
 	b := startSite(t, "site-b", withKey(key))
 	b.waitRunning(t)
 
-	proxy := startRecordingProxy(t, a.AdvertiseAddr())
-	require.Empty(t, b.AnnounceSeeds("prod", []string{proxy.ln.Addr().String()}).Failed)
+	proxy := testnet.NewRecordingProxy(t, a.AdvertiseAddr())
+	require.Empty(t, b.AnnounceSeeds("prod", []string{proxy.Addr()}).Failed)
 	require.Eventually(t, func() bool { return len(b.View("prod").Providers) == 3 }, 10*time.Second, 20*time.Millisecond)
 	var join []byte
 	require.Eventually(t, func() bool {
-		proxy.mu.Lock()
-		defer proxy.mu.Unlock()
-		for _, c := range proxy.client {
-			if len(c) > 0 {
-				join = c
-				return true
-			}
-		}
-		return false
+		var ok bool
+		join, ok = proxy.First()
+		return ok
 	}, 5*time.Second, 10*time.Millisecond)
 
 	var sent, got int
@@ -360,64 +312,29 @@ func TestSilentAndEchoSeeds(t *testing.T) {
 	b := startSite(t, "site-b", withKey(key), func(c *Config) { c.JoinWait = 300 * time.Millisecond })
 	b.waitRunning(t)
 
-	silent, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { silent.Close() })
-	var heldMu sync.Mutex
-	var held []net.Conn
-	t.Cleanup(func() {
-		heldMu.Lock()
-		defer heldMu.Unlock()
-		for _, c := range held {
-			c.Close()
-		}
-	})
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			heldMu.Lock()
-			held = append(held, c) // held open, unanswered, until the test ends
-			heldMu.Unlock()
-		}
-	}()
+	silent := testnet.Silent(t)
 	start := time.Now()
-	res := b.AnnounceSeeds("quiet", []string{silent.Addr().String()})
+	res := b.AnnounceSeeds("quiet", []string{silent.Addr()})
 	took := time.Since(start)
-	require.Equal(t, []string{silent.Addr().String()}, res.Pending)
+	require.Equal(t, []string{silent.Addr()}, res.Pending)
 	require.Empty(t, res.Joined)
 	require.Less(t, took, 2*time.Second, "the caller waits the join wait, not memberlist's TCP timeout")
 
 	start = time.Now()
-	res = b.AnnounceSeeds("quiet", []string{silent.Addr().String()})
+	res = b.AnnounceSeeds("quiet", []string{silent.Addr()})
 	require.Less(t, time.Since(start), time.Second)
-	require.Equal(t, []string{silent.Addr().String()}, res.Pending, "still in flight, not dialled again")
+	require.Equal(t, []string{silent.Addr()}, res.Pending, "still in flight, not dialled again")
 
 	start = time.Now()
 	res = b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()})
 	t.Logf("silent_seed_announce_ms=%d other_network_join_ms=%d", took.Milliseconds(), time.Since(start).Milliseconds())
 	require.Equal(t, []string{a.AdvertiseAddr()}, res.Joined, "another network is not held by the silent seed")
 	require.Less(t, time.Since(start), time.Second)
-	require.EqualValues(t, 1, accepted.Load())
+	require.EqualValues(t, 1, silent.Accepted.Load())
 
-	echo, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { echo.Close() })
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
+	echo := testnet.Echo(t)
 	require.Eventually(t, func() bool {
-		res = b.AnnounceSeeds("echo", []string{echo.Addr().String()})
+		res = b.AnnounceSeeds("echo", []string{echo.Addr()})
 		return len(res.Pending) == 0
 	}, 15*time.Second, 100*time.Millisecond)
 	require.Empty(t, res.Joined, "an echo is not a member")

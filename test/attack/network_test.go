@@ -3,11 +3,7 @@ package attack
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,47 +14,8 @@ import (
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/testnet"
 )
-
-// countingListener accepts on loopback, counts, and holds or echoes.
-type countingListener struct {
-	ln       net.Listener
-	accepted atomic.Int32
-	mu       sync.Mutex
-	held     []net.Conn
-}
-
-func listen(t *testing.T, echo bool) *countingListener {
-	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	l := &countingListener{ln: ln}
-	t.Cleanup(func() {
-		ln.Close()
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for _, c := range l.held {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			l.accepted.Add(1)
-			if echo {
-				go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-				continue
-			}
-			l.mu.Lock()
-			l.held = append(l.held, c) // never answered
-			l.mu.Unlock()
-		}
-	}()
-	return l
-}
 
 func (a *swimAgent) network(name string, seeds []string, gateways ...string) {
 	a.t.Helper()
@@ -88,9 +45,9 @@ func (a *swimAgent) overlayAt(network, gateway string, timeout time.Duration) (t
 // 255 warnings per reconcile, 813 KB in 30 s).
 func TestBadSeeds(t *testing.T) {
 	a := startSwimAgent(t, nil)
-	silent := listen(t, false)
+	silent := testnet.Silent(t)
 	bad := size(255, 100)
-	seeds := []string{silent.ln.Addr().String()}
+	seeds := []string{silent.Addr()}
 	for i := range bad {
 		seeds = append(seeds, fmt.Sprintf("seed-%d:99999", i)) // never valid, never looked up
 	}
@@ -125,14 +82,14 @@ func TestBadSeeds(t *testing.T) {
 	report(t, "bad_seeds", ok && took < time.Second && warnings <= 2,
 		figure{"silent_seeds", 1}, figure{"bad_seeds", bad}, figure{"new_gateway_ms", took.Milliseconds()},
 		figure{"seed_log_lines", warnings}, figure{"log_bytes", len(logs)}, figure{"window_s", int(watch.Seconds())},
-		figure{"silent_seed_dials", silent.accepted.Load()})
+		figure{"silent_seed_dials", silent.Accepted.Load()})
 }
 
 // A seed at a TCP echo service is not a member (the first round: the
 // agent merged its own reflected join and reported it joined).
 func TestEchoSeed(t *testing.T) {
-	echo := listen(t, true)
-	a := startSwimAgent(t, nil, echo.ln.Addr().String())
+	echo := testnet.Echo(t)
+	a := startSwimAgent(t, nil, echo.Addr())
 	require.Eventually(t, func() bool { return strings.Contains(a.Log(), "swim_seeds_joined") }, 20*time.Second, 50*time.Millisecond)
 	line := ""
 	for _, l := range strings.Split(a.Log(), "\n") {
@@ -141,8 +98,8 @@ func TestEchoSeed(t *testing.T) {
 		}
 	}
 	joined := strings.Contains(line, `"joined":1`)
-	report(t, "echo_seed", !joined && echo.accepted.Load() > 0,
-		figure{"echo_dials", echo.accepted.Load()}, figure{"counted_joined", joined})
+	report(t, "echo_seed", !joined && echo.Accepted.Load() > 0,
+		figure{"echo_dials", echo.Accepted.Load()}, figure{"counted_joined", joined})
 }
 
 // A GridSite's address is dialled under the probe destination rule: the
@@ -151,13 +108,13 @@ func TestEchoSeed(t *testing.T) {
 // polls dialled any address, loopback and metadata included).
 func TestProbeDestinations(t *testing.T) {
 	a := startSwimAgent(t, nil)
-	target := listen(t, false)
+	target := testnet.Silent(t)
 	n := seq.Add(1)
 	network := fmt.Sprintf("probed-%d", n)
 	a.network(network, nil, "edge")
 	gs := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network + "-inside"}, Spec: v1alpha1.GridSiteSpec{
 		GridNetworkRef:  network,
-		GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: target.ln.Addr().String(), TLS: &v1alpha1.GatewayTLS{Mode: "Plaintext"}},
+		GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: target.Addr(), TLS: &v1alpha1.GatewayTLS{Mode: "Plaintext"}},
 	}}
 	require.NoError(t, a.admin.Create(context.Background(), gs))
 	t.Cleanup(func() { _ = a.admin.Delete(context.Background(), gs) })
@@ -166,8 +123,8 @@ func TestProbeDestinations(t *testing.T) {
 		return a.admin.Get(context.Background(), types.NamespacedName{Name: gs.Name}, &got) == nil && got.Status.Reason != ""
 	}, 30*time.Second, 50*time.Millisecond)
 	time.Sleep(2 * time.Second) // a few probe periods
-	report(t, "probe_destinations", target.accepted.Load() == 0 && strings.Contains(got.Status.Message, "not allowed"),
-		figure{"dials_to_loopback", target.accepted.Load()}, figure{"reason", got.Status.Reason})
+	report(t, "probe_destinations", target.Accepted.Load() == 0 && strings.Contains(got.Status.Message, "not allowed"),
+		figure{"dials_to_loopback", target.Accepted.Load()}, figure{"reason", got.Status.Reason})
 }
 
 // Two networks whose gateways map to one ConfigMap name (network x-a,

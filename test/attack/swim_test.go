@@ -26,6 +26,7 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testproc"
 )
 
@@ -60,7 +61,7 @@ func startSwimAgent(t *testing.T, key []byte, seeds ...string) *swimAgent {
 	require.NoError(t, err)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, controlplane.WriteKubeconfig(cfg, kubeconfig))
-	a := &swimAgent{t: t, health: testproc.FreeAddr(t), swim: freeSwimAddr(t), key: key, resNS: resNS}
+	a := &swimAgent{t: t, health: testproc.FreeAddr(t), swim: testnet.FreeTCPUDPAddr(t), key: key, resNS: resNS}
 	scheme, err := controller.Scheme()
 	require.NoError(t, err)
 	a.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
@@ -141,24 +142,6 @@ func (a *swimAgent) rssPeak() (stop func() float64) {
 	}
 }
 
-// freeSwimAddr is a loopback port free for both TCP and UDP.
-func freeSwimAddr(t *testing.T) string {
-	t.Helper()
-	for range 50 {
-		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := l.Addr().String()
-		u, err := (&net.ListenConfig{}).ListenPacket(context.Background(), "udp", addr)
-		_ = l.Close()
-		if err == nil {
-			_ = u.Close()
-			return addr
-		}
-	}
-	t.Fatal("no loopback port free for TCP and UDP")
-	return ""
-}
-
 // Streams to the SWIM port without the key, each claiming an encrypted
 // frame just under memberlist's 20 MiB limit and sending random bytes
 // (the first round: 48 such streams took the agent from 36 to 2,211 MiB).
@@ -207,46 +190,6 @@ func TestSwimPreAuthStreams(t *testing.T) {
 		figure{"agent_rss_after_mib", after}, figure{"limit_mib", chartMemoryLimitMiB})
 }
 
-// recordingProxy forwards TCP connections to target and keeps the bytes
-// each client sent.
-type recordingProxy struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	client [][]byte
-}
-
-func startRecordingProxy(t *testing.T, target string) *recordingProxy {
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &recordingProxy{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(context.Background(), "tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				var rec bytes.Buffer
-				done := make(chan struct{})
-				go func() { _, _ = io.Copy(c, up); close(done) }()
-				_, _ = io.Copy(io.MultiWriter(up, &rec), c)
-				<-done
-				p.mu.Lock()
-				p.client = append(p.client, rec.Bytes())
-				p.mu.Unlock()
-			}()
-		}
-	}()
-	return p
-}
-
 // keyHolder is a memberlist node holding the grid's SWIM key: what a peer
 // site (or whoever has the key) can do, without gridsync's own checks.
 func keyHolder(t *testing.T, key []byte) *memberlist.Memberlist {
@@ -274,21 +217,15 @@ func keyHolder(t *testing.T, key []byte) *memberlist.Memberlist {
 // was sent).
 func TestSwimJoinReplay(t *testing.T) {
 	a := startSwimAgent(t, nil)
-	proxy := startRecordingProxy(t, a.swim)
+	proxy := testnet.NewRecordingProxy(t, a.swim)
 	// Another site joins through a recording proxy: its join is what an
 	// eavesdropper captures.
-	startSwimAgent(t, a.key, proxy.ln.Addr().String())
+	startSwimAgent(t, a.key, proxy.Addr())
 	var join []byte
 	require.Eventually(t, func() bool {
-		proxy.mu.Lock()
-		defer proxy.mu.Unlock()
-		for _, c := range proxy.client {
-			if len(c) > 0 {
-				join = c
-				return true
-			}
-		}
-		return false
+		var ok bool
+		join, ok = proxy.First()
+		return ok
 	}, 20*time.Second, 20*time.Millisecond, "no join captured")
 	replays := size(500, 50)
 	var sent, back int64

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,6 +29,7 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testbin"
+	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testproc"
 )
 
@@ -94,27 +94,9 @@ func newSite(t *testing.T, cp *controlplane.ControlPlane, name string) *site {
 	require.NoError(t, err)
 	s.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
 	require.NoError(t, err)
-	s.swimAddr = freeSwimAddr(t)
+	s.swimAddr = testnet.FreeTCPUDPAddr(t)
 	s.gateway = testproc.FreeAddr(t) // advertised, never dialled here
 	return s
-}
-
-// freeSwimAddr is a loopback port free for both TCP and UDP.
-func freeSwimAddr(t *testing.T) string {
-	t.Helper()
-	for range 50 {
-		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := l.Addr().String()
-		u, err := (&net.ListenConfig{}).ListenPacket(context.Background(), "udp", addr)
-		_ = l.Close()
-		if err == nil {
-			_ = u.Close()
-			return addr
-		}
-	}
-	t.Fatal("no loopback port free for TCP and UDP")
-	return ""
 }
 
 // agent is a gridsync-agent process of a site.

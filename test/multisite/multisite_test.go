@@ -23,6 +23,7 @@ import (
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -277,7 +278,7 @@ func TestFailoverAndKill(t *testing.T) {
 	b.networkStatus("fo", 30*time.Second, counts(v1alpha1.NetworkActive, 1, 1))
 	// The standby binds its own SWIM port (same site, another pod).
 	a2 := *a
-	a2.swimAddr = freeSwimAddr(t)
+	a2.swimAddr = testnet.FreeTCPUDPAddr(t)
 	standby := a2.start(nil)
 
 	var mu sync.Mutex

@@ -25,6 +25,7 @@ import (
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -212,7 +213,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 // takes both).
 func freePort(t *testing.T) string {
 	t.Helper()
-	_, port, err := net.SplitHostPort(freeSwimAddr(t))
+	_, port, err := net.SplitHostPort(testnet.FreeTCPUDPAddr(t))
 	require.NoError(t, err)
 	return port
 }

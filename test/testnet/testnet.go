@@ -1,0 +1,149 @@
+// Package testnet is loopback network parts for tests: a port free for
+// both TCP and UDP, a proxy that keeps what its clients sent, and
+// listeners that never answer or echo back.
+package testnet
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// FreeTCPUDPAddr is a loopback address whose port is free for both TCP
+// and UDP (SWIM listens on both).
+func FreeTCPUDPAddr(t testing.TB) string {
+	t.Helper()
+	for range 50 {
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		u, err := (&net.ListenConfig{}).ListenPacket(context.Background(), "udp", addr)
+		_ = l.Close()
+		if err == nil {
+			_ = u.Close()
+			return addr
+		}
+	}
+	t.Fatal("no loopback port free for TCP and UDP")
+	return ""
+}
+
+// RecordingProxy forwards TCP connections to a target and keeps the bytes
+// each client sent: what an eavesdropper captures.
+type RecordingProxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	client [][]byte
+}
+
+// NewRecordingProxy listens on loopback until the test ends.
+func NewRecordingProxy(t testing.TB, target string) *RecordingProxy {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &RecordingProxy{ln: ln}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(c, target)
+		}
+	}()
+	return p
+}
+
+func (p *RecordingProxy) forward(c net.Conn, target string) {
+	defer c.Close()
+	up, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(context.Background(), "tcp", target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	var rec bytes.Buffer
+	done := make(chan struct{})
+	go func() { _, _ = io.Copy(c, up); close(done) }()
+	_, _ = io.Copy(io.MultiWriter(up, &rec), c)
+	<-done
+	p.mu.Lock()
+	p.client = append(p.client, rec.Bytes())
+	p.mu.Unlock()
+}
+
+// Addr is where clients connect.
+func (p *RecordingProxy) Addr() string { return p.ln.Addr().String() }
+
+// First is the first non-empty capture of a finished connection.
+func (p *RecordingProxy) First() ([]byte, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.client {
+		if len(c) > 0 {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+// Listener accepts on loopback and counts; it holds every connection
+// open unanswered, or echoes back what it is sent.
+type Listener struct {
+	ln       net.Listener
+	Accepted atomic.Int32
+	mu       sync.Mutex
+	held     []net.Conn
+}
+
+// Silent accepts and never answers, until the test ends.
+func Silent(t testing.TB) *Listener { return listen(t, false) }
+
+// Echo sends back whatever it is sent.
+func Echo(t testing.TB) *Listener { return listen(t, true) }
+
+func listen(t testing.TB, echo bool) *Listener {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Listener{ln: ln}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, c := range l.held {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.Accepted.Add(1)
+			if echo {
+				go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+				continue
+			}
+			l.mu.Lock()
+			l.held = append(l.held, c)
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+// Addr is where the listener listens.
+func (l *Listener) Addr() string { return l.ln.Addr().String() }
