@@ -98,7 +98,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			Seeds: cfg.swim.seeds, EnvKey: cfg.swim.key, RequireKey: cfg.swim.requireKey,
 			ProbeInterval: cfg.swim.probeInterval, ProbeTimeout: cfg.swim.probeTimeout, SuspectPeriods: cfg.swim.suspectPeriods,
 			PushPullInterval: cfg.swim.pushPullInterval, StaleTTL: cfg.swim.staleTTL, TombstoneTTL: cfg.swim.tombstoneTTL,
-			Logger: log, Registerer: reg,
+			CheckPeer: cfg.probeDestinations.CheckPeer, Logger: log, Registerer: reg,
 		})
 		if err != nil {
 			return fail("swim_config_failed", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -366,4 +367,28 @@ func TestCompressedFramesAreRefused(t *testing.T) {
 	require.NoError(t, ml.SendReliable(&memberlist.Node{Name: "a", Addr: ap.Addr().AsSlice(), Port: ap.Port()}, msg))
 	require.Eventually(t, func() bool { return a.counter("grid_swim_packets_rejected_total", rejectUnexpectedKind) > 0 }, 5*time.Second, 10*time.Millisecond)
 	assert.Zero(t, a.store.count())
+}
+
+// Member addresses come from gossip: with a destination rule, nothing is
+// sent to or dialled at an address it refuses.
+func TestMemberAddressesKeepTheDestinationRule(t *testing.T) {
+	key := randomKey(t)
+	a := startSite(t, "site-a", withKey(key))
+	a.waitRunning(t)
+	var refused atomic.Int32
+	b := startSite(t, "site-b", withKey(key), func(c *Config) {
+		c.CheckPeer = func(addr netip.Addr) error {
+			if addr.IsLoopback() {
+				refused.Add(1)
+				return errors.New("loopback")
+			}
+			return nil
+		}
+	})
+	b.waitRunning(t)
+	res := b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()})
+	require.Len(t, res.Failed, 1)
+	assert.Contains(t, res.Failed[0].Err.Error(), "not allowed")
+	assert.Positive(t, refused.Load())
+	assert.Empty(t, a.Status().Members, "nothing reached the refused address")
 }

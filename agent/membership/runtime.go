@@ -77,6 +77,11 @@ type Config struct {
 	// JoinWait is how long announcing seeds waits for the joins it starts
 	// before they go on in the background (DefaultJoinWait).
 	JoinWait time.Duration
+	// CheckPeer, when set, refuses to send to or dial a member address it
+	// returns an error for: members' addresses come from gossip, so the
+	// agent applies its probe destination rule to them (loopback,
+	// link-local and metadata addresses unless a CIDR allows them).
+	CheckPeer func(netip.Addr) error
 
 	Resolver   Resolver
 	Logger     *slog.Logger
@@ -423,6 +428,7 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 		r.metrics.rejected.WithLabelValues(reason).Inc()
 	})
 	tr := newCountingTransport(nt, r.metrics, gate)
+	tr.checkPeer = r.cfg.CheckPeer
 	conf.Transport = tr
 	r.mu.Lock()
 	r.tr = tr

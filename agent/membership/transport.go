@@ -33,6 +33,28 @@ type countingTransport struct {
 
 	echoMu sync.Mutex
 	echoed map[string]time.Time // dialled address -> when a stream to it was echoed
+
+	// checkPeer refuses destinations (nil: none refused).
+	checkPeer func(netip.Addr) error
+}
+
+// errPeerDenied is a send or dial to a member address the destination
+// rule refuses.
+var errPeerDenied = errors.New("member address not allowed by the destination rule (--probe-allow-destinations)")
+
+// allowed applies the destination rule to a host:port.
+func (t *countingTransport) allowed(addr string) error {
+	if t.checkPeer == nil {
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil // a name: memberlist resolves seeds itself; members are IPs
+	}
+	if t.checkPeer(ap.Addr().Unmap()) != nil {
+		return errPeerDenied
+	}
+	return nil
 }
 
 func newCountingTransport(inner *memberlist.NetTransport, m *metrics, gate *streamGate) *countingTransport {
@@ -150,10 +172,16 @@ func (t *countingTransport) DialTimeout(addr string, timeout time.Duration) (net
 // transport is node-aware): without them the inner transport's would be
 // promoted and bypass the counting and the echo check.
 func (t *countingTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if err := t.allowed(a.Addr); err != nil {
+		return nil, err
+	}
 	return t.DialTimeout(a.Addr, timeout)
 }
 
 func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if err := t.allowed(a.Addr); err != nil {
+		return time.Time{}, err
+	}
 	return t.WriteTo(b, a.Addr)
 }
 

@@ -141,6 +141,13 @@ func (d Destinations) check(host string, addr netip.Addr) error {
 	return d.checkOne(host, addr)
 }
 
+// CheckPeer applies the rule's denied ranges to a peer's address (a SWIM
+// member's, learnt from gossip): an allowed CIDR unlocks them, and an
+// allow-list written for providers does not restrict peers.
+func (d Destinations) CheckPeer(addr netip.Addr) error {
+	return Destinations{AllowCIDRs: d.AllowCIDRs}.check("", addr)
+}
+
 func (d Destinations) checkOne(host string, addr netip.Addr) error {
 	if d.allowedCIDR(addr) {
 		return nil

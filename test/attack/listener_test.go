@@ -115,9 +115,12 @@ func startSignalsAgent(t *testing.T, wrap []string, extra ...string) *signalsAge
 }
 
 func (s *signalsAgent) rss() float64 {
-	v, _ := testproc.RSSMiB(s.Cmd.Process.Pid)
+	v, _ := testproc.RSSMiB(s.agentPID())
 	return v
 }
+
+// agentPID is the agent's process: prlimit execs it, so the same one.
+func (s *signalsAgent) agentPID() int { return s.Cmd.Process.Pid }
 
 // metric sums the agent's /metrics samples of series whose line holds
 // every one of match.
@@ -148,6 +151,21 @@ func (s *signalsAgent) client(from net.IP, certs ...tls.Certificate) *http.Clien
 	cfg := &tls.Config{RootCAs: s.roots, ServerName: sitetrust.DNSName(listenerSite), MinVersion: tls.VersionTLS13, Certificates: certs}
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true,
 		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: from}, Timeout: 5 * time.Second}).DialContext}}
+}
+
+// signalsOK is whether the co-located gateway (this site's leaf) gets its
+// signals, within a second.
+func (s *signalsAgent) signalsOK() bool {
+	c := s.client(net.IPv4(127, 0, 3, 1), s.leaf)
+	c.Timeout = time.Second
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "https://"+s.signals+"/v1/site/signals", http.NoBody)
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // report posts one report with token and returns the status code.
@@ -247,6 +265,7 @@ func TestTokenReviewFlood(t *testing.T) {
 // honest sidecars refused, the agent at 259 MiB with 12,420 goroutines).
 func TestAnonymousSlots(t *testing.T) {
 	s := startSignalsAgent(t, nil)
+	before := footprintOf(t, s.Cmd.Process.Pid, "http://"+s.health+"/metrics")
 	tok := s.podToken("edge-real-0")
 	perAddr := size(32, 8)
 	cfg := &tls.Config{RootCAs: s.roots, ServerName: sitetrust.DNSName(listenerSite), MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
@@ -302,11 +321,21 @@ func TestAnonymousSlots(t *testing.T) {
 			honest++
 		}
 	}
+	// The co-located gateway reads its signals meanwhile.
+	gatewayOK := s.signalsOK()
 	close(done)
+	mu.Lock()
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	mu.Unlock()
+	fp, settled := settles(t, s.Cmd.Process.Pid, "http://"+s.health+"/metrics", before)
 	rss := float64(peak.Load()) / 1024
-	report(t, "anonymous_slots", honest == 20 && rss < chartMemoryLimitMiB && s.Running(),
+	report(t, "anonymous_slots", honest == 20 && gatewayOK && rss < chartMemoryLimitMiB && s.Running() && settled,
 		figure{"connections", 130 * perAddr}, figure{"addresses", 130}, figure{"honest_reports_ok", fmt.Sprintf("%d/20", honest)},
-		figure{"agent_rss_peak_mib", rss}, figure{"agent_goroutines", int(goroutines)}, figure{"limit_mib", chartMemoryLimitMiB})
+		figure{"gateway_ok", gatewayOK}, figure{"agent_rss_peak_mib", rss}, figure{"agent_goroutines_during", int(goroutines)}, figure{"limit_mib", chartMemoryLimitMiB},
+		figure{"goroutines", fmt.Sprintf("%d->%d", before.goroutines, fp.goroutines)}, figure{"fds", fmt.Sprintf("%d->%d", before.fds, fp.fds)})
 }
 
 // Half-open connections from 30 addresses past the agent's descriptor
@@ -317,6 +346,8 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 	// really runs out even with the in-flight caps.
 	const nofile = 384
 	s := startSignalsAgent(t, []string{"prlimit", fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--"})
+	pid := s.agentPID()
+	before := footprintOf(t, pid, "http://"+s.health+"/metrics")
 	halfOpen := size(1140, 1140)
 	var held []net.Conn
 	t.Cleanup(func() {
@@ -349,7 +380,9 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 	}
 	acceptErrors := s.metric("gridsync_signals_accept_errors_total")
 	refused := s.metric("gridsync_signals_handshakes_total", "inflight_")
-	report(t, "accept_out_of_descriptors", s.Running() && after == http.StatusAccepted,
+	fp, settled := settles(t, pid, "http://"+s.health+"/metrics", before)
+	report(t, "accept_out_of_descriptors", s.Running() && after == http.StatusAccepted && settled,
+		figure{"goroutines", fmt.Sprintf("%d->%d", before.goroutines, fp.goroutines)}, figure{"fds", fmt.Sprintf("%d->%d", before.fds, fp.fds)},
 		figure{"half_open", halfOpen}, figure{"addresses", 30}, figure{"nofile", nofile}, figure{"refused_in_flight", int(refused)},
 		figure{"accept_errors", int(acceptErrors)}, figure{"report_during", during}, figure{"report_after", after}, figure{"agent_running", s.Running()})
 }

@@ -16,9 +16,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testbin"
+	"github.com/gridsync/gridsync/test/testproc"
 )
 
 var (
@@ -83,4 +85,38 @@ func report(t *testing.T, name string, held bool, figures ...figure) {
 	if !held {
 		t.Errorf("not held: %s", b.String())
 	}
+}
+
+// footprint is what a process holds: goroutines (from its /metrics) and
+// open file descriptors.
+type footprint struct{ goroutines, fds int }
+
+func footprintOf(t *testing.T, pid int, metricsURL string) footprint {
+	t.Helper()
+	var f footprint
+	if entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+		f.fds = len(entries)
+	}
+	_, body := testproc.Get(t, metricsURL)
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			_, _ = fmt.Sscan(v, &f.goroutines)
+		}
+	}
+	return f
+}
+
+// settles waits up to 20 s for a process to come back to about its
+// footprint before a flood: no goroutine or descriptor growth once the
+// flood is over.
+func settles(t *testing.T, pid int, metricsURL string, before footprint) (footprint, bool) {
+	t.Helper()
+	var after footprint
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		after = footprintOf(t, pid, metricsURL)
+		if after.goroutines <= before.goroutines+25 && after.fds <= before.fds+15 {
+			return after, true
+		}
+	}
+	return after, false
 }

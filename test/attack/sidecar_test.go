@@ -70,12 +70,15 @@ func kubeletProbe(addr, path string) bool {
 // over 35 s; 1,000 /metrics did the same).
 func TestSidecarProbeStarvation(t *testing.T) {
 	s := startSidecar(t)
+	before := footprintOf(t, s.Cmd.Process.Pid, "http://"+s.health+"/metrics")
 	var held []net.Conn
-	t.Cleanup(func() {
+	closeHeld := func() {
 		for _, c := range held {
 			c.Close()
 		}
-	})
+		held = nil
+	}
+	t.Cleanup(closeHeld)
 	for _, addr := range []string{s.health, s.probe} {
 		for range 100 {
 			if c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", addr); err == nil {
@@ -140,8 +143,11 @@ func TestSidecarProbeStarvation(t *testing.T) {
 	}
 	close(stop)
 	flood.Wait()
+	closeHeld()
+	fp, settled := settles(t, s.Cmd.Process.Pid, "http://"+s.health+"/metrics", before)
 	rss := float64(peak.Load()) / 1024
-	report(t, "sidecar_probe_starvation", ok == probes && rss < sidecarMemoryLimitMiB && s.Running(),
+	report(t, "sidecar_probe_starvation", ok == probes && rss < sidecarMemoryLimitMiB && s.Running() && settled,
+		figure{"goroutines", fmt.Sprintf("%d->%d", before.goroutines, fp.goroutines)}, figure{"fds", fmt.Sprintf("%d->%d", before.fds, fp.fds)},
 		figure{"idle", 40}, figure{"silent", 100}, figure{"metrics_clients", scrapers}, figure{"probes_ok", fmt.Sprintf("%d/%d", ok, probes)},
 		figure{"health_port_probes_ok", healthPortOK}, figure{"sidecar_rss_peak_mib", rss}, figure{"limit_mib", sidecarMemoryLimitMiB})
 }

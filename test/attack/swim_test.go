@@ -49,8 +49,15 @@ type swimAgent struct {
 }
 
 // startSwimAgent starts an agent with key (a new one when nil), joining
-// seeds at start.
+// seeds at start. Its peers live on loopback, which the agent's
+// destination rule allows only when listed, as here.
 func startSwimAgent(t *testing.T, key []byte, seeds ...string) *swimAgent {
+	t.Helper()
+	return startSwimAgentWith(t, key, seeds, "--probe-allow-destinations", "127.0.0.0/8")
+}
+
+// startSwimAgentWith is startSwimAgent with the agent's extra flags.
+func startSwimAgentWith(t *testing.T, key []byte, seeds []string, extra ...string) *swimAgent {
 	t.Helper()
 	ctx := context.Background()
 	n := seq.Add(1)
@@ -74,11 +81,11 @@ func startSwimAgent(t *testing.T, key []byte, seeds ...string) *swimAgent {
 	if len(seeds) > 0 {
 		env = append(env, "GRID_SWIM_SEEDS="+strings.Join(seeds, ","))
 	}
-	a.Proc = testproc.Start(t, agentBin, env,
+	a.Proc = testproc.Start(t, agentBin, env, append([]string{
 		"--kubeconfig", kubeconfig, "--namespaces", resNS, "--leader-election-namespace", agentNS,
 		"--health-addr", a.health, "--site-name", fmt.Sprintf("site-%d", n), "--swim-bind-addr", a.swim,
 		"--gateway-address", testproc.FreeAddr(t), "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s",
-		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--resync-period", "10s")
+		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--resync-period", "10s"}, extra...)...)
 	testproc.WaitOK(t, "http://"+a.health+"/readyz")
 	require.Eventually(t, func() bool { return a.status().Swim.Running }, 20*time.Second, 50*time.Millisecond, "SWIM never ran")
 	return a
@@ -147,6 +154,7 @@ func (a *swimAgent) rssPeak() (stop func() float64) {
 // (the first round: 48 such streams took the agent from 36 to 2,211 MiB).
 func TestSwimPreAuthStreams(t *testing.T) {
 	a := startSwimAgent(t, nil)
+	before := footprintOf(t, a.Cmd.Process.Pid, "http://"+a.health+"/metrics")
 	streams := 48
 	sendMiB := size(20, 4)
 	stop := a.rssPeak()
@@ -185,9 +193,11 @@ func TestSwimPreAuthStreams(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	after := a.rss()
 	code, _ := testproc.Get(t, "http://"+a.health+"/readyz")
-	report(t, "swim_preauth_streams", peak < chartMemoryLimitMiB && code == 200 && a.Running(),
+	fp, settled := settles(t, a.Cmd.Process.Pid, "http://"+a.health+"/metrics", before)
+	report(t, "swim_preauth_streams", peak < chartMemoryLimitMiB && code == 200 && a.Running() && settled,
 		figure{"streams", streams}, figure{"sent_mib", sent.Load() >> 20}, figure{"agent_rss_peak_mib", peak},
-		figure{"agent_rss_after_mib", after}, figure{"limit_mib", chartMemoryLimitMiB})
+		figure{"agent_rss_after_mib", after}, figure{"limit_mib", chartMemoryLimitMiB},
+		figure{"goroutines", fmt.Sprintf("%d->%d", before.goroutines, fp.goroutines)}, figure{"fds", fmt.Sprintf("%d->%d", before.fds, fp.fds)})
 }
 
 // keyHolder is a memberlist node holding the grid's SWIM key: what a peer
