@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/test/testnet"
 )
 
 // dialFrom opens a TCP connection to addr from a given loopback source.

@@ -47,11 +47,9 @@ func (t *countingTransport) allowed(addr string) error {
 	if t.checkPeer == nil {
 		return nil
 	}
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return nil // a name: memberlist resolves seeds itself; members are IPs
-	}
-	if t.checkPeer(ap.Addr().Unmap()) != nil {
+	// A name (a seed memberlist resolves itself) is not checked here;
+	// members' addresses are IPs.
+	if ap, err := netip.ParseAddrPort(addr); err == nil && t.checkPeer(ap.Addr().Unmap()) != nil {
 		return errPeerDenied
 	}
 	return nil

@@ -19,11 +19,11 @@ type InFlightLimits struct {
 	PerPrefix int
 }
 
-// DefaultInFlightLimits leave room for a thousand sidecars reconnecting
-// together (their handshakes take milliseconds; a node's pods share a
-// block) and hold a flood to a thousand sockets.
+// DefaultInFlightLimits leave room for a node's pods reconnecting
+// together (their handshakes take milliseconds; a refused one retries)
+// and hold a flood to half of a 1,024-descriptor limit.
 func DefaultInFlightLimits() InFlightLimits {
-	return InFlightLimits{Total: 1024, PerAddress: 16, PerPrefix: 256}
+	return InFlightLimits{Total: 512, PerAddress: 16, PerPrefix: 256}
 }
 
 // Refusals of the in-flight caps (metric outcomes).
