@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +26,7 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/test/controlplane"
 )
 
@@ -123,6 +126,10 @@ func rolloutEvidence(ctx context.Context, cp *controlplane.ControlPlane, c clien
 			fmt.Printf("    kubectl get gridnetwork: DELIVERED %s; gateway %s: %d reporting, %d on revision %s, delivered everywhere at %s\n",
 				network.Status.Delivered, o.GatewayName, d.ReportingPods, d.PodsOnRevision, short(o.RenderedRevision), at)
 		}
+	}
+
+	if err := forgedReport(ctx, l, token); err != nil {
+		return err
 	}
 
 	// The co-located gateway reads the site's signals with the site leaf.
@@ -259,4 +266,41 @@ func printIndented(text string) {
 	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
 		fmt.Println("      " + line)
 	}
+}
+
+// forgedReport shows that a pod's token speaks for that pod only: the
+// same token reporting for another pod is refused.
+func forgedReport(ctx context.Context, l *signalsListener, token string) error {
+	step("a pod's token reports for that pod only: the same token claiming another pod is refused")
+	caPEM, err := os.ReadFile(filepath.Join(l.identity, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: sitetrust.DNSName(scope.LocalSite), MinVersion: tls.VersionTLS13}}}
+	rev := strings.Repeat("0", 64)
+	body, err := json.Marshal(deliveryreport.Report{Namespace: scope.Namespace, Gateway: scope.Gateway, Pod: "edge-gateway-invented",
+		Revision: rev, ContentDigest: rev, State: deliveryreport.StateReady})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+l.addr+deliveryreport.Path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		return fmt.Errorf("a report for another pod got %d, not 403", resp.StatusCode)
+	}
+	fmt.Printf("    POST %s for pod edge-gateway-invented with edge-gateway-7d9f-x2's token: %d %s", deliveryreport.Path, resp.StatusCode, answer)
+	return nil
 }
