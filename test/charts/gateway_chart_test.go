@@ -54,7 +54,8 @@ var gatewayCases = []valueCase{
 	})},
 	{name: "identity-and-monitoring", release: "praxis", namespace: "gw-observed", values: func() map[string]any {
 		v := sidecarValues(map[string]any{"identity": map[string]any{"enabled": true, "secretName": "gateway-tls"},
-			"report": map[string]any{"to": "https://sig-gridsync-agent-signals.sig-system.svc:9443", "serverName": "site-s.grid.internal"}})
+			"report":        map[string]any{"to": "https://sig-gridsync-agent-signals.sig-system.svc:9443", "serverName": "site-s.grid.internal"},
+			"networkPolicy": map[string]any{"enabled": true, "metricsFrom": []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "monitoring"}}}}}})
 		v["metrics"] = map[string]any{
 			"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true},
 			"prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true},
