@@ -188,13 +188,16 @@ func TestSwimPreAuthStreams(t *testing.T) {
 			}
 		}()
 	}
+	// The agent's own work goes on meanwhile: a new gateway's overlay.
+	served := a.servesDuringFlood()
 	wg.Wait()
 	peak := stop()
 	time.Sleep(500 * time.Millisecond)
 	after := a.rss()
 	code, _ := testproc.Get(t, "http://"+a.health+"/readyz")
 	fp, settled := settles(t, a.Cmd.Process.Pid, "http://"+a.health+"/metrics", before)
-	report(t, "swim_preauth_streams", peak < chartMemoryLimitMiB && code == 200 && a.Running() && settled,
+	report(t, "swim_preauth_streams", peak < chartMemoryLimitMiB && code == 200 && a.Running() && settled && served >= 0,
+		figure{"overlay_during_flood_ms", served},
 		figure{"streams", streams}, figure{"sent_mib", sent.Load() >> 20}, figure{"agent_rss_peak_mib", peak},
 		figure{"agent_rss_after_mib", after}, figure{"limit_mib", chartMemoryLimitMiB},
 		figure{"goroutines", fmt.Sprintf("%d->%d", before.goroutines, fp.goroutines)}, figure{"fds", fmt.Sprintf("%d->%d", before.fds, fp.fds)})
@@ -284,19 +287,29 @@ func TestSwimRecordFlood(t *testing.T) {
 		b.WriteString("]}")
 		_ = holder.SendReliable(to, b.Bytes())
 	}
+	before := footprintOf(t, a.Cmd.Process.Pid, "http://"+a.health+"/metrics")
 	stop := a.rssPeak()
-	for m := range whole {
-		send(m, wholeSize)
-	}
-	for m := range messages {
-		send(100+m, perMessage)
-	}
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		for m := range whole {
+			send(m, wholeSize)
+		}
+		for m := range messages {
+			send(100+m, perMessage)
+		}
+	}()
+	served := a.servesDuringFlood()
+	<-flooded
 	time.Sleep(2 * time.Second)
 	peak := stop()
 	records := a.status().Swim.Records
 	dropped := a.metric("grid_swim_messages_dropped_total")
+	fp, settled := settles(t, a.Cmd.Process.Pid, "http://"+a.health+"/metrics", before)
 	const recordCap = 16384
-	report(t, "swim_record_flood", peak < chartMemoryLimitMiB && records <= recordCap && a.Running(),
+	report(t, "swim_record_flood", peak < chartMemoryLimitMiB && records <= recordCap && a.Running() && settled && served >= 0,
+		figure{"overlay_during_flood_ms", served},
+		figure{"goroutines", fmt.Sprintf("%d->%d", before.goroutines, fp.goroutines)}, figure{"fds", fmt.Sprintf("%d->%d", before.fds, fp.fds)},
 		figure{"messages", whole + messages}, figure{"records_sent", whole*wholeSize + messages*perMessage}, figure{"records_held", records},
 		figure{"dropped", int(dropped)}, figure{"agent_rss_peak_mib", peak}, figure{"limit_mib", chartMemoryLimitMiB})
 }
