@@ -80,7 +80,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The token is checked from the headers, before a byte of the body is
 	// read or a stream is held open for it.
-	if !h.authenticate(w, r, token) {
+	if _, ok := h.identity(w, r, token); !ok {
 		return
 	}
 	if r.Header.Get("Content-Type") != deliveryreport.StreamContentType {
@@ -157,12 +157,6 @@ func (h *Handler) take(w http.ResponseWriter, r *http.Request, token string, bod
 	}
 	h.metrics.WithLabelValues("accepted").Inc()
 	return true
-}
-
-// authenticate reviews the request's token, answering a refusal.
-func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, token string) bool {
-	_, ok := h.identity(w, r, token)
-	return ok
 }
 
 // identity is the pod the token belongs to; false when refused (and the
