@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/shared/health"
+
+	"github.com/gridsync/gridsync/test/testnet"
 )
 
 func TestEndpointsFollowTheChecks(t *testing.T) {
@@ -238,27 +240,7 @@ func TestProbesAreNeverStarved(t *testing.T) {
 	}
 
 	// A thousand /metrics clients at once on the health port, meanwhile.
-	stop := make(chan struct{})
-	var flood sync.WaitGroup
-	for range 1000 {
-		flood.Add(1)
-		go func() {
-			defer flood.Done()
-			client := &http.Client{Timeout: 5 * time.Second}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				resp, err := get(client, "http://"+addr+"/metrics")
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-				}
-			}
-		}()
-	}
+	stopFlood := testnet.Hammer("http://"+addr+"/metrics", 1000)
 	ok, total := 0, 0
 	for range 18 {
 		for _, path := range []string{"/readyz", "/livez", "/startupz"} {
@@ -271,8 +253,7 @@ func TestProbesAreNeverStarved(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	close(stop)
-	flood.Wait()
+	stopFlood()
 	t.Logf("probes_ok=%d/%d with %d silent and 40 idle clients per port and 1000 /metrics clients", ok, total, health.MaxConnections+20)
 	assert.Equal(t, total, ok, "every kubelet-style probe answered within its second")
 	status, err := get(&http.Client{Timeout: time.Second}, "http://"+probeAddr+"/metrics")

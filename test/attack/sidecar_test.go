@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpod"
 	"github.com/gridsync/gridsync/test/testproc"
 )
@@ -102,28 +103,8 @@ func TestSidecarProbeStarvation(t *testing.T) {
 		wg.Wait()
 	}
 	var peak atomic.Uint64
-	stop := make(chan struct{})
-	var flood sync.WaitGroup
 	scrapers := size(1000, 200)
-	for range scrapers {
-		flood.Add(1)
-		go func() {
-			defer flood.Done()
-			client := &http.Client{Timeout: 5 * time.Second}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+s.health+"/metrics", http.NoBody)
-				if resp, err := client.Do(req); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-				}
-			}
-		}()
-	}
+	stopFlood := testnet.Hammer("http://"+s.health+"/metrics", scrapers)
 	probes, ok := 0, 0
 	healthPortOK := 0
 	for range size(35, 10) {
@@ -141,8 +122,7 @@ func TestSidecarProbeStarvation(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	close(stop)
-	flood.Wait()
+	stopFlood()
 	closeHeld()
 	fp, settled := settles(t, s.Cmd.Process.Pid, "http://"+s.health+"/metrics", before)
 	rss := float64(peak.Load()) / 1024

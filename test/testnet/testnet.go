@@ -8,6 +8,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,3 +148,37 @@ func listen(t testing.TB, echo bool) *Listener {
 
 // Addr is where the listener listens.
 func (l *Listener) Addr() string { return l.ln.Addr().String() }
+
+// Hammer has clients goroutines GET url in a loop, each with its own
+// client and a 5 s timeout, until the returned stop is called (which
+// waits for them).
+func Hammer(url string, clients int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 5 * time.Second}
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, http.NoBody)
+				if err != nil {
+					return
+				}
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
