@@ -11,10 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/agent/reports"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/rollout"
+	"github.com/gridsync/gridsync/controller/swimkeys"
 
 	"github.com/gridsync/gridsync/shared/envflag"
 )
@@ -238,7 +238,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 		c.gateway.interval = time.Duration(n) * time.Millisecond
 	}
 	if hexKey := getenv("GRID_SWIM_ENCRYPT_KEY"); hexKey != "" {
-		k, err := membership.ParseHexKey(hexKey)
+		k, err := swimkeys.ParseHex(hexKey)
 		if err != nil {
 			// The value is never echoed.
 			return nil, envflag.UsageError(fs, "GRID_SWIM_ENCRYPT_KEY: %v", err)

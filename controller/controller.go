@@ -35,9 +35,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/seeds"
 	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 )
@@ -90,7 +90,7 @@ type Options struct {
 	// network Pending).
 	Membership Membership
 	// SeedResolver resolves spec.seeds host names; the system's when nil.
-	SeedResolver membership.Resolver
+	SeedResolver seeds.Resolver
 	// SwimKeyPollInterval is how often the SWIM key Secrets of the
 	// networks are read, so that a rotation step is followed without a
 	// Secret watch. 0 means DefaultSwimKeyPollInterval.
@@ -274,7 +274,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 		}},
 	}
 	nr := &networkReconciler{common: shared,
-		seedResolver: membership.NewCachingResolver(opts.SeedResolver, membership.DefaultSeedCacheTTL, opts.Now)}
+		seedResolver: seeds.NewCachingResolver(opts.SeedResolver, seeds.DefaultCacheTTL, opts.Now)}
 	if opts.Directory != nil {
 		opts.Directory.r = nr
 	}

@@ -27,8 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 )
 
@@ -102,7 +102,7 @@ func (r *siteReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if netErr != nil && !apierrors.IsNotFound(netErr) {
 		return reconcile.Result{}, netErr
 	}
-	var gossip *membership.Site
+	var gossip *sites.Site
 	if r.opts.Membership != nil && netErr == nil {
 		view := r.opts.Membership.View(network.Name)
 		for i := range view.Sites {

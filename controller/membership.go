@@ -18,25 +18,39 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/controller/seeds"
+	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/controller/swimkeys"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
-// Membership is the site's SWIM runtime as the network reconciler uses
-// it; *membership.Runtime is one. Nil in Options: the agent runs without
-// SWIM, and every network stays Pending.
+// Membership is how the control plane reaches the other sites of its
+// networks, declared here in its own terms (package sites) so that the
+// controller neither imports nor needs the gossip layer: the agent wires
+// its SWIM runtime behind it, and a test may wire anything that keeps the
+// contract. Nil in Options: the agent runs without SWIM, and every network
+// stays Pending.
 type Membership interface {
-	SetNetworkKeys(network string, ks *membership.KeySet, failed bool)
-	AnnounceSeeds(network string, addrs []string) membership.SeedResult
-	RejoinSeeds(network string) membership.SeedResult
-	Publish(network, certPEM string, providers []membership.Provider) error
+	// SetNetworkKeys installs a network's SWIM keys (nil: the network has
+	// none; failed: its key Secret did not load, so it is held).
+	SetNetworkKeys(network string, ks *swimkeys.Set, failed bool)
+	// AnnounceSeeds joins a network's resolved seeds; RejoinSeeds joins
+	// the last announced ones again.
+	AnnounceSeeds(network string, addrs []string) sites.SeedResult
+	RejoinSeeds(network string) sites.SeedResult
+	// Publish announces this site's record of a network: its certificate
+	// and its providers.
+	Publish(network, certPEM string, providers []sites.Provider) error
 	// PublishSignals gossips this site's provider signals (signalTransport
 	// gossip).
-	PublishSignals(network string, signals []membership.Signal) error
+	PublishSignals(network string, signals []sites.Signal) error
+	// Forget withdraws this site from a network.
 	Forget(network string)
-	View(network string) membership.NetworkView
+	// View is what is known of a network's other sites.
+	View(network string) sites.NetworkView
+	// OnChange is called with a network's name whenever its view changes.
 	OnChange(fn func(network string))
 }
 
@@ -68,7 +82,7 @@ type membershipOutcome struct {
 	// keyFailed stops the reconcile: nothing is announced or published.
 	keyFailed bool
 	condition conditionSpec
-	view      membership.NetworkView
+	view      sites.NetworkView
 }
 
 type conditionSpec struct {
@@ -78,7 +92,7 @@ type conditionSpec struct {
 
 // loadSwimKey reads a network's SWIM key Secret. The error's message names
 // the field and the Secret, never its bytes; reason is the status reason.
-func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.GridNetwork) (ks *membership.KeySet, reason string, err error) {
+func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.GridNetwork) (ks *swimkeys.Set, reason string, err error) {
 	if network.Spec.TLS == nil || network.Spec.TLS.SwimKeySecretRef == nil {
 		return nil, "", nil
 	}
@@ -91,9 +105,9 @@ func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.G
 	case err != nil:
 		return nil, ReasonSwimKeyUnreadable, fmt.Errorf("%s: %s", at, apiFailure(err, "get", "Secret"))
 	}
-	ks, err = membership.KeySetFromSecret(s.Data, ref.Key)
+	ks, err = swimkeys.FromSecret(s.Data, ref.Key)
 	switch {
-	case errors.Is(err, membership.ErrKeyMissing):
+	case errors.Is(err, swimkeys.ErrMissing):
 		return nil, ReasonSwimKeyMissing, fmt.Errorf("%s: %w", at, err)
 	case err != nil:
 		return nil, ReasonSwimKeyInvalid, fmt.Errorf("%s: %w", at, err)
@@ -119,7 +133,7 @@ func apiFailure(err error, verb, kind string) string {
 // identity step read or issued it, and its providers), in that order:
 // with a key configured that does not load, nothing is announced or
 // published.
-func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1alpha1.GridNetwork, local []membership.Provider, cert string, certErr error) membershipOutcome {
+func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1alpha1.GridNetwork, local []sites.Provider, cert string, certErr error) membershipOutcome {
 	m := r.opts.Membership
 	if m == nil {
 		if membershipRequested(network) {
@@ -139,7 +153,7 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 
 	out := membershipOutcome{condition: conditionSpec{ok: true, reason: ReasonMembershipRunning}}
 	var notes []string
-	resolved, problems := membership.ResolveSeeds(ctx, r.seedResolver, network.Spec.Seeds, membership.DefaultSeedTimeout, membership.DefaultSeedTotalTimeout)
+	resolved, problems := seeds.Resolve(ctx, r.seedResolver, network.Spec.Seeds, seeds.DefaultTimeout, seeds.DefaultTotalTimeout)
 	// A seed's problem is logged when it changes, not at every reconcile.
 	said := map[string]bool{}
 	for _, p := range problems {
@@ -160,7 +174,7 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 		}
 	}
 	// A wholly failed non-empty list keeps the last resolved set.
-	var res membership.SeedResult
+	var res sites.SeedResult
 	if len(resolved) == 0 && len(network.Spec.Seeds) > 0 {
 		res = m.RejoinSeeds(network.Name)
 	} else {
@@ -215,19 +229,19 @@ func membershipRequested(n *v1alpha1.GridNetwork) bool {
 }
 
 // gossipProviders is what the other sites learn of this site's providers.
-func gossipProviders(items []v1alpha1.InferenceProvider, assessed []render.Provider) []membership.Provider {
+func gossipProviders(items []v1alpha1.InferenceProvider, assessed []render.Provider) []sites.Provider {
 	phase := map[string]render.Provider{}
 	for _, p := range assessed {
 		phase[p.Name] = p
 	}
-	var out []membership.Provider
+	var out []sites.Provider
 	for i := range items {
 		p := &items[i]
 		a, ok := phase[p.Name]
 		if !ok {
 			continue
 		}
-		mp := membership.Provider{
+		mp := sites.Provider{
 			Name: p.Name, Models: a.Models, Cluster: a.Cluster, Phase: string(a.Phase),
 			ProviderKind: p.Spec.ProviderKind, BackendKind: p.Spec.BackendKind,
 			Credentialed: a.Credential != nil,
@@ -272,7 +286,7 @@ func gridSiteName(network, site string) string {
 // syncGridSites creates the GridSites of the network's remote sites and
 // keeps their gateway address, writing only what changed since the last
 // write. Their status is the GridSite controller's.
-func (r *networkReconciler) syncGridSites(ctx context.Context, network *v1alpha1.GridNetwork, view membership.NetworkView) error {
+func (r *networkReconciler) syncGridSites(ctx context.Context, network *v1alpha1.GridNetwork, view sites.NetworkView) error {
 	if network.Labels[AutoDiscoverSitesLabel] != "true" {
 		return nil
 	}
@@ -285,7 +299,7 @@ func (r *networkReconciler) syncGridSites(ctx context.Context, network *v1alpha1
 	return firstErr
 }
 
-func (r *networkReconciler) syncGridSite(ctx context.Context, network string, s membership.Site) error {
+func (r *networkReconciler) syncGridSite(ctx context.Context, network string, s sites.Site) error {
 	name := gridSiteName(network, s.Name)
 	if r.gridSites.seen(name, s.GatewayAddress) {
 		return nil

@@ -22,7 +22,9 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/controller/swimkeys"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
@@ -82,7 +84,7 @@ func withMembership(m *swimSite, names seedNames) agentOption {
 }
 
 func swimKey(t *testing.T) []byte {
-	k := make([]byte, membership.KeySize)
+	k := make([]byte, swimkeys.Size)
 	_, err := rand.Read(k)
 	require.NoError(t, err)
 	return k
@@ -138,7 +140,7 @@ func TestNetworkMembershipStatusAndGridSites(t *testing.T) {
 
 	remote := startSwimSite(t, "site-b", membership.Config{EnvKey: key}).running(t)
 	remote.SetGatewayAddress("127.0.0.1:9443")
-	require.NoError(t, remote.Publish(network.Name, string(certB), []membership.Provider{
+	require.NoError(t, remote.Publish(network.Name, string(certB), []sites.Provider{
 		{Name: "remote-1", Models: []string{"m1"}, Cluster: "b", Phase: "Available"},
 		{Name: "remote-2", Models: []string{"m2"}, Cluster: "b", Phase: "Degraded"},
 	}))
@@ -194,7 +196,7 @@ func TestNetworkMembershipStatusAndGridSites(t *testing.T) {
 	assert.Empty(t, a.requests.since(start), "an idle network with membership writes nothing")
 
 	// A record that changes at the remote site reaches the status.
-	require.NoError(t, remote.Publish(network.Name, string(certB), []membership.Provider{{Name: "remote-1", Models: []string{"m1"}, Cluster: "b", Phase: "Available"}}))
+	require.NoError(t, remote.Publish(network.Name, string(certB), []sites.Provider{{Name: "remote-1", Models: []string{"m1"}, Cluster: "b", Phase: "Available"}}))
 	e.networkStatus(network, "one remote provider", func(n *v1alpha1.GridNetwork) (bool, string) {
 		return n.Status.RemoteProviderCount == 1, phaseAndCounts(n)
 	})

@@ -26,11 +26,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/assess"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/controller/seeds"
+	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
@@ -57,7 +58,7 @@ type networkReconciler struct {
 	gridSites writeMemo
 	// seedResolver caches seed lookups; seedProblems remembers the seed
 	// problems logged, so that each is logged once per change.
-	seedResolver membership.Resolver
+	seedResolver seeds.Resolver
 	seedProblems reasonLog
 }
 
@@ -241,7 +242,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 // remoteProviders are the provider records gossiped by the sites whose
 // GridSite is Active; a record whose access policy does not parse is left
 // out (fail closed).
-func (r *networkReconciler) remoteProviders(ctx context.Context, network string, view membership.NetworkView) ([]render.Remote, error) {
+func (r *networkReconciler) remoteProviders(ctx context.Context, network string, view sites.NetworkView) ([]render.Remote, error) {
 	if len(view.Providers) == 0 {
 		return nil, nil
 	}

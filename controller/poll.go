@@ -12,10 +12,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 )
 
@@ -103,7 +103,7 @@ func transportMode(n *v1alpha1.GridNetwork) v1alpha1.SignalTransportMode {
 
 // swimHost is the host a site advertises for its SWIM: its signals are
 // at the same host, on the signals port.
-func swimHost(view membership.NetworkView, site string) string {
+func swimHost(view sites.NetworkView, site string) string {
 	for _, s := range view.Sites {
 		if s.Name == site {
 			if host, _, err := net.SplitHostPort(s.SwimAddress); err == nil {

@@ -11,11 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/controller/sites"
 )
 
 // Defaults of the signals collection.
@@ -173,7 +173,7 @@ func (s *signalCollector) gossip(ctx context.Context, providers []v1alpha1.Infer
 				mine[providers[j].Name] = true
 			}
 		}
-		var out []membership.Signal
+		var out []sites.Signal
 		for _, r := range s.c.opts.Signals.Rows(func(rs, rp string) bool { return rs == site && mine[rp] }) {
 			for _, smp := range r.Samples {
 				if len(out) >= maxGossipSignals {
@@ -185,7 +185,7 @@ func (s *signalCollector) gossip(ctx context.Context, providers []v1alpha1.Infer
 						labels[l.Name] = l.Value
 					}
 				}
-				out = append(out, membership.Signal{Provider: r.Provider, Metric: smp.Metric, Labels: labels, Value: smp.Value,
+				out = append(out, sites.Signal{Provider: r.Provider, Metric: smp.Metric, Labels: labels, Value: smp.Value,
 					AgeMs: max(now.Sub(smp.At).Milliseconds(), 0)})
 			}
 		}

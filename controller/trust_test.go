@@ -23,6 +23,7 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
@@ -247,7 +248,7 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 	t.Cleanup(stub.Close)
 	remote := startSwimSite(t, "site-b", membership.Config{EnvKey: key}).running(t)
 	remote.SetGatewayAddress(stub.Addr)
-	remoteProviders := []membership.Provider{{Name: "remote-1", Models: []string{"m-remote"}, Cluster: "b", Phase: "Available"}}
+	remoteProviders := []sites.Provider{{Name: "remote-1", Models: []string{"m-remote"}, Cluster: "b", Phase: "Available"}}
 	require.NoError(t, remote.Publish(network.Name, "", remoteProviders))
 	network.Spec.Seeds = []string{"site-b.grid.test:" + portOf(remote.AdvertiseAddr())}
 	e.create(network)
@@ -311,11 +312,11 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 			return false
 		}
 	}
-	require.NoError(t, remote.PublishSignals(network.Name, []membership.Signal{{Provider: "remote-1", Metric: signals.MetricReady, Value: 0}}))
+	require.NoError(t, remote.PublishSignals(network.Name, []sites.Signal{{Provider: "remote-1", Metric: signals.MetricReady, Value: 0}}))
 	e.overlayOf(network, gw, remoteFresh(false))
 	ready, known := store.Ready("site-b", "remote-1")
 	assert.True(t, known && !ready)
-	require.NoError(t, remote.PublishSignals(network.Name, []membership.Signal{{Provider: "remote-1", Metric: signals.MetricReady, Value: 1}}))
+	require.NoError(t, remote.PublishSignals(network.Name, []sites.Signal{{Provider: "remote-1", Metric: signals.MetricReady, Value: 1}}))
 	e.overlayOf(network, gw, remoteFresh(true))
 
 	// B's gateway presents a reissued leaf outside the pins: demoted, and

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -126,7 +127,7 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 	defer r.mu.Unlock()
 	now := r.cfg.Now()
 	held := r.grid
-	var sites []string
+	var names []string
 	for _, p := range peers {
 		meta, err := decodeMeta(p.Meta)
 		if err != nil {
@@ -135,7 +136,7 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 		if meta.Site == r.cfg.Site {
 			continue // this site: an earlier generation, or this node
 		}
-		sites = append(sites, meta.Site)
+		names = append(names, meta.Site)
 		next, err := negotiate(held, meta.Grid, now, r.cfg.GridIDSettle)
 		if err != nil {
 			r.metrics.gridIDConflicts.Inc()
@@ -148,13 +149,13 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 		r.adoptLocked(held, "adopted")
 		return nil
 	}
-	if r.grid.ID == "" && len(sites) > 0 {
-		// The sites this one already knows count too: a site that
+	if r.grid.ID == "" && len(names) > 0 {
+		// The names this one already knows count too: a site that
 		// joined a smaller one waits for that one's ID.
 		for s := range r.members {
-			sites = append(sites, s)
+			names = append(names, s)
 		}
-		for _, s := range sites {
+		for _, s := range names {
 			if s < r.cfg.Site {
 				return nil // the smaller site generates it; this one adopts it
 			}
@@ -229,9 +230,9 @@ func (d *delegate) observe(n *memberlist.Node, gone bool) {
 	switch {
 	case gone:
 		if m != nil && m.name == n.Name {
-			state := SiteDead
+			state := sites.SiteDead
 			if m.leaving {
-				state = SiteLeft
+				state = sites.SiteLeft
 			}
 			if m.state != state {
 				m.state, m.since, changed = state, now, true
@@ -241,13 +242,13 @@ func (d *delegate) observe(n *memberlist.Node, gone bool) {
 		if m != nil {
 			r.log.Info("swim_site_superseded", "site", meta.Site, "generation", meta.Generation, "previous_generation", m.generation)
 		}
-		r.members[meta.Site] = &member{name: n.Name, generation: meta.Generation, addr: hostPort(n), state: SiteAlive, since: now}
+		r.members[meta.Site] = &member{name: n.Name, generation: meta.Generation, addr: hostPort(n), state: sites.SiteAlive, since: now}
 		changed = true
 	case meta.Generation == m.generation:
 		// Back after it was declared dead, or new metadata.
 		m.addr, m.leaving = hostPort(n), false
-		if m.state != SiteAlive {
-			m.state, m.since, changed = SiteAlive, now, true
+		if m.state != sites.SiteAlive {
+			m.state, m.since, changed = sites.SiteAlive, now, true
 		}
 	}
 	fresh := changed && !gone && (m == nil || meta.Generation > m.generation)

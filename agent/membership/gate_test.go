@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/gridsync/gridsync/test/testnet"
 )
 
@@ -275,7 +276,7 @@ func TestRecordCapsHoldAgainstAKeyHolder(t *testing.T) {
 		for j := range 10 {
 			for i := range 1000 {
 				rs = append(rs, Record{Network: fmt.Sprintf("n%d", m*10+j), Site: fmt.Sprintf("inv-%d", i), Kind: KindProviders,
-					Version: 1, Providers: []Provider{{Name: "gpt-evil", Models: []string{"m"}, Phase: "Available"}}})
+					Version: 1, Providers: []sites.Provider{{Name: "gpt-evil", Models: []string{"m"}, Phase: "Available"}}})
 			}
 		}
 		msg, err := encodeDirectRecords(rs)

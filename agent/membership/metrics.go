@@ -3,6 +3,7 @@ package membership
 import (
 	"slices"
 
+	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -101,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r)
 	}
-	for _, s := range []SiteState{SiteAlive, SiteSuspect, SiteDead, SiteLeft} {
+	for _, s := range []sites.SiteState{sites.SiteAlive, sites.SiteSuspect, sites.SiteDead, sites.SiteLeft} {
 		m.sites.WithLabelValues(string(s))
 	}
 	for _, p := range []string{"gossip", "reliable"} {

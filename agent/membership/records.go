@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/gridsync/gridsync/controller/sites"
 )
 
 // Kind is what a record describes.
@@ -49,39 +51,10 @@ type Record struct {
 	CertPEM        string `json:"pem,omitempty"`
 
 	// Providers are a KindProviders record's.
-	Providers []Provider `json:"p,omitempty"`
+	Providers []sites.Provider `json:"p,omitempty"`
 
 	// Signals are a KindSignals record's.
-	Signals []Signal `json:"sg,omitempty"`
-}
-
-// Signal is one sample of a site's provider signals, as gossiped: its age
-// when the record was written rather than a time, so that no clock of
-// another site is read.
-type Signal struct {
-	Provider string            `json:"p"`
-	Metric   string            `json:"m"`
-	Labels   map[string]string `json:"l,omitempty"`
-	Value    float64           `json:"v"`
-	AgeMs    int64             `json:"a"`
-}
-
-// Provider is what a remote site needs of one InferenceProvider to render
-// it as a candidate once the site is trusted.
-type Provider struct {
-	Name    string   `json:"name"`
-	Models  []string `json:"models"`
-	Cluster string   `json:"cluster,omitempty"`
-	// Phase is the provider's phase at its own site.
-	Phase        string `json:"phase"`
-	ProviderKind string `json:"providerKind,omitempty"`
-	BackendKind  string `json:"backendKind,omitempty"`
-	// Sites is the provider's access policy as a label selector over
-	// grid.praxis.fast/site; empty admits every site.
-	Sites string `json:"sites,omitempty"`
-	// Credentialed: the final hop adds a credential (held at the
-	// provider's site only).
-	Credentialed bool `json:"credentialed,omitempty"`
+	Signals []sites.Signal `json:"sg,omitempty"`
 }
 
 type recordKey struct {

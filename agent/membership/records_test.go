@@ -1,14 +1,13 @@
 package membership
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,77 +66,9 @@ func TestVersionClockNeverGoesBack(t *testing.T) {
 	require.Greater(t, v2, v1)
 }
 
-func TestKeySetFromSecret(t *testing.T) {
-	k1, k2, k3 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{3}, 32)
-	ks, err := KeySetFromSecret(map[string][]byte{"key": k1, "key.next": k2, "key.previous": k3, "other": {1}}, "")
-	require.NoError(t, err)
-	require.Equal(t, k1, ks.Primary)
-	require.Equal(t, [][]byte{k2, k3}, ks.Others)
-
-	ks, err = KeySetFromSecret(map[string][]byte{"swim": k2}, "swim")
-	require.NoError(t, err)
-	require.Equal(t, k2, ks.Primary)
-
-	_, err = KeySetFromSecret(map[string][]byte{"other": k1}, "")
-	require.ErrorIs(t, err, ErrKeyMissing)
-	_, err = KeySetFromSecret(map[string][]byte{"key": k1[:31]}, "")
-	require.ErrorIs(t, err, ErrKeyInvalid)
-	require.Contains(t, err.Error(), "31 bytes")
-	_, err = KeySetFromSecret(map[string][]byte{"key": k1, "key.next": {9, 9}}, "")
-	require.ErrorIs(t, err, ErrKeyInvalid)
-	require.NotContains(t, err.Error(), "\x09", "a key's bytes never reach a message")
-}
-
-func TestParseHexKey(t *testing.T) {
-	k, err := ParseHexKey(strings.Repeat("0a", 32))
-	require.NoError(t, err)
-	require.Len(t, k, 32)
-	for _, bad := range []string{strings.Repeat("0A", 32), strings.Repeat("0a", 31), strings.Repeat("zz", 32), ""} {
-		_, err := ParseHexKey(bad)
-		require.Error(t, err, bad)
-	}
-}
-
-type fakeResolver map[string][]netip.Addr
-
-func (f fakeResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip.Addr, error) {
-	if host == "slow.example" {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	if a, ok := f[host]; ok {
-		return a, nil
-	}
-	return nil, errors.New("no such host")
-}
-
-func TestResolveSeeds(t *testing.T) {
-	r := fakeResolver{"two.example": {netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.1")}}
-	start := time.Now()
-	addrs, problems := ResolveSeeds(context.Background(), r, []string{
-		"127.0.0.1:7946", "[::1]:7946", "two.example:7946", "127.0.0.1:7946",
-		"slow.example:7946", "nohost.example:7946", "noport", "127.0.0.1:0", "127.0.0.1:http",
-	}, 100*time.Millisecond, time.Second)
-	require.Less(t, time.Since(start), time.Second, "each entry has its own bound")
-	require.Equal(t, []string{"127.0.0.1:7946", "127.0.0.2:7946", "[::1]:7946"}, addrs, "sorted and deduplicated")
-	var entries []string
-	for _, p := range problems {
-		entries = append(entries, p.Entry)
-	}
-	require.Equal(t, []string{"127.0.0.1:0", "127.0.0.1:http", "nohost.example:7946", "noport", "slow.example:7946"}, entries)
-}
-
-func TestResolveAdvertise(t *testing.T) {
-	r := fakeResolver{"agent.example": {netip.MustParseAddr("127.0.0.9")}}
-	ap, err := ResolveAdvertise(context.Background(), r, "agent.example:7946")
-	require.NoError(t, err)
-	require.Equal(t, "127.0.0.9:7946", ap.String())
-	_, err = ResolveAdvertise(context.Background(), r, "missing.example:7946")
-	require.Error(t, err)
-	_, err = ResolveAdvertise(context.Background(), r, "0.0.0.0:7946")
-	require.Error(t, err)
-
-	_, err = New(context.Background(), Config{Site: "a", BindAddr: "127.0.0.1:0", AdvertiseAddr: "missing.example:1", Resolver: r})
+func TestNewRefusesAnUnusableAdvertiseAddressOrSiteName(t *testing.T) {
+	r := staticResolver{"agent.example": {netip.MustParseAddr("127.0.0.9")}}
+	_, err := New(context.Background(), Config{Site: "a", BindAddr: "127.0.0.1:0", AdvertiseAddr: "missing.example:1", Resolver: r})
 	require.ErrorContains(t, err, "advertise")
 	_, err = New(context.Background(), Config{Site: "a", BindAddr: "0.0.0.0:7946"})
 	require.ErrorContains(t, err, "advertise")
@@ -226,7 +157,7 @@ func TestNegotiateGridID(t *testing.T) {
 // receipt: no other kind's fields, bounded, no negative age.
 func TestSignalsRecordsAreBoundedOnReceipt(t *testing.T) {
 	good := Record{Network: "n", Site: "a", Kind: KindSignals, Version: 1,
-		Signals: []Signal{{Provider: "p", Metric: "grid_provider_ready", Value: 1, AgeMs: 20, Labels: map[string]string{"name": "pool"}}}}
+		Signals: []sites.Signal{{Provider: "p", Metric: "grid_provider_ready", Value: 1, AgeMs: 20, Labels: map[string]string{"name": "pool"}}}}
 	b, err := encodeRecords([]Record{good})
 	require.NoError(t, err)
 	m, err := decode(b)
@@ -247,10 +178,20 @@ func TestSignalsRecordsAreBoundedOnReceipt(t *testing.T) {
 		},
 	} {
 		r := good
-		r.Signals = append([]Signal(nil), good.Signals...)
+		r.Signals = append([]sites.Signal(nil), good.Signals...)
 		mutate(&r)
 		require.Error(t, checkRecord(&r), name)
 	}
 	providersRecord := Record{Network: "n", Site: "a", Kind: KindProviders, Version: 1, Providers: providers("p"), Signals: good.Signals}
 	require.Error(t, checkRecord(&providersRecord), "signals in a providers record")
+}
+
+// staticResolver resolves the names it holds and no other.
+type staticResolver map[string][]netip.Addr
+
+func (s staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := s[host]; ok {
+		return a, nil
+	}
+	return nil, errors.New("no such host")
 }

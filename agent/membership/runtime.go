@@ -27,6 +27,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gridsync/gridsync/controller/seeds"
+	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/controller/swimkeys"
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -83,7 +86,7 @@ type Config struct {
 	// link-local and metadata addresses unless a CIDR allows them).
 	CheckPeer func(netip.Addr) error
 
-	Resolver   Resolver
+	Resolver   seeds.Resolver
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	Now        func() time.Time
@@ -178,9 +181,9 @@ type Runtime struct {
 	generation  uint64
 	grid        gridID
 	leading     bool
-	netKeys     map[string]*KeySet // networks whose key loaded
-	netKeyFail  map[string]bool    // networks whose declared key did not load
-	netNoKey    map[string]bool    // networks that declare no key
+	netKeys     map[string]*swimkeys.Set // networks whose key loaded
+	netKeyFail  map[string]bool          // networks whose declared key did not load
+	netNoKey    map[string]bool          // networks that declare no key
 	seeds       map[string][]string
 	members     map[string]*member // by site
 	awaySince   map[string]time.Time
@@ -203,7 +206,7 @@ type member struct {
 	name       string
 	generation uint64
 	addr       string
-	state      SiteState
+	state      sites.SiteState
 	since      time.Time
 	// The last notices applied: a notice is applied once.
 	suspectAt, aliveAt uint64
@@ -213,7 +216,7 @@ type member struct {
 // localState is what this site announces in a network.
 type localState struct {
 	certPEM   string
-	providers []Provider
+	providers []sites.Provider
 }
 
 // New validates cfg and returns a runtime that does nothing until Start.
@@ -230,7 +233,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	advertise := bind
 	switch {
 	case cfg.AdvertiseAddr != "":
-		if advertise, err = ResolveAdvertise(ctx, cfg.Resolver, cfg.AdvertiseAddr); err != nil {
+		if advertise, err = seeds.ResolveAdvertise(ctx, cfg.Resolver, cfg.AdvertiseAddr); err != nil {
 			return nil, fmt.Errorf("SWIM advertise address %q: %w", cfg.AdvertiseAddr, err)
 		}
 	case bind.Addr().IsUnspecified():
@@ -248,7 +251,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		log:        cfg.Logger.With("component", "swim"),
 		store:      newStore(),
 		clock:      versionClock{now: cfg.Now},
-		netKeys:    map[string]*KeySet{},
+		netKeys:    map[string]*swimkeys.Set{},
 		netKeyFail: map[string]bool{},
 		netNoKey:   map[string]bool{},
 		seeds:      map[string][]string{},
@@ -502,7 +505,7 @@ func (r *Runtime) shutdown(ml *memberlist.Memberlist) {
 	r.mu.Unlock()
 	r.metrics.generation.Set(0)
 	r.metrics.encrypted.Set(0)
-	for _, s := range []SiteState{SiteAlive, SiteSuspect, SiteDead, SiteLeft} {
+	for _, s := range []sites.SiteState{sites.SiteAlive, sites.SiteSuspect, sites.SiteDead, sites.SiteLeft} {
 		r.metrics.sites.WithLabelValues(string(s)).Set(0)
 	}
 	r.log.Info("swim_stopped", "site", r.cfg.Site)
@@ -528,7 +531,7 @@ func (r *Runtime) desiredKeys() (primary []byte, all [][]byte) {
 			primary = ks.Primary
 		}
 		for _, k := range ks.All() {
-			if !containsKey(all, k) {
+			if !swimkeys.Contains(all, k) {
 				all = append(all, k)
 			}
 		}
@@ -563,7 +566,7 @@ func (r *Runtime) applyKeys() {
 	}
 	installed := kr.GetKeys()
 	for _, k := range all {
-		if !containsKey(installed, k) {
+		if !swimkeys.Contains(installed, k) {
 			if err := kr.AddKey(k); err != nil {
 				r.log.Error("swim_key_install_failed", "error", err)
 				return
@@ -579,7 +582,7 @@ func (r *Runtime) applyKeys() {
 		r.log.Info("swim_primary_key_switched", "keys", len(kr.GetKeys()))
 	}
 	for _, k := range kr.GetKeys() {
-		if !containsKey(all, k) {
+		if !swimkeys.Contains(all, k) {
 			if err := kr.RemoveKey(k); err != nil {
 				r.log.Error("swim_key_remove_failed", "error", err)
 				continue
@@ -594,7 +597,7 @@ func (r *Runtime) applyKeys() {
 // declares no key (which alone releases the hold to the clear), failed
 // means it declares one that did not load (which keeps the hold, and never
 // lets the clear in).
-func (r *Runtime) SetNetworkKeys(network string, ks *KeySet, failed bool) {
+func (r *Runtime) SetNetworkKeys(network string, ks *swimkeys.Set, failed bool) {
 	r.mu.Lock()
 	delete(r.netKeys, network)
 	delete(r.netKeyFail, network)
@@ -612,38 +615,24 @@ func (r *Runtime) SetNetworkKeys(network string, ks *KeySet, failed bool) {
 	r.poke()
 }
 
-// SeedResult is what announcing a network's seeds did.
-type SeedResult struct {
-	// Joined are addresses joined now; addresses of sites already alive
-	// are not joined again.
-	Joined []string
-	// Failed are addresses that could not be joined, with why.
-	Failed []SeedProblem
-	// Pending are addresses whose join is still running: its outcome is
-	// in a later result, and the networks are told when it changes.
-	Pending []string
-	// Conflict: a seed belongs to another grid.
-	Conflict bool
-}
-
 // AnnounceSeeds joins a network's resolved seed addresses (this site's
 // own address removed) that are not already alive members. The set is
 // remembered and joined again when the node restarts. Removing a seed
 // does not disconnect its site.
-func (r *Runtime) AnnounceSeeds(network string, addrs []string) SeedResult {
+func (r *Runtime) AnnounceSeeds(network string, addrs []string) sites.SeedResult {
 	return r.announceSeeds(network, addrs)
 }
 
 // RejoinSeeds joins the network's last announced seeds again: what a
 // network whose every seed entry failed to resolve keeps.
-func (r *Runtime) RejoinSeeds(network string) SeedResult {
+func (r *Runtime) RejoinSeeds(network string) sites.SeedResult {
 	r.mu.Lock()
 	addrs := r.seeds[network]
 	r.mu.Unlock()
 	return r.announceSeeds(network, addrs)
 }
 
-func (r *Runtime) announceSeeds(network string, addrs []string) SeedResult {
+func (r *Runtime) announceSeeds(network string, addrs []string) sites.SeedResult {
 	own := r.AdvertiseAddr()
 	addrs = slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return a == own })
 	r.mu.Lock()
@@ -651,7 +640,7 @@ func (r *Runtime) announceSeeds(network string, addrs []string) SeedResult {
 	ml := r.ml
 	r.mu.Unlock()
 	if ml == nil {
-		return SeedResult{}
+		return sites.SeedResult{}
 	}
 	return r.join(ml, addrs)
 }
@@ -664,7 +653,7 @@ func (r *Runtime) joinAll(ctx context.Context) {
 		addrs = append(addrs, s...)
 	}
 	r.mu.Unlock()
-	resolved, problems := ResolveSeeds(ctx, r.cfg.Resolver, r.cfg.Seeds, DefaultSeedTimeout, DefaultSeedTotalTimeout)
+	resolved, problems := seeds.Resolve(ctx, r.cfg.Resolver, r.cfg.Seeds, seeds.DefaultTimeout, seeds.DefaultTotalTimeout)
 	for _, p := range problems {
 		r.log.Warn("swim_seed_skipped", "source", "GRID_SWIM_SEEDS", "entry", p.Entry, "error", p.Err.Error())
 	}
@@ -686,12 +675,12 @@ func (r *Runtime) joinAll(ctx context.Context) {
 // failed is left alone for seedRetry: a seed that accepts a connection and
 // never answers holds a join for memberlist's TCP timeout, never the
 // reconcile of every network.
-func (r *Runtime) join(ml *memberlist.Memberlist, addrs []string) SeedResult {
+func (r *Runtime) join(ml *memberlist.Memberlist, addrs []string) sites.SeedResult {
 	alive := map[string]bool{}
 	for _, n := range r.aliveNodes("") {
 		alive[n.Address()] = true
 	}
-	var res SeedResult
+	var res sites.SeedResult
 	now := r.cfg.Now()
 	var started []chan struct{}
 	var startedAddrs []string
@@ -713,7 +702,7 @@ func (r *Runtime) join(ml *memberlist.Memberlist, addrs []string) SeedResult {
 			startedAddrs = append(startedAddrs, a)
 			continue
 		case failed && now.Sub(failure.at) < seedRetry:
-			res.Failed = append(res.Failed, SeedProblem{Entry: a, Err: failure.err})
+			res.Failed = append(res.Failed, seeds.Problem{Entry: a, Err: failure.err})
 			res.Conflict = res.Conflict || failure.conflict
 			continue
 		}
@@ -740,7 +729,7 @@ func (r *Runtime) join(ml *memberlist.Memberlist, addrs []string) SeedResult {
 	r.mu.Lock()
 	for _, a := range finished {
 		if f, ok := r.joinFailed[a]; ok {
-			res.Failed = append(res.Failed, SeedProblem{Entry: a, Err: f.err})
+			res.Failed = append(res.Failed, seeds.Problem{Entry: a, Err: f.err})
 			res.Conflict = res.Conflict || f.conflict
 		} else {
 			res.Joined = append(res.Joined, a)
@@ -836,7 +825,7 @@ func (r *Runtime) SetGatewayAddress(addr string) {
 // providers. Only what changed is sent.
 // PublishSignals gossips this site's provider signals in a network
 // (signalTransport gossip). Ages are as of now.
-func (r *Runtime) PublishSignals(network string, signals []Signal) error {
+func (r *Runtime) PublishSignals(network string, signals []sites.Signal) error {
 	if len(signals) > maxSignals {
 		return fmt.Errorf("%d signals: at most %d ride membership", len(signals), maxSignals)
 	}
@@ -845,11 +834,11 @@ func (r *Runtime) PublishSignals(network string, signals []Signal) error {
 	return nil
 }
 
-func (r *Runtime) Publish(network, certPEM string, providers []Provider) error {
+func (r *Runtime) Publish(network, certPEM string, providers []sites.Provider) error {
 	if classifyPEM(certPEM) == certPrivateKey {
 		return errors.New("the site certificate holds a private key: it is never gossiped")
 	}
-	ps := make([]Provider, len(providers))
+	ps := make([]sites.Provider, len(providers))
 	copy(ps, providers)
 	for i := range ps {
 		ps[i].Models = slices.Clone(ps[i].Models)
@@ -946,7 +935,7 @@ func (r *Runtime) aliveNodes(only string) []*memberlist.Node {
 	defer r.mu.Unlock()
 	var out []*memberlist.Node
 	for _, m := range r.members {
-		if m.state != SiteAlive || only != "" && m.name != only {
+		if m.state != sites.SiteAlive || only != "" && m.name != only {
 			continue
 		}
 		ap, err := netip.ParseAddrPort(m.addr)
@@ -1070,9 +1059,9 @@ func (r *Runtime) sweep() {
 	var changedSites []string
 	r.mu.Lock()
 	for site, m := range r.members {
-		if m.state == SiteSuspect && now.Sub(m.since) >= window {
-			r.log.Info("swim_site_state", "site", site, "generation", m.generation, "from", string(m.state), "to", string(SiteDead))
-			m.state, m.since = SiteDead, now
+		if m.state == sites.SiteSuspect && now.Sub(m.since) >= window {
+			r.log.Info("swim_site_state", "site", site, "generation", m.generation, "from", string(m.state), "to", string(sites.SiteDead))
+			m.state, m.since = sites.SiteDead, now
 			changedSites = append(changedSites, site)
 		}
 	}
@@ -1086,7 +1075,7 @@ func (r *Runtime) sweep() {
 		}
 		r.mu.Lock()
 		m := r.members[site]
-		away := m == nil || m.state != SiteAlive
+		away := m == nil || m.state != sites.SiteAlive
 		if !away {
 			delete(r.awaySince, site)
 			r.mu.Unlock()
@@ -1169,18 +1158,18 @@ func (r *Runtime) applyNotice(n noticeBody) {
 		// The leave itself may have come first (memberlist puts its own
 		// messages before ours in a packet), and was taken for a death:
 		// a site that is gone and said it was leaving has left.
-		if m.state == SiteDead {
-			m.state, m.since, changed = SiteLeft, now, true
+		if m.state == sites.SiteDead {
+			m.state, m.since, changed = sites.SiteLeft, now, true
 		}
 	case n.Suspect && n.At > m.suspectAt:
 		m.suspectAt, fresh = n.At, true
-		if m.state == SiteAlive {
-			m.state, m.since, changed = SiteSuspect, now, true
+		if m.state == sites.SiteAlive {
+			m.state, m.since, changed = sites.SiteSuspect, now, true
 		}
 	case !n.Suspect && n.At > m.aliveAt:
 		m.aliveAt, fresh = n.At, true
-		if m.state == SiteSuspect || m.state == SiteDead {
-			m.state, m.since, changed = SiteAlive, now, true
+		if m.state == sites.SiteSuspect || m.state == sites.SiteDead {
+			m.state, m.since, changed = sites.SiteAlive, now, true
 		}
 	}
 	state := m.state
@@ -1224,25 +1213,25 @@ func (b *noticeBroadcast) Finished()       {}
 
 // siteGaugesLocked sets grid_swim_sites from the members (r.mu held).
 func (r *Runtime) siteGaugesLocked() {
-	counts := map[SiteState]int{}
+	counts := map[sites.SiteState]int{}
 	for _, m := range r.members {
 		counts[m.state]++
 	}
-	for _, s := range []SiteState{SiteAlive, SiteSuspect, SiteDead, SiteLeft} {
+	for _, s := range []sites.SiteState{sites.SiteAlive, sites.SiteSuspect, sites.SiteDead, sites.SiteLeft} {
 		r.metrics.sites.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 }
 
 // notifySites tells the networks that a site has records in that its
 // state changed, and refreshes the site gauges.
-func (r *Runtime) notifySites(sites []string) {
-	if len(sites) == 0 {
+func (r *Runtime) notifySites(names []string) {
+	if len(names) == 0 {
 		return
 	}
 	r.mu.Lock()
 	r.siteGaugesLocked()
 	r.mu.Unlock()
-	for _, s := range sites {
+	for _, s := range names {
 		for _, n := range r.store.networksOf(s) {
 			r.notify.send(n)
 		}
@@ -1251,10 +1240,10 @@ func (r *Runtime) notifySites(sites []string) {
 
 // View is what membership knows of a network: the remote sites that
 // announced it, their states and their provider records.
-func (r *Runtime) View(network string) NetworkView {
+func (r *Runtime) View(network string) sites.NetworkView {
 	r.mu.Lock()
 	_, released := r.releasedLocked()
-	v := NetworkView{Enabled: true, Running: r.ml != nil, KeyPending: r.leading && !released}
+	v := sites.NetworkView{Enabled: true, Running: r.ml != nil, KeyPending: r.leading && !released}
 	members := make(map[string]member, len(r.members))
 	for s, m := range r.members {
 		members[s] = *m
@@ -1264,25 +1253,25 @@ func (r *Runtime) View(network string) NetworkView {
 		departed = append(departed, s)
 	}
 	r.mu.Unlock()
-	sites := map[string]*Site{}
+	known := map[string]*sites.Site{}
 	for _, name := range departed {
-		s := &Site{Name: name, State: SiteDead}
+		s := &sites.Site{Name: name, State: sites.SiteDead}
 		if m, ok := members[name]; ok {
 			s.Generation, s.State, s.Since, s.SwimAddress = m.generation, m.state, m.since, m.addr
 		}
-		sites[name] = s
+		known[name] = s
 	}
 	for _, rec := range r.store.ofNetwork(network) {
 		if rec.Site == r.cfg.Site || rec.Deleted {
 			continue
 		}
-		s := sites[rec.Site]
+		s := known[rec.Site]
 		if s == nil {
-			s = &Site{Name: rec.Site, State: SiteUnknown}
+			s = &sites.Site{Name: rec.Site, State: sites.SiteUnknown}
 			if m, ok := members[rec.Site]; ok {
 				s.Generation, s.State, s.Since, s.SwimAddress = m.generation, m.state, m.since, m.addr
 			}
-			sites[rec.Site] = s
+			known[rec.Site] = s
 		}
 		switch rec.Kind {
 		case KindSite:
@@ -1295,19 +1284,19 @@ func (r *Runtime) View(network string) NetworkView {
 			}
 		case KindProviders:
 			for _, p := range rec.Providers {
-				v.Providers = append(v.Providers, RemoteProvider{Site: rec.Site, Provider: p})
+				v.Providers = append(v.Providers, sites.RemoteProvider{Site: rec.Site, Provider: p})
 			}
 		case KindSignals:
 			if len(rec.Signals) > 0 {
-				v.Signals = append(v.Signals, RemoteSignals{Site: rec.Site, Version: rec.Version, Signals: rec.Signals})
+				v.Signals = append(v.Signals, sites.RemoteSignals{Site: rec.Site, Version: rec.Version, Signals: rec.Signals})
 			}
 		}
 	}
-	for _, s := range sites {
+	for _, s := range known {
 		v.Sites = append(v.Sites, *s)
 	}
 	for i := range v.Providers {
-		v.Providers[i].Stale = sites[v.Providers[i].Site].State != SiteAlive
+		v.Providers[i].Stale = known[v.Providers[i].Site].State != sites.SiteAlive
 	}
 	sortView(&v)
 	return v

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/controller/swimkeys"
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -144,15 +146,15 @@ func (s *testSite) counter(name, label string) float64 {
 	return -1
 }
 
-func providers(names ...string) []Provider {
-	var out []Provider
+func providers(names ...string) []sites.Provider {
+	var out []sites.Provider
 	for _, n := range names {
-		out = append(out, Provider{Name: n, Models: []string{"m-" + n}, Cluster: "c-" + n, Phase: "Available"})
+		out = append(out, sites.Provider{Name: n, Models: []string{"m-" + n}, Cluster: "c-" + n, Phase: "Available"})
 	}
 	return out
 }
 
-func remoteNames(v NetworkView) []string {
+func remoteNames(v sites.NetworkView) []string {
 	var out []string
 	for _, p := range v.Providers {
 		out = append(out, p.Site+"/"+p.Name)
@@ -161,7 +163,7 @@ func remoteNames(v NetworkView) []string {
 }
 
 func randomKey(t *testing.T) []byte {
-	k := make([]byte, KeySize)
+	k := make([]byte, swimkeys.Size)
 	_, err := rand.Read(k)
 	require.NoError(t, err)
 	return k
@@ -286,7 +288,7 @@ func TestKeyHold(t *testing.T) {
 	require.Equal(t, float64(0), s.counter("grid_swim_key_pending", ""))
 	gen := s.Status().Generation
 
-	s.SetNetworkKeys("secured", &KeySet{Primary: randomKey(t)}, false)
+	s.SetNetworkKeys("secured", &swimkeys.Set{Primary: randomKey(t)}, false)
 	require.Eventually(t, func() bool { st := s.Status(); return st.Running && st.Encrypted && st.Generation > gen }, 10*time.Second, 10*time.Millisecond)
 
 	// Removing every key never falls back to the clear.
@@ -302,18 +304,18 @@ func TestKeyHold(t *testing.T) {
 // arrives, and a site with only the retired key is shut out at the end.
 func TestKeyRotationWithoutRestart(t *testing.T) {
 	oldKey, newKey := randomKey(t), randomKey(t)
-	var sites []*testSite
+	var members []*testSite
 	for _, n := range []string{"site-a", "site-b", "site-c"} {
 		s := startSite(t, n, withRequireKey())
-		s.SetNetworkKeys("prod", &KeySet{Primary: oldKey}, false)
+		s.SetNetworkKeys("prod", &swimkeys.Set{Primary: oldKey}, false)
 		s.waitRunning(t)
-		sites = append(sites, s)
+		members = append(members, s)
 	}
 	gens := map[string]uint64{}
-	for _, s := range sites[1:] {
-		require.Empty(t, s.AnnounceSeeds("prod", []string{sites[0].AdvertiseAddr()}).Failed)
+	for _, s := range members[1:] {
+		require.Empty(t, s.AnnounceSeeds("prod", []string{members[0].AdvertiseAddr()}).Failed)
 	}
-	for _, s := range sites {
+	for _, s := range members {
 		gens[s.Site()] = s.Status().Generation
 		require.Eventually(t, func() bool { return len(s.Status().Members) == 2 }, 5*time.Second, 10*time.Millisecond)
 	}
@@ -332,9 +334,9 @@ func TestKeyRotationWithoutRestart(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			for _, s := range sites {
+			for _, s := range members {
 				for _, m := range s.Status().Members {
-					if m.State != SiteAlive {
+					if m.State != sites.SiteAlive {
 						watchMu.Lock()
 						if watchErr == nil {
 							watchErr = fmt.Errorf("%s saw %s %s", s.Site(), m.Site, m.State)
@@ -348,10 +350,10 @@ func TestKeyRotationWithoutRestart(t *testing.T) {
 	round := 0
 	change := func() {
 		round++
-		for _, s := range sites {
+		for _, s := range members {
 			require.NoError(t, s.Publish("prod", "", providers(fmt.Sprintf("%s-r%d", s.Site(), round))))
 		}
-		for _, s := range sites {
+		for _, s := range members {
 			require.Eventually(t, func() bool {
 				v := s.View("prod")
 				if len(v.Providers) != 2 {
@@ -366,13 +368,13 @@ func TestKeyRotationWithoutRestart(t *testing.T) {
 			}, 10*time.Second, 10*time.Millisecond, "round %d at %s: %v", round, s.Site(), remoteNames(s.View("prod")))
 		}
 	}
-	steps := []*KeySet{
+	steps := []*swimkeys.Set{
 		{Primary: oldKey, Others: [][]byte{newKey}}, // 1. install the next key
 		{Primary: newKey, Others: [][]byte{oldKey}}, // 2. send with it
 		{Primary: newKey}, // 3. retire the old one
 	}
 	for i, ks := range steps {
-		for _, s := range sites {
+		for _, s := range members {
 			s.SetNetworkKeys("prod", ks, false)
 			change()
 		}
@@ -380,7 +382,7 @@ func TestKeyRotationWithoutRestart(t *testing.T) {
 		if i == 2 {
 			want = 1
 		}
-		for _, s := range sites {
+		for _, s := range members {
 			require.Eventually(t, func() bool { return s.Status().KeysInstalled == want }, 5*time.Second, 10*time.Millisecond)
 		}
 	}
@@ -388,14 +390,14 @@ func TestKeyRotationWithoutRestart(t *testing.T) {
 	close(stopWatch)
 	wg.Wait()
 	require.NoError(t, watchErr)
-	for _, s := range sites {
+	for _, s := range members {
 		require.Equal(t, gens[s.Site()], s.Status().Generation, "no restart")
 	}
 
 	retired := startSite(t, "site-z", withKey(oldKey))
 	retired.waitRunning(t)
-	require.Len(t, retired.AnnounceSeeds("prod", []string{sites[0].AdvertiseAddr()}).Failed, 1)
-	require.Eventually(t, func() bool { return sites[0].counter("grid_swim_packets_rejected_total", rejectUnknownKey) > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Len(t, retired.AnnounceSeeds("prod", []string{members[0].AdvertiseAddr()}).Failed, 1)
+	require.Eventually(t, func() bool { return members[0].counter("grid_swim_packets_rejected_total", rejectUnknownKey) > 0 }, 5*time.Second, 10*time.Millisecond)
 }
 
 // A killed site is suspected, then dead after the suspicion window; its
@@ -425,10 +427,10 @@ func TestDepartureAndSupersede(t *testing.T) {
 			if s.Name != "site-c" {
 				continue
 			}
-			if s.State == SiteSuspect && suspectAt == 0 {
+			if s.State == sites.SiteSuspect && suspectAt == 0 {
 				suspectAt = time.Since(killed)
 			}
-			if s.State == SiteDead {
+			if s.State == sites.SiteDead {
 				deadAt = time.Since(killed)
 				return true
 			}
@@ -454,7 +456,7 @@ func TestDepartureAndSupersede(t *testing.T) {
 	require.Empty(t, c2.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
 	require.Eventually(t, func() bool {
 		for _, m := range a.Status().Members {
-			if m.Site == "site-c" && m.State == SiteAlive && m.Generation == c2.Status().Generation {
+			if m.Site == "site-c" && m.State == sites.SiteAlive && m.Generation == c2.Status().Generation {
 				return true
 			}
 		}
@@ -496,7 +498,7 @@ func TestLeaveIsSeenAtOnce(t *testing.T) {
 	b.stop()
 	require.Eventually(t, func() bool {
 		v := a.View("prod")
-		return len(v.Sites) == 1 && v.Sites[0].State == SiteLeft
+		return len(v.Sites) == 1 && v.Sites[0].State == sites.SiteLeft
 	}, testProbe, 10*time.Millisecond)
 	res = a.RejoinSeeds("prod")
 	require.Len(t, res.Failed, 1, "the remembered seed is dialled again")
@@ -521,9 +523,9 @@ func TestALeaveBeforeItsNoticeIsStillALeave(t *testing.T) {
 	require.NotNil(t, node)
 	d := &delegate{r: a.Runtime}
 	d.NotifyLeave(node) // the leave first: taken for a death
-	require.Equal(t, SiteDead, a.View("prod").Sites[0].State)
+	require.Equal(t, sites.SiteDead, a.View("prod").Sites[0].State)
 	a.applyNotice(noticeBody{Member: name, Leaving: true, At: 1})
-	assert.Equal(t, SiteLeft, a.View("prod").Sites[0].State, "gone and leaving is Left")
+	assert.Equal(t, sites.SiteLeft, a.View("prod").Sites[0].State, "gone and leaving is Left")
 }
 
 // twoGrids forms two grids apart: site-b joins site-a, site-y joins

@@ -19,16 +19,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/controller/swimkeys"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
 func newKey(t *testing.T) []byte {
-	k := make([]byte, membership.KeySize)
+	k := make([]byte, swimkeys.Size)
 	_, err := rand.Read(k)
 	require.NoError(t, err)
 	return k
@@ -38,15 +39,15 @@ func newKey(t *testing.T) []byte {
 // SWIM key and its own certificate from one grid CA.
 func threeSites(t *testing.T, key []byte) []*site {
 	root := testpki.NewRoot(t, "grid-ca")
-	var sites []*site
+	var members []*site
 	for i, name := range []string{"site-a", "site-b", "site-c"} {
 		s := newSite(t, clusters[i], name)
 		cert, certKey := root.Leaf(t, name, testpki.Opts{})
 		s.secret("swim-key", map[string][]byte{"key": key})
 		s.secret("site-cert", map[string][]byte{"tls.crt": cert, "tls.key": certKey})
-		sites = append(sites, s)
+		members = append(members, s)
 	}
-	return sites
+	return members
 }
 
 // The reference's three-site mesh: A has no seeds, B seeds A, C seeds B
@@ -58,13 +59,13 @@ func threeSites(t *testing.T, key []byte) []*site {
 func TestThreeSiteMesh(t *testing.T) {
 	ctx := context.Background()
 	key := newKey(t)
-	sites := threeSites(t, key)
-	a, b, c := sites[0], sites[1], sites[2]
+	members := threeSites(t, key)
+	a, b, c := members[0], members[1], members[2]
 
 	a.network("mesh")
 	b.network("mesh", a.swimAddr)
 	c.network("mesh")
-	for _, s := range sites {
+	for _, s := range members {
 		s.provider("prov-"+s.name, "mesh", "model-"+s.name)
 	}
 	// Another network at C, with its own provider, also known at A.
@@ -104,7 +105,7 @@ func TestThreeSiteMesh(t *testing.T) {
 	n.Spec.Seeds = []string{b.swimAddr}
 	require.NoError(t, c.admin.Update(ctx, &n))
 
-	for _, s := range sites {
+	for _, s := range members {
 		got := s.networkStatus("mesh", 30*time.Second, counts(v1alpha1.NetworkActive, 2, 2))
 		cond := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionMembership)
 		require.NotNil(t, cond)
@@ -179,7 +180,7 @@ func TestThreeSiteMesh(t *testing.T) {
 	require.Equal(t, 0, agents[2].Wait(t, 15*time.Second))
 	require.Eventually(t, func() bool {
 		m, _ := agents[0].member("site-c")
-		return m.State == membership.SiteLeft
+		return m.State == sites.SiteLeft
 	}, 5*time.Second, 50*time.Millisecond)
 }
 
@@ -189,8 +190,8 @@ func TestThreeSiteMesh(t *testing.T) {
 // key is shut out at the end.
 func TestKeyRotationAcrossSites(t *testing.T) {
 	oldKey, newKey := newKey(t), newKey(t)
-	sites := threeSites(t, oldKey)
-	a, b, c := sites[0], sites[1], sites[2]
+	members := threeSites(t, oldKey)
+	a, b, c := members[0], members[1], members[2]
 	a.network("rot")
 	b.network("rot", a.swimAddr)
 	c.network("rot", a.swimAddr)
@@ -198,10 +199,10 @@ func TestKeyRotationAcrossSites(t *testing.T) {
 	providers := 0
 	addProvider := func() {
 		providers++
-		for _, s := range sites {
+		for _, s := range members {
 			s.provider(fmt.Sprintf("rot-%s-%d", s.name, providers), "rot", "model")
 		}
-		for _, s := range sites {
+		for _, s := range members {
 			s.networkStatus("rot", 30*time.Second, counts(v1alpha1.NetworkActive, 2, int32(2*providers)))
 		}
 	}
@@ -217,7 +218,7 @@ func TestKeyRotationAcrossSites(t *testing.T) {
 	stop := watch(100*time.Millisecond, func() {
 		for _, ag := range agents {
 			for _, m := range ag.status().Swim.Members {
-				if m.State != membership.SiteAlive {
+				if m.State != sites.SiteAlive {
 					mu.Lock()
 					problems = append(problems, fmt.Sprintf("%s saw %s %s", ag.site.name, m.Site, m.State))
 					mu.Unlock()
@@ -232,7 +233,7 @@ func TestKeyRotationAcrossSites(t *testing.T) {
 		{"key": newKey},                         // 3. the old key is retired
 	}
 	for i, data := range steps {
-		for j, s := range sites {
+		for j, s := range members {
 			s.secret("swim-key", data)
 			want := 2
 			if i == 2 {
@@ -265,8 +266,8 @@ func TestKeyRotationAcrossSites(t *testing.T) {
 // the TTL; a new agent rejoins with a greater generation.
 func TestFailoverAndKill(t *testing.T) {
 	key := newKey(t)
-	sites := threeSites(t, key)
-	a, b := sites[0], sites[1]
+	members := threeSites(t, key)
+	a, b := members[0], members[1]
 	a.network("fo", b.swimAddr)
 	b.network("fo", a.swimAddr)
 	a.provider("fo-a", "fo", "model")
@@ -310,7 +311,7 @@ func TestFailoverAndKill(t *testing.T) {
 	require.NoError(t, first.Cmd.Process.Kill()) // kill -9
 	require.Eventually(t, func() bool {
 		m, ok := observer.member("site-a")
-		return ok && m.Generation > g1 && m.State == membership.SiteAlive
+		return ok && m.Generation > g1 && m.State == sites.SiteAlive
 	}, 30*time.Second, 50*time.Millisecond, "the standby takes over")
 	require.True(t, standby.status().Swim.Running)
 	b.networkStatus("fo", 20*time.Second, counts(v1alpha1.NetworkActive, 1, 1))
@@ -322,10 +323,10 @@ func TestFailoverAndKill(t *testing.T) {
 	var suspectAt, deadAt time.Duration
 	require.Eventually(t, func() bool {
 		m, _ := observer.member("site-a")
-		if m.State == membership.SiteSuspect && suspectAt == 0 {
+		if m.State == sites.SiteSuspect && suspectAt == 0 {
 			suspectAt = time.Since(killed)
 		}
-		if m.State == membership.SiteDead {
+		if m.State == sites.SiteDead {
 			deadAt = time.Since(killed)
 			return true
 		}
@@ -347,7 +348,7 @@ func TestFailoverAndKill(t *testing.T) {
 	require.Eventually(t, func() bool { return again.status().Leader }, 30*time.Second, 50*time.Millisecond)
 	require.Eventually(t, func() bool {
 		m, ok := observer.member("site-a")
-		return ok && m.Generation > g2 && m.State == membership.SiteAlive
+		return ok && m.Generation > g2 && m.State == sites.SiteAlive
 	}, 30*time.Second, 50*time.Millisecond)
 	b.networkStatus("fo", 20*time.Second, counts(v1alpha1.NetworkActive, 1, 1))
 }

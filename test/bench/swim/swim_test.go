@@ -29,6 +29,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/controller/swimkeys"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -56,14 +58,14 @@ func BenchmarkSWIM(b *testing.B) {
 }
 
 func measure(b *testing.B, n int) {
-	key := make([]byte, membership.KeySize)
+	key := make([]byte, swimkeys.Size)
 	if _, err := rand.Read(key); err != nil {
 		b.Fatal(err)
 	}
 	root := testpki.NewRoot(b, "grid-ca")
-	sites := make([]*site, n)
+	members := make([]*site, n)
 	var wg sync.WaitGroup
-	for i := range sites {
+	for i := range members {
 		reg := prometheus.NewRegistry()
 		// Every site here shares one source address, which a real grid's
 		// sites never do: the per-source caps are raised to the site's own.
@@ -86,9 +88,9 @@ func measure(b *testing.B, n int) {
 		// one probe period.
 		time.Sleep(membership.DefaultProbeInterval / time.Duration(n))
 		go func() { defer close(s.done); _ = rt.Start(ctx) }()
-		sites[i] = s
+		members[i] = s
 		cert, _ := root.Leaf(b, rt.Site(), testpki.Opts{})
-		if err := rt.Publish(network, string(cert), []membership.Provider{
+		if err := rt.Publish(network, string(cert), []sites.Provider{
 			{Name: rt.Site() + "-a", Models: []string{"llama-70b", "mixtral"}, Cluster: "c1", Phase: "Available"},
 			{Name: rt.Site() + "-b", Models: []string{"gpt-oss"}, Cluster: "c2", Phase: "Available"},
 		}); err != nil {
@@ -96,15 +98,15 @@ func measure(b *testing.B, n int) {
 		}
 	}
 	defer func() {
-		for _, s := range sites {
+		for _, s := range members {
 			s.cancel()
 		}
-		for _, s := range sites {
+		for _, s := range members {
 			<-s.done
 		}
 	}()
 	waitFor(b, 30*time.Second, "every site running", func() bool {
-		for _, s := range sites {
+		for _, s := range members {
 			if !s.rt.Status().Running {
 				return false
 			}
@@ -116,9 +118,9 @@ func measure(b *testing.B, n int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			seed := sites[(i-1)/2].rt.AdvertiseAddr()
-			if res := sites[i].rt.AnnounceSeeds(network, []string{seed}); len(res.Failed) > 0 {
-				b.Errorf("%s: %v", sites[i].rt.Site(), res.Failed[0].Err)
+			seed := members[(i-1)/2].rt.AdvertiseAddr()
+			if res := members[i].rt.AnnounceSeeds(network, []string{seed}); len(res.Failed) > 0 {
+				b.Errorf("%s: %v", members[i].rt.Site(), res.Failed[0].Err)
 			}
 		}()
 	}
@@ -128,7 +130,7 @@ func measure(b *testing.B, n int) {
 	formed := time.Now()
 	waitForEvery(b, 10*time.Minute, time.Second, "every site sees every other with its records", func() bool {
 		minConnected, minProviders := n, 2*n
-		for _, s := range sites {
+		for _, s := range members {
 			v := s.rt.View(network)
 			minConnected, minProviders = min(minConnected, v.Connected()), min(minProviders, len(v.Providers))
 		}
@@ -137,7 +139,7 @@ func measure(b *testing.B, n int) {
 		}
 		return minConnected == n-1 && minProviders == 2*(n-1)
 	})
-	for _, s := range sites {
+	for _, s := range members {
 		s.measuring.Store(true)
 	}
 
@@ -151,16 +153,16 @@ func measure(b *testing.B, n int) {
 	var converge []float64
 	samples := 20
 	for k := range samples {
-		origin := sites[(k*7919)%n]
+		origin := members[(k*7919)%n]
 		name := fmt.Sprintf("%s-change-%d", origin.rt.Site(), k)
 		start := time.Now()
-		if err := origin.rt.Publish(network, "", []membership.Provider{{Name: name, Models: []string{"llama-70b"}, Cluster: "c1", Phase: "Available"}}); err != nil {
+		if err := origin.rt.Publish(network, "", []sites.Provider{{Name: name, Models: []string{"llama-70b"}, Cluster: "c1", Phase: "Available"}}); err != nil {
 			b.Fatal(err)
 		}
 		var last time.Time
 		waitFor(b, 30*time.Second, fmt.Sprintf("change %d at every site (%s)", k, name), func() bool {
 			last = time.Time{}
-			for _, s := range sites {
+			for _, s := range members {
 				if s == origin {
 					continue
 				}
@@ -186,9 +188,9 @@ func measure(b *testing.B, n int) {
 	if n > 100 {
 		idle = 120 * time.Second
 	}
-	before := sentBytes(sites)
+	before := sentBytes(members)
 	time.Sleep(idle)
-	idleRate := (sentBytes(sites) - before) / float64(n) / idle.Seconds()
+	idleRate := (sentBytes(members) - before) / float64(n) / idle.Seconds()
 
 	// Departure: a site killed (no leave), until every other site holds
 	// it dead. How soon a dead site is first probed is luck (each site
@@ -197,7 +199,7 @@ func measure(b *testing.B, n int) {
 	// the median is printed.
 	var deaths []float64
 	gone := map[*site]bool{}
-	for _, victim := range []*site{sites[n/2], sites[n/3], sites[2*n/3], sites[n/4], sites[3*n/4]} {
+	for _, victim := range []*site{members[n/2], members[n/3], members[2*n/3], members[n/4], members[3*n/4]} {
 		// A death comes at any moment of the probe period, not just
 		// after the last one was found.
 		time.Sleep(mathrand.N(membership.DefaultProbeInterval))
@@ -207,12 +209,12 @@ func measure(b *testing.B, n int) {
 		gone[victim] = true
 		var deadAt time.Duration
 		waitForEvery(b, 2*time.Minute, 100*time.Millisecond, victimName+" dead everywhere", func() bool {
-			for _, s := range sites {
+			for _, s := range members {
 				if gone[s] {
 					continue
 				}
 				m, ok := member(s.rt, victimName)
-				if !ok || m.State != membership.SiteDead {
+				if !ok || m.State != sites.SiteDead {
 					return false
 				}
 			}

@@ -1,4 +1,8 @@
-package membership
+// Package seeds resolves the seed entries of a network (IP:port,
+// [IPv6]:port or hostname:port) and the agent's advertise address, each
+// name lookup bounded, with a small cache so that one slow or failing name
+// server does not hold every reconcile.
+package seeds
 
 import (
 	"context"
@@ -14,8 +18,8 @@ import (
 // Resolution bounds: one slow name server delays a seed, not the
 // reconcile.
 const (
-	DefaultSeedTimeout      = 2 * time.Second
-	DefaultSeedTotalTimeout = 5 * time.Second
+	DefaultTimeout      = 2 * time.Second
+	DefaultTotalTimeout = 5 * time.Second
 )
 
 // Resolver looks up host names; *net.Resolver is one.
@@ -23,17 +27,17 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// SeedProblem is an entry that was skipped, and why.
-type SeedProblem struct {
+// Problem is an entry that was skipped, and why.
+type Problem struct {
 	Entry string
 	Err   error
 }
 
-// ResolveSeeds resolves seed entries (IP:port, [IPv6]:port or
+// Resolve resolves seed entries (IP:port, [IPv6]:port or
 // hostname:port), each independently and with its own bound inside a
 // total bound, into sorted, deduplicated IP:port addresses. Entries that
 // are invalid or do not resolve are returned as problems and skipped.
-func ResolveSeeds(ctx context.Context, r Resolver, entries []string, perEntry, total time.Duration) ([]string, []SeedProblem) {
+func Resolve(ctx context.Context, r Resolver, entries []string, perEntry, total time.Duration) ([]string, []Problem) {
 	if r == nil {
 		r = net.DefaultResolver
 	}
@@ -42,7 +46,7 @@ func ResolveSeeds(ctx context.Context, r Resolver, entries []string, perEntry, t
 	var (
 		mu       sync.Mutex
 		addrs    []string
-		problems []SeedProblem
+		problems []Problem
 		wg       sync.WaitGroup
 	)
 	for _, entry := range entries {
@@ -53,7 +57,7 @@ func ResolveSeeds(ctx context.Context, r Resolver, entries []string, perEntry, t
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				problems = append(problems, SeedProblem{Entry: entry, Err: err})
+				problems = append(problems, Problem{Entry: entry, Err: err})
 				return
 			}
 			addrs = append(addrs, got...)
@@ -61,7 +65,7 @@ func ResolveSeeds(ctx context.Context, r Resolver, entries []string, perEntry, t
 	}
 	wg.Wait()
 	slices.Sort(addrs)
-	slices.SortFunc(problems, func(a, b SeedProblem) int {
+	slices.SortFunc(problems, func(a, b Problem) int {
 		if a.Entry < b.Entry {
 			return -1
 		}
@@ -114,7 +118,7 @@ func ResolveAdvertise(ctx context.Context, r Resolver, entry string) (netip.Addr
 	if r == nil {
 		r = net.DefaultResolver
 	}
-	addrs, err := resolveOne(ctx, r, entry, DefaultSeedTimeout)
+	addrs, err := resolveOne(ctx, r, entry, DefaultTimeout)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
@@ -148,9 +152,9 @@ type cachedLookup struct {
 	until time.Time
 }
 
-// DefaultSeedCacheTTL is how long a seed lookup is reused: a moved seed
+// DefaultCacheTTL is how long a seed lookup is reused: a moved seed
 // is noticed within it.
-const DefaultSeedCacheTTL = 30 * time.Second
+const DefaultCacheTTL = 30 * time.Second
 
 // NewCachingResolver wraps inner (the system's when nil).
 func NewCachingResolver(inner Resolver, ttl time.Duration, now func() time.Time) *CachingResolver {
