@@ -83,8 +83,19 @@ lint: $(GOLANGCI_LINT) verify-generated ## gofmt, go vet, golangci-lint, generat
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: test
-test: tools lint ## every test, the integration tests against the real kube-apiserver included
-	$(GO) test -race -count=1 ./...
+test: ## every test, the integration tests against the real kube-apiserver included
+	@# The pinned tools, the linter and the binaries the tests run are
+	@# built side by side: each has phases (downloads, links) that leave a
+	@# core idle, which the others fill.
+	@$(MAKE) --no-print-directory -j3 --output-sync=target tools lint testbins
+	@# testreport prints what go test prints, each package's slowest test
+	@# on its ok line, and the slowest packages at the end.
+	$(GO) build -o $(TOOLS_DIR)/testreport ./test/testreport
+	$(GO) test -race -count=1 -json ./... | $(TOOLS_DIR)/testreport
+
+.PHONY: testbins
+testbins: ## build the binaries the tests run as processes (shared by the test packages, rebuilt when the sources change)
+	$(GO) run ./test/testbin/prebuild
 
 .PHONY: golden
 golden: $(HELM) ## rewrite the charts' golden files from what they render now (review the diff)

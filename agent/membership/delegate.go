@@ -6,8 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/gridsync/gridsync/controller/sites"
 )
 
 // delegate is the runtime's side of memberlist: node metadata, the state

@@ -3,8 +3,9 @@ package membership
 import (
 	"slices"
 
-	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gridsync/gridsync/controller/sites"
 )
 
 // Reasons a packet or stream is rejected before membership sees it (the

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/controller/sites"
 )
 
 func TestStoreLastWriterWins(t *testing.T) {

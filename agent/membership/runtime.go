@@ -27,12 +27,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/seeds"
-	"github.com/gridsync/gridsync/controller/sites"
-	"github.com/gridsync/gridsync/controller/swimkeys"
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gridsync/gridsync/controller/seeds"
+	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/controller/swimkeys"
 )
 
 // Config configures the runtime.

@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/sites"
-	"github.com/gridsync/gridsync/controller/swimkeys"
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/controller/swimkeys"
 )
 
 // Fast timings for tests: the same protocol, a fifth of the reference's

@@ -34,13 +34,8 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "gridsync-attack-bin-")
+	dir, err := testbin.Dir(context.Background(), testbin.Agent, testbin.Sidecar)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-agent": testbin.Agent, "gridsync-sidecar": testbin.Sidecar}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

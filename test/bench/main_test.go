@@ -34,17 +34,12 @@ func run(m *testing.M) int {
 	if flag.Lookup("test.bench").Value.String() == "" {
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "gridsync-bench-bin-")
+	dir, err := testbin.Dir(context.Background(), testbin.Sidecar, testbin.Agent)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	sidecar = filepath.Join(dir, "gridsync-sidecar")
-	agent = filepath.Join(dir, "gridsync-agent")
-	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-sidecar": testbin.Sidecar, "gridsync-agent": testbin.Agent}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	sidecar = filepath.Join(dir, testbin.Sidecar.Name)
+	agent = filepath.Join(dir, testbin.Agent.Name)
 	return controlplane.RunTests(m, &cp)
 }

@@ -23,21 +23,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "gridsync-e2e-bin-")
+	dir, err := testbin.Dir(context.Background(), testbin.Sidecar, testbin.Init, testbin.Agent)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
 	binDir = dir
-	err = testbin.Build(context.Background(), dir, map[string]string{
-		"gridsync-sidecar": testbin.Sidecar,
-		"gridsync-init":    testbin.Init,
-		"gridsync-agent":   testbin.Agent,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	return controlplane.RunTests(m, &cp)
 }

@@ -37,17 +37,12 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctrllog.SetLogger(logr.Discard()) // the harness's Grid client logs nothing
-	dir, err := os.MkdirTemp("", "gridsync-soak-bin-")
+	dir, err := testbin.Dir(context.Background(), testbin.Sidecar, testbin.Agent)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	sidecar, agent = filepath.Join(dir, "gridsync-sidecar"), filepath.Join(dir, "gridsync-agent")
-	if err := testbin.Build(context.Background(), dir, map[string]string{"gridsync-sidecar": testbin.Sidecar, "gridsync-agent": testbin.Agent}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	sidecar, agent = filepath.Join(dir, testbin.Sidecar.Name), filepath.Join(dir, testbin.Agent.Name)
 	return controlplane.RunTests(m, &cp)
 }
 

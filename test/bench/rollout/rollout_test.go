@@ -194,8 +194,8 @@ func measure(b *testing.B) {
 		Models: []v1alpha1.Model{{Name: "m1"}}}}
 	must(b, admin.Create(ctx, provider))
 
-	binDir := filepath.Join(dir, "bin")
-	must(b, testbin.Build(ctx, binDir, map[string]string{"gridsync-agent": testbin.Agent}))
+	binDir, err := testbin.Dir(ctx, testbin.Agent)
+	must(b, err)
 	signalsAddr := testproc.FreeAddr(b)
 	health := testproc.FreeAddr(b)
 	agent := testproc.Start(b, filepath.Join(binDir, "gridsync-agent"), nil,

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func feed(t *testing.T, events ...event) (string, bool) {
+	t.Helper()
+	var out bytes.Buffer
+	r := newReport(&out)
+	for _, e := range events {
+		b, err := json.Marshal(e)
+		require.NoError(t, err)
+		var back event
+		require.NoError(t, json.Unmarshal(b, &back))
+		r.handle(back)
+	}
+	ok := r.summary()
+	return out.String(), ok
+}
+
+func TestAPassingPackageShowsItsSlowestTest(t *testing.T) {
+	out, ok := feed(t,
+		event{Action: "output", Package: "p", Test: "TestFast", Output: "=== RUN   TestFast\n"},
+		event{Action: "output", Package: "p", Test: "TestFast", Output: "chatter a passing test printed\n"},
+		event{Action: "pass", Package: "p", Test: "TestFast", Elapsed: 0.1},
+		event{Action: "pass", Package: "p", Test: "TestSlow/case", Elapsed: 9},
+		event{Action: "pass", Package: "p", Test: "TestSlow", Elapsed: 4.2},
+		event{Action: "output", Package: "p", Output: "PASS\n"},
+		event{Action: "output", Package: "p", Output: "ok  \tp\t4.5s\n"},
+		event{Action: "pass", Package: "p", Elapsed: 4.5},
+		event{Action: "output", Package: "q", Output: "?   \tq\t[no test files]\n"},
+		event{Action: "skip", Package: "q"},
+	)
+	require.True(t, ok)
+	require.Contains(t, out, "ok  \tp\t4.5s  (slowest TestSlow 4.2s)\n", "a subtest is not a package's slowest test: its parent is")
+	require.Contains(t, out, "?   \tq\t[no test files]\n")
+	require.NotContains(t, out, "chatter", "a passing test's output stays quiet, as in plain go test")
+	require.Contains(t, out, "slowest packages:\n  p ")
+}
+
+func TestAFailedTestPrintsItsWholeOutput(t *testing.T) {
+	out, ok := feed(t,
+		event{Action: "output", Package: "p", Test: "TestBad", Output: "=== RUN   TestBad\n"},
+		event{Action: "output", Package: "p", Test: "TestBad", Output: "what it printed\n"},
+		event{Action: "output", Package: "p", Test: "TestBad/sub", Output: "    bad_test.go:5: boom\n"},
+		event{Action: "fail", Package: "p", Test: "TestBad/sub"},
+		event{Action: "output", Package: "p", Test: "TestBad", Output: "--- FAIL: TestBad (0.00s)\n"},
+		event{Action: "fail", Package: "p", Test: "TestBad"},
+		event{Action: "output", Package: "p", Output: "FAIL\tp\t0.3s\n"},
+		event{Action: "fail", Package: "p", Elapsed: 0.3},
+	)
+	require.False(t, ok)
+	require.Contains(t, out, "what it printed\n    bad_test.go:5: boom\n--- FAIL: TestBad (0.00s)\n")
+	require.NotContains(t, out, "=== RUN")
+	require.Contains(t, out, "FAIL\tp\t0.3s\n")
+}
+
+func TestBuildFailuresAndUnfinishedPackagesFail(t *testing.T) {
+	out, ok := feed(t, event{Action: "build-output", ImportPath: "p", Output: "p/x.go:1:1: syntax error\n"}, event{Action: "build-fail", ImportPath: "p"})
+	require.False(t, ok)
+	require.Contains(t, out, "syntax error")
+
+	out, ok = feed(t, event{Action: "run", Package: "p", Test: "TestHangs"})
+	require.False(t, ok, "a stream that ends before its package did is a failed run")
+	require.Contains(t, out, "p never finished")
+}
