@@ -68,6 +68,12 @@ $(CONTROLLER_GEN):
 generate: $(CONTROLLER_GEN) ## regenerate the API's deepcopy functions and CRD manifests
 	$(CONTROLLER_GEN) object paths=$(API_PATHS) crd:crdVersions=v1,allowDangerousTypes=true output:crd:dir=$(CRD_DIR)
 
+CHARTS := charts/praxis-gateway charts/gridsync-agent
+
+.PHONY: docs
+docs: ## rewrite the charts' values tables (their READMEs) from values.schema.json and values.yaml
+	$(GO) run ./test/charts/valuesdoc $(CHARTS)
+
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## fail when the committed generated files differ from the types
 	@out="$$(mktemp -d)"; trap 'rm -rf "$$out"' EXIT; \
@@ -76,11 +82,12 @@ verify-generated: $(CONTROLLER_GEN) ## fail when the committed generated files d
 	diff -ru -x "*.go" $(CRD_DIR) "$$out/crds" || { echo "generated files are stale: run make generate"; exit 1; }
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) verify-generated ## gofmt, go vet, golangci-lint, generated files current
+lint: $(GOLANGCI_LINT) verify-generated ## gofmt, go vet, golangci-lint (the layer rules included), generated files and the charts' values tables current
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
+	$(GO) run ./test/charts/valuesdoc -check $(CHARTS)
 
 .PHONY: test
 test: ## every test, the integration tests against the real kube-apiserver included
