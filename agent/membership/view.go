@@ -38,3 +38,67 @@ type MemberStatus struct {
 	State      sites.SiteState `json:"state"`
 	Address    string          `json:"address"`
 }
+
+// View is what membership knows of a network: the remote sites that
+// announced it, their states and their provider records.
+func (r *Runtime) View(network string) sites.NetworkView {
+	r.mu.Lock()
+	_, released := r.releasedLocked()
+	v := sites.NetworkView{Enabled: true, Running: r.ml != nil, KeyPending: r.leading && !released}
+	members := make(map[string]member, len(r.members))
+	for s, m := range r.members {
+		members[s] = *m
+	}
+	departed := make([]string, 0, len(r.departed[network]))
+	for s := range r.departed[network] {
+		departed = append(departed, s)
+	}
+	r.mu.Unlock()
+	known := map[string]*sites.Site{}
+	for _, name := range departed {
+		s := &sites.Site{Name: name, State: sites.SiteDead}
+		if m, ok := members[name]; ok {
+			s.Generation, s.State, s.Since, s.SwimAddress = m.generation, m.state, m.since, m.addr
+		}
+		known[name] = s
+	}
+	for _, rec := range r.store.ofNetwork(network) {
+		if rec.Site == r.cfg.Site || rec.Deleted {
+			continue
+		}
+		s := known[rec.Site]
+		if s == nil {
+			s = &sites.Site{Name: rec.Site, State: sites.SiteUnknown}
+			if m, ok := members[rec.Site]; ok {
+				s.Generation, s.State, s.Since, s.SwimAddress = m.generation, m.state, m.since, m.addr
+			}
+			known[rec.Site] = s
+		}
+		switch rec.Kind {
+		case KindSite:
+			s.GatewayAddress = rec.GatewayAddress
+			switch classifyPEM(rec.CertPEM) {
+			case certValid:
+				s.CertPEM = rec.CertPEM
+			case certInvalid:
+				s.CertInvalid = true
+			}
+		case KindProviders:
+			for _, p := range rec.Providers {
+				v.Providers = append(v.Providers, sites.RemoteProvider{Site: rec.Site, Provider: p})
+			}
+		case KindSignals:
+			if len(rec.Signals) > 0 {
+				v.Signals = append(v.Signals, sites.RemoteSignals{Site: rec.Site, Version: rec.Version, Signals: rec.Signals})
+			}
+		}
+	}
+	for _, s := range known {
+		v.Sites = append(v.Sites, *s)
+	}
+	for i := range v.Providers {
+		v.Providers[i].Stale = known[v.Providers[i].Site].State != sites.SiteAlive
+	}
+	sortView(&v)
+	return v
+}

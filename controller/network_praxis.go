@@ -97,6 +97,41 @@ func praxisSpec(network *v1alpha1.GridNetwork, gw render.Gateway) *v1alpha1.Prax
 	return nil
 }
 
+// reconcilePraxisConfigs is the consumer config stage: for every gateway
+// that asks for a generated praxis.yaml it renders and applies one, which
+// decides which candidates the gateway can reach (those without an
+// endpoint are withdrawn from its overlay) and whether a credential-bearing
+// revision may reach it yet (hold). It returns the overlays to publish and
+// the configs' statuses; an error of one gateway is returned after the
+// others were done.
+func (r *networkReconciler) reconcilePraxisConfigs(ctx context.Context, network *v1alpha1.GridNetwork, items []v1alpha1.InferenceProvider,
+	overlays []gatewayOverlay,
+) ([]gatewayOverlay, []v1alpha1.PraxisConfigStatus, error) {
+	out := make([]gatewayOverlay, 0, len(overlays))
+	var statuses []v1alpha1.PraxisConfigStatus
+	var firstErr error
+	var in *praxisInputs // built once, for the first gateway that needs it
+	for _, o := range overlays {
+		spec := praxisSpec(network, o.gateway)
+		if spec == nil {
+			out = append(out, o)
+			continue
+		}
+		if in == nil {
+			built := newPraxisInputs(network, items)
+			in = &built
+		}
+		pc, err := r.reconcilePraxisConfig(ctx, network, o.gateway, spec, o.overlay, *in)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		statuses = append(statuses, pc.status)
+		o.overlay, o.hold = pc.overlay, pc.hold
+		out = append(out, o)
+	}
+	return out, statuses, firstErr
+}
+
 // reconcilePraxisConfig renders and applies one gateway's praxis.yaml and
 // its mount-requirements document. A render that fails keeps the last
 // applied ConfigMap, and the overlay as rendered; the error returned is

@@ -1,0 +1,65 @@
+// Records received from other sites, merged within the store's caps.
+
+package membership
+
+import "fmt"
+
+// receive merges records from a peer. Records of this site are its own
+// to write, and ignored. regossip sends what was news on by epidemic
+// broadcast.
+func (r *Runtime) receive(records []Record, regossip bool) {
+	now := r.cfg.Now()
+	changed := map[string]bool{}
+	for _, rec := range records {
+		if rec.Site == r.cfg.Site {
+			continue
+		}
+		if classifyPEM(rec.CertPEM) == certPrivateKey {
+			// Never kept, never passed on: the record goes on without it.
+			r.metrics.dropped.WithLabelValues(dropPrivateKey).Inc()
+			r.log.Error("swim_private_key_discarded", "site", rec.Site, "network", rec.Network,
+				"why", "a gossiped certificate PEM carries a private key; it is discarded")
+			rec.CertPEM = ""
+		}
+		ok, refused := r.store.mergeCapped(rec, now, true)
+		if refused != "" {
+			r.overCap(rec, refused)
+			continue
+		}
+		if ok {
+			changed[rec.Network] = true
+			if regossip {
+				if msg, err := encodeRecords([]Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
+					r.mu.Lock()
+					q := r.queue
+					r.mu.Unlock()
+					if q != nil {
+						q.QueueBroadcast(&recordBroadcast{key: rec.key(), msg: msg})
+					}
+				}
+			}
+		}
+	}
+	r.metrics.records.Set(float64(r.store.count()))
+	for n := range changed {
+		r.notify.send(n)
+	}
+}
+
+// overCap counts a record dropped for a cap, and says so once per site
+// and reason (a flood of invented records is one line, not thousands).
+func (r *Runtime) overCap(rec Record, reason string) {
+	r.metrics.dropped.WithLabelValues(reason).Inc()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := reason + "/" + rec.Site
+	if r.capSaid[key] || len(r.capSaid) >= maxCapLines {
+		return
+	}
+	r.capSaid[key] = true
+	r.log.Warn("swim_records_over_cap", "site", rec.Site, "network", rec.Network, "reason", reason,
+		"limits", fmt.Sprintf("%d sites per network, %d networks per site, %d records, %d MiB", maxSitesPerNetwork, maxNetworksPerSite, maxRecords, maxRecordBytes>>20))
+}
+
+// maxCapLines bounds the sites whose cap is reported in the log.
+const maxCapLines = 256

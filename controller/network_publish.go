@@ -1,0 +1,371 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/praxisconfig"
+	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// Reasons of a gateway's overlay phase.
+const (
+	ReasonPublished           = "Published"
+	ReasonNamespaceNotWatched = "NamespaceNotWatched"
+	ReasonConfigMapNotOwned   = "ConfigMapNotOwned"
+	// ReasonConfigMapNameConflict: another network's gateway maps to the
+	// same ConfigMap name (the upstream naming joins network and gateway
+	// with a dash, so x-a/b-c and x-a-b/c collide) and holds it.
+	ReasonConfigMapNameConflict = "ConfigMapNameConflict"
+	ReasonOverlayTooLarge       = "OverlayTooLarge"
+	ReasonPublishFailed         = "PublishFailed"
+	ReasonRenderFailed          = "RenderFailed"
+)
+
+// maxConfigMapData is the API server's limit on a ConfigMap's data; both
+// copies of the overlay share it.
+const maxConfigMapData = 1 << 20
+
+// publishOverlays is the publish stage: each gateway's overlay to its
+// ConfigMap, then the overlays of the gateways removed from the network
+// (those left in its previous status) withdrawn, or deleted when asked. It
+// returns the gateways' overlay statuses; an error of one gateway is
+// returned after the others were done.
+func (r *networkReconciler) publishOverlays(ctx context.Context, network *v1alpha1.GridNetwork, overlays []gatewayOverlay) ([]v1alpha1.GatewayOverlayStatus, error) {
+	previous := map[types.NamespacedName]v1alpha1.GatewayOverlayStatus{}
+	for _, s := range network.Status.OverlayStatus {
+		previous[types.NamespacedName{Namespace: s.Namespace, Name: s.GatewayName}] = s
+	}
+	statuses := make([]v1alpha1.GatewayOverlayStatus, 0, len(overlays))
+	var firstErr error
+	for _, o := range overlays {
+		key := types.NamespacedName{Namespace: o.gateway.Namespace, Name: o.gateway.Name}
+		st, err := r.publish(ctx, network, o.gateway, o.overlay, o.hold, o.renderTime, previous[key])
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		statuses = append(statuses, st)
+		delete(previous, key)
+	}
+	for _, prev := range previous {
+		if err := r.withdraw(ctx, network.Name, prev.GatewayName, prev.Namespace); err != nil {
+			statuses = append(statuses, prev) // kept, so that it is tried again
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return statuses, firstErr
+}
+
+// publish renders and publishes one gateway's overlay and returns its
+// status entry. A failure is reported in the entry; the error is for a
+// retry.
+//
+// hold keeps a credential-bearing revision from the gateway: the stored
+// overlay stays, and the entry says why. renderTime is how long rendering
+// the overlay took, for the render metric.
+func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, overlay envelope.Overlay, hold bool,
+	renderTime time.Duration, prev v1alpha1.GatewayOverlayStatus,
+) (v1alpha1.GatewayOverlayStatus, error) {
+	name := envelope.ConfigMapName(network.Name, gw.Name)
+	st := v1alpha1.GatewayOverlayStatus{
+		GatewayName: gw.Name, Namespace: gw.Namespace, ConfigMapName: name,
+		ObservedGeneration: network.Generation, Phase: v1alpha1.OverlayPending,
+	}
+	fail := func(reason, message string) v1alpha1.GatewayOverlayStatus {
+		st.Phase, st.Reason, st.Message = v1alpha1.OverlayError, reason, message
+		return st
+	}
+	if !r.opts.watches(gw.Namespace) {
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		return fail(ReasonNamespaceNotWatched, fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace)), nil
+	}
+
+	start := time.Now()
+	scope := envelope.Scope{Network: network.Name, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.Site}
+	renderedAt := r.opts.Now()
+	doc, revision, err := envelope.Build(overlay, scope, envelope.Provenance{
+		Producer: r.opts.Producer, ProducerVersion: r.opts.ProducerVersion,
+		SourceName: network.Name, SourceUID: string(network.UID), SourceGeneration: network.Generation,
+		RenderedAt: renderedAt,
+	})
+	var bare []byte
+	if err == nil {
+		bare, err = envelope.BareOverlay(overlay)
+	}
+	r.metrics.renderDuration.Observe((renderTime + time.Since(start)).Seconds())
+	if err != nil {
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		return fail(ReasonRenderFailed, err.Error()), nil
+	}
+	st.SchemaVersion, st.RenderedRevision, st.ContentDigest = envelope.SchemaVersion, revision, revision
+	st.CandidateCount = int32(len(overlay.Candidates))
+	if size := len(doc) + len(bare); size > maxConfigMapData {
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		return fail(ReasonOverlayTooLarge, fmt.Sprintf("the overlay's two copies take %d bytes, over the ConfigMap limit of %d; narrow the providers' access policies", size, maxConfigMapData)), nil
+	}
+
+	labels, annotations := r.overlayMetadata(network.Name, gw.Name, revision)
+	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
+	// Read straight from the API server: the agent neither lists nor
+	// watches ConfigMaps, it gets the ones it names.
+	var current corev1.ConfigMap
+	err = r.api.Get(ctx, key, &current)
+	var adopt *corev1.ConfigMap // written by the Grid operator: taken over
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fail(ReasonPublishFailed, err.Error()), err
+	case current.Labels[envelope.LabelManagedBy] != r.opts.Producer && !adoptable(&current):
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		return fail(ReasonConfigMapNotOwned, fmt.Sprintf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.opts.Producer)), nil
+	default:
+		if holder, ok := claimedByAnother(&current, network.Name, gw.Name); ok {
+			// The first claim keeps the name; refusing here, every time,
+			// is what keeps the two networks from rewriting it in turn.
+			r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+			return fail(ReasonConfigMapNameConflict, fmt.Sprintf("ConfigMap %s is held by %s; network %s gateway %s maps to the same name: rename one of the two",
+				key, holder, network.Name, gw.Name)), nil
+		}
+		if current.Labels[envelope.LabelManagedBy] != r.opts.Producer {
+			adopt = &current
+			break
+		}
+		if stored, held := holds(&current, labels, annotations, scope, revision, bare); held {
+			r.metrics.publishes.WithLabelValues(publishUnchanged).Inc()
+			st.ConfigMapResourceVersion = current.ResourceVersion
+			st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(stored.Provenance.RenderedAt))
+			st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
+			return st, nil
+		}
+	}
+	if hold {
+		// What the gateway holds stays: the previous entry's revision.
+		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		held := prev
+		held.ObservedGeneration, held.Phase = network.Generation, v1alpha1.OverlayError
+		held.Reason = praxisconfig.ReasonProjectedCredentialsUnsupported
+		held.Message = fmt.Sprintf("revision %s carries credentials and praxisConfig.supportsProjectedCredentials is false: the previous revision stays", revision)
+		held.GatewayName, held.Namespace, held.ConfigMapName = gw.Name, gw.Namespace, name
+		return held, nil
+	}
+
+	apply := corev1ac.ConfigMap(name, gw.Namespace).
+		WithLabels(labels).
+		WithAnnotations(annotations).
+		WithData(map[string]string{
+			envelope.DataKeyEnvelope: string(doc),
+			envelope.DataKeyBare:     string(bare),
+		})
+	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+		r.metrics.publishes.WithLabelValues(publishFailed).Inc()
+		return fail(ReasonPublishFailed, err.Error()), fmt.Errorf("apply ConfigMap %s: %w", key, err)
+	}
+	if adopt != nil {
+		if err := r.dropLegacyMetadata(ctx, adopt); err != nil {
+			return fail(ReasonPublishFailed, err.Error()), err
+		}
+		r.opts.Logger.Info("overlay_adopted", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+			"config_map", name, "previous_producer", adopt.Labels[envelope.LabelManagedBy])
+	}
+	r.metrics.publishes.WithLabelValues(publishApplied).Inc()
+	r.opts.Logger.Info("overlay_published", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+		"config_map", name, "revision", revision, "candidates", len(overlay.Candidates))
+	if apply.ResourceVersion != nil {
+		st.ConfigMapResourceVersion = *apply.ResourceVersion
+	}
+	st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(renderedAt))
+	st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
+	return st, nil
+}
+
+// overlayMetadata is the labels and annotations the contract puts on an
+// overlay ConfigMap.
+func (r *networkReconciler) overlayMetadata(network, gateway, revision string) (labels, annotations map[string]string) {
+	return map[string]string{
+			envelope.LabelManagedBy: r.opts.Producer,
+			envelope.LabelGateway:   gateway,
+			envelope.LabelNetwork:   network,
+		}, map[string]string{
+			envelope.AnnotationSchemaVersion: envelope.SchemaVersion,
+			envelope.AnnotationRevision:      revision,
+			envelope.AnnotationContentDigest: revision,
+		}
+}
+
+// holds reports whether a managed ConfigMap already carries revision with
+// the contract's metadata, checked on the data itself and not only the
+// annotation, so that a ConfigMap edited by hand is put back. It returns
+// the stored envelope's validation result.
+func holds(cm *corev1.ConfigMap, labels, annotations map[string]string, scope envelope.Scope, revision string, bare []byte) (envelope.Result, bool) {
+	if !hasAll(cm.Labels, labels) || !hasAll(cm.Annotations, annotations) || cm.Data[envelope.DataKeyBare] != string(bare) {
+		return envelope.Result{}, false
+	}
+	res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{Expect: scope})
+	return res, err == nil && res.Revision == revision
+}
+
+// claimedByAnother reports whether a managed ConfigMap's labels name
+// another network or gateway, and which. A ConfigMap whose labels were
+// removed by hand names nobody and is put back. The Grid operator's older
+// labels count too.
+func claimedByAnother(cm *corev1.ConfigMap, network, gateway string) (string, bool) {
+	if cm.Annotations[AnnotationOrphaned] == "true" {
+		return "", false // its network let it go
+	}
+	for _, keys := range [][2]string{
+		{envelope.LabelNetwork, envelope.LabelGateway},
+		{envelope.LegacyPrefix + "network", envelope.LegacyPrefix + "gateway"},
+	} {
+		n, g := cm.Labels[keys[0]], cm.Labels[keys[1]]
+		if n != "" && g != "" && (n != network || g != gateway) {
+			return fmt.Sprintf("network %s gateway %s", n, g), true
+		}
+	}
+	return "", false
+}
+
+// adoptable reports whether a ConfigMap the agent does not manage is one
+// the Grid operator wrote: the agent takes those over when it replaces
+// that operator, and never one made by anybody else.
+func adoptable(cm *corev1.ConfigMap) bool {
+	if cm.Labels[envelope.LabelManagedBy] == envelope.LegacyProducer {
+		return true
+	}
+	for k := range cm.Labels {
+		if strings.HasPrefix(k, envelope.LegacyPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// dropLegacyMetadata removes the Grid operator's older labels and
+// annotations from an adopted ConfigMap: another field manager owns
+// them, so the apply alone would leave them.
+func (r *networkReconciler) dropLegacyMetadata(ctx context.Context, cm *corev1.ConfigMap) error {
+	patch := map[string]map[string]map[string]any{"metadata": {"labels": {}, "annotations": {}}}
+	for k := range cm.Labels {
+		if strings.HasPrefix(k, envelope.LegacyPrefix) {
+			patch["metadata"]["labels"][k] = nil
+		}
+	}
+	for k := range cm.Annotations {
+		if strings.HasPrefix(k, envelope.LegacyPrefix) {
+			patch["metadata"]["annotations"][k] = nil
+		}
+	}
+	if len(patch["metadata"]["labels"])+len(patch["metadata"]["annotations"]) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm.Name, Namespace: cm.Namespace}}
+	if err := r.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, body), client.FieldOwner(r.opts.Producer)); err != nil {
+		return fmt.Errorf("remove the Grid operator's labels from ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	return nil
+}
+
+// hasAll reports whether every entry of want is in got.
+func hasAll(got, want map[string]string) bool {
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// keepRenderedAt keeps the time a revision was first rendered: the same
+// routing state rendered again is not news. renderedAt is used when the
+// previous status does not know the revision.
+func keepRenderedAt(prev v1alpha1.GatewayOverlayStatus, revision string, renderedAt metav1.Time) *metav1.Time {
+	if prev.RenderedRevision == revision && prev.RenderedAt != nil {
+		return prev.RenderedAt
+	}
+	t := metav1.NewTime(renderedAt.Truncate(time.Second))
+	return &t
+}
+
+// AnnotationOrphaned marks an overlay ConfigMap whose gateway left its
+// network, or whose network was deleted: it holds an authoritative empty
+// overlay, so that its gateway routes nowhere, and another network may
+// claim its name.
+const AnnotationOrphaned = "grid.praxis.fast/orphaned"
+
+// withdraw ends the overlay of a gateway that left network: by default an
+// authoritative empty overlay (the sidecar accepts it and the gateway's
+// routes are withdrawn) marked orphaned; with DeleteOrphanedOverlays the
+// ConfigMap is deleted (which the sidecar treats as an outage, keeping the
+// last routes). Only a ConfigMap this agent manages for that network and
+// gateway is touched.
+func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, namespace string) error {
+	key := types.NamespacedName{Namespace: namespace, Name: envelope.ConfigMapName(network, gateway)}
+	var cm corev1.ConfigMap
+	switch err := r.api.Get(ctx, key, &cm); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get ConfigMap %s: %w", key, err)
+	}
+	if cm.Labels[envelope.LabelManagedBy] != r.opts.Producer || cm.Labels[envelope.LabelNetwork] != network || cm.Labels[envelope.LabelGateway] != gateway {
+		return nil // not this gateway's: another network holds the name now
+	}
+	if r.opts.DeleteOrphanedOverlays {
+		err := r.client.Delete(ctx, &cm, client.Preconditions{UID: &cm.UID})
+		if err != nil && !apierrors.IsNotFound(err) {
+			r.metrics.publishes.WithLabelValues(publishFailed).Inc()
+			return fmt.Errorf("delete ConfigMap %s: %w", key, err)
+		}
+		r.metrics.publishes.WithLabelValues(publishDeleted).Inc()
+		r.opts.Logger.Info("overlay_deleted", "network", network, "gateway", gateway, "namespace", namespace, "config_map", key.Name)
+		return nil
+	}
+	// The scope the gateway's sidecar expects is the stored envelope's.
+	stored, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{})
+	scope := stored.Scope
+	if err != nil {
+		scope = envelope.Scope{Network: network, Gateway: gateway, Namespace: namespace, LocalSite: network}
+	}
+	if err == nil && stored.CandidateCount == 0 && cm.Annotations[AnnotationOrphaned] == "true" {
+		return nil // withdrawn already
+	}
+	empty := envelope.Overlay{Network: scope.Network, LocalSite: scope.LocalSite, Candidates: []envelope.Candidate{}}
+	doc, revision, err := envelope.Build(empty, scope, envelope.Provenance{
+		Producer: r.opts.Producer, ProducerVersion: r.opts.ProducerVersion, SourceName: network, RenderedAt: r.opts.Now(),
+	})
+	if err != nil {
+		return err
+	}
+	bare, err := envelope.BareOverlay(empty)
+	if err != nil {
+		return err
+	}
+	labels, annotations := r.overlayMetadata(network, gateway, revision)
+	annotations[AnnotationOrphaned] = "true"
+	apply := corev1ac.ConfigMap(key.Name, namespace).WithLabels(labels).WithAnnotations(annotations).
+		WithData(map[string]string{envelope.DataKeyEnvelope: string(doc), envelope.DataKeyBare: string(bare)})
+	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+		r.metrics.publishes.WithLabelValues(publishFailed).Inc()
+		return fmt.Errorf("withdraw ConfigMap %s: %w", key, err)
+	}
+	r.metrics.publishes.WithLabelValues(publishApplied).Inc()
+	r.opts.Logger.Info("overlay_withdrawn", "network", network, "gateway", gateway, "namespace", namespace, "config_map", key.Name, "revision", revision)
+	return nil
+}

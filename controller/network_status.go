@@ -1,0 +1,228 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/render"
+)
+
+// writeStatus writes the network's status when it differs.
+func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
+	praxis []v1alpha1.PraxisConfigStatus, swim membershipOutcome, identity identityOutcome,
+) error {
+	next := network.Status.DeepCopy()
+	next.ObservedGeneration = network.Generation
+	next.OverlayStatus = overlays
+	next.PraxisConfigStatus = praxis
+	next.GatewayCount = int32(len(overlays))
+	next.DistributedCount = 0
+	next.Delivered = deliveredSummary(overlays)
+	var failing []string
+	for _, o := range overlays {
+		if o.Phase == v1alpha1.OverlayDistributed {
+			next.DistributedCount++
+		} else {
+			failing = append(failing, o.Namespace+"/"+o.GatewayName+": "+o.Reason)
+		}
+	}
+	overlaysFailing := len(failing)
+	for _, p := range praxis {
+		if p.Phase != praxisRendered {
+			failing = append(failing, p.Namespace+"/"+p.GatewayName+" praxisConfig: "+p.Reason)
+		}
+	}
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllOverlaysDistributed",
+		Message: fmt.Sprintf("%d of %d gateway overlays distributed", next.DistributedCount, next.GatewayCount), ObservedGeneration: network.Generation}
+	switch {
+	case overlaysFailing > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, "OverlaysNotDistributed"
+		ready.Message += "; " + joinLimited(failing, 5)
+	case len(failing) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonPraxisConfigsNotRendered
+		ready.Message += "; " + joinLimited(failing, 5)
+	}
+	// A field this release does not act on is said, never silently
+	// ignored: the network is not what it asks for.
+	if unsupported := unsupportedFields(network); len(unsupported) > 0 {
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonFieldNotSupported
+		ready.Message = "not supported by this release, so not in effect: " + strings.Join(unsupported, ", ") + "; " + ready.Message
+	}
+	// Membership that keeps the network from what it asks for is said in
+	// Ready too: a key that does not load stops the reconcile, and seeds
+	// without SWIM do nothing.
+	switch {
+	case swim.keyFailed:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.condition.reason, swim.condition.message
+	case swim.condition.reason == ReasonSwimNotRunning && !swim.condition.ok:
+		if ready.Reason != ReasonFieldNotSupported {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonSwimNotRunning, swim.condition.message+"; "+ready.Message
+		} else {
+			ready.Message += "; " + swim.condition.message
+		}
+	}
+	// A site identity that is configured and not in effect is said in
+	// Ready: nothing it secures (probes of other sites) works.
+	if !identity.condition.ok && ready.Status == metav1.ConditionTrue {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, identity.condition.reason, identity.condition.message+"; "+ready.Message
+	}
+	identityCond := metav1.Condition{Type: ConditionSiteIdentity, Status: metav1.ConditionTrue, Reason: identity.condition.reason,
+		Message: identity.condition.message, ObservedGeneration: network.Generation}
+	if !identity.condition.ok {
+		identityCond.Status = metav1.ConditionFalse
+	}
+	meta.SetStatusCondition(&next.Conditions, identityCond)
+	next.Phase, next.ConnectedSites, next.RemoteProviderCount = networkPhase(swim)
+	membershipCond := metav1.Condition{Type: ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.condition.reason,
+		Message: swim.condition.message, ObservedGeneration: network.Generation}
+	if !swim.condition.ok {
+		membershipCond.Status = metav1.ConditionFalse
+	}
+	meta.SetStatusCondition(&next.Conditions, membershipCond)
+	before := meta.FindStatusCondition(network.Status.Conditions, "Ready")
+	changed := before == nil || before.Status != ready.Status || before.Reason != ready.Reason
+	meta.SetStatusCondition(&next.Conditions, ready)
+	if equality.Semantic.DeepEqual(&network.Status, next) {
+		return nil
+	}
+	orig := network.DeepCopy()
+	network.Status = *next
+	if err := r.client.Status().Patch(ctx, network, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("patch status of GridNetwork %s: %w", network.Name, err)
+	}
+	if changed {
+		eventType := corev1.EventTypeNormal
+		if ready.Status != metav1.ConditionTrue {
+			eventType = corev1.EventTypeWarning
+		}
+		r.events.record(ctx, network, "GridNetwork", eventType, ready.Reason, ready.Message)
+	}
+	r.metrics.statusWrites.WithLabelValues("GridNetwork").Inc()
+	return nil
+}
+
+// networkPhase is the network's membership phase and counts: Pending
+// without SWIM, Initializing until a remote site is known (or while
+// SWIM holds for a key), Active with at least one alive, Degraded when
+// all known are suspect or dead.
+func networkPhase(swim membershipOutcome) (v1alpha1.NetworkPhase, int32, int32) {
+	v := swim.view
+	if !v.Enabled {
+		return v1alpha1.NetworkPending, 0, 0
+	}
+	connected, remote := int32(v.Connected()), int32(len(v.Providers))
+	switch {
+	case !v.Running || len(v.Sites) == 0:
+		return v1alpha1.NetworkInitializing, connected, remote
+	case connected > 0:
+		return v1alpha1.NetworkActive, connected, remote
+	default:
+		return v1alpha1.NetworkDegraded, connected, remote
+	}
+}
+
+// ReasonFieldNotSupported is the Ready condition's reason while a network
+// sets fields this release does not act on.
+const ReasonFieldNotSupported = "FieldNotSupported"
+
+// AutoDiscoverSitesLabel asks for GridSites of discovered sites.
+const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
+
+// unsupportedFields lists the paths of the fields a network sets that
+// this release does not act on yet (the embedded gateway's provider-hop
+// endpoints, delegated mount reconciliation).
+func unsupportedFields(n *v1alpha1.GridNetwork) []string {
+	var out []string
+	for _, g := range n.Spec.ConsumerGateways {
+		at := fmt.Sprintf("spec.consumerGateways[%s/%s]", g.Namespace, g.Name)
+		if len(g.ProviderHopEndpoints) > 0 {
+			out = append(out, at+".providerHopEndpoints")
+		}
+		if pc := g.PraxisConfig; pc != nil && pc.MountReconciliation != nil && mountReconciliationEnabled(pc.MountReconciliation.Raw) {
+			out = append(out, at+".praxisConfig.mountReconciliation.enabled")
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ReasonPraxisConfigsNotRendered is the Ready condition's reason while
+// every overlay is distributed and a gateway's generated Praxis config
+// fails.
+const ReasonPraxisConfigsNotRendered = "PraxisConfigsNotRendered"
+
+// mountReconciliationEnabled reads praxisConfig.mountReconciliation's
+// enabled switch (the object is kept as written: delegated mounts are not
+// in this release).
+func mountReconciliationEnabled(raw []byte) bool {
+	var m struct {
+		Enabled bool `json:"enabled"`
+	}
+	return json.Unmarshal(raw, &m) == nil && m.Enabled
+}
+
+// joinLimited joins at most n items and says how many more there are, so
+// a condition message stays short.
+func joinLimited(items []string, n int) string {
+	out := ""
+	for i, s := range items {
+		if i == n {
+			return out + fmt.Sprintf(" and %d more", len(items)-n)
+		}
+		if i > 0 {
+			out += ", "
+		}
+		out += s
+	}
+	return out
+}
+
+// summariseDeliveries tells the delivery tracker the network's gateways
+// and puts what their pods report in each overlay status.
+func (r *networkReconciler) summariseDeliveries(network string, gws []render.Gateway, statuses []v1alpha1.GatewayOverlayStatus) {
+	d := r.opts.Deliveries
+	if d == nil {
+		return
+	}
+	keys := make([]types.NamespacedName, 0, len(gws))
+	for _, gw := range gws {
+		keys = append(keys, types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name})
+	}
+	d.SetGateways(network, keys)
+	for i := range statuses {
+		st := &statuses[i]
+		var renderedAt time.Time
+		if st.RenderedAt != nil {
+			renderedAt = st.RenderedAt.Time
+		}
+		st.Delivery = d.Summary(st.Namespace, st.GatewayName, st.RenderedRevision, renderedAt)
+	}
+}
+
+// deliveredSummary is "on revision/reporting" over every gateway, empty
+// while no pod reports.
+func deliveredSummary(overlays []v1alpha1.GatewayOverlayStatus) string {
+	var on, reporting int32
+	for _, o := range overlays {
+		if o.Delivery != nil {
+			on += o.Delivery.PodsOnRevision
+			reporting += o.Delivery.ReportingPods
+		}
+	}
+	if reporting == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d", on, reporting)
+}
