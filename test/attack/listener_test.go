@@ -29,6 +29,7 @@ import (
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/test/testproc"
 )
@@ -115,7 +116,7 @@ func startSignalsAgent(t *testing.T, wrap []string, extra ...string) *signalsAge
 }
 
 func (s *signalsAgent) rss() float64 {
-	v, _ := testproc.RSSMiB(s.agentPID())
+	v, _ := measure.RSSMiB(s.agentPID())
 	return v
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpod"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -47,7 +48,7 @@ func startSidecar(t *testing.T, extra ...string) *sidecar {
 }
 
 func (s *sidecar) rss() float64 {
-	v, _ := testproc.RSSMiB(s.Cmd.Process.Pid)
+	v, _ := measure.RSSMiB(s.Cmd.Process.Pid)
 	return v
 }
 

@@ -26,6 +26,7 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testproc"
 )
@@ -120,7 +121,7 @@ func (a *swimAgent) metric(series string) float64 {
 }
 
 func (a *swimAgent) rss() float64 {
-	v, _ := testproc.RSSMiB(a.Cmd.Process.Pid)
+	v, _ := measure.RSSMiB(a.Cmd.Process.Pid)
 	return v
 }
 

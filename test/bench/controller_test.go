@@ -8,7 +8,6 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +24,7 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/measure"
 )
 
 // The controller case: 1,000 providers with 4 models each, in 10
@@ -73,9 +73,9 @@ func benchController(b *testing.B) {
 	// One provider gains a model: the 2 gateways it is admitted to change.
 	start = time.Now()
 	var p v1alpha1.InferenceProvider
-	must(b, f.admin.Get(ctx, client.ObjectKeyFromObject(f.changed), &p))
+	measure.Must(b, f.admin.Get(ctx, client.ObjectKeyFromObject(f.changed), &p))
 	p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "model-new"})
-	must(b, f.admin.Update(ctx, &p))
+	measure.Must(b, f.admin.Update(ctx, &p))
 	converged = waitOverlays(b, f.writes, sitesAdmitted, func(r envelope.Result) bool { return r.CandidateCount == candidatesPerGateway+1 }).Sub(start)
 	waitQuiet(b, reconciles, start)
 	changeWrites := f.writes.take()
@@ -116,9 +116,9 @@ func benchPraxisConfig(b *testing.B) {
 
 	start = time.Now()
 	var p v1alpha1.InferenceProvider
-	must(b, f.admin.Get(ctx, client.ObjectKeyFromObject(f.changed), &p))
+	measure.Must(b, f.admin.Get(ctx, client.ObjectKeyFromObject(f.changed), &p))
 	p.Spec.Endpoint = "https://moved.example:8443"
-	must(b, f.admin.Update(ctx, &p))
+	measure.Must(b, f.admin.Update(ctx, &p))
 	converged = waitConfigs(b, f.writes, sitesAdmitted, func(doc string) bool { return strings.Contains(doc, "moved.example:8443") }).Sub(start)
 	waitQuiet(b, log, start)
 	log.take()
@@ -131,7 +131,7 @@ func benchPraxisConfig(b *testing.B) {
 
 func praxisLine(providers, gateways int, what string, durations []float64, writes int, converged time.Duration) string {
 	return fmt.Sprintf("praxisconfig providers=%d gateways=%d render_p99_ms=%.2f writes=%d case=%s renders=%d render_p50_ms=%.2f converged_ms=%d",
-		providers, gateways, percentile(durations, 99), writes, what, len(durations), percentile(durations, 50), converged.Milliseconds())
+		providers, gateways, measure.Percentile(durations, 99), writes, what, len(durations), measure.Percentile(durations, 50), converged.Milliseconds())
 }
 
 // fleet is the controller case's Grid objects, created before the agent
@@ -150,15 +150,15 @@ func newFleet(ctx context.Context, b *testing.B, praxis bool) *fleet {
 	n := caseSeq.Add(1)
 	f := &fleet{agentNS: fmt.Sprintf("bench-agent-%d", n), gwNS: fmt.Sprintf("bench-gw-%d", n), credNS: fmt.Sprintf("bench-cred-%d", n)}
 	for _, ns := range []string{f.agentNS, f.gwNS, f.credNS} {
-		must(b, cp.EnsureNamespace(ctx, ns))
+		measure.Must(b, cp.EnsureNamespace(ctx, ns))
 	}
-	must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
+	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
 	scheme, err := controller.Scheme()
-	must(b, err)
+	measure.Must(b, err)
 	f.admin, err = client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})
-	must(b, err)
+	measure.Must(b, err)
 	for i := range 10 {
-		must(b, f.admin.Create(ctx, &corev1.Secret{
+		measure.Must(b, f.admin.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("token-%d", i), Namespace: f.credNS},
 			Data:       map[string][]byte{"token": []byte(fmt.Sprintf("bench-token-%d", i))},
 		}))
@@ -188,7 +188,7 @@ func newFleet(ctx context.Context, b *testing.B, praxis bool) *fleet {
 			}
 			network.Spec.ConsumerGateways = append(network.Spec.ConsumerGateways, gw)
 		}
-		must(b, f.admin.Create(ctx, network))
+		measure.Must(b, f.admin.Create(ctx, network))
 		for p := range providersPerNetwork {
 			provider := &v1alpha1.InferenceProvider{
 				ObjectMeta: metav1.ObjectMeta{Name: name(p)},
@@ -212,7 +212,7 @@ func newFleet(ctx context.Context, b *testing.B, praxis bool) *fleet {
 					Name: fmt.Sprintf("token-%d", p%10), Namespace: f.credNS, Key: "token",
 				}}
 			}
-			must(b, f.admin.Create(ctx, provider))
+			measure.Must(b, f.admin.Create(ctx, provider))
 			if f.changed == nil {
 				f.changed = provider
 			}
@@ -228,25 +228,16 @@ func ptr[T any](v T) *T { return &v }
 // runAgent starts the agent binary with the chart's RBAC for the fleet.
 func (f *fleet) runAgent(b *testing.B) *reconcileLog {
 	saConfig, err := cp.AgentConfig(context.Background(), f.agentNS, []string{f.gwNS, f.credNS})
-	must(b, err)
+	measure.Must(b, err)
 	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
-	must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
+	measure.Must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
 	return runAgent(b, "--kubeconfig", kubeconfig, "--namespaces", f.gwNS+","+f.credNS,
 		"--leader-election-namespace", f.agentNS, "--health-addr", freeAddr(b), "--log-level", "debug")
 }
 
 func controllerLine(providers, gateways int, what string, durations []float64, writes int, converged time.Duration) string {
 	return fmt.Sprintf("publish providers=%d gateways=%d reconcile_p50_ms=%.2f reconcile_p99_ms=%.2f writes=%d case=%s reconciles=%d converged_ms=%d",
-		providers, gateways, percentile(durations, 50), percentile(durations, 99), writes, what, len(durations), converged.Milliseconds())
-}
-
-func percentile(values []float64, p float64) float64 {
-	if len(values) == 0 {
-		return 0
-	}
-	sorted := slices.Clone(values)
-	slices.Sort(sorted)
-	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p/100))]
+		providers, gateways, measure.Percentile(durations, 50), measure.Percentile(durations, 99), writes, what, len(durations), converged.Milliseconds())
 }
 
 // overlays follows the ConfigMaps of a namespace through a watch: it
@@ -318,7 +309,7 @@ func (o *overlays) matching(accept func(envelope.Result) bool) (int, time.Time) 
 
 func watchOverlays(ctx context.Context, b *testing.B, admin client.WithWatch, ns string) *overlays {
 	w, err := admin.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
-	must(b, err)
+	measure.Must(b, err)
 	o := &overlays{results: map[string]envelope.Result{}, at: map[string]time.Time{}, configs: map[string]string{}}
 	go func() {
 		defer w.Stop()
@@ -408,8 +399,8 @@ func (r *reconcileLog) read(stderr io.Reader) {
 func runAgent(b *testing.B, args ...string) *reconcileLog {
 	cmd := exec.Command(agent, args...) //nolint:noctx // stopped with SIGTERM below
 	stderr, err := cmd.StderrPipe()
-	must(b, err)
-	must(b, cmd.Start())
+	measure.Must(b, err)
+	measure.Must(b, cmd.Start())
 	log := &reconcileLog{}
 	done := make(chan struct{})
 	go func() { log.read(stderr); close(done) }()

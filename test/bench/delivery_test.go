@@ -1,19 +1,14 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,6 +23,7 @@ import (
 
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/measure"
 )
 
 const (
@@ -93,15 +89,7 @@ type result struct {
 	reads, invalid     int64
 }
 
-func (r result) percentile(p float64) float64 {
-	s := slices.Clone(r.latencies)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	i := int(float64(len(s))*p/100+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
+func (r result) percentile(p float64) float64 { return measure.Percentile(r.latencies, p) }
 
 func (r result) line() string {
 	return fmt.Sprintf("delivery size=%d medium=%s updates=%d p50_ms=%.2f p95_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_mib=%.1f cpu_ms_per_update=%.3f",
@@ -115,14 +103,14 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 	scope := envelope.Scope{Network: "bench-net", Gateway: "bench-gateway", Namespace: ns, LocalSite: "east-edge"}
 	configMap := envelope.ConfigMapName(scope.Network, scope.Gateway)
 	saConfig, err := cp.ConfigMapReaderConfig(ctx, ns, "gateway", configMap)
-	must(b, err)
+	measure.Must(b, err)
 	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
-	must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
+	measure.Must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
 
 	dir := b.TempDir() // the local disk
 	if medium == "tmpfs" {
 		dir, err = os.MkdirTemp("/dev/shm", "gridsync-bench-")
-		must(b, err)
+		measure.Must(b, err)
 		defer func() { _ = os.RemoveAll(dir) }()
 	}
 	output := filepath.Join(dir, "routing-overlay.json")
@@ -136,7 +124,7 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 	admin := cp.AdminClient()
 	cms := admin.CoreV1().ConfigMaps(ns)
 	_, err = cms.Create(ctx, configMapWith(configMap, docs[0]), metav1.CreateOptions{})
-	must(b, err)
+	measure.Must(b, err)
 
 	consumer := watchOutput(b, dir, filepath.Base(output))
 	defer consumer.close()
@@ -148,7 +136,7 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 		"--health-addr", health, "--log-level", "warn")
 	proc.Stderr = os.Stderr
 	proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(b, proc.Start())
+	measure.Must(b, proc.Start())
 	defer func() {
 		_ = proc.Process.Signal(syscall.SIGTERM)
 		_ = proc.Wait()
@@ -192,7 +180,7 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 
 	update := func(i int) time.Time {
 		_, err := cms.Update(ctx, configMapWith(configMap, docs[i]), metav1.UpdateOptions{})
-		must(b, err)
+		measure.Must(b, err)
 		return time.Now()
 	}
 	for i := 1; i <= warmupUpdates; i++ {
@@ -202,12 +190,12 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 	}
 
 	// Idle: the watch is open and nothing changes.
-	idleBefore := cpuTime(b, proc.Process.Pid)
+	idleBefore := measure.MustCPU(b, proc.Process.Pid)
 	time.Sleep(idleWindow)
 	res := result{size: len(docs[len(docs)-1]), medium: medium}
-	res.idleCPUMsPerSecond = float64((cpuTime(b, proc.Process.Pid) - idleBefore).Microseconds()) / 1000 / idleWindow.Seconds()
+	res.idleCPUMsPerSecond = float64((measure.MustCPU(b, proc.Process.Pid) - idleBefore).Microseconds()) / 1000 / idleWindow.Seconds()
 
-	cpuBefore := cpuTime(b, proc.Process.Pid)
+	cpuBefore := measure.MustCPU(b, proc.Process.Pid)
 	tick := time.NewTicker(updateEvery)
 	defer tick.Stop()
 	sent := make([]time.Time, len(docs))
@@ -217,8 +205,8 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 	}
 	// Wait for the last one, then collect.
 	consumer.waitFor(b, revisions[len(docs)-1], 10*time.Second)
-	cpuAfter := cpuTime(b, proc.Process.Pid)
-	res.rssMiB = rssMiB(b, proc.Process.Pid)
+	cpuAfter := measure.MustCPU(b, proc.Process.Pid)
+	res.rssMiB = measure.MustRSSMiB(b, proc.Process.Pid)
 	for i := warmupUpdates + 1; i < len(docs); i++ {
 		at, ok := consumer.seen(revisions[i])
 		if !ok {
@@ -250,7 +238,7 @@ func sized(b *testing.B, scope envelope.Scope, i, size int) ([]byte, string) {
 			})
 		}
 		doc, revision, err := envelope.Build(overlay, scope, envelope.Provenance{Producer: "bench", RenderedAt: time.Now()})
-		must(b, err)
+		measure.Must(b, err)
 		return doc, revision
 	}
 	one, _ := build(1)
@@ -282,8 +270,8 @@ type consumer struct {
 
 func watchOutput(b *testing.B, dir, name string) *consumer {
 	w, err := fsnotify.NewWatcher()
-	must(b, err)
-	must(b, w.Add(dir))
+	measure.Must(b, err)
+	measure.Must(b, w.Add(dir))
 	c := &consumer{watcher: w, at: map[string]time.Time{}, arrived: make(chan struct{}, 1), done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -365,58 +353,9 @@ func (c *consumer) close() {
 	<-c.done
 }
 
-// cpuTime is the CPU time of the process's threads in nanoseconds, from
-// the scheduler's accounting in /proc/<pid>/task/*/schedstat. The utime
-// and stime of /proc/<pid>/stat count clock ticks of 10 ms, too coarse for
-// 200 updates of about a millisecond each. A thread that has exited is no
-// longer counted; the Go runtime keeps its threads.
-func cpuTime(b *testing.B, pid int) time.Duration {
-	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	must(b, err)
-	var total time.Duration
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // the thread exited while the folder was read
-		}
-		must(b, err)
-		fields := strings.Fields(string(data))
-		if len(fields) == 0 {
-			b.Fatalf("%s: empty", file)
-		}
-		ns, err := strconv.ParseInt(fields[0], 10, 64)
-		must(b, err)
-		total += time.Duration(ns)
-	}
-	return total
-}
-
-func rssMiB(b *testing.B, pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	must(b, err)
-	defer func() { _ = f.Close() }()
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		if rest, ok := strings.CutPrefix(scanner.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			must(b, err)
-			return kb / 1024
-		}
-	}
-	b.Fatal("no VmRSS")
-	return 0
-}
-
 func freeAddr(b *testing.B) string {
 	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	must(b, err)
+	measure.Must(b, err)
 	defer func() { _ = l.Close() }()
 	return l.Addr().String()
-}
-
-func must(b *testing.B, err error) {
-	b.Helper()
-	if err != nil {
-		b.Fatal(err)
-	}
 }

@@ -6,9 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,27 +13,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/test/measure"
 )
 
 // chartMemoryLimit is the sidecar's memory limit in the praxis-gateway
 // chart (overlay.sidecar.resources.limits.memory: 32Mi).
 const chartMemoryLimit = 32 << 20
-
-// peakRSS reads a process's high-water mark of resident memory.
-func peakRSS(t *testing.T, pid int) int64 {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			require.NoError(t, err)
-			return kib << 10
-		}
-	}
-	t.Fatal("no VmHWM in /proc status")
-	return 0
-}
 
 // concurrentGets sends n GET requests at once, each on its own
 // connection, and returns how many got an answer of each status.
@@ -83,9 +66,9 @@ func TestSidecarHealthPortStaysWithinTheChartsMemoryLimit(t *testing.T) {
 
 	for _, n := range []int{200, 1000} {
 		codes := concurrentGets(t, "http://"+addr+"/metrics", n)
-		t.Logf("%d concurrent /metrics: answers by status %v, peak RSS %.1f MiB", n, codes, float64(peakRSS(t, pid))/(1<<20))
+		t.Logf("%d concurrent /metrics: answers by status %v, peak RSS %.1f MiB", n, codes, measure.MustPeakRSSMiB(t, pid))
 		assert.Positive(t, codes[http.StatusOK], "scrapes are still served")
-		assert.Less(t, peakRSS(t, pid), int64(chartMemoryLimit), "%d concurrent /metrics", n)
+		assert.Less(t, measure.MustPeakRSSMiB(t, pid), float64(chartMemoryLimit>>20), "%d concurrent /metrics", n)
 	}
 
 	var idle []net.Conn
@@ -97,9 +80,9 @@ func TestSidecarHealthPortStaysWithinTheChartsMemoryLimit(t *testing.T) {
 		idle = append(idle, c)
 	}
 	time.Sleep(time.Second)
-	t.Logf("%d idle connections: peak RSS %.1f MiB", len(idle), float64(peakRSS(t, pid))/(1<<20))
+	t.Logf("%d idle connections: peak RSS %.1f MiB", len(idle), measure.MustPeakRSSMiB(t, pid))
 	assert.GreaterOrEqual(t, len(idle), 1000)
-	assert.Less(t, peakRSS(t, pid), int64(chartMemoryLimit), "idle connections")
+	assert.Less(t, measure.MustPeakRSSMiB(t, pid), float64(chartMemoryLimit>>20), "idle connections")
 	for _, c := range idle {
 		_ = c.Close()
 	}

@@ -35,8 +35,8 @@ import (
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testfs"
-	"github.com/gridsync/gridsync/test/testproc"
 )
 
 var cp *controlplane.ControlPlane
@@ -100,19 +100,19 @@ func benchFleet(b *testing.B) {
 // and its own connection: client-go shares one transport between configs
 // that differ only in their token, which would make a thousand pods one.
 func podConfigs(ctx context.Context, b *testing.B) []*rest.Config {
-	must(b, cp.EnsureNamespace(ctx, namespace))
+	measure.Must(b, cp.EnsureNamespace(ctx, namespace))
 	admin := adminClient(b)
 	_, err := admin.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "overlay-reader"},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}},
 	}, metav1.CreateOptions{})
-	must(b, err)
+	measure.Must(b, err)
 	_, err = admin.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "overlay-reader"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "overlay-reader"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + namespace}},
 	}, metav1.CreateOptions{})
-	must(b, err)
+	measure.Must(b, err)
 	configs := make([]*rest.Config, maxPods)
 	var g errgroup.Group
 	g.SetLimit(16)
@@ -131,7 +131,7 @@ func podConfigs(ctx context.Context, b *testing.B) []*rest.Config {
 			return nil
 		})
 	}
-	must(b, g.Wait())
+	measure.Must(b, g.Wait())
 	return configs
 }
 
@@ -139,7 +139,7 @@ func adminClient(b *testing.B) kubernetes.Interface {
 	cfg := cp.AdminConfig()
 	cfg.QPS, cfg.Burst = -1, -1
 	c, err := kubernetes.NewForConfig(cfg)
-	must(b, err)
+	measure.Must(b, err)
 	return c
 }
 
@@ -158,7 +158,7 @@ type fleet struct {
 }
 
 func startFleet(ctx context.Context, b *testing.B, configs []*rest.Config, prefix string, gateways, size int, dir string) *fleet {
-	must(b, os.MkdirAll(dir, 0o755))
+	measure.Must(b, os.MkdirAll(dir, 0o755))
 	f := &fleet{admin: adminClient(b), size: size, dir: dir}
 	for g := range gateways {
 		name := fmt.Sprintf("%s-gw-%02d", prefix, g)
@@ -167,7 +167,7 @@ func startFleet(ctx context.Context, b *testing.B, configs []*rest.Config, prefi
 		_, err := f.admin.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{envelope.DataKeyEnvelope: string(doc)},
 		}, metav1.CreateOptions{})
-		must(b, err)
+		measure.Must(b, err)
 	}
 	f.arrivals = watchArrivals(b, dir, len(configs))
 
@@ -181,7 +181,7 @@ func startFleet(ctx context.Context, b *testing.B, configs []*rest.Config, prefi
 			Output: filepath.Join(dir, podFile(i)),
 			Expect: scope(name),
 		})
-		must(b, err)
+		measure.Must(b, err)
 		f.syncers = append(f.syncers, s)
 		f.done.Add(1)
 		go func() {
@@ -263,7 +263,7 @@ func (f *fleet) update(ctx context.Context, b *testing.B) ([]string, []time.Time
 		_, err := f.admin.CoreV1().ConfigMaps(namespace).Update(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{envelope.DataKeyEnvelope: string(doc)},
 		}, metav1.UpdateOptions{})
-		must(b, err)
+		measure.Must(b, err)
 		revisions[g], answered[g] = rev, time.Now()
 	}
 	return revisions, answered
@@ -303,32 +303,32 @@ func (f *fleet) delivered(b *testing.B, revisions []string, answered []time.Time
 func (f *fleet) measure(ctx context.Context, b *testing.B, rounds int) string {
 	pid := cp.APIServerPID()
 	time.Sleep(5 * time.Second) // the fleet's start (its lists and watches) settles
-	idleFrom := cpuMS(b, pid)
+	idleFrom := measure.MustCPUMillis(b, pid)
 	time.Sleep(10 * time.Second)
-	idle := (cpuMS(b, pid) - idleFrom) / 10
+	idle := (measure.MustCPUMillis(b, pid) - idleFrom) / 10
 
 	var lastPod, cpu []float64
 	for range rounds {
 		time.Sleep(time.Second) // the previous round's writes settle
-		start, from := time.Now(), cpuMS(b, pid)
+		start, from := time.Now(), measure.MustCPUMillis(b, pid)
 		revisions, answered := f.update(ctx, b)
 		lastPod = append(lastPod, f.delivered(b, revisions, answered, start)...)
-		cpu = append(cpu, (cpuMS(b, pid)-from)/float64(len(f.names)))
+		cpu = append(cpu, (measure.MustCPUMillis(b, pid)-from)/float64(len(f.names)))
 	}
 	// The first round is the first large event on every connection; it
 	// is also printed alone, beside the steady rounds' median.
 	return fmt.Sprintf("fleet pods=%d gateways=%d size=%d last_pod_p50_ms=%.0f last_pod_p99_ms=%.0f apiserver_cpu_ms_per_update=%.0f apiserver_rss_mib=%.0f idle_apiserver_cpu_ms_per_s=%.1f syncer_heap_kib_per_pod=%.0f rounds=%d first_round_last_pod_ms=%.0f first_round_apiserver_cpu_ms_per_update=%.0f steady_apiserver_cpu_ms_per_update_p50=%.0f",
-		len(f.syncers), len(f.names), f.size, percentile(lastPod, 50), percentile(lastPod, 99),
-		mean(cpu), rssMiB(b, pid), idle, f.heapKiB,
-		rounds, slices.Max(lastPod[:len(f.names)]), cpu[0], percentile(cpu[1:], 50))
+		len(f.syncers), len(f.names), f.size, measure.Percentile(lastPod, 50), measure.Percentile(lastPod, 99),
+		measure.Mean(cpu), measure.MustRSSMiB(b, pid), idle, f.heapKiB,
+		rounds, slices.Max(lastPod[:len(f.names)]), cpu[0], measure.Percentile(cpu[1:], 50))
 }
 
 // storm restarts kube-apiserver under the fleet, writes a new revision as
 // soon as it answers, and waits until every pod holds it.
 func (f *fleet) storm(ctx context.Context, b *testing.B) string {
-	must(b, cp.StopAPIServer())
+	measure.Must(b, cp.StopAPIServer())
 	time.Sleep(2 * time.Second) // every watch has failed and is backing off
-	must(b, cp.StartAPIServer(ctx))
+	measure.Must(b, cp.StartAPIServer(ctx))
 	ready := time.Now()
 	baseline := metric(ctx, b, f.admin)
 	var peak atomic.Int64
@@ -364,7 +364,7 @@ type apiserverMetrics struct {
 
 func metric(ctx context.Context, b *testing.B, admin kubernetes.Interface) apiserverMetrics {
 	raw, err := admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	must(b, err)
+	measure.Must(b, err)
 	var m apiserverMetrics
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -393,19 +393,6 @@ func metric(ctx context.Context, b *testing.B, admin kubernetes.Interface) apise
 	return m
 }
 
-// cpuMS is a process's CPU time (user and system) in milliseconds.
-func cpuMS(b *testing.B, pid int) float64 {
-	ms, err := testproc.CPUMillis(pid)
-	must(b, err)
-	return ms
-}
-
-func rssMiB(b *testing.B, pid int) float64 {
-	mib, err := testproc.RSSMiB(pid)
-	must(b, err)
-	return mib
-}
-
 func liveHeap() uint64 {
 	runtime.GC()
 	runtime.GC()
@@ -424,8 +411,8 @@ type arrivals struct {
 
 func watchArrivals(b *testing.B, dir string, pods int) *arrivals {
 	w, err := fsnotify.NewWatcher()
-	must(b, err)
-	must(b, w.Add(dir))
+	measure.Must(b, err)
+	measure.Must(b, w.Add(dir))
 	a := &arrivals{watcher: w, at: make([]atomic.Int64, pods), index: make(map[string]int, pods)}
 	for i := range pods {
 		a.index[podFile(i)] = i
@@ -454,27 +441,3 @@ func watchArrivals(b *testing.B, dir string, pods int) *arrivals {
 func (a *arrivals) last(i int) time.Time { return time.Unix(0, a.at[i].Load()) }
 
 func (a *arrivals) close() { _ = a.watcher.Close() }
-
-func mean(values []float64) float64 {
-	sum := 0.0
-	for _, v := range values {
-		sum += v
-	}
-	return sum / float64(len(values))
-}
-
-func percentile(values []float64, p float64) float64 {
-	if len(values) == 0 {
-		return 0
-	}
-	sorted := slices.Clone(values)
-	slices.Sort(sorted)
-	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p/100))]
-}
-
-func must(b *testing.B, err error) {
-	b.Helper()
-	if err != nil {
-		b.Fatal(err)
-	}
-}

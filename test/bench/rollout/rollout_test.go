@@ -59,6 +59,7 @@ import (
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -81,16 +82,9 @@ func TestMain(m *testing.M) {
 	os.Exit(controlplane.RunTests(m, &cp))
 }
 
-func must(b *testing.B, err error) {
-	b.Helper()
-	if err != nil {
-		b.Fatal(err)
-	}
-}
-
 func BenchmarkRollout(b *testing.B) {
 	for b.Loop() {
-		measure(b)
+		runBench(b)
 	}
 }
 
@@ -151,36 +145,36 @@ func (s *sidecar) close() error {
 	return err
 }
 
-func measure(b *testing.B) {
+func runBench(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	agentNS, gwNS := "rollout-agent", "rollout"
 	for _, ns := range []string{agentNS, gwNS} {
-		must(b, cp.EnsureNamespace(ctx, ns))
+		measure.Must(b, cp.EnsureNamespace(ctx, ns))
 	}
-	must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
+	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
 	scheme, err := controller.Scheme()
-	must(b, err)
+	measure.Must(b, err)
 	admin, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	must(b, err)
+	measure.Must(b, err)
 	agentCfg, err := cp.AgentConfig(ctx, agentNS, []string{gwNS})
-	must(b, err)
-	must(b, cp.Grant(ctx, agentNS, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview", "", rbac.TokenReviewRules()))
+	measure.Must(b, err)
+	measure.Must(b, cp.Grant(ctx, agentNS, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview", "", rbac.TokenReviewRules()))
 	dir := b.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	must(b, controlplane.WriteKubeconfig(agentCfg, kubeconfig))
+	measure.Must(b, controlplane.WriteKubeconfig(agentCfg, kubeconfig))
 
 	// This site's identity, as the chart mounts the site Secret.
 	caPEM, caKey, err := sitetrust.NewCA(time.Now(), time.Hour)
-	must(b, err)
+	measure.Must(b, err)
 	ca, err := sitetrust.ParseCA(caPEM, caKey)
-	must(b, err)
+	measure.Must(b, err)
 	chain, key, err := ca.Issue(site, time.Now(), time.Hour)
-	must(b, err)
+	measure.Must(b, err)
 	proj := testpki.NewProjection(b)
 	proj.Publish(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": caPEM})
 	gatewayLeaf, err := tls.X509KeyPair(chain, key)
-	must(b, err)
+	measure.Must(b, err)
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
 
@@ -188,14 +182,14 @@ func measure(b *testing.B) {
 	for g := range gateways {
 		gws = append(gws, v1alpha1.ConsumerGateway{Name: fmt.Sprintf("edge-%d", g), Namespace: gwNS, SiteName: site})
 	}
-	must(b, admin.Create(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: network}, Spec: v1alpha1.GridNetworkSpec{ConsumerGateways: gws}}))
+	measure.Must(b, admin.Create(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: network}, Spec: v1alpha1.GridNetworkSpec{ConsumerGateways: gws}}))
 	provider := &v1alpha1.InferenceProvider{ObjectMeta: metav1.ObjectMeta{Name: "llm"}, Spec: v1alpha1.InferenceProviderSpec{
 		GridNetworkRef: network, ProviderKind: "vllm", BackendKind: "openai_compatible", Endpoint: "https://llm.invalid",
 		Models: []v1alpha1.Model{{Name: "m1"}}}}
-	must(b, admin.Create(ctx, provider))
+	measure.Must(b, admin.Create(ctx, provider))
 
 	binDir, err := testbin.Dir(ctx, testbin.Agent)
-	must(b, err)
+	measure.Must(b, err)
 	signalsAddr := testproc.FreeAddr(b)
 	health := testproc.FreeAddr(b)
 	agent := testproc.Start(b, filepath.Join(binDir, "gridsync-agent"), nil,
@@ -213,7 +207,7 @@ func measure(b *testing.B) {
 	// rendered.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		var p v1alpha1.InferenceProvider
-		must(b, admin.Get(ctx, client.ObjectKeyFromObject(provider), &p))
+		measure.Must(b, admin.Get(ctx, client.ObjectKeyFromObject(provider), &p))
 		if p.Status.Phase == v1alpha1.ProviderAvailable {
 			break
 		}
@@ -235,7 +229,7 @@ func measure(b *testing.B) {
 			defer func() { <-sem; wg.Done() }()
 			name := fmt.Sprintf("edge-pod-%04d", i)
 			token, err := cp.PodToken(ctx, gwNS, name, name, "gridsync-agent")
-			must(b, err)
+			measure.Must(b, err)
 			sidecars[i] = &sidecar{pod: name, gateway: gws[i%gateways].Name, token: token, client: h3Client(roots, sourceAddr(i), nil)}
 		}()
 	}
@@ -324,25 +318,25 @@ func measure(b *testing.B) {
 	}
 
 	// The measured round: a new revision everywhere, all pods at once.
-	must(b, admin.Patch(ctx, provider, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"models":[{"name":"m1"},{"name":"m2"}]}}`))))
+	measure.Must(b, admin.Patch(ctx, provider, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"models":[{"name":"m1"},{"name":"m2"}]}}`))))
 	next := renderedRevisions(ctx, b, admin, rendered)
 	// The agent's CPU at rest with the 1,000 connections open, for scale.
-	idleFrom, err := testproc.CPUMillis(pid)
-	must(b, err)
+	idleFrom, err := measure.CPUMillis(pid)
+	measure.Must(b, err)
 	time.Sleep(3 * time.Second)
-	idleTo, err := testproc.CPUMillis(pid)
-	must(b, err)
+	idleTo, err := measure.CPUMillis(pid)
+	measure.Must(b, err)
 	cpuBefore := idleTo
 	udpBefore, err := udpDatagrams()
-	must(b, err)
+	measure.Must(b, err)
 	lastSent := sendAll(next)
 	udpAfter, err := udpDatagrams()
-	must(b, err)
+	measure.Must(b, err)
 	converged := waitDelivered(ctx, b, admin, next)
-	cpuAfter, err := testproc.CPUMillis(pid)
-	must(b, err)
-	rss, err := testproc.RSSMiB(pid)
-	must(b, err)
+	cpuAfter, err := measure.CPUMillis(pid)
+	measure.Must(b, err)
+	rss, err := measure.RSSMiB(pid)
+	measure.Must(b, err)
 	if len(reopened) > 0 {
 		fmt.Printf("rollout first round: streams ended and reopened: %v\n", reopened)
 	}
@@ -352,19 +346,19 @@ func measure(b *testing.B) {
 
 	// The same round over HTTPS (the reporter's fallback), for comparison.
 	for i, s := range sidecars {
-		must(b, s.close()) // the agent took the whole stream
+		measure.Must(b, s.close()) // the agent took the whole stream
 		s.client = httpsClient(roots, sourceAddr(i))
 	}
 	sendAll(next) // connections up, nothing changes
 	waitDelivered(ctx, b, admin, next)
-	must(b, admin.Patch(ctx, provider, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"models":[{"name":"m1"},{"name":"m2"},{"name":"m3"}]}}`))))
+	measure.Must(b, admin.Patch(ctx, provider, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"models":[{"name":"m1"},{"name":"m2"},{"name":"m3"}]}}`))))
 	third := renderedRevisions(ctx, b, admin, next)
-	cpuBefore, err = testproc.CPUMillis(pid)
-	must(b, err)
+	cpuBefore, err = measure.CPUMillis(pid)
+	measure.Must(b, err)
 	lastSent = sendAll(third)
 	converged = waitDelivered(ctx, b, admin, third)
-	cpuAfter, err = testproc.CPUMillis(pid)
-	must(b, err)
+	cpuAfter, err = measure.CPUMillis(pid)
+	measure.Must(b, err)
 	fmt.Printf("rollout-https pods=%d converged_ms=%.0f agent_cpu_ms_per_report=%.3f\n",
 		pods, float64(converged.Sub(lastSent).Microseconds())/1000, (cpuAfter-cpuBefore)/pods)
 
@@ -480,7 +474,7 @@ func renderedRevisions(ctx context.Context, b *testing.B, admin client.Client, b
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var n v1alpha1.GridNetwork
-		must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
+		measure.Must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
 		out := map[string]string{}
 		for _, s := range n.Status.OverlayStatus {
 			if s.RenderedRevision != "" && s.RenderedRevision != before[s.GatewayName] {
@@ -503,7 +497,7 @@ func renderedRevisions(ctx context.Context, b *testing.B, admin client.Client, b
 // revision.
 func delivered(ctx context.Context, b *testing.B, admin client.Client, revs map[string]string) bool {
 	var n v1alpha1.GridNetwork
-	must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
+	measure.Must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
 	done := n.Status.Delivered == fmt.Sprintf("%d/%d", pods, pods)
 	for _, s := range n.Status.OverlayStatus {
 		done = done && s.RenderedRevision == revs[s.GatewayName] && s.Delivery != nil && s.Delivery.PodsOnRevision == pods/gateways
@@ -528,7 +522,7 @@ func waitDelivered(ctx context.Context, b *testing.B, admin client.Client, revs 
 	var last string
 	for {
 		var n v1alpha1.GridNetwork
-		must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
+		measure.Must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
 		done := n.Status.Delivered == fmt.Sprintf("%d/%d", pods, pods)
 		for _, s := range n.Status.OverlayStatus {
 			done = done && s.RenderedRevision == revs[s.GatewayName] && s.Delivery != nil && s.Delivery.PodsOnRevision == pods/gateways

@@ -14,10 +14,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
-	"math"
 	mathrand "math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +29,7 @@ import (
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/gridsync/gridsync/controller/swimkeys"
+	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -51,13 +50,13 @@ func BenchmarkSWIM(b *testing.B) {
 	for _, n := range sizes() {
 		b.Run(fmt.Sprintf("sites=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				measure(b, n)
+				runBench(b, n)
 			}
 		})
 	}
 }
 
-func measure(b *testing.B, n int) {
+func runBench(b *testing.B, n int) {
 	key := make([]byte, swimkeys.Size)
 	if _, err := rand.Read(key); err != nil {
 		b.Fatal(err)
@@ -105,7 +104,7 @@ func measure(b *testing.B, n int) {
 			<-s.done
 		}
 	}()
-	waitFor(b, 30*time.Second, "every site running", func() bool {
+	measure.Until(b, 30*time.Second, 20*time.Millisecond, "every site running", func() bool {
 		for _, s := range members {
 			if !s.rt.Status().Running {
 				return false
@@ -128,7 +127,7 @@ func measure(b *testing.B, n int) {
 	// Checked once a second: the check itself reads every site's view,
 	// and all the sites share this process's two cores.
 	formed := time.Now()
-	waitForEvery(b, 10*time.Minute, time.Second, "every site sees every other with its records", func() bool {
+	measure.Until(b, 10*time.Minute, time.Second, "every site sees every other with its records", func() bool {
 		minConnected, minProviders := n, 2*n
 		for _, s := range members {
 			v := s.rt.View(network)
@@ -160,7 +159,7 @@ func measure(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 		var last time.Time
-		waitFor(b, 30*time.Second, fmt.Sprintf("change %d at every site (%s)", k, name), func() bool {
+		measure.Until(b, 30*time.Second, 20*time.Millisecond, fmt.Sprintf("change %d at every site (%s)", k, name), func() bool {
 			last = time.Time{}
 			for _, s := range members {
 				if s == origin {
@@ -208,7 +207,7 @@ func measure(b *testing.B, n int) {
 		victim.killAbruptly()
 		gone[victim] = true
 		var deadAt time.Duration
-		waitForEvery(b, 2*time.Minute, 100*time.Millisecond, victimName+" dead everywhere", func() bool {
+		measure.Until(b, 2*time.Minute, 100*time.Millisecond, victimName+" dead everywhere", func() bool {
 			for _, s := range members {
 				if gone[s] {
 					continue
@@ -224,8 +223,8 @@ func measure(b *testing.B, n int) {
 		deaths = append(deaths, float64(deadAt.Milliseconds()))
 	}
 
-	fmt.Printf("swim sites=%d converge_p50_ms=%.0f converge_p99_ms=%.0f dead_detect_ms=%.0f idle_bytes_per_site_per_s=%.0f rss_mib=%d\n",
-		n, percentile(converge, 50), percentile(converge, 99), percentile(deaths, 50), idleRate, rssMiB())
+	fmt.Printf("swim sites=%d converge_p50_ms=%.0f converge_p99_ms=%.0f dead_detect_ms=%.0f idle_bytes_per_site_per_s=%.0f rss_mib=%.0f\n",
+		n, measure.Percentile(converge, 50), measure.Percentile(converge, 99), measure.Percentile(deaths, 50), idleRate, measure.MustRSSMiB(b, os.Getpid()))
 	each := make([]string, len(deaths))
 	for i, d := range deaths {
 		each[i] = fmt.Sprintf("%.0f", d)
@@ -293,43 +292,6 @@ func counterValue(m *dto.Metric) float64 {
 		return m.Counter.GetValue()
 	}
 	return 0
-}
-
-func waitFor(b *testing.B, timeout time.Duration, what string, ok func() bool) {
-	b.Helper()
-	waitForEvery(b, timeout, 20*time.Millisecond, what, ok)
-}
-
-func waitForEvery(b *testing.B, timeout, every time.Duration, what string, ok func() bool) {
-	b.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			b.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(every)
-	}
-}
-
-func percentile(xs []float64, p float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(i, 0)]
-}
-
-func rssMiB() int {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb / 1024
-		}
-	}
-	return -1
 }
 
 // sizes are the grid sizes measured; SWIM_BENCH_SITES picks one.

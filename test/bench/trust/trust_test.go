@@ -40,6 +40,7 @@ import (
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testgateway"
 )
 
@@ -61,27 +62,27 @@ func TestMain(m *testing.M) {
 
 func BenchmarkTrust(b *testing.B) {
 	for b.Loop() {
-		measure(b)
+		runBench(b)
 	}
 }
 
-func measure(b *testing.B) {
+func runBench(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	agentNS, credNS := "trust-agent", "trust-cred"
 	for _, ns := range []string{agentNS, credNS} {
-		must(b, cp.EnsureNamespace(ctx, ns))
+		measure.Must(b, cp.EnsureNamespace(ctx, ns))
 	}
-	must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
+	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
 	scheme, err := controller.Scheme()
-	must(b, err)
+	measure.Must(b, err)
 	admin, err := client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})
-	must(b, err)
+	measure.Must(b, err)
 	cfg, err := cp.AgentConfig(ctx, agentNS, []string{credNS})
-	must(b, err)
-	must(b, cp.AgentTrustSecrets(ctx, agentNS, credNS, "grid-ca", "site-cert"))
+	measure.Must(b, err)
+	measure.Must(b, cp.AgentTrustSecrets(ctx, agentNS, credNS, "grid-ca", "site-cert"))
 
-	must(b, admin.Create(ctx, &v1alpha1.GridNetwork{
+	measure.Must(b, admin.Create(ctx, &v1alpha1.GridNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: network},
 		Spec: v1alpha1.GridNetworkSpec{TLS: &v1alpha1.GridTLS{
 			CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: credNS},
@@ -94,7 +95,7 @@ func measure(b *testing.B) {
 		// The benchmark's gateways listen on loopback.
 		ProbeDestinations: probe.Destinations{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 	}})
-	must(b, err)
+	measure.Must(b, err)
 	mctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()
@@ -110,20 +111,20 @@ func measure(b *testing.B) {
 	for admin.Get(ctx, types.NamespacedName{Namespace: credNS, Name: "site-cert"}, &siteSecret) != nil {
 		time.Sleep(20 * time.Millisecond)
 	}
-	must(b, admin.Get(ctx, types.NamespacedName{Namespace: credNS, Name: "grid-ca"}, &caSecret))
+	measure.Must(b, admin.Get(ctx, types.NamespacedName{Namespace: credNS, Name: "grid-ca"}, &caSecret))
 	ca, err := sitetrust.ParseCA(caSecret.Data["tls.crt"], caSecret.Data["tls.key"])
-	must(b, err)
+	measure.Must(b, err)
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 	client0, err := tls.X509KeyPair(siteSecret.Data["tls.crt"], siteSecret.Data["tls.key"])
-	must(b, err)
+	measure.Must(b, err)
 
 	pins := make([]string, sites)
 	present := func(i int, g *testgateway.Gateway) {
 		chain, key, err := ca.Issue(fmt.Sprintf("site-%d", i), time.Now(), time.Hour)
-		must(b, err)
+		measure.Must(b, err)
 		pair, err := tls.X509KeyPair(chain, key)
-		must(b, err)
+		measure.Must(b, err)
 		g.Present(pair, roots)
 		pins[i] = sitetrust.Fingerprint(pair.Certificate[0])
 	}
@@ -131,10 +132,10 @@ func measure(b *testing.B) {
 	for i := range gws {
 		site := fmt.Sprintf("site-%d", i)
 		gws[i], err = testgateway.Start("127.0.0.1:0")
-		must(b, err)
+		measure.Must(b, err)
 		defer gws[i].Close()
 		present(i, gws[i])
-		must(b, admin.Create(ctx, &v1alpha1.GridSite{
+		measure.Must(b, admin.Create(ctx, &v1alpha1.GridSite{
 			ObjectMeta: metav1.ObjectMeta{Name: network + "-" + site},
 			Spec: v1alpha1.GridSiteSpec{
 				GridNetworkRef:  network,
@@ -176,7 +177,7 @@ func measure(b *testing.B) {
 	activeAt := until(b, w, func(p v1alpha1.SitePhase) bool { return p == sitetrust.PhaseActive })
 	wg.Wait()
 	for _, err := range errs {
-		must(b, err)
+		measure.Must(b, err)
 	}
 	var worst time.Duration
 	for name, at := range activeAt {
@@ -198,9 +199,9 @@ func measure(b *testing.B) {
 
 	slices.Sort(probes)
 	fmt.Printf("trust sites=%d probe_p50_ms=%.1f probe_p99_ms=%.1f active_after_ms=%.0f\n", sites,
-		ms(probes[len(probes)/2]), ms(probes[len(probes)*99/100]), ms(worst))
-	fmt.Printf("trust-demote sites=%d probe_interval_ms=%.0f demoted_after_ms=%.0f\n", sites, ms(probeInterval), ms(demoted))
-	must(b, admin.DeleteAllOf(ctx, &v1alpha1.GridSite{}))
+		measure.Millis(probes[len(probes)/2]), measure.Millis(probes[len(probes)*99/100]), measure.Millis(worst))
+	fmt.Printf("trust-demote sites=%d probe_interval_ms=%.0f demoted_after_ms=%.0f\n", sites, measure.Millis(probeInterval), measure.Millis(demoted))
+	measure.Must(b, admin.DeleteAllOf(ctx, &v1alpha1.GridSite{}))
 }
 
 // siteWatch follows GridSites from a resource version, opening the watch
@@ -217,7 +218,7 @@ func (s *siteWatch) next(b *testing.B, deadline <-chan time.Time) *v1alpha1.Grid
 	for {
 		if s.w == nil {
 			w, err := s.admin.Watch(s.ctx, &v1alpha1.GridSiteList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: s.rv}})
-			must(b, err)
+			measure.Must(b, err)
 			s.w = w
 		}
 		select {
@@ -267,7 +268,7 @@ func awaitPhases(ctx context.Context, b *testing.B, admin client.Client, ok func
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var list v1alpha1.GridSiteList
-		must(b, admin.List(ctx, &list))
+		measure.Must(b, admin.List(ctx, &list))
 		n := 0
 		for _, gs := range list.Items {
 			if ok(gs.Status.Phase) {
@@ -281,14 +282,5 @@ func awaitPhases(ctx context.Context, b *testing.B, admin client.Client, ok func
 			b.Fatalf("%d of %d sites ready", n, sites)
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func must(b *testing.B, err error) {
-	b.Helper()
-	if err != nil {
-		b.Fatal(err)
 	}
 }
