@@ -12,6 +12,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -90,7 +91,7 @@ func run(chart string, check bool) (changed bool, err error) {
 		root = doc.Content[0]
 	}
 	var rows []row
-	walk(&s, root, "", &rows)
+	walk(&s, root, "", "", &rows)
 	table := render(rows)
 
 	readme := filepath.Join(chart, "README.md")
@@ -112,8 +113,9 @@ func run(chart string, check bool) (changed bool, err error) {
 }
 
 // walk adds a row for every leaf of s: a key with no declared properties
-// of its own (maps and lists are one row each).
-func walk(s *schema, node *yaml.Node, prefix string, rows *[]row) {
+// of its own (maps and lists are one row each). parentComment is what
+// explains the enclosing key.
+func walk(s *schema, node *yaml.Node, prefix, parentComment string, rows *[]row) {
 	keys := make([]string, 0, len(s.Properties))
 	for k := range s.Properties {
 		keys = append(keys, k)
@@ -127,28 +129,80 @@ func walk(s *schema, node *yaml.Node, prefix string, rows *[]row) {
 		}
 		value, comment := lookup(node, k)
 		if len(child.Properties) > 0 {
-			walk(child, value, key, rows)
+			walk(child, value, key, cmp.Or(child.Description, comment, parentComment), rows)
 			continue
 		}
-		meaning := child.Description
-		if meaning == "" {
-			meaning = comment
-		}
+		// A key with nothing of its own is explained by its parent's
+		// comment ("The gateway's listener." for port.name).
+		meaning := cmp.Or(child.Description, comment, usual[key], parentComment, usual[lastSegment(key)])
 		*rows = append(*rows, row{key: key, kind: kind(child), def: defaultOf(value), meaning: meaning})
 	}
 }
 
 // lookup finds key in a YAML mapping, with the comment written above it.
+// A key with no comment of its own, written on the line right after a
+// commented sibling, shares that sibling's comment: one comment above a
+// group of keys speaks for the group.
 func lookup(m *yaml.Node, key string) (*yaml.Node, string) {
 	if m == nil || m.Kind != yaml.MappingNode {
 		return nil, ""
 	}
+	shared, lastLine := "", -1
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1], commentText(m.Content[i].HeadComment, m.Content[i].LineComment)
+		k, v := m.Content[i], m.Content[i+1]
+		own := commentText(k.HeadComment, k.LineComment)
+		switch {
+		case own != "":
+			shared = own
+		case k.Line != lastLine+1:
+			shared = "" // a blank line or a block ends the group
 		}
+		if k.Value == key {
+			return v, shared
+		}
+		lastLine = endLine(v)
 	}
 	return nil, ""
+}
+
+// endLine is the last line a value's text takes.
+func endLine(n *yaml.Node) int {
+	last := n.Line
+	for _, c := range n.Content {
+		last = max(last, endLine(c))
+	}
+	return last
+}
+
+// usual is what the keys every chart has mean, for the rows whose
+// values.yaml says nothing more.
+var usual = map[string]string{
+	"nameOverride":               "Replaces the chart's name in the objects' names.",
+	"fullnameOverride":           "Replaces the release's full name in the objects' names.",
+	"imagePullSecrets":           "Secrets for pulling the images from a private registry.",
+	"nodeSelector":               "The pods' node selector.",
+	"tolerations":                "The pods' tolerations.",
+	"affinity":                   "The pods' affinity.",
+	"topologySpreadConstraints":  "The pods' topology spread constraints.",
+	"podAnnotations":             "Extra annotations on the pods.",
+	"podLabels":                  "Extra labels on the pods.",
+	"priorityClassName":          "The pods' priority class.",
+	"resources":                  "The container's resources; the memory limit also sets the Go runtime's soft limit.",
+	"pullPolicy":                 "The image's pull policy.",
+	"repository":                 "The image's repository.",
+	"serviceAccount.create":      "Create the ServiceAccount (else it must exist).",
+	"serviceAccount.annotations": "Annotations on the ServiceAccount.",
+	"annotations":                "Annotations on the object.",
+	"enabled":                    "Render this part.",
+	"type":                       "The Service's type.",
+	"loadBalancerSourceRanges":   "Source ranges a LoadBalancer Service admits.",
+}
+
+func lastSegment(key string) string {
+	if i := strings.LastIndexByte(key, '.'); i >= 0 {
+		return key[i+1:]
+	}
+	return key
 }
 
 // commentText joins a key's comment lines into one sentence run; a
