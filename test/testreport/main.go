@@ -123,7 +123,7 @@ func (r *report) flushPackage(p *pkgResult, failed bool) {
 	for _, l := range r.output[k] {
 		trimmed := strings.TrimRight(l, "\n")
 		switch {
-		case (strings.HasPrefix(trimmed, "ok  \t") || strings.HasPrefix(trimmed, "FAIL\t")) && p.slowest != "":
+		case (strings.HasPrefix(trimmed, "ok  \t") || strings.HasPrefix(trimmed, "FAIL\t")) && p.slowSec >= 0.1:
 			fmt.Fprintf(r.out, "%s  (slowest %s %.1fs)\n", trimmed, p.slowest, p.slowSec)
 		case failed || strings.HasPrefix(trimmed, "ok  \t") || strings.HasPrefix(trimmed, "?   \t") || strings.HasPrefix(trimmed, "FAIL\t") || strings.HasPrefix(trimmed, "---") || strings.HasPrefix(trimmed, "panic"):
 			fmt.Fprint(r.out, l)
