@@ -94,10 +94,13 @@ lint: $(GOLANGCI_LINT) verify-generated ## gofmt, go vet, golangci-lint (the lay
 
 .PHONY: test
 test: ## every test, the integration tests against the real kube-apiserver included
-	@# The pinned tools, the linter and the binaries the tests run are
-	@# built side by side: each has phases (downloads, links) that leave a
-	@# core idle, which the others fill.
-	@$(MAKE) --no-print-directory -j3 --output-sync=target tools lint testbins
+	@# The pinned tools and the linter are built side by side: each has
+	@# phases (downloads, links) that leave a core idle, which the other
+	@# fills. The binaries the tests run come after the lint, whose go vet
+	@# has compiled their dependencies: built at the same time, both would
+	@# compile them.
+	@$(MAKE) --no-print-directory -j2 --output-sync=target tools lint
+	@$(MAKE) --no-print-directory testbins
 	@# testreport prints what go test prints, each package's slowest test
 	@# on its ok line, and the slowest packages at the end.
 	$(GO) build -o $(TOOLS_DIR)/testreport ./test/testreport
