@@ -66,7 +66,7 @@ func (f fakeResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip.
 	return nil, errors.New("no such host")
 }
 
-func TestResolveSeeds(t *testing.T) {
+func TestResolve(t *testing.T) {
 	r := fakeResolver{"two.example": {netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.1")}}
 	start := time.Now()
 	addrs, problems := Resolve(context.Background(), r, []string{

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestKeySetFromSecret(t *testing.T) {
+func TestFromSecret(t *testing.T) {
 	k1, k2, k3 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{3}, 32)
 	ks, err := FromSecret(map[string][]byte{"key": k1, "key.next": k2, "key.previous": k3, "other": {1}}, "")
 	require.NoError(t, err)
@@ -29,7 +29,7 @@ func TestKeySetFromSecret(t *testing.T) {
 	require.NotContains(t, err.Error(), "\x09", "a key's bytes never reach a message")
 }
 
-func TestParseHexKey(t *testing.T) {
+func TestParseHex(t *testing.T) {
 	k, err := ParseHex(strings.Repeat("0a", 32))
 	require.NoError(t, err)
 	require.Len(t, k, 32)

@@ -22,12 +22,11 @@ import (
 
 // event is one line of `go test -json` (cmd/test2json).
 type event struct {
-	Action     string
-	Package    string
-	Test       string
-	Elapsed    float64
-	Output     string
-	ImportPath string
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
 }
 
 type testKey struct{ pkg, test string }

@@ -61,7 +61,7 @@ func TestAFailedTestPrintsItsWholeOutput(t *testing.T) {
 }
 
 func TestBuildFailuresAndUnfinishedPackagesFail(t *testing.T) {
-	out, ok := feed(t, event{Action: "build-output", ImportPath: "p", Output: "p/x.go:1:1: syntax error\n"}, event{Action: "build-fail", ImportPath: "p"})
+	out, ok := feed(t, event{Action: "build-output", Output: "p/x.go:1:1: syntax error\n"}, event{Action: "build-fail"})
 	require.False(t, ok)
 	require.Contains(t, out, "syntax error")
 
