@@ -3,6 +3,8 @@ package controller_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +59,19 @@ func startSwimSite(t *testing.T, site string, cfg membership.Config) *swimSite {
 func (s *swimSite) stop() {
 	s.cancel()
 	<-s.done
+}
+
+// signsWith has the site sign a network's records with a site
+// certificate the grid CA issues it now.
+func (s *swimSite) signsWith(t *testing.T, network string, ca *sitetrust.CA) {
+	t.Helper()
+	chain, key, err := ca.Issue(s.Site(), time.Now(), time.Hour)
+	require.NoError(t, err)
+	pair, err := tls.X509KeyPair(chain, key)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	s.SetIdentity(network, sites.Identity{Roots: roots, Signer: &pair})
 }
 
 func (s *swimSite) running(t *testing.T) *swimSite {
@@ -140,6 +155,8 @@ func TestNetworkMembershipStatusAndGridSites(t *testing.T) {
 
 	remote := startSwimSite(t, "site-b", membership.Config{EnvKey: key}).running(t)
 	remote.SetGatewayAddress("127.0.0.1:9443")
+	// The network declares no grid CA: its records are not signed.
+	remote.SetIdentity(network.Name, sites.Identity{Open: true})
 	require.NoError(t, remote.Publish(network.Name, string(certB), []sites.Provider{
 		{Name: "remote-1", Models: []string{"m1"}, Cluster: "b", Phase: "Available"},
 		{Name: "remote-2", Models: []string{"m2"}, Cluster: "b", Phase: "Degraded"},
@@ -276,6 +293,7 @@ func TestSeedProblemsAndGridIDConflict(t *testing.T) {
 	// Grid IDs that never give way, as for grids formed long ago.
 	const settled = time.Nanosecond
 	friend := startSwimSite(t, "site-f", membership.Config{EnvKey: key, GridIDSettle: settled}).running(t)
+	friend.SetIdentity("elsewhere", sites.Identity{Open: true})
 	require.NoError(t, friend.Publish("elsewhere", "", nil))
 	network := e.network(e.gateway("edge", "site-a"))
 	network.Spec.Seeds = []string{"127.0.0.1:" + portOf(friend.AdvertiseAddr()), "nowhere.grid.test:7946", "not an address"}

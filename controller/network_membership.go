@@ -40,6 +40,11 @@ type Membership interface {
 	// the last announced ones again.
 	AnnounceSeeds(network string, addrs []string) sites.SeedResult
 	RejoinSeeds(network string) sites.SeedResult
+	// SetIdentity says how a network's records are signed and checked;
+	// called before Publish, and again whenever the grid CA or the site
+	// certificate changes (a renewed certificate re-signs this site's
+	// records).
+	SetIdentity(network string, id sites.Identity)
 	// Publish announces this site's record of a network: its certificate
 	// and its providers.
 	Publish(network, certPEM string, providers []sites.Provider) error
@@ -200,6 +205,15 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 			out.condition = conditionSpec{reason: ReasonSiteCertInvalid}
 		}
 	}
+	id := r.membershipIdentity(ctx, network)
+	switch {
+	case id.Open:
+	case id.Roots == nil:
+		notes = append(notes, "the grid CA did not load: records of the other sites are refused until it does (they are signed)")
+	case id.Signer == nil:
+		notes = append(notes, "this site has no certificate yet: nothing of it is announced until it has one (records are signed)")
+	}
+	m.SetIdentity(network.Name, id)
 	if err := m.Publish(network.Name, cert, local); err != nil {
 		notes = append(notes, err.Error())
 	}
@@ -220,6 +234,19 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 		out.condition.message = strings.Join(notes, "; ")
 	}
 	return out
+}
+
+// membershipIdentity is how the network's records are signed and checked:
+// with the site certificate and against the grid CA the trust probes use.
+// A network that declares no grid CA is open: its records are neither
+// signed nor checked.
+func (r *networkReconciler) membershipIdentity(ctx context.Context, network *v1alpha1.GridNetwork) sites.Identity {
+	t := network.Spec.TLS
+	if t == nil || t.CASecretRef == nil && t.CAConfigMapRef == nil {
+		return sites.Identity{Open: true}
+	}
+	tm := r.trust.get(ctx, network)
+	return sites.Identity{Roots: tm.roots, Signer: tm.client}
 }
 
 // membershipRequested reports whether a network asks for anything only

@@ -261,6 +261,9 @@ func TestRemoteProvidersOnlyWhileTheSiteIsTrusted(t *testing.T) {
 	// The grid CA reaches site B out of band; B's gateway certificate is
 	// issued from it.
 	ca, caData := e.gridCA()
+	// B signs its records with its site certificate: until it has one,
+	// nothing of it is announced.
+	remote.signsWith(t, network.Name, ca)
 	// B's gateway presents a new leaf, and B gossips it.
 	present := func() (pin, chain string) { return presentIssued(t, stub, ca, "site-b") }
 	first, firstChain := present()

@@ -90,23 +90,20 @@ func (r *Runtime) announce(network string, l localState) {
 	}
 }
 
-// putLocal stores and sends one of this site's records when its content
-// changed.
-func (r *Runtime) putLocal(rec Record) {
-	if cur, ok := r.store.get(rec.key()); ok {
-		cur.Version, rec.Version = 0, 0
-		if equalRecords(&cur, &rec) {
-			return
-		}
-	}
-	rec.Version = r.clock.next()
-	r.store.merge(rec, r.cfg.Now())
-	r.send(rec)
-}
+// putLocal signs, stores and sends one of this site's records when its
+// content changed.
+func (r *Runtime) putLocal(rec Record) { r.putOwn(rec, false) }
 
 // Forget withdraws this site from a network: its records become
 // tombstones, and the network's key and seeds are dropped.
 func (r *Runtime) Forget(network string) {
+	// Last, once the tombstones are signed and sent: the network's
+	// records are no longer taken.
+	defer func() {
+		r.mu.Lock()
+		delete(r.trust, network)
+		r.mu.Unlock()
+	}()
 	r.mu.Lock()
 	_, had := r.locals[network]
 	delete(r.locals, network)

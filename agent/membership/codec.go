@@ -35,6 +35,7 @@ const (
 	maxSelectorBytes  = 4096
 	maxRecordsPerMsg  = maxRecords // a join's full state is what a store holds
 	maxDigestsPerMsg  = maxRecords
+	maxDigestNetworks = 1024
 	maxPhaseBytes     = 32
 	maxKindFieldBytes = 64
 )
@@ -85,6 +86,9 @@ type digestMsgBody struct {
 	// back to it.
 	From    string        `json:"f"`
 	Entries []digestEntry `json:"e"`
+	// Networks are those the sender takes part in: it is sent the
+	// records of these only (it would refuse the others).
+	Networks []string `json:"nw,omitempty"`
 	// At is when the digest was sent (Unix milliseconds), as a join's
 	// records carry it.
 	At int64 `json:"at,omitempty"`
@@ -103,8 +107,8 @@ func encodeState(rs []Record, at time.Time) ([]byte, error) {
 	return encode(msgRecords, recordsMsgBody{Records: rs, At: at.UnixMilli()})
 }
 
-func encodeDigest(from string, d []digestEntry, at time.Time) ([]byte, error) {
-	return encode(msgDigest, digestMsgBody{From: from, Entries: d, At: at.UnixMilli()})
+func encodeDigest(from string, d []digestEntry, networks []string, at time.Time) ([]byte, error) {
+	return encode(msgDigest, digestMsgBody{From: from, Entries: d, Networks: networks, At: at.UnixMilli()})
 }
 
 func encode(t byte, body any) ([]byte, error) {
@@ -177,6 +181,14 @@ func decode(buf []byte) (message, error) {
 				return message{}, err
 			}
 		}
+		if len(m.digest.Networks) > maxDigestNetworks {
+			return message{}, dropped(dropOversized, "%d networks in a digest", len(m.digest.Networks))
+		}
+		for _, n := range m.digest.Networks {
+			if len(n) == 0 || len(n) > maxNameBytes {
+				return message{}, dropped(dropInvalid, "a digest network of %d bytes", len(n))
+			}
+		}
 	case msgNotice:
 		if err := json.Unmarshal(buf[1:], &m.notice); err != nil {
 			return message{}, dropped(dropMalformed, "notice: %v", err)
@@ -216,6 +228,17 @@ func checkRecord(r *Record) error {
 	}
 	if len(r.Providers) > maxProviders {
 		return dropped(dropOversized, "%d providers", len(r.Providers))
+	}
+	if len(r.Grid) > maxNameBytes {
+		return dropped(dropOversized, "grid ID of %d bytes", len(r.Grid))
+	}
+	if len(r.Chain) > maxChainCerts || len(r.Sig) > maxSigBytes {
+		return dropped(dropOversized, "%d signing certificates, a signature of %d bytes", len(r.Chain), len(r.Sig))
+	}
+	for _, der := range r.Chain {
+		if len(der) == 0 || len(der) > maxCertBytes {
+			return dropped(dropOversized, "a signing certificate of %d bytes", len(der))
+		}
 	}
 	site := r.GatewayAddress != "" || r.CertPEM != ""
 	if r.Kind == KindSite && (len(r.Providers) > 0 || len(r.Signals) > 0) ||

@@ -44,6 +44,8 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		d.r.receive(m.records, false)
 	case msgNotice:
 		d.r.applyNotice(m.notice)
+	case msgDigest:
+		d.r.answerDigest(m.digest) // a pull: a site that just took up a network
 	default:
 		d.r.metrics.dropped.WithLabelValues(dropUnknownType).Inc()
 	}
@@ -75,7 +77,7 @@ func (d *delegate) LocalState(join bool) []byte {
 			name = memberName(r.cfg.Site, r.generation)
 		}
 		r.mu.Unlock()
-		b, err = encodeDigest(name, r.store.digest(), r.cfg.Now())
+		b, err = encodeDigest(name, r.store.digest(), r.networksTaken(), r.cfg.Now())
 	}
 	if err != nil {
 		r.log.Error("swim_encode_failed", "error", err)
@@ -99,23 +101,29 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	case msgRecords:
 		r.receive(m.records, false)
 	case msgDigest:
-		missing := r.store.missingFrom(m.digest.Entries)
-		if len(missing) == 0 {
-			return
-		}
-		r.mu.Lock()
-		ml := r.ml
-		r.mu.Unlock()
-		to := r.aliveNodes(m.digest.From)
-		if ml == nil || len(to) == 0 {
-			return
-		}
-		msg, err := encodeDirectRecords(missing)
-		if err != nil {
-			return
-		}
-		go r.sendReliable(ml, to, msg)
+		r.answerDigest(m.digest)
 	}
+}
+
+// answerDigest sends a peer the records of its networks that it lacks or
+// holds older versions of, as its digest says.
+func (r *Runtime) answerDigest(d digestMsgBody) {
+	missing := r.store.missingFrom(d.Entries, d.Networks)
+	if len(missing) == 0 {
+		return
+	}
+	r.mu.Lock()
+	ml := r.ml
+	r.mu.Unlock()
+	to := r.aliveNodes(d.From)
+	if ml == nil || len(to) == 0 {
+		return
+	}
+	msg, err := encodeDirectRecords(missing)
+	if err != nil {
+		return
+	}
+	go r.sendReliable(ml, to, msg)
 }
 
 // NotifyMerge decides a join by the grid ID negotiation (see negotiate);
@@ -193,6 +201,8 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 func (r *Runtime) adoptLocked(g gridID, how string) {
 	r.grid = g
 	r.log.Info("swim_grid_id", "grid_id", g.ID, "generated_by", g.By, "how", how)
+	// This site's records name the grid they are signed for.
+	go r.resign("")
 	ml := r.ml
 	if ml == nil {
 		return

@@ -72,6 +72,7 @@ func (r *Runtime) sweep() {
 			}
 		}
 	}
+	r.refreshOwn(now)
 	if n := r.store.expire(now, r.cfg.TombstoneTTL); n > 0 {
 		r.log.Debug("swim_tombstones_expired", "count", n)
 	}

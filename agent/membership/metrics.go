@@ -34,6 +34,7 @@ type metrics struct {
 	bytesReceived    *prometheus.CounterVec
 	seedJoinFailures prometheus.Counter
 	gridIDConflicts  prometheus.Counter
+	recordsRejected  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -90,9 +91,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "grid_swim_grid_id_conflicts_total",
 			Help: "Merges and members refused because they belong to another grid.",
 		}),
+		recordsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_swim_records_rejected_total",
+			Help: "Records of other sites refused before they were stored, by reason: unsigned, signed by a certificate that does not chain to the grid CA or names another site, a signature that does not verify, signed too far ahead or too long ago, or of a network this site does not take part in.",
+		}, []string{"reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.keyPending, m.keysInstalled, m.encrypted, m.rejected, m.dropped, m.sites,
-		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.gridIDConflicts} {
+		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.gridIDConflicts, m.recordsRejected} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -102,6 +107,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r)
+	}
+	for _, r := range recordRejectReasons {
+		m.recordsRejected.WithLabelValues(r)
 	}
 	for _, s := range []sites.SiteState{sites.SiteAlive, sites.SiteSuspect, sites.SiteDead, sites.SiteLeft} {
 		m.sites.WithLabelValues(string(s))

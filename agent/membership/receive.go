@@ -9,9 +9,21 @@ import "fmt"
 // broadcast.
 func (r *Runtime) receive(records []Record, regossip bool) {
 	now := r.cfg.Now()
+	r.mu.Lock()
+	grid := r.grid.ID
+	r.mu.Unlock()
 	changed := map[string]bool{}
 	for _, rec := range records {
 		if rec.Site == r.cfg.Site {
+			continue
+		}
+		// What is not newer than the copy held is not checked: it would
+		// not be stored anyway, and push/pull brings many such.
+		if cur, ok := r.store.get(rec.key()); ok && !newer(&rec, &cur) {
+			continue
+		}
+		if why := check(r.trustOf(rec.Network), &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
+			r.rejected(&rec, why)
 			continue
 		}
 		if classifyPEM(rec.CertPEM) == certPrivateKey {

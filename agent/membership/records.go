@@ -37,10 +37,13 @@ type Record struct {
 	Network string `json:"n"`
 	Site    string `json:"s"`
 	Kind    Kind   `json:"k"`
-	// Version orders the writes of a record. The origin takes it from
-	// its wall clock (never less than its last version plus one), so a
-	// restarted or newly elected agent of the site writes above what the
-	// one before it wrote.
+	// Version orders the writes of a record, and is the time it was
+	// signed: the origin takes it from its wall clock (Unix nanoseconds,
+	// never less than its last version plus one), so a restarted or newly
+	// elected agent of the site writes above what the one before it
+	// wrote. A receiver refuses one too far ahead of its own clock or
+	// older than the tombstone lifetime, so the origin signs its records
+	// again well within that lifetime.
 	Version uint64 `json:"v"`
 	// Deleted is a tombstone: the site left the network. It expires.
 	Deleted bool `json:"d,omitempty"`
@@ -55,6 +58,14 @@ type Record struct {
 
 	// Signals are a KindSignals record's.
 	Signals []sites.Signal `json:"sg,omitempty"`
+
+	// Grid is the grid ID the record was signed for.
+	Grid string `json:"g,omitempty"`
+	// Chain is the signing certificate (DER) and any intermediates, not
+	// the grid CA; Sig the signature over signedBytes. Both are empty in a
+	// network without a grid CA.
+	Chain [][]byte `json:"x,omitempty"`
+	Sig   []byte   `json:"z,omitempty"`
 }
 
 type recordKey struct {
@@ -180,7 +191,10 @@ func (s *store) overCap(r *Record, cur *Record) string {
 // recordSize approximates what a record holds in memory: its strings and
 // a fixed cost per element.
 func recordSize(r *Record) int64 {
-	n := 128 + len(r.Network) + len(r.Site) + len(r.GatewayAddress) + len(r.CertPEM)
+	n := 128 + len(r.Network) + len(r.Site) + len(r.GatewayAddress) + len(r.CertPEM) + len(r.Grid) + len(r.Sig)
+	for _, der := range r.Chain {
+		n += 24 + len(der)
+	}
 	for _, p := range r.Providers {
 		n += 96 + len(p.Name) + len(p.Cluster) + len(p.Phase) + len(p.ProviderKind) + len(p.BackendKind) + len(p.Sites)
 		for _, m := range p.Models {
@@ -293,16 +307,23 @@ func (s *store) digest() []digestEntry {
 	return out
 }
 
-// missingFrom returns the records that a peer with digest d lacks or holds
-// an older version of.
-func (s *store) missingFrom(d []digestEntry) []Record {
+// missingFrom returns the records of the given networks that a peer with
+// digest d lacks or holds an older version of.
+func (s *store) missingFrom(d []digestEntry, networks []string) []Record {
 	theirs := make(map[recordKey]uint64, len(d))
 	for _, e := range d {
 		theirs[recordKey{e.Network, e.Site, e.Kind}] = e.Version
 	}
+	wanted := make(map[string]bool, len(networks))
+	for _, n := range networks {
+		wanted[n] = true
+	}
 	s.mu.Lock()
 	var out []Record
 	for k, r := range s.records {
+		if !wanted[k.network] {
+			continue
+		}
 		if v, ok := theirs[k]; !ok || v < r.Version {
 			out = append(out, *r)
 		}
@@ -318,6 +339,13 @@ func (s *store) expire(now time.Time, ttl time.Duration) int {
 	defer s.mu.Unlock()
 	n := 0
 	for k, at := range s.deletedAt {
+		// Kept until what it withdrew is too old to be taken again
+		// anywhere (a receiver refuses a record written longer than the
+		// lifetime ago; clocks may differ by MaxClockSkew), so that a
+		// replay of it cannot bring it back.
+		if r := s.records[k]; r != nil && now.Sub(time.Unix(0, int64(min(r.Version, uint64(1<<63-1))))) < ttl+MaxClockSkew {
+			continue
+		}
 		if now.Sub(at) >= ttl {
 			if r := s.records[k]; r != nil {
 				s.bytes -= recordSize(r)

@@ -43,16 +43,28 @@ func TestStoreDigestAndTombstones(t *testing.T) {
 	s.merge(Record{Network: "n", Site: "b", Kind: KindSite, Version: 7}, now)
 	s.merge(Record{Network: "m", Site: "b", Kind: KindProviders, Version: 1}, now)
 
-	missing := s.missingFrom([]digestEntry{{"n", "a", KindSite, 3}, {"n", "b", KindSite, 2}})
+	digest := []digestEntry{{"n", "a", KindSite, 3}, {"n", "b", KindSite, 2}}
+	missing := s.missingFrom(digest, []string{"m", "n"})
 	require.Len(t, missing, 2, "an older version and an unknown record are sent")
 	require.Equal(t, "m", missing[0].Network)
 	require.Equal(t, uint64(7), missing[1].Version)
+	missing = s.missingFrom(digest, []string{"n"})
+	require.Len(t, missing, 1, "only the records of the peer's networks are sent")
+	require.Equal(t, "n", missing[0].Network)
 
 	s.merge(Record{Network: "n", Site: "a", Kind: KindSite, Version: 4, Deleted: true}, now)
 	require.Zero(t, s.expire(now.Add(time.Minute), 2*time.Minute))
 	require.Equal(t, 1, s.expire(now.Add(3*time.Minute), 2*time.Minute))
 	_, ok := s.get(recordKey{"n", "a", KindSite})
 	require.False(t, ok)
+
+	// A tombstone written now is kept until what it withdrew is too old
+	// to be taken anywhere: the lifetime and the clock skew after it was
+	// written, however early it was first seen.
+	s.merge(Record{Network: "n", Site: "c", Kind: KindSite, Version: uint64(now.UnixNano()), Deleted: true}, now)
+	require.Zero(t, s.expire(now.Add(2*time.Minute), 2*time.Minute))
+	require.Zero(t, s.expire(now.Add(2*time.Minute+MaxClockSkew-time.Second), 2*time.Minute))
+	require.Equal(t, 1, s.expire(now.Add(2*time.Minute+MaxClockSkew), 2*time.Minute))
 
 	require.Equal(t, []string{"m", "n"}, s.dropSite("b"))
 	require.Zero(t, s.count())
@@ -89,7 +101,7 @@ func TestClassifyPEM(t *testing.T) {
 // within bounds.
 func FuzzDecode(f *testing.F) {
 	rec, _ := encodeRecords([]Record{{Network: "n", Site: "a", Kind: KindProviders, Version: 1, Providers: providers("p")}})
-	dig, _ := encodeDigest("a/1", []digestEntry{{"n", "a", KindSite, 2}}, time.Now())
+	dig, _ := encodeDigest("a/1", []digestEntry{{"n", "a", KindSite, 2}}, nil, time.Now())
 	note, _ := encodeNotice(noticeBody{Member: "a/1", Suspect: true, At: 3})
 	for _, seed := range [][]byte{rec, dig, note, {}, {1}, {2, '{'}, {3, 'n', 'u', 'l', 'l'}, {9}} {
 		f.Add(seed)

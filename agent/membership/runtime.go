@@ -185,6 +185,8 @@ type Runtime struct {
 	gatewayAddr string
 	locals      map[string]localState // what this site announced, per network
 	capSaid     map[string]bool       // reason/site whose cap was reported
+	trust       map[string]*netTrust  // how each network's records are signed and checked
+	rejectSaid  map[string]bool       // reason/site whose refused record was reported
 	wake        chan struct{}
 	lastGen     uint64
 
@@ -253,6 +255,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		joining:    map[string]chan struct{}{},
 		locals:     map[string]localState{},
 		capSaid:    map[string]bool{},
+		trust:      map[string]*netTrust{},
+		rejectSaid: map[string]bool{},
 		wake:       make(chan struct{}, 1),
 	}
 	r.notify = newNotifier()

@@ -52,21 +52,32 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-type siteOption func(*Config)
+type siteOption func(*siteSetup)
 
-func withKey(k []byte) siteOption             { return func(c *Config) { c.EnvKey = k } }
-func withRequireKey() siteOption              { return func(c *Config) { c.RequireKey = true } }
-func withStaleTTL(d time.Duration) siteOption { return func(c *Config) { c.StaleTTL = d } }
+// siteSetup is a test site's configuration and the networks it takes
+// part in from the start (openly: no grid CA), prod unless told.
+type siteSetup struct {
+	Config
+	networks   []string
+	identities map[string]sites.Identity // replacing the open one
+}
+
+// inNetworks replaces the networks a test site takes part in.
+func inNetworks(ns ...string) siteOption { return func(c *siteSetup) { c.networks = ns } }
+
+func withKey(k []byte) siteOption             { return func(c *siteSetup) { c.EnvKey = k } }
+func withRequireKey() siteOption              { return func(c *siteSetup) { c.RequireKey = true } }
+func withStaleTTL(d time.Duration) siteOption { return func(c *siteSetup) { c.StaleTTL = d } }
 
 // established: grid IDs never give way, as for grids formed long ago.
-func established() siteOption { return func(c *Config) { c.GridIDSettle = time.Nanosecond } }
+func established() siteOption { return func(c *siteSetup) { c.GridIDSettle = time.Nanosecond } }
 
 // startSite starts a site's runtime on a loopback port, as its leader.
 func startSite(t *testing.T, name string, opts ...siteOption) *testSite {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	logs := &syncBuffer{}
-	cfg := Config{
+	cfg := siteSetup{Config: Config{
 		Site: name, BindAddr: "127.0.0.1:0",
 		ProbeInterval: testProbe, ProbeTimeout: testTimeout, GossipInterval: 50 * time.Millisecond,
 		PushPullInterval: 2 * time.Second, Registerer: reg,
@@ -74,12 +85,20 @@ func startSite(t *testing.T, name string, opts ...siteOption) *testSite {
 		// take longer, and these tests read each join's outcome.
 		JoinWait: 5 * time.Second,
 		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	}, networks: []string{"prod"}}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	r, err := New(context.Background(), cfg)
+	r, err := New(context.Background(), cfg.Config)
 	require.NoError(t, err)
+	for _, n := range cfg.networks {
+		if _, signed := cfg.identities[n]; !signed {
+			r.SetIdentity(n, sites.Identity{Open: true})
+		}
+	}
+	for n, id := range cfg.identities {
+		r.SetIdentity(n, id)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &testSite{Runtime: r, reg: reg, cancel: cancel, done: make(chan struct{}), logs: logs}
 	go func() {
@@ -176,9 +195,9 @@ func TestThreeSiteMesh(t *testing.T) {
 	key := randomKey(t)
 	a := startSite(t, "site-a", withKey(key))
 	a.waitRunning(t)
-	b := startSite(t, "site-b", withKey(key))
+	b := startSite(t, "site-b", withKey(key), inNetworks("prod", "other"))
 	b.waitRunning(t)
-	c := startSite(t, "site-c", withKey(key))
+	c := startSite(t, "site-c", withKey(key), inNetworks("prod", "other"))
 	c.waitRunning(t)
 
 	require.NoError(t, a.Publish("prod", "", providers("pa")))
@@ -199,7 +218,8 @@ func TestThreeSiteMesh(t *testing.T) {
 		}, 10*time.Second, 20*time.Millisecond, "%s: %+v", s.Site(), s.View("prod"))
 	}
 	require.Equal(t, []string{"site-b/pb", "site-c/pc"}, remoteNames(a.View("prod")), "A learns C through B")
-	require.Equal(t, []string{"site-c/secret-model"}, remoteNames(a.View("other")))
+	require.Empty(t, remoteNames(a.View("other")), "a network A takes no part in: its records are refused")
+	require.Equal(t, []string{"site-c/secret-model"}, remoteNames(b.View("other")), "B takes part in it")
 	for _, p := range a.View("prod").Providers {
 		require.NotEqual(t, "secret-model", p.Name, "a record of another network")
 		require.False(t, p.Stale)
@@ -601,7 +621,7 @@ func TestBadGossipDropped(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 
 	const keyPEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBsecret\n-----END EC PRIVATE KEY-----\n"
-	withKeyPEM, _ := encodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, Version: 1, GatewayAddress: "127.0.0.1:8443", CertPEM: keyPEM}})
+	withKeyPEM, _ := encodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, Version: uint64(time.Now().UnixNano()), GatewayAddress: "127.0.0.1:8443", CertPEM: keyPEM}})
 	send(withKeyPEM)
 	require.Eventually(t, func() bool { return a.counter("grid_swim_messages_dropped_total", dropPrivateKey) == 1 }, 5*time.Second, 10*time.Millisecond)
 	v := a.View("prod")
@@ -614,7 +634,7 @@ func TestBadGossipDropped(t *testing.T) {
 	require.Contains(t, a.logs.String(), "swim_private_key_discarded")
 	require.NotContains(t, a.logs.String(), "MHcCAQEEIBsecret")
 
-	notACert, _ := encodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, Version: 2, CertPEM: "hello"}})
+	notACert, _ := encodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, Version: uint64(time.Now().UnixNano()), CertPEM: "hello"}})
 	send(notACert)
 	require.Eventually(t, func() bool { v := a.View("prod"); return len(v.Sites) == 1 && v.Sites[0].CertInvalid }, 5*time.Second, 10*time.Millisecond)
 

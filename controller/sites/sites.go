@@ -7,6 +7,8 @@
 package sites
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"time"
 
 	"github.com/gridsync/gridsync/controller/seeds"
@@ -135,4 +137,25 @@ type SeedResult struct {
 	Pending []string
 	// Conflict: a seed belongs to another grid.
 	Conflict bool
+}
+
+// Identity is how a network's records are signed and checked: every
+// record a site gossips in a network with a grid CA is signed with that
+// site's certificate key, and kept by the others only when the signature
+// verifies against a certificate that chains to the grid CA and names the
+// record's site.
+type Identity struct {
+	// Open: the network declares no grid CA (spec.tls.caSecretRef or
+	// caConfigMapRef). Its records are neither signed nor checked: the
+	// SWIM key alone authenticates them, and no site of it can become
+	// trusted (trust needs the grid CA).
+	Open bool
+	// Roots are the grid CA's certificates. Nil in a network that is not
+	// Open: the CA it declares did not load, and every record of another
+	// site is refused until it does.
+	Roots *x509.CertPool
+	// Signer is this site's certificate chain and key (tls.crt and tls.key
+	// of the site Secret). Nil in a network that is not Open: nothing of
+	// this site is announced there until the site has a certificate.
+	Signer *tls.Certificate
 }

@@ -29,9 +29,13 @@ import (
 )
 
 // TrustDomain is the SPIFFE trust domain of every site certificate; a
-// site's SPIFFE ID is spiffe://grid.internal/<site>, and its DNS SAN
-// <site>.grid.internal.
+// site's SPIFFE ID is spiffe://grid.internal/site/<site> (upstream's form;
+// the earlier spiffe://grid.internal/<site> is still accepted), and its
+// DNS SAN <site>.grid.internal.
 const TrustDomain = "grid.internal"
+
+// sitePath is the SPIFFE path prefix of a site identity.
+const sitePath = "/site/"
 
 // Lifetimes and the renewal point.
 const (
@@ -45,8 +49,11 @@ const (
 	MaxPEMBytes = 64 << 10
 )
 
-// SPIFFEID is a site's SPIFFE ID.
-func SPIFFEID(site string) string { return "spiffe://" + TrustDomain + "/" + site }
+// SPIFFEID is a site's SPIFFE ID, as issued.
+func SPIFFEID(site string) string { return "spiffe://" + TrustDomain + sitePath + site }
+
+// legacySPIFFEID is the form issued before upstream settled on /site/.
+func legacySPIFFEID(site string) string { return "spiffe://" + TrustDomain + "/" + site }
 
 // DNSName is a site's DNS SAN.
 func DNSName(site string) string { return site + "." + TrustDomain }
@@ -218,7 +225,7 @@ func CheckSVID(leaf *x509.Certificate, site string) error {
 	if len(leaf.Subject.Organization) != 1 || leaf.Subject.Organization[0] != site {
 		problems = append(problems, fmt.Sprintf("organization is not exactly %q", site))
 	}
-	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != SPIFFEID(site) {
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != SPIFFEID(site) && leaf.URIs[0].String() != legacySPIFFEID(site) {
 		problems = append(problems, fmt.Sprintf("SPIFFE ID is not exactly %s", SPIFFEID(site)))
 	}
 	if !slices.Contains(leaf.DNSNames, DNSName(site)) {
@@ -240,8 +247,11 @@ func SPIFFESite(leaf *x509.Certificate) string {
 	if u.Scheme != "spiffe" || u.Host != TrustDomain {
 		return ""
 	}
-	seg := strings.TrimPrefix(u.Path, "/")
-	if seg == "" || strings.Contains(seg, "/") {
+	seg, ok := strings.CutPrefix(u.Path, sitePath)
+	if !ok {
+		seg = strings.TrimPrefix(u.Path, "/")
+	}
+	if seg == "" || strings.Contains(seg, "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return ""
 	}
 	return seg

@@ -54,7 +54,7 @@ func TestIssuedSiteCertificateHasTheSVIDProfile(t *testing.T) {
 	assert.ElementsMatch(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, leaf.ExtKeyUsage)
 	assert.Equal(t, []string{"west-edge"}, leaf.Subject.Organization, "exactly one organization, the site name")
 	require.Len(t, leaf.URIs, 1, "one SPIFFE URI SAN")
-	assert.Equal(t, "spiffe://grid.internal/west-edge", leaf.URIs[0].String())
+	assert.Equal(t, "spiffe://grid.internal/site/west-edge", leaf.URIs[0].String())
 	assert.Equal(t, "west-edge", SPIFFESite(leaf))
 	assert.Equal(t, []string{"west-edge.grid.internal"}, leaf.DNSNames)
 	assert.Empty(t, leaf.IPAddresses)
