@@ -125,6 +125,7 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	@# A thousand sidecars on one API server, and its restart under them.
 	$(GO) test -run '^$$' -bench Fleet -benchtime 1x -timeout 60m ./test/bench/fleet
 	@# The membership layer alone: 50 and 200 sites in one process.
+	$(GO) test -run '^$$' -bench VerifyRecord -benchtime 2s ./agent/membership
 	$(GO) test -run '^$$' -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
 	@# Site trust: 50 remote gateways probed over mutual TLS.
 	$(GO) test -run '^$$' -bench Trust -benchtime 1x -timeout 30m ./test/bench/trust

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gridsync/gridsync/agent/reports"
+	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/controller/swimkeys"
@@ -62,6 +63,7 @@ type signalsConfig struct {
 	reportAudience            string
 	reportSilentAfter         time.Duration
 	reportMaxPodsPerGateway   int
+	enrollmentTokenSecret     string
 	reportReviewRate          float64
 	reportReviewBurst         int
 	interval                  time.Duration
@@ -198,6 +200,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.StringVar(&c.signals.serviceName, "signals-service-name", "", "signals Service (without selector) whose EndpointSlice the leader points at itself, from $POD_IP (empty: none)"+note("signals-service-name"))
 	fs.StringVar(&c.signals.reportAudience, "report-audience", "gridsync-agent", "audience of the sidecars' report tokens, checked by TokenReview"+note("report-audience"))
 	fs.DurationVar(&c.signals.reportSilentAfter, "report-silent-after", 90*time.Second, "a gateway pod whose sidecar has not reported for this long lags as Silent"+note("report-silent-after"))
+	fs.StringVar(&c.signals.enrollmentTokenSecret, "enrollment-token-secret", enrol.DefaultTokenSecret, "the Secret in the agent's namespace holding the enrolment tokens (hashed) of the sites this site issues certificates for"+note("enrollment-token-secret"))
 	fs.IntVar(&c.signals.reportMaxPodsPerGateway, "report-max-pods-per-gateway", rollout.DefaultMaxPodsPerGateway, "pods of one gateway whose reports are held: one gateway's reporters never crowd out another's"+note("report-max-pods-per-gateway"))
 	fs.Float64Var(&c.signals.reportReviewRate, "report-review-rate", reports.DefaultReviewBudget().TotalRate, "TokenReviews per second for report tokens, all callers together (below --kube-api-qps)"+note("report-review-rate"))
 	fs.IntVar(&c.signals.reportReviewBurst, "report-review-burst", reports.DefaultReviewBudget().TotalBurst, "TokenReviews for report tokens in a burst (a restart of many pods)"+note("report-review-burst"))

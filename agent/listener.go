@@ -15,6 +15,7 @@ import (
 	"github.com/gridsync/gridsync/agent/reports"
 	"github.com/gridsync/gridsync/agent/siglisten"
 	"github.com/gridsync/gridsync/agent/signalsapi"
+	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
@@ -29,6 +30,7 @@ type signalsListener struct {
 	rest       *rest.Config
 	aggregator *rollout.Aggregator
 	api        *signalsapi.API
+	issuer     http.Handler // enrolment and renewal of the sites this site issues for
 	log        *slog.Logger
 	reg        prometheus.Registerer
 }
@@ -44,6 +46,8 @@ func (s *signalsListener) Start(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	s.api.Register(mux)
+	mux.Handle(enrol.EnrollPath, s.issuer)
+	mux.Handle(enrol.RenewPath, s.issuer)
 	mux.Handle(deliveryreport.Path, reports.NewHandler(
 		&reports.Reviewer{Client: clientset, Audience: s.cfg.reportAudience, Budget: s.reviewBudget()}, s.aggregator, s.log, s.reg))
 	handshakes := siglisten.DefaultHandshakeLimits()
@@ -54,7 +58,7 @@ func (s *signalsListener) Start(ctx context.Context) error {
 	conns.Max, conns.ReservedForGateway, conns.PerSite = s.cfg.maxConnections, s.cfg.reservedForGateway, s.cfg.perSite
 	l, err := siglisten.New(mux, siglisten.Options{
 		Identity: identity, Naming: siglisten.Naming{LocalSite: s.site, SPIFFE: s.cfg.spiffe},
-		Handshakes: &handshakes, Connections: &conns, AnonymousPaths: []string{deliveryreport.Path},
+		Handshakes: &handshakes, Connections: &conns, AnonymousPaths: []string{deliveryreport.Path, enrol.EnrollPath},
 		WriteTimeout: s.cfg.writeTimeout, MaxAge: s.cfg.maxConnectionAge, Registerer: s.reg, Logger: s.log,
 	})
 	if err != nil {

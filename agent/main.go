@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gridsync/gridsync/agent/gateway"
@@ -32,8 +33,10 @@ import (
 	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/agent/swimservice"
 	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 	"github.com/gridsync/gridsync/shared/runtimecfg"
@@ -49,6 +52,9 @@ const shutdownGrace = 2 * time.Second
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == renderCommand {
 		os.Exit(renderPraxisConfig(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == enrollTokenCommand {
+		os.Exit(enrollToken(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
@@ -194,7 +200,19 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	if aggregator != nil {
 		api := &signalsapi.API{Site: cfg.swim.site, Store: store, Directory: directory, Logger: log}
-		if err := mgr.Add(&signalsListener{cfg: cfg.signals, site: cfg.swim.site, rest: restConfig, aggregator: aggregator, api: api, log: log, reg: reg}); err != nil {
+		// Enrolment and renewal of the sites whose certificates this site
+		// issues: the tokens' Secret read and updated by name, directly.
+		tokensClient, err := client.New(restConfig, client.Options{})
+		if err != nil {
+			return fail("start_failed", err)
+		}
+		issuer, err := enrol.NewServer(controller.EnrolmentAuthority(mgr.GetAPIReader()),
+			&enrol.Tokens{API: tokensClient, Namespace: cfg.leaderElectionNamespace, Name: cfg.signals.enrollmentTokenSecret},
+			cmp.Or(cfg.trust.certLifetime, sitetrust.DefaultSiteLifetime), log, reg)
+		if err != nil {
+			return fail("start_failed", err)
+		}
+		if err := mgr.Add(&signalsListener{cfg: cfg.signals, site: cfg.swim.site, rest: restConfig, aggregator: aggregator, api: api, issuer: issuer, log: log, reg: reg}); err != nil {
 			return fail("start_failed", err)
 		}
 	}

@@ -332,6 +332,7 @@ type trustMaterial struct {
 
 	digest        [sha256.Size]byte
 	roots         *x509.CertPool
+	rootCerts     []*x509.Certificate
 	rootsProblem  *trustProblem
 	client        *tls.Certificate
 	clientProblem *trustProblem
@@ -444,7 +445,7 @@ func loadTrust(ctx context.Context, api client.Reader, network *v1alpha1.GridNet
 		if err != nil {
 			tm.rootsProblem = &trustProblem{invalid: true, message: caAt + ": the grid CA: " + err.Error()}
 		} else {
-			tm.roots = x509.NewCertPool()
+			tm.roots, tm.rootCerts = x509.NewCertPool(), certs
 			for _, c := range certs {
 				tm.roots.AddCert(c)
 				h.Write(c.Raw)

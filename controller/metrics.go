@@ -27,8 +27,12 @@ type metrics struct {
 	renderDuration prometheus.Histogram
 	// Site trust.
 	siteCertificates prometheus.Counter
-	siteProbes       *prometheus.CounterVec
-	probeDuration    prometheus.Histogram
+	// identityExpiry and identityRotations are upstream's names for the
+	// site certificate's expiry and its renewals.
+	identityExpiry    *prometheus.GaugeVec
+	identityRotations *prometheus.CounterVec
+	siteProbes        *prometheus.CounterVec
+	probeDuration     prometheus.Histogram
 	// Generated Praxis configs.
 	praxisWrites         *prometheus.CounterVec
 	praxisRenderDuration prometheus.Histogram
@@ -55,6 +59,14 @@ func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error
 			Name: "grid_site_certificates_issued_total",
 			Help: "Site certificates this agent issued into a site Secret (first issue, renewal, reissue).",
 		}),
+		identityExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "grid_site_identity_expiry_timestamp_seconds",
+			Help: "When this site's certificate in a network expires (Unix seconds): the one to alert on.",
+		}, []string{"network"}),
+		identityRotations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_site_identity_rotations_total",
+			Help: "Site certificate renewals by result: enrolled (a first certificate), rotated, refused (by the issuer), failed (no answer), expired (found expired).",
+		}, []string{"result"}),
 		siteProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_site_probes_total",
 			Help: "Probes of remote sites' gateways by outcome: TlsVerified or the reason that kept the site from Active.",
@@ -80,11 +92,14 @@ func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error
 	for _, o := range []string{publishApplied, publishUnchanged, publishFailed, publishRefused} {
 		m.praxisWrites.WithLabelValues(o)
 	}
+	for _, r := range []string{rotationEnrolled, rotationRotated, rotationRefused, rotationFailed, rotationExpired} {
+		m.identityRotations.WithLabelValues(r)
+	}
 	for _, k := range []string{"GridNetwork", "InferenceProvider", "GridSite"} {
 		m.statusWrites.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.publishes, m.statusWrites, m.renderDuration,
-		m.siteCertificates, m.siteProbes, m.probeDuration, sitePhases{sites}, m.praxisWrites, m.praxisRenderDuration} {
+		m.siteCertificates, m.identityExpiry, m.identityRotations, m.siteProbes, m.probeDuration, sitePhases{sites}, m.praxisWrites, m.praxisRenderDuration} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

@@ -90,15 +90,31 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 			out.gossipCert, out.gossipErr = gossipable(at, secret.Data[corev1.TLSCertKey])
 		}
 	}
+	mode := siteCertificateMode(t)
 	var ca *sitetrust.CA
 	var caCert *x509.Certificate
-	if caRef := t.CASecretRef; caRef != nil {
-		c, cert, wrote, cond := r.gridCA(ctx, network, caRef, now)
+	switch {
+	case mode == v1alpha1.SiteCertificateEnrolled || mode == v1alpha1.SiteCertificateProvided:
+		// The CA is the issuer's: read, never generated, its key unused.
+		if t.CASecretRef != nil || t.CAConfigMapRef != nil {
+			cert, cond := r.gridCACertificate(ctx, network)
+			if cond != nil {
+				out.condition = *cond
+				return out
+			}
+			caCert = cert
+		}
+	case t.CASecretRef != nil:
+		c, cert, wrote, cond := r.gridCA(ctx, network, t.CASecretRef, now)
 		if cond != nil {
 			out.condition, out.wrote = *cond, wrote
 			return out
 		}
 		ca, caCert, out.wrote = c, cert, wrote
+		if mode == v1alpha1.SiteCertificateIssuer && ca == nil {
+			out.condition = conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("spec.tls.siteCertificate.mode issuer: Secret %s/%s holds the grid CA's certificate without its key (tls.key)", t.CASecretRef.Namespace, t.CASecretRef.Name)}
+			return out
+		}
 	}
 	if ref == nil {
 		out.condition = conditionSpec{ok: true, reason: ReasonNoSiteIdentity, message: "the grid CA is ready; spec.tls.siteSecretRef names no site certificate to issue"}
@@ -110,6 +126,20 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 		held, heldErr = sitetrust.ParseHeld(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
 	}
 	site := r.opts.SiteName
+	if exists && heldErr == nil {
+		r.metrics.identityExpiry.WithLabelValues(network.Name).Set(float64(held.Leaf.NotAfter.Unix()))
+	}
+	if mode == v1alpha1.SiteCertificateEnrolled {
+		switch {
+		case caCert == nil:
+			out.condition = conditionSpec{reason: ReasonGridCAUnreadable, message: "an enrolled site needs the grid CA's certificate: spec.tls.caConfigMapRef or caSecretRef (ca.crt)"}
+		case site == "":
+			out.condition = conditionSpec{reason: ReasonSiteNameMissing, message: "the agent has no site name (--site-name, GRID_SWIM_SITE_NAME): it cannot enrol"}
+		default:
+			return r.enrolled(ctx, network, at, exists, &secret, held, heldErr, caCert, now)
+		}
+		return out
+	}
 	if ca == nil {
 		// The CA's key is not here: the site certificate is provided.
 		switch {
@@ -188,6 +218,10 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 	renew := sitetrust.RenewAt(issued.Leaf)
 	out.renewIn = renew.Sub(now)
 	r.metrics.siteCertificates.Inc()
+	r.metrics.identityExpiry.WithLabelValues(network.Name).Set(float64(issued.Leaf.NotAfter.Unix()))
+	if exists && heldErr == nil {
+		r.metrics.identityRotations.WithLabelValues(rotationRotated).Inc()
+	}
 	r.opts.Logger.Info("site_certificate_issued", "network", network.Name, "site", site, "secret", ref.Namespace+"/"+ref.Name,
 		"because", why, "not_after", issued.Leaf.NotAfter.UTC().Format(time.RFC3339), "fingerprint", sitetrust.Fingerprint(issued.Leaf.Raw))
 	r.events.record(ctx, network, "GridNetwork", corev1.EventTypeNormal, ReasonSiteCertificateIssued,

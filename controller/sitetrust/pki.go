@@ -153,18 +153,52 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 // CA's choice. It returns the chain (leaf then CA) and the new key, PEM.
 // The leaf never outlives the CA.
 func (ca *CA) Issue(site string, now time.Time, lifetime time.Duration) (chainPEM, keyPEM []byte, err error) {
-	if err := ValidSiteName(site); err != nil {
+	tmpl, err := ca.siteTemplate(site, now, lifetime)
+	if err != nil {
 		return nil, nil, err
+	}
+	der, keyPEM, err := sign(tmpl, ca.Cert, ca.key)
+	if err != nil {
+		return nil, nil, err
+	}
+	chain := append(pemBlock("CERTIFICATE", der), pemBlock("CERTIFICATE", ca.Cert.Raw)...)
+	return chain, keyPEM, nil
+}
+
+// IssueFor signs a site certificate for a key the CA never sees: an
+// enrolling site's, from its certificate request. Only the public key is
+// carried forward; the subject, the SPIFFE ID, the names and every
+// extension are the CA's (the site profile of Issue). It returns the
+// chain (leaf then CA), PEM.
+func (ca *CA) IssueFor(site string, pub crypto.PublicKey, now time.Time, lifetime time.Duration) ([]byte, error) {
+	tmpl, err := ca.siteTemplate(site, now, lifetime)
+	if err != nil {
+		return nil, err
+	}
+	if tmpl.SerialNumber, err = newSerial(); err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
+	if err != nil {
+		return nil, err
+	}
+	return append(pemBlock("CERTIFICATE", der), pemBlock("CERTIFICATE", ca.Cert.Raw)...), nil
+}
+
+// siteTemplate is the X.509-SVID leaf profile for site.
+func (ca *CA) siteTemplate(site string, now time.Time, lifetime time.Duration) (*x509.Certificate, error) {
+	if err := ValidSiteName(site); err != nil {
+		return nil, err
 	}
 	id, err := url.Parse(SPIFFEID(site))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	notAfter := now.Add(lifetime)
 	if notAfter.After(ca.Cert.NotAfter) {
 		notAfter = ca.Cert.NotAfter
 	}
-	tmpl := &x509.Certificate{
+	return &x509.Certificate{
 		Subject:               pkix.Name{CommonName: site, Organization: []string{site}},
 		NotBefore:             now.Add(-backdate(lifetime)),
 		NotAfter:              notAfter,
@@ -174,13 +208,7 @@ func (ca *CA) Issue(site string, now time.Time, lifetime time.Duration) (chainPE
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:              []string{DNSName(site)},
 		URIs:                  []*url.URL{id},
-	}
-	der, keyPEM, err := sign(tmpl, ca.Cert, ca.key)
-	if err != nil {
-		return nil, nil, err
-	}
-	chain := append(pemBlock("CERTIFICATE", der), pemBlock("CERTIFICATE", ca.Cert.Raw)...)
-	return chain, keyPEM, nil
+	}, nil
 }
 
 // backdate is how far before now a certificate starts: a minute, or a

@@ -29,6 +29,77 @@ type GridTLS struct {
 	//
 	// +optional
 	SwimKeySecretRef *NamespacedKeyRef `json:"swimKeySecretRef,omitempty"`
+	// SiteCertificate says how this site obtains its certificate. Unset:
+	// issued here when caSecretRef holds the grid CA's key, provided
+	// otherwise.
+	//
+	// +optional
+	SiteCertificate *SiteCertificate `json:"siteCertificate,omitempty"`
+}
+
+// SiteCertificateMode is how a site obtains its certificate.
+//
+// +kubebuilder:validation:Enum=issuer;enrolled;provided
+type SiteCertificateMode string
+
+const (
+	// SiteCertificateIssuer: this site holds the grid CA's key, issues
+	// its own certificate and answers the enrolled sites' requests.
+	SiteCertificateIssuer SiteCertificateMode = "issuer"
+	// SiteCertificateEnrolled: this site holds only the grid CA's
+	// certificate and obtains its own from the issuer by a certificate
+	// request, with a one-time token the first time and its current
+	// certificate after.
+	SiteCertificateEnrolled SiteCertificateMode = "enrolled"
+	// SiteCertificateProvided: the site Secret is the user's (from
+	// cert-manager, say); the agent only checks it.
+	SiteCertificateProvided SiteCertificateMode = "provided"
+)
+
+// SiteCertificate is how a site obtains its certificate.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'enrolled' || has(self.issuer)",message="siteCertificate.mode enrolled needs issuer (the issuer site's address and name)"
+type SiteCertificate struct {
+	// Mode: issuer, enrolled or provided.
+	//
+	// +required
+	Mode SiteCertificateMode `json:"mode"`
+	// Issuer is where an enrolled site enrols and renews.
+	//
+	// +optional
+	Issuer *EnrollmentIssuer `json:"issuer,omitempty"`
+	// EnrollmentTokenSecretRef is the one-time token the issuer's
+	// operator gave this site (key "token" by default); needed only while
+	// the site has no valid certificate.
+	//
+	// +optional
+	EnrollmentTokenSecretRef *NamespacedKeyRef `json:"enrollmentTokenSecretRef,omitempty"`
+	// RefuseRenewal (issuer) lists sites whose renewal is refused: each
+	// leaves the grid when its current certificate expires, without
+	// rotating the grid CA.
+	//
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=512
+	// +kubebuilder:validation:items:MaxLength=63
+	RefuseRenewal []string `json:"refuseRenewal,omitempty"`
+}
+
+// EnrollmentIssuer is the site that issues certificates.
+type EnrollmentIssuer struct {
+	// Address of the issuer's signals listener, host:port.
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=262
+	Address string `json:"address"`
+	// Site is the issuer's site name: its certificate must name it.
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Site string `json:"site"`
 }
 
 // NamespacedName names an object in a namespace.

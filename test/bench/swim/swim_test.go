@@ -1,17 +1,20 @@
 // Package swim measures the membership layer alone: N SWIM sites in one
 // process on loopback with the reference's timings (probe 5 s, 3 s for a
 // direct answer, suspect kept three probe periods), encrypted, each with a
-// certificate and two providers in one network. Run it with `make bench`;
-// it prints two lines per grid size (dead_detect_ms is the median of five
-// kills, each of which the second line gives):
+// site certificate from one grid CA and two providers in one network,
+// every record signed and verified. Run it with `make bench`; it prints
+// two lines per grid size (dead_detect_ms is the median of five kills,
+// each of which the second line gives):
 //
-//	swim sites=<N> converge_p50_ms=<> converge_p99_ms=<> dead_detect_ms=<> idle_bytes_per_site_per_s=<> rss_mib=<>
+//	swim sites=<N> converge_p50_ms=<> converge_p99_ms=<> dead_detect_ms=<> idle_bytes_per_site_per_s=<> rss_mib=<> records=signed
 //	swim-deaths sites=<N> dead_detect_ms=<>,<>,<>,<>,<>
 package swim
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	mathrand "math/rand/v2"
@@ -28,9 +31,9 @@ import (
 
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/controller/swimkeys"
 	"github.com/gridsync/gridsync/test/measure"
-	"github.com/gridsync/gridsync/test/testpki"
 )
 
 const network = "bench"
@@ -61,7 +64,18 @@ func runBench(b *testing.B, n int) {
 	if _, err := rand.Read(key); err != nil {
 		b.Fatal(err)
 	}
-	root := testpki.NewRoot(b, "grid-ca")
+	// The grid CA as the agent generates it, and site certificates as it
+	// issues them: records are signed with these.
+	caPEM, caKey, err := sitetrust.NewCA(time.Now(), 24*time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ca, err := sitetrust.ParseCA(caPEM, caKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
 	members := make([]*site, n)
 	var wg sync.WaitGroup
 	for i := range members {
@@ -88,8 +102,16 @@ func runBench(b *testing.B, n int) {
 		time.Sleep(membership.DefaultProbeInterval / time.Duration(n))
 		go func() { defer close(s.done); _ = rt.Start(ctx) }()
 		members[i] = s
-		cert, _ := root.Leaf(b, rt.Site(), testpki.Opts{})
-		if err := rt.Publish(network, string(cert), []sites.Provider{
+		chain, key, err := ca.Issue(rt.Site(), time.Now(), 24*time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pair, err := tls.X509KeyPair(chain, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rt.SetIdentity(network, sites.Identity{Roots: roots, Signer: &pair})
+		if err := rt.Publish(network, string(chain), []sites.Provider{
 			{Name: rt.Site() + "-a", Models: []string{"llama-70b", "mixtral"}, Cluster: "c1", Phase: "Available"},
 			{Name: rt.Site() + "-b", Models: []string{"gpt-oss"}, Cluster: "c2", Phase: "Available"},
 		}); err != nil {
@@ -181,12 +203,12 @@ func runBench(b *testing.B, n int) {
 		}
 	}
 
-	// Idle: nothing changes for a few push/pull periods (memberlist
-	// stretches the period above 32 sites).
-	idle := 60 * time.Second
-	if n > 100 {
-		idle = 120 * time.Second
-	}
+	// Idle: nothing changes for a third of the tombstone lifetime, the
+	// period at which each site signs its records again (so that they
+	// never grow too old to be taken): every record is refreshed once in
+	// the window, as in a grid that runs for days, and a few push/pull
+	// periods pass (memberlist stretches the period above 32 sites).
+	idle := membership.DefaultTombstoneTTL / 3
 	before := sentBytes(members)
 	time.Sleep(idle)
 	idleRate := (sentBytes(members) - before) / float64(n) / idle.Seconds()
@@ -223,7 +245,7 @@ func runBench(b *testing.B, n int) {
 		deaths = append(deaths, float64(deadAt.Milliseconds()))
 	}
 
-	fmt.Printf("swim sites=%d converge_p50_ms=%.0f converge_p99_ms=%.0f dead_detect_ms=%.0f idle_bytes_per_site_per_s=%.0f rss_mib=%.0f\n",
+	fmt.Printf("swim sites=%d converge_p50_ms=%.0f converge_p99_ms=%.0f dead_detect_ms=%.0f idle_bytes_per_site_per_s=%.0f rss_mib=%.0f records=signed\n",
 		n, measure.Percentile(converge, 50), measure.Percentile(converge, 99), measure.Percentile(deaths, 50), idleRate, measure.MustRSSMiB(b, os.Getpid()))
 	each := make([]string, len(deaths))
 	for i, d := range deaths {

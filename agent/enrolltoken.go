@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/enrol"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/kubeconfig"
+)
+
+// enrollTokenCommand creates a one-time enrolment token at the issuer.
+const enrollTokenCommand = "enroll-token"
+
+// enrollToken is `gridsync-agent enroll-token --network N --site S`: it
+// stores a new token, hashed, in the issuer agent's token Secret, with
+// the operator's own credentials, and prints it once. The token lets one
+// certificate request for site S in network N through, until it expires.
+func enrollToken(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(binary+" "+enrollTokenCommand, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	network := fs.String("network", "", "the GridNetwork the site enrols in (required)")
+	site := fs.String("site", "", "the site name the token is for: the only name it can enrol (required)")
+	ttl := fs.Duration("ttl", enrol.DefaultTokenTTL, fmt.Sprintf("how long the token can be used (at most %s)", enrol.MaxTokenTTL))
+	namespace := fs.String("namespace", os.Getenv("POD_NAMESPACE"), "the issuer agent's namespace, where the token Secret is (required; POD_NAMESPACE inside the agent's pod)")
+	secret := fs.String("secret", enrol.DefaultTokenSecret, "the Secret the issuer agent reads tokens from")
+	kubecfg := fs.String("kubeconfig", "", "kubeconfig of the issuer's cluster (default: KUBECONFIG, then in-cluster)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if *network == "" || *site == "" || *namespace == "" {
+		fmt.Fprintf(stderr, "%s %s: --network, --site and --namespace are required\n", binary, enrollTokenCommand)
+		return 2
+	}
+	if err := sitetrust.ValidSiteName(*site); err != nil {
+		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)
+		return 2
+	}
+	rc, err := kubeconfig.Load(*kubecfg, binary+"/"+version)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)
+		return 1
+	}
+	c, err := client.New(rc, client.Options{})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tokens := &enrol.Tokens{API: c, Namespace: *namespace, Name: *secret}
+	token, err := tokens.Add(ctx, *network, *site, *ttl, time.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)
+		return 1
+	}
+	fmt.Fprintln(stdout, token)
+	fmt.Fprintf(stderr, "a token for site %s in network %s, usable once until %s: give it to that site's operator as the Secret its spec.tls.siteCertificate.enrollmentTokenSecretRef names\n",
+		*site, *network, time.Now().Add(*ttl).UTC().Format(time.RFC3339))
+	return 0
+}

@@ -1,0 +1,195 @@
+// Package enrol is how a site without the grid CA's key obtains its site
+// certificate from the site that holds it: a one-time token authorises
+// one certificate request for one site name, and a site renews with its
+// current certificate. The issuer builds every subject itself; only the
+// request's public key is carried forward, and the enrolling site's
+// private key never leaves its cluster.
+package enrol
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Token lifetimes.
+const (
+	DefaultTokenTTL = time.Hour
+	MaxTokenTTL     = 7 * 24 * time.Hour
+)
+
+// DefaultTokenSecret is the Secret, in the issuer agent's namespace, that
+// holds the enrolment tokens: one Secret, so that the agent's access is
+// granted by name (get and update on it alone).
+const DefaultTokenSecret = "grid-enrollment-tokens"
+
+// tokenPrefix marks a gridsync enrolment token, so that one pasted in the
+// wrong place is recognised and a malformed one is refused before any
+// lookup.
+const tokenPrefix = "gst_"
+
+var tokenShape = regexp.MustCompile(`^gst_[A-Za-z0-9_-]{43}$`)
+
+// entry is one token as stored: never the token, only what it allows.
+type entry struct {
+	Network string    `json:"network"`
+	Site    string    `json:"site"`
+	Expires time.Time `json:"expires"`
+}
+
+// hashOf is the key a token is stored under: its SHA-256, hex.
+func hashOf(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// Refusals of a token. Each names what was wrong, so that the enrolling
+// site's status says what to fix; none says more than the caller sent.
+var (
+	ErrTokenMalformed = errors.New("the token is not a gridsync enrolment token")
+	ErrTokenUnknown   = errors.New("the token is unknown or was used already (each token enrols once)")
+	ErrTokenExpired   = errors.New("the token expired")
+	ErrTokenOtherSite = errors.New("the token was issued for another site or network")
+)
+
+// Tokens keeps the enrolment tokens in one Secret.
+type Tokens struct {
+	API       client.Client
+	Namespace string
+	Name      string // DefaultTokenSecret when empty
+}
+
+func (t *Tokens) key() types.NamespacedName {
+	name := t.Name
+	if name == "" {
+		name = DefaultTokenSecret
+	}
+	return types.NamespacedName{Namespace: t.Namespace, Name: name}
+}
+
+// Add creates a token allowing one certificate request for site in
+// network until ttl from now, and returns it: it is shown once and stored
+// only hashed. The Secret is created when it does not exist.
+func (t *Tokens) Add(ctx context.Context, network, site string, ttl time.Duration, now time.Time) (string, error) {
+	if ttl <= 0 || ttl > MaxTokenTTL {
+		return "", fmt.Errorf("a token lives between a second and %s, not %s", MaxTokenTTL, ttl)
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	token := tokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
+	value, err := json.Marshal(entry{Network: network, Site: site, Expires: now.Add(ttl).UTC()})
+	if err != nil {
+		return "", err
+	}
+	return token, t.update(ctx, func(s *corev1.Secret) error {
+		pruneExpired(s, now)
+		s.Data[hashOf(token)] = value
+		return nil
+	}, true)
+}
+
+// Consume spends a token for site in network: it is removed whatever
+// happens next, so it can never be used twice (the removal is written
+// with the Secret's resource version: of two requests with one token,
+// one wins).
+func (t *Tokens) Consume(ctx context.Context, network, site, token string, now time.Time) error {
+	if !tokenShape.MatchString(token) {
+		return ErrTokenMalformed
+	}
+	h := hashOf(token)
+	var refusal error
+	err := t.update(ctx, func(s *corev1.Secret) error {
+		refusal = nil
+		raw, ok := s.Data[h]
+		if !ok {
+			return ErrTokenUnknown
+		}
+		delete(s.Data, h)
+		pruneExpired(s, now)
+		var e entry
+		switch {
+		case json.Unmarshal(raw, &e) != nil:
+			refusal = ErrTokenUnknown
+		case !now.Before(e.Expires):
+			refusal = ErrTokenExpired
+		case e.Network != network || e.Site != site:
+			refusal = ErrTokenOtherSite
+		}
+		return nil
+	}, false)
+	if err != nil {
+		return err
+	}
+	return refusal
+}
+
+// update reads the Secret, applies change and writes it back with the
+// resource version read, again on a conflict. create makes the Secret
+// when it is missing (the command that adds tokens; the agent never
+// creates it).
+func (t *Tokens) update(ctx context.Context, change func(*corev1.Secret) error, create bool) error {
+	key := t.key()
+	for range 5 {
+		var s corev1.Secret
+		err := t.API.Get(ctx, key, &s)
+		if apierrors.IsNotFound(err) {
+			if !create {
+				return ErrTokenUnknown
+			}
+			s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "gridsync", "grid.praxis.fast/enrollment-tokens": "true"}},
+				Type: corev1.SecretTypeOpaque, Data: map[string][]byte{}}
+			if err := change(&s); err != nil {
+				return err
+			}
+			if err := t.API.Create(ctx, &s); apierrors.IsAlreadyExists(err) {
+				continue
+			} else {
+				return err
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("Secret %s: %w", key, err)
+		}
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+		if err := change(&s); err != nil {
+			return err
+		}
+		err = t.API.Update(ctx, &s)
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("Secret %s: %w", key, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("Secret %s: it kept changing while it was written", key)
+}
+
+// pruneExpired drops the tokens that can no longer be used.
+func pruneExpired(s *corev1.Secret, now time.Time) {
+	for k, raw := range s.Data {
+		var e entry
+		if json.Unmarshal(raw, &e) == nil && !now.Before(e.Expires) {
+			delete(s.Data, k)
+		}
+	}
+}

@@ -1,0 +1,228 @@
+package controller_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/enrol"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+)
+
+// testIssuer is an issuer site's enrolment service on loopback over real
+// TLS: the enrol server with a grid CA held in memory, its tokens in a
+// Secret of the test's API server, and the serving certificate of site
+// site-hub.
+type testIssuer struct {
+	ca      *sitetrust.CA
+	caPEM   []byte
+	tokens  *enrol.Tokens
+	addr    string
+	mu      sync.Mutex
+	refused []string
+}
+
+func (i *testIssuer) Authority(_ context.Context, _ string) (*sitetrust.CA, []string, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.ca, append([]string(nil), i.refused...), nil
+}
+
+func (i *testIssuer) refuse(site string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.refused = append(i.refused, site)
+}
+
+func startIssuer(t *testing.T, e *env, lifetime time.Duration) *testIssuer {
+	t.Helper()
+	caPEM, caKey, err := sitetrust.NewCA(time.Now(), 24*time.Hour)
+	require.NoError(t, err)
+	ca, err := sitetrust.ParseCA(caPEM, caKey)
+	require.NoError(t, err)
+	i := &testIssuer{ca: ca, caPEM: caPEM, tokens: &enrol.Tokens{API: e.admin, Namespace: e.credNS, Name: "issuer-tokens"}}
+	srv, err := enrol.NewServer(i, i.tokens, lifetime, slog.New(slog.DiscardHandler), nil)
+	require.NoError(t, err)
+	chain, key, err := ca.Issue("site-hub", time.Now(), time.Hour)
+	require.NoError(t, err)
+	pair, err := tls.X509KeyPair(chain, key)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	mux := http.NewServeMux()
+	mux.Handle(enrol.EnrollPath, srv)
+	mux.Handle(enrol.RenewPath, srv)
+	hs := httptest.NewUnstartedServer(mux)
+	hs.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: roots, ClientAuth: tls.VerifyClientCertIfGiven}
+	hs.StartTLS()
+	t.Cleanup(hs.Close)
+	i.addr = hs.Listener.Addr().String()
+	return i
+}
+
+// An enrolled site holds only the grid CA's certificate: it makes its key,
+// sends a certificate request with the one-time token, and writes the
+// certificate the issuer returns; the token is spent. Its certificate is
+// renewed with the current one, no token; once the issuer refuses the
+// renewal, the site keeps its certificate until it expires and then says
+// so (IdentityExpired).
+func TestAnEnrolledSiteObtainsAndRenewsItsCertificate(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("site-cert")
+	// Short certificates, so that renewals and an expiry happen in the
+	// test: renewed two thirds in, at six seconds.
+	issuer := startIssuer(t, e, 9*time.Second)
+	network := e.network()
+	token, err := issuer.tokens.Add(e.ctx, network.Name, "site-a", time.Hour, time.Now())
+	require.NoError(t, err)
+	e.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: e.credNS}, Data: map[string]string{"ca.crt": string(issuer.caPEM)}})
+	e.create(e.secret("enrol-token", map[string][]byte{"token": []byte(token)}))
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		CAConfigMapRef: &v1alpha1.NamespacedKeyRef{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef:  &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+		SiteCertificate: &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateEnrolled,
+			Issuer:                   &v1alpha1.EnrollmentIssuer{Address: issuer.addr, Site: "site-hub"},
+			EnrollmentTokenSecretRef: &v1alpha1.NamespacedKeyRef{Name: "enrol-token", Namespace: e.credNS}},
+	}
+	e.create(network)
+	reg := prometheus.NewRegistry()
+	e.startAgent(withSiteTrust("site-a", time.Hour, time.Second), func(o *controller.ManagerOptions) { o.Registerer = reg })
+
+	identity := func(reason string) *v1alpha1.GridNetwork {
+		return e.networkStatus(network, "SiteIdentity "+reason, func(n *v1alpha1.GridNetwork) (bool, string) {
+			c := condition(n, controller.ConditionSiteIdentity)
+			return c.Reason == reason, c.Reason + ": " + c.Message
+		})
+	}
+	identity(controller.ReasonSiteCertificateEnrolled)
+	first := e.secretData("site-cert")
+	held, err := sitetrust.ParseHeld(first["tls.crt"], first["tls.key"])
+	require.NoError(t, err, "the certificate certifies the key the site made")
+	require.NoError(t, sitetrust.CheckSVID(held.Leaf, "site-a"))
+	roots := x509.NewCertPool()
+	roots.AddCert(issuer.ca.Cert)
+	_, err = held.Leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err)
+	assert.Equal(t, "spiffe://grid.internal/site/site-a", held.Leaf.URIs[0].String())
+	// Spent: the same token enrols nothing again.
+	require.ErrorIs(t, issuer.tokens.Consume(e.ctx, network.Name, "site-a", token, time.Now()), enrol.ErrTokenUnknown)
+
+	// Renewed with the current certificate (the token is spent).
+	identity(controller.ReasonSiteCertificateRenewed)
+	renewed := e.secretData("site-cert")
+	require.NotEqual(t, string(first["tls.key"]), string(renewed["tls.key"]), "a renewal certifies a new key")
+	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "rotated"))
+	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "enrolled"))
+
+	// The issuer refuses the next renewal: the certificate stays in use
+	// until it expires, then the site says its identity expired.
+	issuer.refuse("site-a")
+	got := identity(controller.ReasonEnrollmentRefused)
+	assert.Contains(t, condition(got, controller.ConditionSiteIdentity).Message, "refuses site site-a's renewal")
+	assert.Contains(t, condition(got, controller.ConditionSiteIdentity).Message, "stays in use until")
+	got = identity(controller.ReasonIdentityExpired)
+	assert.Contains(t, condition(got, controller.ConditionSiteIdentity).Message, "expired")
+	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "refused"))
+	assert.Positive(t, counterOf(t, reg, "grid_site_identity_expiry_timestamp_seconds", ""), "the expiry is exported")
+}
+
+// counterOf is a counter's (or gauge's) value with the given label value,
+// any when empty.
+func counterOf(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if label == "" || l.GetValue() == label {
+					return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// The issuer's refusals, each for its reason: a reused or expired token,
+// a token for another site or network, a malformed request; a request
+// that asks for another organization gets the token's site all the same
+// (the CA builds the subject; only the public key is carried forward).
+func TestTheIssuerRefusesWhatATokenDoesNotAllow(t *testing.T) {
+	e := newEnv(t)
+	issuer := startIssuer(t, e, time.Hour)
+	roots := x509.NewCertPool()
+	roots.AddCert(issuer.ca.Cert)
+	c := enrol.Client{}
+	ask := func(site, token string, subject pkix.Name) ([]byte, error) {
+		key, _, err := enrol.NewKey()
+		require.NoError(t, err)
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: subject}, key)
+		require.NoError(t, err)
+		csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+		return c.Request(e.ctx, enrol.Issuer{Address: issuer.addr, Site: "site-hub"}, roots,
+			enrol.Request{Network: "net", Site: site, Token: token, CSR: string(csr)}, nil, key)
+	}
+	refusedFor := func(err error) string {
+		var r *enrol.RefusedError
+		if assert.ErrorAs(t, err, &r) {
+			return r.Reason + ": " + r.Message
+		}
+		return ""
+	}
+	now := time.Now()
+	token, err := issuer.tokens.Add(e.ctx, "net", "site-a", time.Hour, now)
+	require.NoError(t, err)
+	// Another organization asked for: the certificate is site-a's.
+	chain, err := ask("site-a", token, pkix.Name{Organization: []string{"site-x"}, CommonName: "site-x"})
+	require.NoError(t, err)
+	certs, err := sitetrust.ParseCertificates(chain)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"site-a"}, certs[0].Subject.Organization)
+	assert.Contains(t, refusedFor(ignore(ask("site-a", token, pkix.Name{}))), "was used already", "a reused token")
+
+	other, err := issuer.tokens.Add(e.ctx, "net", "site-b", time.Hour, now)
+	require.NoError(t, err)
+	assert.Contains(t, refusedFor(ignore(ask("site-c", other, pkix.Name{}))), "another site", "a token for another site")
+	assert.Contains(t, refusedFor(ignore(ask("site-b", other, pkix.Name{}))), "was used already", "spent by the refused attempt")
+
+	short, err := issuer.tokens.Add(e.ctx, "net", "site-d", time.Second, now)
+	require.NoError(t, err)
+	time.Sleep(1100 * time.Millisecond)
+	assert.Contains(t, refusedFor(ignore(ask("site-d", short, pkix.Name{}))), "expired", "an expired token")
+	assert.Contains(t, refusedFor(ignore(ask("site-e", "not-a-token", pkix.Name{}))), "not a gridsync enrolment token")
+
+	// The stored tokens are hashes: no token appears in the Secret.
+	var s corev1.Secret
+	require.NoError(t, e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.credNS, Name: "issuer-tokens"}, &s))
+	for k, v := range s.Data {
+		for _, tok := range []string{token, other, short} {
+			assert.NotContains(t, k, tok)
+			assert.NotContains(t, string(v), tok)
+		}
+	}
+}
+
+func ignore(_ []byte, err error) error { return err }

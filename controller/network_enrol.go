@@ -1,0 +1,257 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/enrol"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// Reasons of the SiteIdentity condition of an enrolled site.
+const (
+	ReasonSiteCertificateEnrolled = "SiteCertificateEnrolled"
+	ReasonSiteCertificateRenewed  = "SiteCertificateRenewed"
+	ReasonEnrollmentTokenMissing  = "EnrollmentTokenMissing"
+	ReasonEnrollmentRefused       = "EnrollmentRefused"
+	ReasonIssuerUnreachable       = "IssuerUnreachable"
+	ReasonIdentityExpired         = "IdentityExpired"
+)
+
+// Retries of an enrolment that did not succeed: an issuer that did not
+// answer is asked again soon; one that refused, after the operator has
+// had time to act.
+const (
+	enrolRetryUnreachable = 15 * time.Second
+	enrolRetryRefused     = 2 * time.Minute
+)
+
+// Rotation results (grid_site_identity_rotations_total{result}), as
+// upstream names them, and enrolled for a site's first certificate.
+const (
+	rotationEnrolled = "enrolled"
+	rotationRotated  = "rotated"
+	rotationRefused  = "refused"
+	rotationFailed   = "failed"
+	rotationExpired  = "expired"
+)
+
+// siteCertificateMode is how the network's site obtains its certificate;
+// "" when spec.tls.siteCertificate is unset (issued when the CA's key is
+// here, provided otherwise).
+func siteCertificateMode(t *v1alpha1.GridTLS) v1alpha1.SiteCertificateMode {
+	if t == nil || t.SiteCertificate == nil {
+		return ""
+	}
+	return t.SiteCertificate.Mode
+}
+
+// gridCACertificate reads the grid CA's certificate (caConfigMapRef, else
+// ca.crt or tls.crt of caSecretRef) without ever generating it: an
+// enrolled or provided site only trusts the CA the issuer made.
+func (r *networkReconciler) gridCACertificate(ctx context.Context, network *v1alpha1.GridNetwork) (*x509.Certificate, *conditionSpec) {
+	tm := loadTrust(ctx, r.api, network)
+	if p := tm.rootsProblem; p != nil {
+		reason := ReasonGridCAUnreadable
+		if p.invalid {
+			reason = ReasonGridCAInvalid
+		}
+		return nil, &conditionSpec{reason: reason, message: p.message}
+	}
+	return tm.rootCerts[0], nil
+}
+
+// enrolled obtains or renews this site's certificate from the issuer:
+// renewed with the current certificate while it is valid, enrolled with
+// the one-time token otherwise. The new key is made here and never leaves
+// the cluster; the certificate the issuer returns is checked (the grid
+// CA, the site profile for this site, this key) before it is written.
+func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, at string, exists bool, secret *corev1.Secret,
+	held *sitetrust.Held, heldErr error, caCert *x509.Certificate, now time.Time) identityOutcome {
+	var out identityOutcome
+	site := r.opts.SiteName
+	sc := network.Spec.TLS.SiteCertificate
+	ref := network.Spec.TLS.SiteSecretRef
+	if exists && heldErr == nil {
+		r.metrics.identityExpiry.WithLabelValues(network.Name).Set(float64(held.Leaf.NotAfter.Unix()))
+		out.gossipCert, out.gossipErr = gossipable(at, secret.Data[corev1.TLSCertKey])
+	}
+	why := "the Secret does not exist"
+	switch {
+	case exists && heldErr != nil:
+		why = heldErr.Error()
+	case exists:
+		why = sitetrust.ReissueReason(held, caCert, site, now)
+	}
+	if why == "" {
+		renew := sitetrust.RenewAt(held.Leaf)
+		out.renewIn = renew.Sub(now)
+		out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateCurrent, message: fmt.Sprintf("site %s's certificate from issuer %s is valid until %s and is renewed at %s",
+			site, sc.Issuer.Site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
+		return out
+	}
+	// The current certificate authenticates a renewal while it is valid
+	// under the grid CA; otherwise the token enrols the site afresh.
+	var current *tls.Certificate
+	if exists && heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
+		current = &held.Pair
+	}
+	req := enrol.Request{Network: network.Name, Site: site}
+	if current == nil {
+		if exists && heldErr == nil && !now.Before(held.Leaf.NotAfter) {
+			r.metrics.identityRotations.WithLabelValues(rotationExpired).Inc()
+		}
+		token, cond := r.enrollmentToken(ctx, sc)
+		if cond != nil {
+			out.condition, out.renewIn = *cond, enrolRetryRefused
+			return out
+		}
+		req.Token = token
+	}
+	key, csr, err := enrol.NewKey()
+	if err != nil {
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error()}
+		return out
+	}
+	req.CSR = string(csr)
+	roots := x509.NewCertPool()
+	roots.AddCert(caCert)
+	c := enrol.Client{Dial: r.opts.ProbeDestinations.Dialer(r.opts.SiteProbeTimeout), Timeout: r.opts.SiteProbeTimeout}
+	chain, err := c.Request(ctx, enrol.Issuer{Address: sc.Issuer.Address, Site: sc.Issuer.Site}, roots, req, current, key)
+	if err != nil {
+		var refused *enrol.RefusedError
+		var unreachable *enrol.UnreachableError
+		kept := ""
+		if current != nil {
+			kept = fmt.Sprintf("; the current certificate stays in use until %s", held.Leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
+		switch {
+		case errors.As(err, &refused):
+			r.metrics.identityRotations.WithLabelValues(rotationRefused).Inc()
+			out.condition, out.renewIn = conditionSpec{reason: ReasonEnrollmentRefused, message: fmt.Sprintf("issuer %s refused: %s%s", sc.Issuer.Site, refused.Message, kept)}, enrolRetryRefused
+		case errors.As(err, &unreachable):
+			r.metrics.identityRotations.WithLabelValues(rotationFailed).Inc()
+			out.condition, out.renewIn = conditionSpec{reason: ReasonIssuerUnreachable, message: err.Error() + kept}, enrolRetryUnreachable
+		default:
+			r.metrics.identityRotations.WithLabelValues(rotationFailed).Inc()
+			out.condition, out.renewIn = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error() + kept}, enrolRetryUnreachable
+		}
+		if current == nil && exists && heldErr == nil && !now.Before(held.Leaf.NotAfter) {
+			out.condition.reason = ReasonIdentityExpired
+			out.condition.message = fmt.Sprintf("site %s's certificate expired at %s and cannot be renewed: %s", site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), out.condition.message)
+		}
+		r.opts.Logger.Warn("site_enrollment_failed", "network", network.Name, "site", site, "issuer", sc.Issuer.Site, "reason", out.condition.reason, "error", err.Error())
+		return out
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error()}
+		return out
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	apply := corev1ac.Secret(ref.Name, ref.Namespace).
+		WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
+		WithData(map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: keyPEM, keyCACert: sitetrust.EncodeCertificate(caCert)})
+	if exists {
+		apply.WithType(secret.Type)
+	} else {
+		apply.WithType(corev1.SecretTypeTLS)
+	}
+	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, apiFailure(err, "write", "Secret"))}
+		return out
+	}
+	issued, err := sitetrust.ParseHeld(chain, keyPEM)
+	if err != nil {
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error()}
+		return out
+	}
+	result, reason, verb := rotationEnrolled, ReasonSiteCertificateEnrolled, "enrolled"
+	if current != nil {
+		result, reason, verb = rotationRotated, ReasonSiteCertificateRenewed, "renewed"
+	}
+	r.metrics.identityRotations.WithLabelValues(result).Inc()
+	r.metrics.identityExpiry.WithLabelValues(network.Name).Set(float64(issued.Leaf.NotAfter.Unix()))
+	out.wrote = true
+	out.gossipCert, out.gossipErr = string(chain), nil
+	renew := sitetrust.RenewAt(issued.Leaf)
+	out.renewIn = renew.Sub(now)
+	r.opts.Logger.Info("site_certificate_"+verb, "network", network.Name, "site", site, "issuer", sc.Issuer.Site,
+		"because", why, "not_after", issued.Leaf.NotAfter.UTC().Format(time.RFC3339), "fingerprint", sitetrust.Fingerprint(issued.Leaf.Raw))
+	r.events.record(ctx, network, "GridNetwork", corev1.EventTypeNormal, reason,
+		fmt.Sprintf("site %s's certificate %s by issuer %s into Secret %s/%s; valid until %s", site, verb, sc.Issuer.Site, ref.Namespace, ref.Name, issued.Leaf.NotAfter.UTC().Format(time.RFC3339)))
+	out.condition = conditionSpec{ok: true, reason: reason, message: fmt.Sprintf("site %s's certificate %s by issuer %s (%s); valid until %s, renewed at %s",
+		site, verb, sc.Issuer.Site, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
+	return out
+}
+
+// enrollmentToken reads the one-time token the issuer's operator gave.
+func (r *networkReconciler) enrollmentToken(ctx context.Context, sc *v1alpha1.SiteCertificate) (string, *conditionSpec) {
+	ref := sc.EnrollmentTokenSecretRef
+	if ref == nil {
+		return "", &conditionSpec{reason: ReasonEnrollmentTokenMissing, message: "the site has no valid certificate and spec.tls.siteCertificate.enrollmentTokenSecretRef names no token: ask the issuer's operator for one (gridsync-agent enroll-token)"}
+	}
+	key := ref.Key
+	if key == "" {
+		key = "token"
+	}
+	at := fmt.Sprintf("spec.tls.siteCertificate.enrollmentTokenSecretRef (Secret %s/%s, key %s)", ref.Namespace, ref.Name, key)
+	var s corev1.Secret
+	if err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
+		return "", &conditionSpec{reason: ReasonEnrollmentTokenMissing, message: at + ": " + apiFailure(err, "get", "Secret")}
+	}
+	token := string(s.Data[key])
+	if token == "" {
+		return "", &conditionSpec{reason: ReasonEnrollmentTokenMissing, message: at + ": the key is missing or empty"}
+	}
+	return token, nil
+}
+
+// EnrolmentAuthority is the issuer's side of enrolment: for a network
+// whose site certificates this site issues (spec.tls.siteCertificate.mode
+// issuer, or unset with the grid CA's key in caSecretRef), its CA and the
+// sites whose renewal it refuses. It reads the GridNetwork and the CA
+// Secret uncached, by name.
+func EnrolmentAuthority(api client.Reader) enrol.CA { return authority{api: api} }
+
+type authority struct{ api client.Reader }
+
+func (a authority) Authority(ctx context.Context, name string) (*sitetrust.CA, []string, error) {
+	var network v1alpha1.GridNetwork
+	if err := a.api.Get(ctx, types.NamespacedName{Name: name}, &network); err != nil {
+		return nil, nil, fmt.Errorf("network %s is not issued for here", name)
+	}
+	t := network.Spec.TLS
+	mode := siteCertificateMode(t)
+	if t == nil || t.CASecretRef == nil || mode == v1alpha1.SiteCertificateEnrolled || mode == v1alpha1.SiteCertificateProvided {
+		return nil, nil, fmt.Errorf("network %s is not issued for here", name)
+	}
+	var s corev1.Secret
+	if err := a.api.Get(ctx, types.NamespacedName{Namespace: t.CASecretRef.Namespace, Name: t.CASecretRef.Name}, &s); err != nil {
+		return nil, nil, fmt.Errorf("network %s: the grid CA cannot be read here", name)
+	}
+	if len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
+		return nil, nil, fmt.Errorf("network %s is not issued for here", name)
+	}
+	ca, err := sitetrust.ParseCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		return nil, nil, fmt.Errorf("network %s: the grid CA is not usable here", name)
+	}
+	var refused []string
+	if sc := t.SiteCertificate; sc != nil {
+		refused = sc.RefuseRenewal
+	}
+	return ca, refused, nil
+}
