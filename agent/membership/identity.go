@@ -192,3 +192,32 @@ func (r *Runtime) pull() {
 	}
 	r.sendReliable(ml, to, msg)
 }
+
+// recheck drops the records of other sites whose signing certificate is
+// no longer valid now (it expired, or the grid CA changed): a site is
+// known only while it has a certificate that verifies, so one whose
+// renewal the issuer refused leaves every other site's view when its
+// certificate expires.
+func (r *Runtime) recheck(now time.Time) {
+	r.mu.Lock()
+	trust := make(map[string]*netTrust, len(r.trust))
+	for n, t := range r.trust {
+		trust[n] = t
+	}
+	r.mu.Unlock()
+	changed := map[string]bool{}
+	for _, rec := range r.store.all() {
+		t := trust[rec.Network]
+		if rec.Site == r.cfg.Site || t == nil || t.open || t.roots == nil || len(rec.Chain) == 0 {
+			continue
+		}
+		if _, why := t.chains.verify(t.roots, rec.Chain, now); why != "" {
+			r.store.remove(rec.key())
+			r.rejected(&rec, rejectNoLongerValid)
+			changed[rec.Network] = true
+		}
+	}
+	for n := range changed {
+		r.notify.send(n)
+	}
+}

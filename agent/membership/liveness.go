@@ -73,12 +73,19 @@ func (r *Runtime) sweep() {
 		}
 	}
 	r.refreshOwn(now)
+	if r.sweeps++; r.sweeps%recheckEvery == 0 {
+		r.recheck(now)
+	}
 	if n := r.store.expire(now, r.cfg.TombstoneTTL); n > 0 {
 		r.log.Debug("swim_tombstones_expired", "count", n)
 	}
 	r.metrics.records.Set(float64(r.store.count()))
 	r.notifySites(changedSites)
 }
+
+// recheckEvery is how many sweeps pass between two checks of the held
+// records' certificates (every five seconds).
+const recheckEvery = 20
 
 // suspected is called when this site's probe of a member failed: every
 // site is told, so that the whole grid sees the suspicion memberlist

@@ -359,6 +359,20 @@ func (s *store) expire(now time.Time, ttl time.Duration) int {
 	return n
 }
 
+// remove forgets one record.
+func (s *store) remove(k recordKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[k]
+	if !ok {
+		return
+	}
+	s.bytes -= recordSize(r)
+	delete(s.records, k)
+	delete(s.deletedAt, k)
+	s.index(k, false)
+}
+
 // dropSite forgets every record of a site, and returns the networks it
 // had records in.
 func (s *store) dropSite(site string) []string {

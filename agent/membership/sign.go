@@ -37,10 +37,13 @@ const (
 	rejectFromFuture     = "from_future"           // signed (versioned) ahead of this site's clock
 	rejectTooOld         = "too_old"               // signed longer ago than the tombstone lifetime
 	rejectOtherGrid      = "other_grid"            // signed for another grid ID
+	// A record held while its certificate was valid, dropped once it is
+	// not (it expired, or the grid CA changed).
+	rejectNoLongerValid = "certificate_no_longer_valid"
 )
 
 var recordRejectReasons = []string{rejectUnknownNetwork, rejectNoRoots, rejectUnsigned, rejectBadCertificate,
-	rejectUntrusted, rejectWrongSite, rejectBadSignature, rejectFromFuture, rejectTooOld, rejectOtherGrid}
+	rejectUntrusted, rejectWrongSite, rejectBadSignature, rejectFromFuture, rejectTooOld, rejectOtherGrid, rejectNoLongerValid}
 
 // MaxClockSkew is how far another site's clock may be ahead of this one's
 // (a record versioned further ahead is refused: a version is the time it

@@ -387,3 +387,26 @@ func (s *testSite) total(name string) float64 {
 	}
 	return sum
 }
+
+// A site whose certificate expires (its renewal refused, say) leaves
+// every other site's view: what it signed before is dropped, what it
+// signs after is refused.
+func TestASiteLeavesTheViewWhenItsCertificateExpires(t *testing.T) {
+	ca := newTestCA(t)
+	key := randomKey(t)
+	a := startSite(t, "site-a", withKey(key), withIdentity("prod", ca.identity(t, "site-a")))
+	a.waitRunning(t)
+	now := time.Now()
+	short := ca.leaf(t, "site-b", leafSpec{notBefore: now.Add(-time.Minute), notAfter: now.Add(3 * time.Second)})
+	b := startSite(t, "site-b", withKey(key), withIdentity("prod", sites.Identity{Roots: ca.roots, Signer: short}))
+	b.waitRunning(t)
+	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	require.NoError(t, b.Publish("prod", "", providers("pb")))
+	require.Eventually(t, func() bool { return len(a.View("prod").Providers) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(a.View("prod").Sites) == 0 && len(a.View("prod").Providers) == 0 }, 15*time.Second, 50*time.Millisecond,
+		"site B is still known after its certificate expired: %+v", a.View("prod"))
+	require.Positive(t, a.counter("grid_swim_records_rejected_total", rejectNoLongerValid))
+	require.NoError(t, b.Publish("prod", "", providers("pb", "pb2")))
+	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", rejectUntrusted) > 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Empty(t, a.View("prod").Providers)
+}
