@@ -108,7 +108,9 @@ func errString(err error) string {
 //  6. consumer config (network_praxis.go): each generated praxis.yaml,
 //     which may withdraw candidates or hold a revision back;
 //  7. publish (network_publish.go): each overlay to its ConfigMap, the
-//     overlays of removed gateways withdrawn;
+//     overlays of removed gateways withdrawn; the opted-in gateway
+//     Deployments rolled to a renewed site certificate
+//     (network_rollidentity.go);
 //  8. GridSites of the discovered sites (network_membership.go);
 //  9. status (network_status.go).
 //
@@ -146,6 +148,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	overlays, praxis, firstErr := r.reconcilePraxisConfigs(ctx, network, items, overlays)
 	statuses, err := r.publishOverlays(ctx, network, overlays)
 	firstErr = cmp.Or(firstErr, err)
+	r.rollIdentity(ctx, network, identity.gossipCert, statuses)
 	firstErr = cmp.Or(firstErr, r.syncGridSites(ctx, network, swim.view))
 
 	r.summariseDeliveries(network.Name, gws, statuses)

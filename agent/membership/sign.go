@@ -327,3 +327,19 @@ func check(t *netTrust, r *Record, grid string, now time.Time, ttl time.Duration
 	}
 	return ""
 }
+
+// Sign signs the record with a site certificate and its key, as the
+// record's site does: for tools and tests that speak the state layer
+// themselves (the runtime signs its own records).
+func (r *Record) Sign(c *tls.Certificate) error {
+	s, err := newSigner(c)
+	if err != nil {
+		return err
+	}
+	return s.sign(r)
+}
+
+// DirectMessage is the state layer's message that carries records
+// straight to one member, as a key holder can send it (tests and the
+// attack suite).
+func DirectMessage(records []Record) ([]byte, error) { return encodeDirectRecords(records) }

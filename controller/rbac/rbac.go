@@ -65,6 +65,26 @@ func SwimServiceRules() []rbacv1.PolicyRule {
 	}
 }
 
+// GatewayDeploymentRules are what a gateway grants the agent on its own
+// Deployment, by name, when it opts in to being rolled on a renewed site
+// certificate (the praxis-gateway chart's overlay.identityRollout): get
+// to read the pod template's annotation, patch to change it. The agent's
+// own RBAC grants no Deployment access.
+func GatewayDeploymentRules(name string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "patch"}, ResourceNames: []string{name}},
+	}
+}
+
+// EnrollmentTokenRules are what the issuer agent needs of its enrolment
+// token Secret (the chart's trust.enrollment.issuer): get to check a
+// token, update to spend it; by name.
+func EnrollmentTokenRules(name string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "update"}, ResourceNames: []string{name}},
+	}
+}
+
 // TrustSecretRules are granted, by name, on the grid CA and site
 // certificate Secrets that GridNetworks name (spec.tls.caSecretRef,
 // siteSecretRef): the agent generates the CA into a Secret that does not

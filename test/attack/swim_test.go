@@ -41,12 +41,13 @@ var seq atomic.Int32
 // loopback port, encrypted with key.
 type swimAgent struct {
 	*testproc.Proc
-	t      *testing.T
-	health string
-	swim   string
-	key    []byte
-	resNS  string
-	admin  client.Client
+	t       *testing.T
+	health  string
+	swim    string
+	key     []byte
+	agentNS string
+	resNS   string
+	admin   client.Client
 }
 
 // startSwimAgent starts an agent with key (a new one when nil), joining
@@ -69,7 +70,7 @@ func startSwimAgentWith(t *testing.T, key []byte, seeds []string, extra ...strin
 	require.NoError(t, err)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, controlplane.WriteKubeconfig(cfg, kubeconfig))
-	a := &swimAgent{t: t, health: testproc.FreeAddr(t), swim: testnet.FreeTCPUDPAddr(t), key: key, resNS: resNS}
+	a := &swimAgent{t: t, health: testproc.FreeAddr(t), swim: testnet.FreeTCPUDPAddr(t), key: key, agentNS: agentNS, resNS: resNS}
 	scheme, err := controller.Scheme()
 	require.NoError(t, err)
 	a.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})

@@ -77,7 +77,7 @@ func (cp *ControlPlane) ConfigMapReaderConfig(ctx context.Context, namespace, se
 func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["gridsync-test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["gridsync-test"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.AuthInfos["gridsync-test"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
 	kc.Contexts["gridsync-test"] = &clientcmdapi.Context{Cluster: "gridsync-test", AuthInfo: "gridsync-test"}
 	kc.CurrentContext = "gridsync-test"
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {

@@ -105,6 +105,15 @@ type ConsumerGateway struct {
 	// +optional
 	PraxisConfig *PraxisConfig `json:"praxisConfig,omitempty"`
 
+	// IdentityRollout rolls the gateway's Deployment when this site's
+	// certificate changes, for gateways that load their client
+	// certificate only at start: the agent patches one pod-template
+	// annotation, grid.praxis.fast/site-identity-fingerprint. Off unless
+	// set; the gateway grants get and patch on that one Deployment.
+	//
+	// +optional
+	IdentityRollout *IdentityRollout `json:"identityRollout,omitempty"`
+
 	// ProviderHopEndpoints are the mutual-TLS endpoints an embedded
 	// gateway may send provider-hop context to.
 	//
@@ -114,6 +123,31 @@ type ConsumerGateway struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:XValidation:rule="has(self.transport) && self.transport.mode == 'mutual_tls' && has(self.transport.sni) && self.transport.sni.size() > 0",message="a provider-hop endpoint needs transport.mode mutual_tls and a nonblank sni"
 	ProviderHopEndpoints []ClusterEndpoint `json:"providerHopEndpoints,omitempty"`
+}
+
+// IdentityRollout names the gateway Deployment rolled on a new site
+// certificate.
+type IdentityRollout struct {
+	// DeploymentName is the gateway's Deployment, in the gateway's
+	// namespace.
+	//
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	DeploymentName string `json:"deploymentName"`
+}
+
+// IdentityRolloutStatus is what the last identity rollout did.
+type IdentityRolloutStatus struct {
+	// Fingerprint is the site certificate the Deployment's pods are
+	// rolled to (SHA-256 of the leaf, hex).
+	// +optional
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Reason: IdentityRolled, IdentityCurrent, DeploymentForbidden,
+	// DeploymentMissing or DeploymentPatchFailed.
+	Reason string `json:"reason"`
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // OverlayPhase says where a gateway's overlay stands.
@@ -240,6 +274,10 @@ type GatewayOverlayStatus struct {
 	// evidence, these reports are.
 	// +optional
 	Delivery *GatewayDelivery `json:"delivery,omitempty"`
+	// IdentityRollout is the gateway Deployment's roll to this site's
+	// current certificate (spec identityRollout).
+	// +optional
+	IdentityRollout *IdentityRolloutStatus `json:"identityRollout,omitempty"`
 }
 
 // SignalTransportMode is how signals cross sites.

@@ -1,0 +1,315 @@
+package multisite
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/enrol"
+	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/test/testpki"
+)
+
+// identityNetwork is a GridNetwork whose sites trust any site the grid CA
+// signed (SPIFFE mode: no pins, so that renewed certificates need no
+// operator), with the given way of obtaining the site certificate.
+func (s *site) identityNetwork(name string, sc *v1alpha1.SiteCertificate, seeds ...string) {
+	s.t.Helper()
+	t := &v1alpha1.GridTLS{
+		SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: s.resNS},
+		SiteSecretRef:    &v1alpha1.NamespacedName{Name: "site-cert", Namespace: s.resNS},
+		SiteCertificate:  sc,
+	}
+	if sc.Mode == v1alpha1.SiteCertificateIssuer {
+		t.CASecretRef = &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: s.resNS}
+	} else {
+		t.CAConfigMapRef = &v1alpha1.NamespacedKeyRef{Name: "grid-ca", Namespace: s.resNS}
+	}
+	n := &v1alpha1.GridNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controller.AutoDiscoverSitesLabel: "true"}},
+		Spec: v1alpha1.GridNetworkSpec{
+			Seeds:            seeds,
+			ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.resNS, SiteName: s.name}},
+			TLS:              t,
+			PeerTrust:        &v1alpha1.PeerTrust{Mode: "spiffe"},
+		},
+	}
+	require.NoError(s.t, s.admin.Create(context.Background(), n))
+	s.t.Cleanup(func() { s.remove(n) })
+}
+
+// project keeps a site's certificate where the kubelet and the gateway
+// would: the Secret's current content in files (for the signals
+// listener) and presented by the site's gateway, as it changes.
+func (s *site) project(ctx context.Context, files *testpki.Projection, gw *testgateway.Gateway) {
+	var last []byte
+	for {
+		if d := s.secretData("site-cert"); len(d["tls.key"]) > 0 && !bytes.Equal(d["tls.crt"], last) {
+			if files != nil {
+				files.Publish(map[string][]byte{"tls.crt": d["tls.crt"], "tls.key": d["tls.key"], "ca.crt": d["ca.crt"]})
+			}
+			if _, err := gw.PresentSecret(d); err == nil {
+				last = d["tls.crt"]
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (s *site) identityReason(network string) string {
+	var n v1alpha1.GridNetwork
+	if err := s.admin.Get(context.Background(), types.NamespacedName{Name: network}, &n); err != nil {
+		return ""
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == controller.ConditionSiteIdentity {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return ""
+}
+
+// An issuer and two enrolled sites on three clusters. The grid CA's key
+// exists only in the issuer's cluster; B and C hold its certificate and
+// enrol with one-time tokens made by `gridsync-agent enroll-token`; the
+// grid forms and every site is Active at the others. A key holder with no
+// certificate for C forges C's records (the end of time, a forged
+// gateway, an injected provider), signs them with another CA's
+// certificate or another site's, and invents sites: nothing of it reaches
+// any site. B renews with its current certificate; the issuer refuses
+// C's renewal, and C leaves every site once its certificate expires.
+func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	key := newKey(t)
+	var all []*site
+	for i, name := range []string{"site-a", "site-b", "site-c"} {
+		s := newSite(t, clusters[i], name)
+		s.secret("swim-key", map[string][]byte{"key": key})
+		require.NoError(t, s.cp.AgentTrustSecrets(ctx, s.agentNS, s.resNS, "grid-ca", "site-cert"))
+		all = append(all, s)
+	}
+	a, b, c := all[0], all[1], all[2]
+	// Certificates of a minute: renewed at about forty seconds, so that a
+	// renewal and an expiry happen within the test.
+	lifetime := []string{"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--site-cert-lifetime", "60s"}
+
+	// A issues: it generates the grid CA and serves enrolment on its
+	// signals listener, which serves A's own site certificate.
+	signalsPort := freePort(t)
+	identityA := testpki.NewProjection(t)
+	require.NoError(t, a.cp.Grant(ctx, a.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", a.agentNS, rbac.EnrollmentTokenRules(enrol.DefaultTokenSecret)))
+	// The issuer will refuse C's renewal (revocation short of rotating the
+	// CA): C enrols, and leaves the grid when its first certificate
+	// expires.
+	a.identityNetwork("grid", &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateIssuer, RefuseRenewal: []string{"site-c"}})
+	a.provider("prov-a", "grid", "model-a")
+	agents := []*agent{a.start(nil, append(lifetime, "--signals-addr", "127.0.0.1:"+signalsPort,
+		"--signals-cert", identityA.Path("tls.crt"), "--signals-key", identityA.Path("tls.key"), "--signals-ca", identityA.Path("ca.crt"))...)}
+	caData := a.waitSecret("grid-ca", func(d map[string][]byte) bool { return len(d["tls.key"]) > 0 })
+	gateways := map[string]*testgateway.Gateway{}
+	for _, s := range all {
+		g, err := testgateway.Start(s.gateway)
+		require.NoError(t, err)
+		t.Cleanup(g.Close)
+		gateways[s.name] = g
+	}
+	go a.project(ctx, identityA, gateways["site-a"])
+
+	// B and C: the CA's certificate only (a ConfigMap), a token each from
+	// the issuer's operator, carried out of band.
+	adminKube := filepath.Join(t.TempDir(), "admin-kubeconfig")
+	require.NoError(t, controlplane.WriteKubeconfig(a.cp.AdminConfig(), adminKube))
+	for _, s := range []*site{b, c} {
+		cmd := exec.Command(agentBin, "enroll-token", "--kubeconfig", adminKube, "--namespace", a.agentNS,
+			"--network", "grid", "--site", s.name, "--ttl", "10m")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, stderr.String())
+		require.Contains(t, stderr.String(), "usable once until")
+		token := strings.TrimSpace(string(out))
+		require.True(t, strings.HasPrefix(token, "gst_"), token)
+		require.NoError(t, s.admin.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: s.resNS},
+			Data: map[string]string{"ca.crt": string(caData["ca.crt"])}}))
+		s.secret("enrol-token", map[string][]byte{"token": []byte(token)})
+		s.identityNetwork("grid", &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateEnrolled,
+			Issuer:                   &v1alpha1.EnrollmentIssuer{Address: "127.0.0.1:" + signalsPort, Site: "site-a"},
+			EnrollmentTokenSecretRef: &v1alpha1.NamespacedKeyRef{Name: "enrol-token", Namespace: s.resNS}}, a.swimAddr)
+		s.provider("prov-"+strings.TrimPrefix(s.name, "site-"), "grid", "model-"+strings.TrimPrefix(s.name, "site-"))
+		agents = append(agents, s.start(nil, lifetime...))
+		go s.project(ctx, nil, gateways[s.name])
+	}
+	firstOfB := ""
+	for _, s := range []*site{b, c} {
+		d := s.waitSecret("site-cert", func(d map[string][]byte) bool { return len(d["tls.key"]) > 0 })
+		eventually(t, 10*time.Second, s.name+" enrolled", func() (bool, string) {
+			r := s.identityReason("grid")
+			return strings.Contains(r, "by issuer site-a") || strings.Contains(r, "from issuer site-a"), r
+		})
+		if s == b {
+			firstOfB = string(d["tls.crt"])
+		}
+	}
+
+	// The grid forms: every site Active at the two others.
+	for _, s := range all {
+		s.networkStatus("grid", 60*time.Second, counts(v1alpha1.NetworkActive, 2, 2))
+		for _, other := range all {
+			if other != s {
+				s.gridSite("grid-"+other.name, "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+			}
+		}
+	}
+
+	// The CA's key is in the issuer's cluster only.
+	caKey := strings.Split(strings.TrimSpace(string(caData["tls.key"])), "\n")[1]
+	for _, s := range []*site{b, c} {
+		var secrets corev1.SecretList
+		require.NoError(t, s.admin.List(ctx, &secrets))
+		for _, sec := range secrets.Items {
+			for k, v := range sec.Data {
+				assert.NotContains(t, string(v), caKey, "%s: Secret %s/%s key %s holds the grid CA's key", s.name, sec.Namespace, sec.Name, k)
+			}
+		}
+	}
+
+	// A key holder without C's certificate speaks for C.
+	gatewayOfC := a.gridSite("grid-site-c", "known", func(*v1alpha1.GridSite) bool { return true }).Spec.GatewayEndpoint.Address
+	forge(t, key, caData, []*site{a, b})
+	time.Sleep(3 * time.Second)
+	for _, s := range []*site{a, b} {
+		s.networkStatus("grid", 10*time.Second, counts(v1alpha1.NetworkActive, 2, 2))
+		gs := s.gridSite("grid-site-c", "unchanged", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+		assert.Equal(t, gatewayOfC, gs.Spec.GatewayEndpoint.Address, "%s took a forged gateway address", s.name)
+		var gsl v1alpha1.GridSiteList
+		require.NoError(t, s.admin.List(ctx, &gsl))
+		for _, g := range gsl.Items {
+			assert.NotContains(t, g.Name, "inv-", "%s: a GridSite for an invented site", s.name)
+		}
+		cand, ok := s.candidate("grid", "site-c", "gpt-evil")
+		assert.False(t, ok, "%s routes an injected provider: %+v", s.name, cand)
+	}
+	for _, reason := range []string{"from_future", "unsigned", "untrusted_certificate", "wrong_site"} {
+		assert.Positive(t, agents[0].metric(fmt.Sprintf("grid_swim_records_rejected_total{reason=%q}", reason)), reason)
+	}
+
+	// Renewal: B renews with its current certificate, no token; the
+	// issuer refuses C's, and C's certificate expires.
+	b.waitSecret("site-cert", func(d map[string][]byte) bool { return string(d["tls.crt"]) != firstOfB })
+	assert.Positive(t, agents[1].metric(`grid_site_identity_rotations_total{result="rotated"}`), "B's renewal counted")
+	eventually(t, 90*time.Second, "C's identity expired", func() (bool, string) {
+		r := c.identityReason("grid")
+		return strings.HasPrefix(r, controller.ReasonIdentityExpired), r
+	})
+	assert.Positive(t, agents[2].metric(`grid_site_identity_rotations_total{result="refused"}`), "C's refused renewal counted")
+	// C's certificate expires: C is Active nowhere, its provider gone.
+	for _, s := range []*site{a, b} {
+		s.gridSite("grid-site-c", "no longer Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase != sitetrust.PhaseActive })
+		eventually(t, 30*time.Second, s.name+" without C's provider", func() (bool, string) {
+			_, ok := s.candidate("grid", "site-c", "model-c")
+			return !ok, "still routed"
+		})
+		_, ok := s.candidate("grid", "site-b", "model-b")
+		if s == a {
+			assert.True(t, ok, "B, renewed, stays routable at A")
+		}
+	}
+}
+
+// forge has a key holder with no certificate for site-c send C's records
+// to the given sites in four ways, and records for fifty invented sites.
+func forge(t *testing.T, key []byte, caData map[string][]byte, to []*site) {
+	t.Helper()
+	conf := memberlist.DefaultLANConfig()
+	conf.Name = fmt.Sprintf("forger/%d", time.Now().UnixNano())
+	conf.BindAddr, conf.BindPort, conf.AdvertisePort = "127.0.0.1", 0, 0
+	kr, err := memberlist.NewKeyring(nil, key)
+	require.NoError(t, err)
+	conf.Keyring = kr
+	conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
+	conf.EnableCompression = false
+	conf.Logger = log.New(io.Discard, "", 0)
+	conf.LogOutput = nil
+	ml, err := memberlist.Create(conf)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ml.Shutdown() })
+
+	now := uint64(time.Now().UnixNano())
+	evil := []sites.Provider{{Name: "gpt-evil", Models: []string{"gpt-evil"}, Cluster: "site-c", Phase: "Available"}}
+	siteRec := membership.Record{Network: "grid", Site: "site-c", Kind: membership.KindSite, Version: now, GatewayAddress: "10.9.9.9:443"}
+	provRec := membership.Record{Network: "grid", Site: "site-c", Kind: membership.KindProviders, Version: now, Providers: evil}
+	atTheEnd := func(r membership.Record) membership.Record { r.Version = math.MaxUint64; return r }
+	signed := func(c *tls.Certificate, r membership.Record) membership.Record {
+		require.NoError(t, r.Sign(c))
+		return r
+	}
+	// Another CA's certificate for site-c, and the grid CA's for site-x
+	// (the key holder is a site of the grid after all).
+	otherCAPEM, otherCAKey, err := sitetrust.NewCA(time.Now(), time.Hour)
+	require.NoError(t, err)
+	otherCA, err := sitetrust.ParseCA(otherCAPEM, otherCAKey)
+	require.NoError(t, err)
+	gridCA, err := sitetrust.ParseCA(caData["tls.crt"], caData["tls.key"])
+	require.NoError(t, err)
+	pair := func(ca *sitetrust.CA, site string) *tls.Certificate {
+		chain, k, err := ca.Issue(site, time.Now(), time.Hour)
+		require.NoError(t, err)
+		p, err := tls.X509KeyPair(chain, k)
+		require.NoError(t, err)
+		return &p
+	}
+	foreign, other := pair(otherCA, "site-c"), pair(gridCA, "site-x")
+	records := []membership.Record{atTheEnd(siteRec), atTheEnd(provRec), siteRec, provRec,
+		signed(foreign, siteRec), signed(foreign, provRec), signed(other, siteRec), signed(other, provRec)}
+	for i := range 50 {
+		records = append(records, membership.Record{Network: "grid", Site: "inv-" + strconv.Itoa(i), Kind: membership.KindSite, Version: now, GatewayAddress: "10.9.9.9:443"})
+	}
+	msg, err := membership.DirectMessage(records)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for _, s := range to {
+		host, port, err := net.SplitHostPort(s.swimAddr)
+		require.NoError(t, err)
+		p, _ := strconv.Atoi(port)
+		node := &memberlist.Node{Name: s.name, Addr: net.ParseIP(host), Port: uint16(p)}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 3 {
+				assert.NoError(t, ml.SendReliable(node, msg))
+			}
+		}()
+	}
+	wg.Wait()
+}
