@@ -48,6 +48,8 @@ var agentCases = []valueCase{
 		"resourceNamespaces": []string{"gateways-s"},
 		"swim":               map[string]any{"siteName": "site-s"},
 		"signals":            map[string]any{"enabled": true, "siteSecretName": "grid-site-cert", "perSiteConnections": 4},
+		// The issuer site: it answers enrolments on the signals listener.
+		"trust": map[string]any{"enrollment": map[string]any{"issuer": true}},
 	}},
 	{name: "long-release-name", release: "a-release-name-long-enough-that-its-full-name-is-cut", namespace: "long-ns", values: map[string]any{
 		"namespaces": []string{"gateways-d"}, "logLevel": "debug",
@@ -335,6 +337,8 @@ func TestAgentChartGrantsTheSignalsListenerOnlyWhatItNeeds(t *testing.T) {
 		roles[r.GetNamespace()+"/"+r.GetName()] = rulesOf(t, r)
 	}
 	assert.Equal(t, rbac.SwimServiceRules(), roles["sig-system/sig-gridsync-agent-signals-service"])
+	assert.Equal(t, rbac.EnrollmentTokenRules("grid-enrollment-tokens"), roles["sig-system/sig-gridsync-agent-enrollment-tokens"],
+		"the issuer gets and updates its token Secret, by name, and nothing else of it")
 	clusterRoles := map[string][]rbacv1.PolicyRule{}
 	for _, r := range ofKind(objs, "ClusterRole") {
 		clusterRoles[r.GetName()] = rulesOf(t, r)

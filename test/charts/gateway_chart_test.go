@@ -15,11 +15,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
 )
@@ -544,4 +546,39 @@ func TestGatewayChartWiresTheDeliveryReports(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A gateway that opts in to being rolled on a renewed site certificate
+// grants the gridsync agent get and patch on its own Deployment, by name,
+// and nothing else; without the agent's namespace the chart refuses to
+// render.
+func TestGatewayChartGrantsTheAgentItsDeploymentOnlyWhenItOptsIn(t *testing.T) {
+	vc := valueCase{name: "identity-rollout", release: "praxis", namespace: "gw-rollout", values: map[string]any{
+		"overlay": map[string]any{"identityRollout": map[string]any{"enabled": true, "agent": map[string]any{"namespace": "grid-system"}}}}}
+	rendered := render(t, gatewayChart, vc)
+	roles := ofKind(objects(t, rendered), "Role")
+	var rules []rbacv1.PolicyRule
+	for _, r := range roles {
+		if r.GetName() == "praxis-praxis-gateway-identity-rollout" {
+			rules = rulesOf(t, r)
+		}
+	}
+	assert.Equal(t, rbac.GatewayDeploymentRules("praxis-praxis-gateway"), rules)
+	applyRendered(t, adminClient(t), vc, rendered)
+	user := "system:serviceaccount:grid-system:gridsync-agent"
+	assertAccess(t, user, []access{
+		{true, authorizationv1.ResourceAttributes{Verb: "get", Group: "apps", Namespace: vc.namespace, Resource: "deployments", Name: "praxis-praxis-gateway"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "patch", Group: "apps", Namespace: vc.namespace, Resource: "deployments", Name: "praxis-praxis-gateway"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "update", Group: "apps", Namespace: vc.namespace, Resource: "deployments", Name: "praxis-praxis-gateway"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "get", Group: "apps", Namespace: vc.namespace, Resource: "deployments", Name: "another"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Group: "apps", Namespace: vc.namespace, Resource: "deployments"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "patch", Group: "apps", Namespace: "elsewhere", Resource: "deployments", Name: "praxis-praxis-gateway"}},
+	})
+	for _, r := range ofKind(objects(t, render(t, gatewayChart, gatewayCases[1])), "Role") {
+		assert.NotContains(t, r.GetName(), "identity-rollout", "no grant unless the gateway opts in")
+	}
+	_, err := runHelm(t, map[string]any{"overlay": map[string]any{"identityRollout": map[string]any{"enabled": true}}},
+		"template", "x", chartDir(gatewayChart), "--kube-version", kubeVersion)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "agent's namespace is required")
 }

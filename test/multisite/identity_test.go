@@ -226,7 +226,10 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 
 	// Renewal: B renews with its current certificate, no token; the
 	// issuer refuses C's, and C's certificate expires.
-	b.waitSecret("site-cert", func(d map[string][]byte) bool { return string(d["tls.crt"]) != firstOfB })
+	eventually(t, 60*time.Second, "B renewed", func() (bool, string) {
+		d := b.secretData("site-cert")
+		return d != nil && string(d["tls.crt"]) != firstOfB, b.identityReason("grid")
+	})
 	assert.Positive(t, agents[1].metric(`grid_site_identity_rotations_total{result="rotated"}`), "B's renewal counted")
 	eventually(t, 90*time.Second, "C's identity expired", func() (bool, string) {
 		r := c.identityReason("grid")
