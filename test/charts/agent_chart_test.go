@@ -371,3 +371,32 @@ func TestAgentChartGrantsTheSignalsListenerOnlyWhatItNeeds(t *testing.T) {
 		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "sig-system", Resource: "serviceaccounts", Subresource: "token"}},
 	})
 }
+
+// The agent chart's PrometheusRule (off by default) alerts on a site
+// certificate near its expiry and on renewals refused or failing, and the
+// API server takes it.
+func TestAgentChartAlertsOnTheSiteCertificate(t *testing.T) {
+	vc := valueCase{name: "alerts", release: "grid", namespace: "grid-alerts", values: map[string]any{
+		"namespaces": []string{"gateways-alerts"},
+		"metrics":    map[string]any{"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}}},
+	}}
+	rendered := render(t, agentChart, vc)
+	rules := ofKind(objects(t, rendered), "PrometheusRule")
+	require.Len(t, rules, 1)
+	groups, _, _ := unstructured.NestedSlice(rules[0].Object, "spec", "groups")
+	exprs := map[string]string{}
+	for _, g := range groups {
+		rs, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rs {
+			exprs[r.(map[string]any)["alert"].(string)] = r.(map[string]any)["expr"].(string)
+		}
+	}
+	assert.Equal(t, `grid_site_identity_expiry_timestamp_seconds{namespace="grid-alerts"} - time() < 14 * 86400`, exprs["GridSiteCertificateExpiringSoon"])
+	assert.Contains(t, exprs["GridSiteCertificateRenewalFailing"], `result=~"refused|failed|expired"`)
+	assert.Equal(t, "prometheus", rules[0].GetLabels()["release"])
+	installMonitoringCRDs(t)
+	applyRendered(t, adminClient(t), vc, rendered)
+	for _, o := range ofKind(objects(t, render(t, agentChart, agentCases[0])), "PrometheusRule") {
+		t.Errorf("a PrometheusRule by default: %s", o.GetName())
+	}
+}
