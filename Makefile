@@ -128,7 +128,7 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	$(GO) test -run '^$$' -bench VerifyRecord -benchtime 2s ./agent/membership
 	$(GO) test -run '^$$' -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
 	@# Site trust: 50 remote gateways probed over mutual TLS.
-	$(GO) test -run '^$$' -bench Trust -benchtime 1x -timeout 30m ./test/bench/trust
+	$(GO) test -run '^$$' -bench 'Trust|Enrol' -benchtime 1x -timeout 30m ./test/bench/trust
 	@# Rollout evidence: 1,000 sidecars reporting over QUIC; the listener under a flood.
 	$(GO) test -run '^$$' -bench Rollout -benchtime 1x -timeout 30m ./test/bench/rollout
 

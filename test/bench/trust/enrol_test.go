@@ -81,7 +81,12 @@ func runEnrol(b *testing.B) {
 
 	// The issuer: its membership, its controller, its enrol server.
 	key := make([]byte, 32)
-	issuerSwim, err := membership.New(ctx, membership.Config{Site: "issuer", BindAddr: "127.0.0.1:0", EnvKey: key,
+	// Every site here shares one source address, which a real grid's
+	// sites never do: the per-source caps are raised to the site's own.
+	gate := membership.DefaultGateLimits()
+	gate.PushPullRate, gate.PushPullBurst = gate.SitePushPullRate, gate.SitePushPullBurst
+	gate.MaxStreamsPerAddr, gate.BufferBytesPerAddr = gate.MaxStreams, gate.BufferBytes
+	issuerSwim, err := membership.New(ctx, membership.Config{Site: "issuer", BindAddr: "127.0.0.1:0", EnvKey: key, Gate: gate,
 		ProbeInterval: time.Second, ProbeTimeout: 600 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	measure.Must(b, err)
 	mgr, err := controller.NewManager(cfg, controller.ManagerOptions{Options: controller.Options{
@@ -141,7 +146,7 @@ func runEnrol(b *testing.B) {
 		measure.Must(b, err)
 		defer gw.Close()
 		gw.Present(pair, roots)
-		rt, err := membership.New(ctx, membership.Config{Site: site, BindAddr: "127.0.0.1:0", EnvKey: key,
+		rt, err := membership.New(ctx, membership.Config{Site: site, BindAddr: "127.0.0.1:0", EnvKey: key, Gate: gate,
 			ProbeInterval: time.Second, ProbeTimeout: 600 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		measure.Must(b, err)
 		rctx, rstop := context.WithCancel(ctx)
