@@ -164,7 +164,7 @@ func (t *Tokens) update(ctx context.Context, change func(*corev1.Secret) error, 
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("Secret %s: %w", key, err)
+			return fmt.Errorf("the token Secret %s: %w", key, err)
 		}
 		if s.Data == nil {
 			s.Data = map[string][]byte{}
@@ -177,11 +177,11 @@ func (t *Tokens) update(ctx context.Context, change func(*corev1.Secret) error, 
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("Secret %s: %w", key, err)
+			return fmt.Errorf("the token Secret %s: %w", key, err)
 		}
 		return nil
 	}
-	return fmt.Errorf("Secret %s: it kept changing while it was written", key)
+	return fmt.Errorf("the token Secret %s kept changing while it was written", key)
 }
 
 // pruneExpired drops the tokens that can no longer be used.

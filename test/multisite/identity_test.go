@@ -151,7 +151,7 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	adminKube := filepath.Join(t.TempDir(), "admin-kubeconfig")
 	require.NoError(t, controlplane.WriteKubeconfig(a.cp.AdminConfig(), adminKube))
 	for _, s := range []*site{b, c} {
-		cmd := exec.Command(agentBin, "enroll-token", "--kubeconfig", adminKube, "--namespace", a.agentNS,
+		cmd := exec.CommandContext(ctx, agentBin, "enroll-token", "--kubeconfig", adminKube, "--namespace", a.agentNS,
 			"--network", "grid", "--site", s.name, "--ttl", "10m")
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr

@@ -119,7 +119,7 @@ func runEnrol(b *testing.B) {
 	tokens := &enrol.Tokens{API: admin, Namespace: agentNS}
 	srv, err := enrol.NewServer(controller.EnrolmentAuthority(admin), tokens, time.Hour, slog.New(slog.DiscardHandler), nil)
 	measure.Must(b, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	measure.Must(b, err)
 	hs := &http.Server{Handler: srv, TLSConfig: &tls.Config{Certificates: []tls.Certificate{serving}, ClientCAs: roots, ClientAuth: tls.VerifyClientCertIfGiven}}
 	go func() { _ = hs.ServeTLS(ln, "", "") }()
