@@ -11,13 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/sitetrust"
-	"github.com/gridsync/gridsync/shared/envelope"
 )
 
 // Reasons of the SiteIdentity condition of an enrolled site.
@@ -88,13 +86,7 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 		r.metrics.identityExpiry.WithLabelValues(network.Name).Set(float64(held.Leaf.NotAfter.Unix()))
 		out.gossipCert, out.gossipErr = gossipable(at, secret.Data[corev1.TLSCertKey])
 	}
-	why := "the Secret does not exist"
-	switch {
-	case exists && heldErr != nil:
-		why = heldErr.Error()
-	case exists:
-		why = sitetrust.ReissueReason(held, caCert, site, now)
-	}
+	why := reissueWhy(exists, held, heldErr, caCert, site, now)
 	if why == "" {
 		renew := sitetrust.RenewAt(held.Leaf)
 		out.renewIn = renew.Sub(now)
@@ -161,15 +153,7 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 		return out
 	}
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	apply := corev1ac.Secret(ref.Name, ref.Namespace).
-		WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
-		WithData(map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: keyPEM, keyCACert: sitetrust.EncodeCertificate(caCert)})
-	if exists {
-		apply.WithType(secret.Type)
-	} else {
-		apply.WithType(corev1.SecretTypeTLS)
-	}
-	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+	if err := r.writeSiteSecret(ctx, network, exists, secret, chain, keyPEM, caCert); err != nil {
 		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, apiFailure(err, "write", "Secret"))}
 		return out
 	}

@@ -158,13 +158,7 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 		out.condition = conditionSpec{reason: ReasonSiteNameMissing, message: "the agent has no site name (--site-name, GRID_SWIM_SITE_NAME): no site certificate is issued"}
 		return out
 	}
-	why := "the Secret does not exist"
-	switch {
-	case exists && heldErr != nil:
-		why = heldErr.Error()
-	case exists:
-		why = sitetrust.ReissueReason(held, caCert, site, now)
-	}
+	why := reissueWhy(exists, held, heldErr, caCert, site, now)
 	if why == "" {
 		renew := sitetrust.RenewAt(held.Leaf)
 		out.renewIn = renew.Sub(now)
@@ -192,18 +186,7 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: issuing failed: %v", at, err)}
 		return out
 	}
-	apply := corev1ac.Secret(ref.Name, ref.Namespace).
-		WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
-		WithData(map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: sitetrust.EncodeCertificate(caCert)})
-	// A type is immutable, and one left out of an apply that wrote it
-	// would be removed: a new Secret is kubernetes.io/tls, one that exists
-	// keeps its own.
-	if exists {
-		apply.WithType(secret.Type)
-	} else {
-		apply.WithType(corev1.SecretTypeTLS)
-	}
-	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+	if err := r.writeSiteSecret(ctx, network, exists, &secret, chain, key, caCert); err != nil {
 		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, apiFailure(err, "write", "Secret"))}
 		r.opts.Logger.Error("site_certificate_not_written", "network", network.Name, "secret", ref.Namespace+"/"+ref.Name, "error", err.Error())
 		return out
@@ -307,4 +290,34 @@ func gossipable(at string, certPEM []byte) (string, error) {
 func (r *networkReconciler) networkExists(ctx context.Context, name string) bool {
 	var n v1alpha1.GridNetwork
 	return !apierrors.IsNotFound(r.client.Get(ctx, types.NamespacedName{Name: name}, &n))
+}
+
+// reissueWhy says why this site's certificate is issued (or obtained)
+// again: the Secret is missing or unreadable, or sitetrust.ReissueReason;
+// "" keeps it.
+func reissueWhy(exists bool, held *sitetrust.Held, heldErr error, caCert *x509.Certificate, site string, now time.Time) string {
+	switch {
+	case !exists:
+		return "the Secret does not exist"
+	case heldErr != nil:
+		return heldErr.Error()
+	}
+	return sitetrust.ReissueReason(held, caCert, site, now)
+}
+
+// writeSiteSecret writes the site certificate (chain), its key and the
+// grid CA into the site Secret by server-side apply. A type is immutable,
+// and one left out of an apply that wrote it would be removed: a new
+// Secret is kubernetes.io/tls, one that exists keeps its own.
+func (r *networkReconciler) writeSiteSecret(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, current *corev1.Secret, chain, key []byte, caCert *x509.Certificate) error {
+	ref := network.Spec.TLS.SiteSecretRef
+	apply := corev1ac.Secret(ref.Name, ref.Namespace).
+		WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
+		WithData(map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: sitetrust.EncodeCertificate(caCert)})
+	if exists {
+		apply.WithType(current.Type)
+	} else {
+		apply.WithType(corev1.SecretTypeTLS)
+	}
+	return r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership)
 }

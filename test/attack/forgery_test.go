@@ -90,7 +90,7 @@ func TestRecordForgery(t *testing.T) {
 	require.Eventually(t, func() bool { return remoteProviders() == 1 }, 20*time.Second, 50*time.Millisecond)
 
 	// The forgeries, from a key holder.
-	holder := keyHolder(t, a.key)
+	holder := testnet.KeyHolder(t, a.key)
 	host, port, err := net.SplitHostPort(a.swim)
 	require.NoError(t, err)
 	p, _ := strconv.Atoi(port)

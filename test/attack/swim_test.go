@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -205,28 +204,6 @@ func TestSwimPreAuthStreams(t *testing.T) {
 		figure{"goroutines", fmt.Sprintf("%d->%d", before.goroutines, fp.goroutines)}, figure{"fds", fmt.Sprintf("%d->%d", before.fds, fp.fds)})
 }
 
-// keyHolder is a memberlist node holding the grid's SWIM key: what a peer
-// site (or whoever has the key) can do, without gridsync's own checks.
-func keyHolder(t *testing.T, key []byte) *memberlist.Memberlist {
-	t.Helper()
-	conf := memberlist.DefaultLANConfig()
-	conf.Name = fmt.Sprintf("key-holder/%d", time.Now().UnixNano())
-	conf.BindAddr, conf.BindPort, conf.AdvertisePort = "127.0.0.1", 0, 0
-	kr, err := memberlist.NewKeyring(nil, key)
-	require.NoError(t, err)
-	conf.Keyring = kr
-	conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
-	// Compressed frames are refused by gridsync outright: an attacker
-	// sends them plain.
-	conf.EnableCompression = false
-	conf.Logger = log.New(io.Discard, "", 0)
-	conf.LogOutput = nil
-	ml, err := memberlist.Create(conf)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ml.Shutdown() })
-	return ml
-}
-
 // A captured join request replayed without the key (the first round: one
 // 419-byte request resent 500 times brought back 223 MB, 1,065 times what
 // was sent).
@@ -270,7 +247,7 @@ func TestSwimJoinReplay(t *testing.T) {
 // membership tests hold for the networks a site does take part in.
 func TestSwimRecordFlood(t *testing.T) {
 	a := startSwimAgent(t, nil)
-	holder := keyHolder(t, a.key)
+	holder := testnet.KeyHolder(t, a.key)
 	host, port, err := net.SplitHostPort(a.swim)
 	require.NoError(t, err)
 	p, _ := strconv.Atoi(port)

@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
-	"log"
 	"math"
 	"net"
 	"os/exec"
@@ -33,6 +31,7 @@ import (
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -254,19 +253,7 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 // to the given sites in four ways, and records for fifty invented sites.
 func forge(t *testing.T, key []byte, caData map[string][]byte, to []*site) {
 	t.Helper()
-	conf := memberlist.DefaultLANConfig()
-	conf.Name = fmt.Sprintf("forger/%d", time.Now().UnixNano())
-	conf.BindAddr, conf.BindPort, conf.AdvertisePort = "127.0.0.1", 0, 0
-	kr, err := memberlist.NewKeyring(nil, key)
-	require.NoError(t, err)
-	conf.Keyring = kr
-	conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
-	conf.EnableCompression = false
-	conf.Logger = log.New(io.Discard, "", 0)
-	conf.LogOutput = nil
-	ml, err := memberlist.Create(conf)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ml.Shutdown() })
+	ml := testnet.KeyHolder(t, key)
 
 	now := uint64(time.Now().UnixNano())
 	evil := []sites.Provider{{Name: "gpt-evil", Models: []string{"gpt-evil"}, Cluster: "site-c", Phase: "Available"}}

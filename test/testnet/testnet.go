@@ -6,13 +6,17 @@ package testnet
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // FreeTCPUDPAddr is a loopback address whose port is free for both TCP
@@ -181,4 +185,30 @@ func Hammer(url string, clients int) (stop func()) {
 		close(done)
 		wg.Wait()
 	}
+}
+
+// KeyHolder is a memberlist node holding the grid's SWIM key on loopback:
+// what a peer site (or whoever has the key) can do, without gridsync's
+// own checks. It sends uncompressed frames (gridsync refuses compressed
+// ones outright) and stops when the test ends.
+func KeyHolder(t testing.TB, key []byte) *memberlist.Memberlist {
+	t.Helper()
+	conf := memberlist.DefaultLANConfig()
+	conf.Name = fmt.Sprintf("key-holder/%d", time.Now().UnixNano())
+	conf.BindAddr, conf.BindPort, conf.AdvertisePort = "127.0.0.1", 0, 0
+	kr, err := memberlist.NewKeyring(nil, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf.Keyring = kr
+	conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
+	conf.EnableCompression = false
+	conf.Logger = log.New(io.Discard, "", 0)
+	conf.LogOutput = nil
+	ml, err := memberlist.Create(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ml.Shutdown() })
+	return ml
 }
