@@ -137,7 +137,7 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	}
 
 	stopAgent := stop
-	stopSite, err := secondSite(ctx, c, swimKey.Data["key"], swimAddr, health, output, work, binDir)
+	stopSite, err := secondSite(ctx, cp, c, listener.addr, swimKey.Data["key"], swimAddr, health, output, work, binDir)
 	return func() { stopSite(); stopAgent() }, err
 }
 

@@ -20,6 +20,8 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/enrol"
+	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testgateway"
 )
@@ -109,7 +111,7 @@ func demoNetwork(seeds ...string) *v1alpha1.GridNetwork {
 // secondSite starts another site (its own kube-apiserver, etcd and
 // gridsync-agent), lets it join the first one over encrypted SWIM, shows
 // what each reports, then kills it and shows the first one notice.
-func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, eastHealth, output, work, binDir string) (stop func(), err error) {
+func secondSite(ctx context.Context, eastCP *controlplane.ControlPlane, east client.Client, issuer string, key []byte, eastSwim, eastHealth, output, work, binDir string) (stop func(), err error) {
 	stop = func() {}
 	step("a second site, west-edge: its own kube-apiserver, etcd and gridsync-agent, seeding the first over SWIM")
 	began := time.Now()
@@ -140,11 +142,24 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 	if err := east.Get(ctx, types.NamespacedName{Namespace: agentNamespace, Name: "grid-ca"}, &eastCA); err != nil {
 		return stop, fmt.Errorf("east generated no grid CA: %w", err)
 	}
+	// West holds the grid CA's certificate only, and enrols with east, the
+	// issuer, for its own certificate: the CA's key stays at east.
+	token, err := enrollToken(ctx, eastCP, work, binDir, "west-edge")
+	if err != nil {
+		return stop, err
+	}
+	network.Spec.TLS.CASecretRef = nil
+	network.Spec.TLS.CAConfigMapRef = &v1alpha1.NamespacedKeyRef{Name: "grid-ca", Namespace: agentNamespace, Key: "ca.crt"}
+	network.Spec.TLS.SiteCertificate = &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateEnrolled,
+		Issuer:                   &v1alpha1.EnrollmentIssuer{Address: issuer, Site: scope.LocalSite},
+		EnrollmentTokenSecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-enroll-token", Namespace: agentNamespace}}
 	objects := []client.Object{
-		// The same key and grid CA at both sites: the agent never copies
-		// Secrets between clusters; platform tooling does.
+		// The same SWIM key at both sites, the CA's certificate and the
+		// token: the agent never copies Secrets between clusters; platform
+		// tooling does.
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "grid-swim-key", Namespace: agentNamespace}, Data: map[string][]byte{"key": key}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: agentNamespace}, Type: corev1.SecretTypeTLS, Data: eastCA.Data},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: agentNamespace}, Data: map[string]string{"ca.crt": string(eastCA.Data["ca.crt"])}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "grid-enroll-token", Namespace: agentNamespace}, Data: map[string][]byte{"token": []byte(token)}},
 		network,
 		withModels(demoProvider("west-gpu-pool", "sim-west-2", nil), "llama-3-70b", "qwen-2-72b"),
 	}
@@ -188,6 +203,20 @@ func secondSite(ctx context.Context, east client.Client, key []byte, eastSwim, e
 		return stop, fmt.Errorf("west never saw east: %w", err)
 	}
 	showNetwork("west-edge", got)
+	if c := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionSiteIdentity); c != nil {
+		fmt.Printf("    west's SiteIdentity: %s\n", c.Message)
+	}
+	var westSecrets corev1.SecretList
+	if err := west.List(ctx, &westSecrets); err != nil {
+		return stop, err
+	}
+	caKeyAtWest := false
+	for _, sec := range westSecrets.Items {
+		for _, v := range sec.Data {
+			caKeyAtWest = caKeyAtWest || len(eastCA.Data["tls.key"]) > 0 && string(v) == string(eastCA.Data["tls.key"])
+		}
+	}
+	fmt.Printf("    the grid CA's key in west's cluster: %v; every record west gossips is signed with its own certificate\n", caKeyAtWest)
 	var site v1alpha1.GridSite
 	if err := waitFor(ctx, func() bool {
 		return east.Get(ctx, types.NamespacedName{Name: scope.Network + "-west-edge"}, &site) == nil && site.Status.Phase == "Connecting"
@@ -316,4 +345,27 @@ func memberState(url, site string) string {
 		}
 	}
 	return "absent"
+}
+
+// enrollToken has east's operator make west's one-time enrolment token
+// with the agent's own command, as the README shows it, and grants east's
+// agent its token Secret (the chart's trust.enrollment.issuer).
+func enrollToken(ctx context.Context, eastCP *controlplane.ControlPlane, work, binDir, site string) (string, error) {
+	step("%s enrols: east's operator makes a one-time token for it; west will hold the grid CA's certificate only", site)
+	if err := eastCP.Grant(ctx, agentNamespace, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", agentNamespace,
+		rbac.EnrollmentTokenRules(enrol.DefaultTokenSecret)); err != nil {
+		return "", err
+	}
+	admin := filepath.Join(work, "east-admin.kubeconfig")
+	if err := controlplane.WriteKubeconfig(eastCP.AdminConfig(), admin); err != nil {
+		return "", err
+	}
+	args := []string{"enroll-token", "--network", scope.Network, "--site", site, "--namespace", agentNamespace, "--ttl", "10m"}
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "gridsync-agent"), append(args, "--kubeconfig", admin)...).Output()
+	if err != nil {
+		return "", fmt.Errorf("enroll-token: %w", err)
+	}
+	token := strings.TrimSpace(string(out))
+	fmt.Printf("    $ gridsync-agent %s\n    %s… (shown once; east stores only its SHA-256, usable once, by %s only)\n", strings.Join(args, " "), token[:10], site)
+	return token, nil
 }

@@ -18,13 +18,13 @@ import (
 	"github.com/gridsync/gridsync/test/testgateway"
 )
 
-// trustWest has east trust west-edge: west's agent issued its site
-// certificate from the grid CA; west's gateway presents it; an operator
+// trustWest has east trust west-edge: west enrolled with east for its
+// site certificate; west's gateway presents it; an operator
 // pins it at east (the pin read from west's cluster, an independent
 // channel); the probe makes the GridSite Active and west's models reach
 // east's gateway file.
 func trustWest(ctx context.Context, east, west client.Client, gateway *testgateway.Gateway, site *v1alpha1.GridSite, output string) error {
-	step("site trust: west-edge's agent issued its certificate from the grid CA east generated; east pins it and probes west's gateway over mutual TLS")
+	step("site trust: west-edge's certificate, issued by east for west's own key; east pins it and probes west's gateway over mutual TLS")
 	var cert corev1.Secret
 	if err := waitFor(ctx, func() bool {
 		return west.Get(ctx, types.NamespacedName{Namespace: agentNamespace, Name: "grid-site-cert"}, &cert) == nil && len(cert.Data["tls.key"]) > 0

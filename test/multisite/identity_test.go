@@ -3,7 +3,12 @@ package multisite
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -149,9 +154,9 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	// the issuer's operator, carried out of band.
 	adminKube := filepath.Join(t.TempDir(), "admin-kubeconfig")
 	require.NoError(t, controlplane.WriteKubeconfig(a.cp.AdminConfig(), adminKube))
-	for _, s := range []*site{b, c} {
+	newToken := func(site, ttl string) string {
 		cmd := exec.CommandContext(ctx, agentBin, "enroll-token", "--kubeconfig", adminKube, "--namespace", a.agentNS,
-			"--network", "grid", "--site", s.name, "--ttl", "10m")
+			"--network", "grid", "--site", site, "--ttl", ttl)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -159,6 +164,12 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 		require.Contains(t, stderr.String(), "usable once until")
 		token := strings.TrimSpace(string(out))
 		require.True(t, strings.HasPrefix(token, "gst_"), token)
+		return token
+	}
+	tokens := map[string]string{}
+	for _, s := range []*site{b, c} {
+		token := newToken(s.name, "10m")
+		tokens[s.name] = token
 		require.NoError(t, s.admin.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: s.resNS},
 			Data: map[string]string{"ca.crt": string(caData["ca.crt"])}}))
 		s.secret("enrol-token", map[string][]byte{"token": []byte(token)})
@@ -180,6 +191,37 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 			firstOfB = string(d["tls.crt"])
 		}
 	}
+
+	// What a token does not allow, asked of the issuer's listener as a
+	// site without a certificate asks: each refused with its reason.
+	caRoots := x509.NewCertPool()
+	caRoots.AppendCertsFromPEM(caData["ca.crt"])
+	ask := func(site, token string, subject pkix.Name) ([]byte, error) {
+		key, _, err := enrol.NewKey()
+		require.NoError(t, err)
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: subject}, key)
+		require.NoError(t, err)
+		return (&enrol.Client{}).Request(ctx, enrol.Issuer{Address: "127.0.0.1:" + signalsPort, Site: "site-a"}, caRoots,
+			enrol.Request{Network: "grid", Site: site, Token: token, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))}, nil, key)
+	}
+	refusal := func(_ []byte, err error) string {
+		var r *enrol.RefusedError
+		if errors.As(err, &r) {
+			return r.Reason + ": " + r.Message
+		}
+		return fmt.Sprint(err)
+	}
+	assert.Contains(t, refusal(ask("site-c", tokens["site-c"], pkix.Name{})), "was used already", "a reused token")
+	assert.Contains(t, refusal(ask("site-e", newToken("site-d", "10m"), pkix.Name{})), "another site", "a token for another site")
+	expiring := newToken("site-f", "1s")
+	time.Sleep(1100 * time.Millisecond)
+	assert.Contains(t, refusal(ask("site-f", expiring, pkix.Name{})), "expired", "an expired token")
+	chain, err := ask("site-g", newToken("site-g", "10m"), pkix.Name{Organization: []string{"site-a"}, CommonName: "site-a"})
+	require.NoError(t, err, "a request asking for another organization is answered for the token's site")
+	issued, err := sitetrust.ParseCertificates(chain)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"site-g"}, issued[0].Subject.Organization)
+	assert.Equal(t, "spiffe://grid.internal/site/site-g", issued[0].URIs[0].String())
 
 	// The grid forms: every site Active at the two others.
 	for _, s := range all {
