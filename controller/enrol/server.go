@@ -107,7 +107,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	refuse := func(status int, reason, format string, args ...any) {
 		s.results.WithLabelValues(kind, reason).Inc()
 		msg := fmt.Sprintf(format, args...)
-		s.Logger.Warn("site_"+kind+"_refused", "reason", reason, "message", msg)
+		// A refused enrolment comes from a caller nobody knows yet, as
+		// often as it likes: counted, and logged at debug only. A refused
+		// renewal is a site of the grid's, worth a warning.
+		level := slog.LevelDebug
+		if kind == "renew" {
+			level = slog.LevelWarn
+		}
+		s.Logger.Log(r.Context(), level, "site_"+kind+"_refused", "reason", reason, "message", msg)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(Refusal{Reason: reason, Message: msg})
@@ -153,6 +160,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	// A caller without a certificate is known only by its token: one that
+	// is not there is refused before anything else is read.
+	if kind == "enroll" {
+		if !tokenShape.MatchString(req.Token) {
+			refuse(http.StatusForbidden, RefusedToken, "%v", ErrTokenMalformed)
+			return
+		}
+		held, err := s.Tokens.MayHold(ctx, req.Token, now)
+		switch {
+		case err != nil:
+			refuse(http.StatusServiceUnavailable, RefusedIssuerFailed, "the tokens cannot be checked: %v", err)
+			return
+		case !held:
+			refuse(http.StatusForbidden, RefusedToken, "%v", ErrTokenUnknown)
+			return
+		}
+	}
 	ca, refused, err := s.CAs.Authority(ctx, req.Network)
 	if err != nil {
 		refuse(http.StatusForbidden, RefusedNotIssuer, "%v", err)

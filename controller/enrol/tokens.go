@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,57 @@ type Tokens struct {
 	API       client.Client
 	Namespace string
 	Name      string // DefaultTokenSecret when empty
+
+	// known is the set of token hashes last read (or why it could not be
+	// read), and when: a caller without a certificate sending tokens that
+	// are not there costs at most one read of the Secret per knownFor,
+	// whatever it sends.
+	mu       sync.Mutex
+	known    map[string]bool
+	knownErr error
+	knownAt  time.Time
+}
+
+// knownFor is how long the set of token hashes read is taken as current
+// for a token it does not hold.
+const knownFor = 250 * time.Millisecond
+
+// MayHold reports whether token may be a stored token: false for one not
+// in the set read less than knownFor ago (then without any read), and an
+// error when the Secret cannot be read. A token the operator adds that
+// moment is found at the enrolling site's next attempt.
+func (t *Tokens) MayHold(ctx context.Context, token string, now time.Time) (bool, error) {
+	h := hashOf(token)
+	t.mu.Lock()
+	fresh := !t.knownAt.IsZero() && now.Sub(t.knownAt) < knownFor
+	held, err := t.known[h], t.knownErr
+	t.mu.Unlock()
+	if fresh {
+		return held, err
+	}
+	var s corev1.Secret
+	err = t.API.Get(ctx, t.key(), &s)
+	if apierrors.IsNotFound(err) {
+		err = nil // no token at all
+	}
+	if err != nil {
+		err = fmt.Errorf("the token Secret %s: %w", t.key(), err)
+	}
+	known := make(map[string]bool, len(s.Data))
+	for k := range s.Data {
+		known[k] = true
+	}
+	t.mu.Lock()
+	t.known, t.knownErr, t.knownAt = known, err, now
+	t.mu.Unlock()
+	return known[h], err
+}
+
+// forget drops the set of hashes read: this process changed the Secret.
+func (t *Tokens) forget() {
+	t.mu.Lock()
+	t.knownAt = time.Time{}
+	t.mu.Unlock()
 }
 
 func (t *Tokens) key() types.NamespacedName {
@@ -159,9 +211,11 @@ func (t *Tokens) update(ctx context.Context, change func(*corev1.Secret) error, 
 			}
 			if err := t.API.Create(ctx, &s); apierrors.IsAlreadyExists(err) {
 				continue
-			} else {
+			} else if err != nil {
 				return err
 			}
+			t.forget()
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("the token Secret %s: %w", key, err)
@@ -179,6 +233,7 @@ func (t *Tokens) update(ctx context.Context, change func(*corev1.Secret) error, 
 		if err != nil {
 			return fmt.Errorf("the token Secret %s: %w", key, err)
 		}
+		t.forget()
 		return nil
 	}
 	return fmt.Errorf("the token Secret %s kept changing while it was written", key)

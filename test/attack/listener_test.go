@@ -3,8 +3,10 @@ package attack
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,6 +27,7 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
@@ -44,6 +47,7 @@ type signalsAgent struct {
 	t       *testing.T
 	health  string
 	signals string
+	agentNS string
 	gwNS    string
 	network string
 	admin   client.Client
@@ -58,7 +62,7 @@ func startSignalsAgent(t *testing.T, wrap []string, extra ...string) *signalsAge
 	ctx := context.Background()
 	n := seq.Add(1)
 	agentNS := fmt.Sprintf("attack-system-%d", n)
-	s := &signalsAgent{t: t, gwNS: fmt.Sprintf("attack-gw-%d", n), network: fmt.Sprintf("net-%d", n)}
+	s := &signalsAgent{t: t, agentNS: agentNS, gwNS: fmt.Sprintf("attack-gw-%d", n), network: fmt.Sprintf("net-%d", n)}
 	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
 	require.NoError(t, cp.EnsureNamespace(ctx, s.gwNS))
 	cfg, err := cp.AgentConfig(ctx, agentNS, []string{s.gwNS})
@@ -438,4 +442,61 @@ func TestSignalsLabelForgery(t *testing.T) {
 	dropped := s.metric("gridsync_signals_samples_dropped_total")
 	report(t, "signals_label_forgery", forged == 0 && dropped > 0,
 		figure{"forged_lines", forged}, figure{"samples_dropped", int(dropped)})
+}
+
+// Callers without a certificate flood the enrolment path with tokens of
+// the right shape that were never issued (a guess at a token costs
+// nothing to send). Each answer must cost the agent no read of the API
+// server beyond one of its token Secret per quarter second, whatever is
+// sent; the co-located gateway keeps getting its signals.
+func TestEnrolTokenFlood(t *testing.T) {
+	s := startSignalsAgent(t, nil)
+	// The issuer's grant (the chart's trust.enrollment.issuer), and one
+	// real token in the Secret: the guesses are checked against it.
+	require.NoError(t, cp.Grant(context.Background(), s.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", s.agentNS,
+		rbac.EnrollmentTokenRules(enrol.DefaultTokenSecret)))
+	tokens := &enrol.Tokens{API: s.admin, Namespace: s.agentNS}
+	_, err := tokens.Add(context.Background(), s.network, "site-real", time.Hour, time.Now())
+	require.NoError(t, err)
+	_, csr, err := enrol.NewKey()
+	require.NoError(t, err)
+	n := size(2000, 300)
+	getsBefore := s.metric("rest_client_requests_total", `method="GET"`)
+	start := time.Now()
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			c := s.client(net.IPv4(127, 0, 4, byte(w+1)))
+			for i := w; i < n; i += 8 {
+				var raw [32]byte
+				_, _ = rand.Read(raw[:])
+				body, _ := json.Marshal(enrol.Request{Network: s.network, Site: fmt.Sprintf("guess-%d", i),
+					Token: "gst_" + base64.RawURLEncoding.EncodeToString(raw[:]), CSR: string(csr)})
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "https://"+s.signals+enrol.EnrollPath, bytes.NewReader(body))
+				resp, err := c.Do(req)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode == http.StatusForbidden {
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	signals := s.signalsOK()
+	wg.Wait()
+	took := time.Since(start)
+	gets := s.metric("rest_client_requests_total", `method="GET"`) - getsBefore
+	// One read of the token Secret per quarter second, and an allowance
+	// for the agent's own reads meanwhile (its reconciles): what must not
+	// happen is a read per guess.
+	allowed := float64(took/(250*time.Millisecond)) + 1 + 20
+	counted := s.metric("grid_site_enrollments_total", `result="token_refused"`)
+
+	report(t, "enrol_token_flood", gets <= allowed && refused.Load() > 0 && signals && counted >= float64(refused.Load()),
+		figure{"guesses", n}, figure{"refused", refused.Load()}, figure{"api_gets", int(gets)}, figure{"api_gets_allowed", int(allowed)},
+		figure{"took_ms", took.Milliseconds()}, figure{"gateway_signals_ok", signals})
 }
