@@ -208,8 +208,12 @@ func (r *Runtime) adoptLocked(g gridID, how string) {
 		return
 	}
 	// UpdateNode takes memberlist's locks: never from inside a delegate
-	// call.
+	// call. Two adoptions close together (grids started together) must
+	// not update the node at once: memberlist's UpdateNode reads the
+	// local node's state unlocked.
 	go func() {
+		r.metaUpdates.Lock()
+		defer r.metaUpdates.Unlock()
 		if err := ml.UpdateNode(5 * time.Second); err != nil {
 			r.log.Debug("swim_meta_update_failed", "error", err)
 		}

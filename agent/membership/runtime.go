@@ -189,7 +189,8 @@ type Runtime struct {
 	rejectSaid  map[string]bool       // reason/site whose refused record was reported
 	wake        chan struct{}
 	lastGen     uint64
-	sweeps      uint64 // only the run loop's goroutine counts them
+	sweeps      uint64     // only the run loop's goroutine counts them
+	metaUpdates sync.Mutex // one memberlist UpdateNode at a time
 
 	// vanish stops without leaving, as a killed process does (tests).
 	vanish atomic.Bool
