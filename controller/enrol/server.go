@@ -91,9 +91,15 @@ func NewServer(cas CA, tokens *Tokens, lifetime time.Duration, logger *slog.Logg
 			Name: "grid_site_enrollments_total",
 			Help: "Certificate requests this issuer answered, by path (enroll, renew) and result (issued or the refusal's reason).",
 		}, []string{"path", "result"})}
+	reads := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "grid_site_enrollment_token_reads_total",
+		Help: "Reads of the enrolment token Secret to check a token: at most one a quarter second, whatever callers send.",
+	}, func() float64 { return float64(tokens.reads.Load()) })
 	if reg != nil {
-		if err := reg.Register(s.results); err != nil {
-			return nil, err
+		for _, c := range []prometheus.Collector{s.results, reads} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,9 +78,13 @@ type Tokens struct {
 	// are not there costs at most one read of the Secret per knownFor,
 	// whatever it sends.
 	mu       sync.Mutex
+	reading  sync.Mutex
 	known    map[string]bool
 	knownErr error
 	knownAt  time.Time
+	// reads counts the reads of the Secret to check a token
+	// (grid_site_enrollment_token_reads_total).
+	reads atomic.Int64
 }
 
 // knownFor is how long the set of token hashes read is taken as current
@@ -92,14 +97,24 @@ const knownFor = 250 * time.Millisecond
 // moment is found at the enrolling site's next attempt.
 func (t *Tokens) MayHold(ctx context.Context, token string, now time.Time) (bool, error) {
 	h := hashOf(token)
-	t.mu.Lock()
-	fresh := !t.knownAt.IsZero() && now.Sub(t.knownAt) < knownFor
-	held, err := t.known[h], t.knownErr
-	t.mu.Unlock()
-	if fresh {
+	cached := func() (held, fresh bool, err error) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.known[h], !t.knownAt.IsZero() && now.Sub(t.knownAt) < knownFor, t.knownErr
+	}
+	if held, fresh, err := cached(); fresh {
+		return held, err
+	}
+	// One read at a time: callers that find the set stale together wait
+	// for the one read rather than each making its own.
+	t.reading.Lock()
+	defer t.reading.Unlock()
+	if held, fresh, err := cached(); fresh {
 		return held, err
 	}
 	var s corev1.Secret
+	var err error
+	t.reads.Add(1)
 	err = t.API.Get(ctx, t.key(), &s)
 	if apierrors.IsNotFound(err) {
 		err = nil // no token at all
