@@ -38,7 +38,10 @@ func (r *Runtime) SetIdentity(network string, id sites.Identity) {
 	} else {
 		t.chains = newChainCache()
 	}
-	sameSigner := prev != nil && signerLeaf(prev.signer) != nil && bytes.Equal(signerLeaf(prev.signer), signerLeaf(t.signer))
+	// The same certificate, or still none (an open network, or a site
+	// waiting for its certificate): nothing to sign again. The controller
+	// calls this at every reconcile.
+	sameSigner := prev != nil && bytes.Equal(signerLeaf(prev.signer), signerLeaf(t.signer))
 	r.trust[network] = t
 	r.mu.Unlock()
 	if !sameSigner {

@@ -410,3 +410,29 @@ func TestASiteLeavesTheViewWhenItsCertificateExpires(t *testing.T) {
 	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", rejectUntrusted) > 0 }, 10*time.Second, 20*time.Millisecond)
 	require.Empty(t, a.View("prod").Providers)
 }
+
+// Setting the same identity again (the controller does at every
+// reconcile) signs and sends nothing again, in an open network as in a
+// signed one.
+func TestTheSameIdentityAgainSendsNothing(t *testing.T) {
+	ca := newTestCA(t)
+	signed := ca.identity(t, "site-a")
+	a := startSite(t, "site-a", withKey(randomKey(t)), inNetworks("open"), withIdentity("prod", signed))
+	a.waitRunning(t)
+	require.NoError(t, a.Publish("open", "", providers("po")))
+	require.NoError(t, a.Publish("prod", "", providers("pp")))
+	versions := func() map[recordKey]uint64 {
+		out := map[recordKey]uint64{}
+		for _, r := range a.store.ofSite("site-a") {
+			out[r.key()] = r.Version
+		}
+		return out
+	}
+	before := versions()
+	require.Len(t, before, 4)
+	for range 3 {
+		a.SetIdentity("open", sites.Identity{Open: true})
+		a.SetIdentity("prod", signed)
+	}
+	require.Equal(t, before, versions())
+}
