@@ -159,7 +159,7 @@ func TestCheckHoldsEveryRecordToItsSignature(t *testing.T) {
 		"version": func(r *Record) { r.Version++ },
 		"deleted": func(r *Record) { r.Deleted = true },
 		"grid":    func(r *Record) { r.Grid = "g1x" },
-		"address": func(r *Record) { r.GatewayAddress = "10.9.9.9:443" },
+		"address": func(r *Record) { r.GatewayAddress = "127.9.9.9:443" },
 	} {
 		r := good
 		change(&r)
@@ -227,7 +227,7 @@ func TestAKeyHolderCannotSpeakForAnotherSite(t *testing.T) {
 		}
 	}
 	now := uint64(time.Now().UnixNano())
-	forgedSite := Record{Network: "prod", Site: "site-c", Kind: KindSite, Version: now, GatewayAddress: "10.9.9.9:443"}
+	forgedSite := Record{Network: "prod", Site: "site-c", Kind: KindSite, Version: now, GatewayAddress: "127.9.9.9:443"}
 	forgedProviders := Record{Network: "prod", Site: "site-c", Kind: KindProviders, Version: now, Providers: providers("p-site-c", "gpt-evil")}
 	atTheEnd := func(r Record) Record { r.Version = math.MaxUint64; return r }
 	own := x.identityCert(t, "prod")
@@ -257,7 +257,7 @@ func TestAKeyHolderCannotSpeakForAnotherSite(t *testing.T) {
 	for s, w := range want {
 		require.Equal(t, w, cView(s), s.Site())
 		for _, line := range strings.Split(s.logs.String(), "\n") {
-			require.NotContains(t, line, "10.9.9.9", "a forged address reaches no log")
+			require.NotContains(t, line, "127.9.9.9", "a forged address reaches no log")
 		}
 		// Said once per site and reason, however many were sent.
 		require.Equal(t, 1, strings.Count(s.logs.String(), `"site":"site-c","network":"prod","kind":"site","reason":"unsigned"`)+

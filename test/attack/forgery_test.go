@@ -96,7 +96,7 @@ func TestRecordForgery(t *testing.T) {
 	p, _ := strconv.Atoi(port)
 	to := &memberlist.Node{Name: "agent", Addr: net.ParseIP(host), Port: uint16(p)}
 	now := uint64(time.Now().UnixNano())
-	forgedSite := membership.Record{Network: network, Site: "site-c", Kind: membership.KindSite, Version: now, GatewayAddress: "10.9.9.9:443"}
+	forgedSite := membership.Record{Network: network, Site: "site-c", Kind: membership.KindSite, Version: now, GatewayAddress: "127.9.9.9:443"}
 	forgedProviders := membership.Record{Network: network, Site: "site-c", Kind: membership.KindProviders, Version: now,
 		Providers: []sites.Provider{{Name: "gpt-evil", Models: []string{"gpt-evil"}, Cluster: "c", Phase: "Available"}}}
 	otherPEM, otherKey, err := sitetrust.NewCA(time.Now(), time.Hour)
@@ -118,7 +118,7 @@ func TestRecordForgery(t *testing.T) {
 	}
 	invented := size(50, 10)
 	for i := range invented {
-		forged = append(forged, membership.Record{Network: network, Site: fmt.Sprintf("inv-%d", i), Kind: membership.KindSite, Version: now, GatewayAddress: "10.9.9.9:443"})
+		forged = append(forged, membership.Record{Network: network, Site: fmt.Sprintf("inv-%d", i), Kind: membership.KindSite, Version: now, GatewayAddress: "127.9.9.9:443"})
 	}
 	msg, err := membership.DirectMessage(forged)
 	require.NoError(t, err)

@@ -301,7 +301,7 @@ func forge(t *testing.T, key []byte, caData map[string][]byte, to []*site) {
 
 	now := uint64(time.Now().UnixNano())
 	evil := []sites.Provider{{Name: "gpt-evil", Models: []string{"gpt-evil"}, Cluster: "site-c", Phase: "Available"}}
-	siteRec := membership.Record{Network: "grid", Site: "site-c", Kind: membership.KindSite, Version: now, GatewayAddress: "10.9.9.9:443"}
+	siteRec := membership.Record{Network: "grid", Site: "site-c", Kind: membership.KindSite, Version: now, GatewayAddress: "127.9.9.9:443"}
 	provRec := membership.Record{Network: "grid", Site: "site-c", Kind: membership.KindProviders, Version: now, Providers: evil}
 	atTheEnd := func(r membership.Record) membership.Record { r.Version = math.MaxUint64; return r }
 	signed := func(c *tls.Certificate, r membership.Record) membership.Record {
@@ -327,7 +327,7 @@ func forge(t *testing.T, key []byte, caData map[string][]byte, to []*site) {
 	records := []membership.Record{atTheEnd(siteRec), atTheEnd(provRec), siteRec, provRec,
 		signed(foreign, siteRec), signed(foreign, provRec), signed(other, siteRec), signed(other, provRec)}
 	for i := range 50 {
-		records = append(records, membership.Record{Network: "grid", Site: "inv-" + strconv.Itoa(i), Kind: membership.KindSite, Version: now, GatewayAddress: "10.9.9.9:443"})
+		records = append(records, membership.Record{Network: "grid", Site: "inv-" + strconv.Itoa(i), Kind: membership.KindSite, Version: now, GatewayAddress: "127.9.9.9:443"})
 	}
 	msg, err := membership.DirectMessage(records)
 	require.NoError(t, err)
