@@ -56,7 +56,7 @@ func (r *Runtime) PublishSignals(network string, signals []sites.Signal) error {
 		return fmt.Errorf("%d signals: at most %d ride membership", len(signals), maxSignals)
 	}
 	sg := slices.Clone(signals)
-	r.putLocal(Record{Network: network, Site: r.cfg.Site, Kind: KindSignals, Signals: sg})
+	r.putOwn(Record{Network: network, Site: r.cfg.Site, Kind: KindSignals, Signals: sg}, false)
 	return nil
 }
 
@@ -86,13 +86,9 @@ func (r *Runtime) announce(network string, l localState) {
 	site := Record{Network: network, Site: r.cfg.Site, Kind: KindSite, GatewayAddress: gw, CertPEM: l.certPEM}
 	provs := Record{Network: network, Site: r.cfg.Site, Kind: KindProviders, Providers: l.providers}
 	for _, rec := range []Record{site, provs} {
-		r.putLocal(rec)
+		r.putOwn(rec, false)
 	}
 }
-
-// putLocal signs, stores and sends one of this site's records when its
-// content changed.
-func (r *Runtime) putLocal(rec Record) { r.putOwn(rec, false) }
 
 // Forget withdraws this site from a network: its records become
 // tombstones, and the network's key and seeds are dropped.
@@ -119,7 +115,7 @@ func (r *Runtime) Forget(network string) {
 		return
 	}
 	for _, k := range recordKinds {
-		r.putLocal(Record{Network: network, Site: r.cfg.Site, Kind: k, Deleted: true})
+		r.putOwn(Record{Network: network, Site: r.cfg.Site, Kind: k, Deleted: true}, false)
 	}
 }
 
@@ -223,9 +219,3 @@ func (b *recordBroadcast) Invalidates(o memberlist.Broadcast) bool {
 func (b *recordBroadcast) Message() []byte { return b.msg }
 
 func (b *recordBroadcast) Finished() {}
-
-func equalRecords(a, b *Record) bool {
-	ea, _ := encodeRecords([]Record{*a})
-	eb, _ := encodeRecords([]Record{*b})
-	return string(ea) == string(eb)
-}

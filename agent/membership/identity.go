@@ -104,11 +104,12 @@ func (r *Runtime) putOwn(rec Record, again bool) {
 
 // sameContent compares what two records say, not how they are signed.
 func sameContent(a, b *Record) bool {
-	x, y := *a, *b
-	for _, c := range []*Record{&x, &y} {
-		c.Version, c.Grid, c.Chain, c.Sig = 0, "", nil, nil
+	var enc [2][]byte
+	for i, rec := range []Record{*a, *b} {
+		rec.Version, rec.Grid, rec.Chain, rec.Sig = 0, "", nil, nil
+		enc[i], _ = encodeRecords([]Record{rec})
 	}
-	return equalRecords(&x, &y)
+	return bytes.Equal(enc[0], enc[1])
 }
 
 // resign signs this site's records of a network again (or, in one or
@@ -151,14 +152,9 @@ func (r *Runtime) refreshOwn(now time.Time) {
 // per site and reason.
 func (r *Runtime) rejected(rec *Record, reason string) {
 	r.metrics.recordsRejected.WithLabelValues(reason).Inc()
-	r.mu.Lock()
-	key := reason + "/" + rec.Site
-	if r.rejectSaid[key] || len(r.rejectSaid) >= maxCapLines {
-		r.mu.Unlock()
+	if !r.firstTime("swim_record_rejected", reason, rec.Site) {
 		return
 	}
-	r.rejectSaid[key] = true
-	r.mu.Unlock()
 	r.log.Warn("swim_record_rejected", "site", rec.Site, "network", rec.Network, "kind", string(rec.Kind), "reason", reason)
 }
 

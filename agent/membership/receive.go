@@ -62,16 +62,27 @@ func (r *Runtime) receive(records []Record, regossip bool) {
 // and reason (a flood of invented records is one line, not thousands).
 func (r *Runtime) overCap(rec Record, reason string) {
 	r.metrics.dropped.WithLabelValues(reason).Inc()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	key := reason + "/" + rec.Site
-	if r.capSaid[key] || len(r.capSaid) >= maxCapLines {
+	if !r.firstTime("swim_records_over_cap", reason, rec.Site) {
 		return
 	}
-	r.capSaid[key] = true
 	r.log.Warn("swim_records_over_cap", "site", rec.Site, "network", rec.Network, "reason", reason,
 		"limits", fmt.Sprintf("%d sites per network, %d networks per site, %d records, %d MiB", maxSitesPerNetwork, maxNetworksPerSite, maxRecords, maxRecordBytes>>20))
 }
 
-// maxCapLines bounds the sites whose cap is reported in the log.
-const maxCapLines = 256
+// firstTime reports whether line has not yet been logged for this reason
+// and site, and marks it logged: a flood of records is one line per site
+// and reason, not thousands. At most maxSaidLines lines are remembered
+// (and so logged) in all.
+func (r *Runtime) firstTime(line, reason, site string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := line + "/" + reason + "/" + site
+	if r.said[key] || len(r.said) >= maxSaidLines {
+		return false
+	}
+	r.said[key] = true
+	return true
+}
+
+// maxSaidLines bounds the lines firstTime lets through.
+const maxSaidLines = 256

@@ -184,9 +184,8 @@ type Runtime struct {
 	tr          *countingTransport
 	gatewayAddr string
 	locals      map[string]localState // what this site announced, per network
-	capSaid     map[string]bool       // reason/site whose cap was reported
+	said        map[string]bool       // line/reason/site already logged (firstTime)
 	trust       map[string]*netTrust  // how each network's records are signed and checked
-	rejectSaid  map[string]bool       // reason/site whose refused record was reported
 	wake        chan struct{}
 	lastGen     uint64
 	sweeps      uint64     // only the run loop's goroutine counts them
@@ -256,9 +255,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		joinFailed: map[string]joinFailure{},
 		joining:    map[string]chan struct{}{},
 		locals:     map[string]localState{},
-		capSaid:    map[string]bool{},
+		said:       map[string]bool{},
 		trust:      map[string]*netTrust{},
-		rejectSaid: map[string]bool{},
 		wake:       make(chan struct{}, 1),
 	}
 	r.notify = newNotifier()
