@@ -56,11 +56,12 @@ func siteCertificateMode(t *v1alpha1.GridTLS) v1alpha1.SiteCertificateMode {
 	return t.SiteCertificate.Mode
 }
 
-// gridCACertificate reads the grid CA's certificate (caConfigMapRef, else
-// ca.crt or tls.crt of caSecretRef) without ever generating it: an
-// enrolled or provided site only trusts the CA the issuer made.
+// gridCACertificate is the grid CA's certificate (caConfigMapRef, else
+// ca.crt or tls.crt of caSecretRef), as the trust material the probes and
+// the record checks use holds it: never generated, since an enrolled or
+// provided site only trusts the CA the issuer made.
 func (r *networkReconciler) gridCACertificate(ctx context.Context, network *v1alpha1.GridNetwork) (*x509.Certificate, *conditionSpec) {
-	tm := loadTrust(ctx, r.api, network)
+	tm := r.trust.get(ctx, network)
 	if p := tm.rootsProblem; p != nil {
 		reason := ReasonGridCAUnreadable
 		if p.invalid {
