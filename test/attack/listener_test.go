@@ -464,7 +464,7 @@ func TestEnrolTokenFlood(t *testing.T) {
 	n := size(2000, 300)
 	readsBefore := s.metric("grid_site_enrollment_token_reads_total")
 	start := time.Now()
-	var refused atomic.Int64
+	var refused, busy atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
@@ -481,8 +481,11 @@ func TestEnrolTokenFlood(t *testing.T) {
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
-				if resp.StatusCode == http.StatusForbidden {
+				switch resp.StatusCode {
+				case http.StatusForbidden:
 					refused.Add(1)
+				case http.StatusTooManyRequests:
+					busy.Add(1)
 				}
 			}
 		})
@@ -498,6 +501,6 @@ func TestEnrolTokenFlood(t *testing.T) {
 	counted := s.metric("grid_site_enrollments_total", `result="token_refused"`)
 
 	report(t, "enrol_token_flood", reads <= allowed && refused.Load() > 0 && signals && counted >= float64(refused.Load()),
-		figure{"guesses", n}, figure{"refused", refused.Load()}, figure{"token_reads", int(reads)}, figure{"token_reads_allowed", int(allowed)},
+		figure{"guesses", n}, figure{"refused", refused.Load()}, figure{"busy", busy.Load()}, figure{"token_reads", int(reads)}, figure{"token_reads_allowed", int(allowed)},
 		figure{"took_ms", took.Milliseconds()}, figure{"gateway_signals_ok", signals})
 }
