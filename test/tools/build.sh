@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Builds the pinned kube-apiserver and etcd that the integration tests run
-# against, from the Go modules pinned in this folder's go.mod. Nothing is
-# downloaded but Go modules.
+# Builds the pinned programs the integration tests run, from the Go modules
+# pinned in this folder: kube-apiserver and etcd (every integration test),
+# and for the node tests the kubelet, kube-controller-manager and
+# kube-scheduler (this folder's module, the same k8s.io/kubernetes as the API
+# server), containerd with its runc shim and ctr (node/), and the CNI plugins
+# of the pod network (cni/). Nothing is downloaded but Go modules; the OCI
+# runtime, runc, comes from Debian (see check_runc below).
 #
-# Idempotent: the binaries are rebuilt only when go.mod, go.sum, this script
-# or the Go version change. A cold build takes several minutes on 2 cores;
+# Idempotent: each group is rebuilt only when its module, this script or the
+# Go version change. A cold build takes several minutes on 2 cores per group;
 # the Go build cache makes later rebuilds (for example in a fresh clone) a
 # matter of linking.
 set -euo pipefail
@@ -12,19 +16,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${GRIDSYNC_TOOLS_DIR:-$root/.tools}/bin"
-cd "$here"
-
-kube_version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
-etcd_version="$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)"
-key="$( { cat go.mod go.sum build.sh; go env GOVERSION; } | sha256sum | cut -d' ' -f1)"
-
-if [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -f "$out/.stamp" && "$(cat "$out/.stamp")" == "$key" ]]; then
-	echo "tools: kube-apiserver $kube_version and etcd $etcd_version are up to date in $out"
-	exit 0
-fi
-
 mkdir -p "$out"
-rm -f "$out/.stamp"
 
 # progress prints a line every 100 compiled packages (go build -v names each
 # one) and passes anything that is not a package path, such as errors.
@@ -44,23 +36,88 @@ build() {
 	echo "tools: built $what in $(( $(date +%s) - start ))s"
 }
 
-echo "tools: downloading pinned modules (k8s.io/kubernetes $kube_version, etcd $etcd_version)"
-go mod download
+# group runs "build_$1" in module folder $2 unless the stamp says its
+# binaries ($3...) were built from the same module, script and Go.
+group() {
+	local name="$1" dir="$2" key bin fresh=1
+	shift 2
+	key="$( { cat "$dir/go.mod" "$dir/go.sum" "$here/build.sh"; go env GOVERSION; } | sha256sum | cut -d' ' -f1)"
+	for bin in "$@"; do
+		[[ -x "$out/$bin" ]] || fresh=0
+	done
+	if [[ $fresh == 1 && -f "$out/.stamp-$name" && "$(cat "$out/.stamp-$name")" == "$key" ]]; then
+		echo "tools: $* up to date in $out"
+		return
+	fi
+	rm -f "$out/.stamp-$name"
+	(cd "$dir" && echo "tools: downloading the modules of $name" && go mod download && "build_$name")
+	echo "$key" > "$out/.stamp-$name"
+}
 
-minor="${kube_version#v1.}"
-minor="${minor%%.*}"
-build etcd go.etcd.io/etcd/server/v3 ""
-# The version variables are what the Kubernetes release build stamps in; an
-# unstamped kube-apiserver reports v0.0.0-master.
-build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "\
--X k8s.io/component-base/version.gitVersion=$kube_version \
+build_kubernetes() {
+	local kube_version minor stamp
+	kube_version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+	minor="${kube_version#v1.}"
+	minor="${minor%%.*}"
+	# The version variables are what the Kubernetes release build stamps in;
+	# an unstamped binary reports v0.0.0-master, and a kubelet of that
+	# version is refused by nothing but confuses everyone reading its node.
+	stamp="-X k8s.io/component-base/version.gitVersion=$kube_version \
 -X k8s.io/component-base/version.gitMajor=1 \
 -X k8s.io/component-base/version.gitMinor=$minor \
 -X k8s.io/component-base/version.gitTreeState=clean"
+	build etcd go.etcd.io/etcd/server/v3 ""
+	build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$stamp"
+	build kubelet k8s.io/kubernetes/cmd/kubelet "$stamp"
+	build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$stamp"
+	build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$stamp"
+	"$out/kube-apiserver" --version
+	# sed reads all of it: head would close the pipe while etcd still
+	# writes, and pipefail would turn that SIGPIPE into a failure.
+	"$out/etcd" --version | sed -n 1p
+}
 
-echo "$key" > "$out/.stamp"
-"$out/kube-apiserver" --version
-# sed reads all of it: head would close the pipe while etcd still writes,
-# and pipefail would turn that SIGPIPE into a failure.
-"$out/etcd" --version | sed -n 1p
+build_containerd() {
+	local version stamp
+	export CGO_ENABLED=0
+	version="$(go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)"
+	stamp="-X github.com/containerd/containerd/v2/version.Version=$version"
+	# Static binaries: without cgo the btrfs snapshotter (which needs its C
+	# headers) drops out, which the node, using overlayfs, does not miss.
+	build containerd github.com/containerd/containerd/v2/cmd/containerd "$stamp"
+	build containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "$stamp"
+	build ctr github.com/containerd/containerd/v2/cmd/ctr "$stamp"
+	"$out/containerd" --version
+}
+
+build_cni() {
+	mkdir -p "$out/cni"
+	local plugin
+	for plugin in main/bridge main/loopback ipam/host-local; do
+		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/cni/${plugin#*/}" "github.com/containernetworking/plugins/plugins/$plugin"
+	done
+	echo "tools: built the CNI plugins bridge, loopback and host-local"
+}
+
+# check_runc says what the node tests need from the machine: runc, the OCI
+# runtime containerd's shim runs containers with. It is not a Go module: it
+# comes from Debian (package runc), installed here when it is missing and
+# this is a Debian machine run as root, as CI is.
+check_runc() {
+	if command -v runc >/dev/null; then
+		return
+	fi
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		echo "tools: installing runc from Debian (the node tests' OCI runtime)"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null ||
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null; }
+		return
+	fi
+	echo "tools: runc is missing; the node tests need it (apt-get install runc)" >&2
+}
+
+group kubernetes "$here" etcd kube-apiserver kubelet kube-controller-manager kube-scheduler
+group containerd "$here/node" containerd containerd-shim-runc-v2 ctr
+group cni "$here/cni" cni/bridge cni/loopback cni/host-local
+check_runc
 echo "tools: ready in $out"
