@@ -47,11 +47,18 @@ var (
 	Sidecar = Binary{"gridsync-sidecar", "github.com/gridsync/gridsync/sidecar"}
 	Init    = Binary{"gridsync-init", "github.com/gridsync/gridsync/initcontainer"}
 	Agent   = Binary{"gridsync-agent", "github.com/gridsync/gridsync/agent"}
+	// Pause and StandinGateway are the node tests' pod sandbox and the
+	// gateway they run in place of Praxis.
+	Pause          = Binary{"gridsync-pause", "github.com/gridsync/gridsync/test/images/pause"}
+	StandinGateway = Binary{"gridsync-standin-gateway", "github.com/gridsync/gridsync/test/images/standin"}
 )
 
 // all is every binary: the key covers their sources together, so that one
 // directory holds one consistent set.
-var all = []Binary{Sidecar, Init, Agent}
+var all = []Binary{Sidecar, Init, Agent, Pause, StandinGateway}
+
+// All is every binary the tests run.
+func All() []Binary { return append([]Binary(nil), all...) }
 
 // keep is how long a directory no run used stays in the cache.
 const keep = 24 * time.Hour

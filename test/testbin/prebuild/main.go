@@ -15,7 +15,7 @@ import (
 
 func main() {
 	start := time.Now()
-	dir, err := testbin.Dir(context.Background(), testbin.Sidecar, testbin.Init, testbin.Agent)
+	dir, err := testbin.Dir(context.Background(), testbin.All()...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "prebuild:", err)
 		os.Exit(1)

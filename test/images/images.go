@@ -1,0 +1,206 @@
+// Package images builds the project's container images without a container
+// engine: OCI images of static binaries on a base that carries what
+// gcr.io/distroless/static's nonroot image carries for them (the CA bundle,
+// /etc/passwd and /etc/group naming nonroot 65532, /tmp and the home
+// folders), written as OCI layouts and as the archive `ctr images import`
+// reads.
+//
+// The images are reproducible: every entry of a layer has the same owner,
+// mode and time (SOURCE_DATE_EPOCH, or the Unix epoch), entries are
+// sorted, and gzip is deterministic, so the same binaries give the same
+// digests.
+package images
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// Registry is the registry part of every reference the images are loaded
+// under. It is never contacted: the node never pulls.
+const Registry = "gridsync.local"
+
+// NonRoot is distroless's nonroot user and group, which the Dockerfiles
+// name.
+const NonRoot = 65532
+
+// Spec is one image: binaries copied in on the base, the user and the
+// entrypoint.
+type Spec struct {
+	// Name is the repository name, for example gridsync-sidecar.
+	Name string
+	// Binaries are the file names, in the folder given to Build, copied
+	// to /usr/local/bin.
+	Binaries []string
+	// Entrypoint is the entrypoint; its first element names a binary.
+	Entrypoint []string
+}
+
+// The shipped images, as the Dockerfiles describe them, and the two that
+// only the node tests run.
+var (
+	Sidecar = Spec{Name: "gridsync-sidecar", Binaries: []string{"gridsync-sidecar", "gridsync-init"}, Entrypoint: []string{"/usr/local/bin/gridsync-sidecar"}}
+	Agent   = Spec{Name: "gridsync-agent", Binaries: []string{"gridsync-agent"}, Entrypoint: []string{"/usr/local/bin/gridsync-agent"}}
+	// Pause holds a pod's namespaces: containerd's sandbox image.
+	Pause = Spec{Name: "pause", Binaries: []string{"gridsync-pause"}, Entrypoint: []string{"/usr/local/bin/gridsync-pause"}}
+	// Gateway stands in for Praxis in the node tests.
+	Gateway = Spec{Name: "standin-gateway", Binaries: []string{"gridsync-standin-gateway"}, Entrypoint: []string{"/usr/local/bin/gridsync-standin-gateway"}}
+)
+
+// Shipped are the images a release ships; All adds the test-only ones.
+var (
+	Shipped = []Spec{Sidecar, Agent}
+	All     = []Spec{Sidecar, Agent, Pause, Gateway}
+)
+
+// Ref is the reference an image is loaded under.
+func (s Spec) Ref(tag string) string { return Registry + "/" + s.Name + ":" + tag }
+
+// Build makes the image from the binaries in binDir.
+func Build(s Spec, binDir string) (v1.Image, error) {
+	created := buildTime()
+	base, err := layer(baseFiles(), created)
+	if err != nil {
+		return nil, fmt.Errorf("%s: base layer: %w", s.Name, err)
+	}
+	var bins []file
+	for _, name := range s.Binaries {
+		data, err := os.ReadFile(filepath.Join(binDir, name))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		bins = append(bins, file{path: "usr/local/bin/" + name, mode: 0o755, data: data})
+	}
+	app, err := layer(bins, created)
+	if err != nil {
+		return nil, fmt.Errorf("%s: binaries layer: %w", s.Name, err)
+	}
+	user := strconv.Itoa(NonRoot) + ":" + strconv.Itoa(NonRoot)
+	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
+		Architecture: runtime.GOARCH,
+		OS:           "linux",
+		Created:      v1.Time{Time: created},
+		Config: v1.Config{
+			User:       user,
+			Entrypoint: s.Entrypoint,
+			WorkingDir: "/",
+			// What distroless/static sets.
+			Env: []string{
+				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+				"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+			},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	img = mutate.MediaType(img, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	return mutate.Append(img,
+		mutate.Addendum{Layer: base, History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "gridsync base: CA bundle, passwd, group, tmp"}},
+		mutate.Addendum{Layer: app, History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "COPY " + path.Join(s.Binaries...) + " /usr/local/bin/"}},
+	)
+}
+
+// buildTime is SOURCE_DATE_EPOCH when set (the reproducible-builds
+// convention), else the Unix epoch.
+func buildTime() time.Time {
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return time.Unix(n, 0).UTC()
+		}
+	}
+	return time.Unix(0, 0).UTC()
+}
+
+// file is one entry of a layer; a path ending in / is a folder.
+type file struct {
+	path string
+	mode int64
+	uid  int
+	data []byte
+}
+
+// caBundle is where Debian keeps the system's CA bundle, the same file
+// distroless/static copies from Debian's ca-certificates.
+const caBundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// baseFiles is the part of distroless/static's tree the binaries use.
+func baseFiles() []file {
+	ca, err := os.ReadFile(caBundle)
+	if err != nil {
+		// No bundle on the building machine: the images still run (the
+		// binaries speak TLS only to CAs they are given), and the
+		// folder stays where a mounted bundle is looked for.
+		ca = nil
+	}
+	nonroot := strconv.Itoa(NonRoot)
+	return []file{
+		{path: "etc/", mode: 0o755},
+		{path: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\ntty:x:5:\nstaff:x:50:\nnonroot:x:" + nonroot + ":\n")},
+		{path: "etc/nsswitch.conf", mode: 0o644, data: []byte("passwd: files\ngroup: files\nhosts: files dns\n")},
+		{path: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:" + nonroot + ":" + nonroot + ":nonroot:/home/nonroot:/sbin/nologin\n")},
+		{path: "etc/ssl/", mode: 0o755},
+		{path: "etc/ssl/certs/", mode: 0o755},
+		{path: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: ca},
+		{path: "home/", mode: 0o755},
+		{path: "home/nonroot/", mode: 0o700, uid: NonRoot},
+		{path: "root/", mode: 0o700},
+		{path: "tmp/", mode: 0o1777},
+		{path: "usr/", mode: 0o755},
+		{path: "usr/local/", mode: 0o755},
+		{path: "usr/local/bin/", mode: 0o755},
+	}
+}
+
+// layer writes files as an uncompressed tar, sorted, every entry with the
+// same time, and returns it as a gzip-compressed OCI layer.
+func layer(files []file, created time.Time) (v1.Layer, error) {
+	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		hdr := &tar.Header{
+			Name:    f.path,
+			Mode:    f.mode,
+			Uid:     f.uid,
+			Gid:     f.uid,
+			ModTime: created,
+			Format:  tar.FormatUSTAR,
+		}
+		if f.path[len(f.path)-1] == '/' {
+			hdr.Typeflag = tar.TypeDir
+		} else {
+			hdr.Typeflag = tar.TypeReg
+			hdr.Size = int64(len(f.data))
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+}

@@ -1,0 +1,145 @@
+// Command gridsync-standin-gateway stands in for the Praxis gateway in the
+// node tests: it reads the routing overlay through the folder the pod
+// mounts, as Praxis does, validates every read with the gateway's contract,
+// and opens its port (what the chart's readiness probe checks) only once a
+// valid overlay is there. GET /state tells what it has read: the revision
+// it serves, how many reads were invalid, and for the TLS identity how many
+// reads found a certificate and key that do not match. It never serves
+// traffic.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// State is what GET /state answers.
+type State struct {
+	// Revision is the last valid overlay read; empty before the first.
+	Revision string `json:"revision"`
+	// Reads counts the overlay reads; Invalid those that found a file that
+	// is not a valid envelope (a torn or bad file would be one).
+	Reads   int64 `json:"reads"`
+	Invalid int64 `json:"invalid"`
+	// Identity is the SHA-256 of the last matched certificate read, empty
+	// before the first; IdentityTorn counts reads of a certificate and a
+	// key that do not belong together.
+	Identity     string `json:"identity"`
+	IdentityTorn int64  `json:"identityTorn"`
+	// ReadySince is when the port opened.
+	ReadySince time.Time `json:"readySince"`
+}
+
+func main() {
+	fs := flag.NewFlagSet("gridsync-standin-gateway", flag.ExitOnError)
+	_ = fs.String("config", "", "Praxis's configuration file (accepted and ignored)")
+	overlay := fs.String("overlay", "/etc/praxis/routing/routing-overlay.json", "the routing overlay file")
+	identityDir := fs.String("identity-dir", "/etc/praxis/routing/identity", "the folder of the published TLS identity")
+	listen := fs.String("listen", ":8080", "where to listen once a valid overlay is read")
+	interval := fs.Duration("interval", 10*time.Millisecond, "how often the files are read")
+	_ = fs.Parse(os.Args[1:])
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	g := &gateway{overlay: *overlay, identityDir: *identityDir}
+	if err := g.run(ctx, *listen, *interval); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+type gateway struct {
+	overlay, identityDir string
+
+	mu    sync.Mutex
+	state State
+}
+
+func (g *gateway) run(ctx context.Context, listen string, interval time.Duration) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var srv *http.Server
+	served := make(chan error, 1)
+	for {
+		g.read()
+		if srv == nil && g.snapshot().Revision != "" {
+			ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listen)
+			if err != nil {
+				return err
+			}
+			g.mu.Lock()
+			g.state.ReadySince = time.Now()
+			g.mu.Unlock()
+			fmt.Println("standin-gateway: a valid overlay is there; listening on", listen)
+			srv = &http.Server{Handler: http.HandlerFunc(g.serveState), ReadHeaderTimeout: 5 * time.Second}
+			go func() { served <- srv.Serve(ln) }()
+		}
+		select {
+		case <-ctx.Done():
+			if srv != nil {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				return srv.Shutdown(sctx)
+			}
+			return nil
+		case err := <-served:
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+func (g *gateway) snapshot() State {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state
+}
+
+// read reads the overlay and the identity once each, as the gateway does:
+// the file by its path, the identity's two files through the folder.
+func (g *gateway) read() {
+	data, err := os.ReadFile(g.overlay)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err == nil {
+		g.state.Reads++
+		res, verr := envelope.Validate(data, envelope.Options{})
+		if verr != nil {
+			g.state.Invalid++
+		} else {
+			g.state.Revision = res.Revision
+		}
+	}
+	cert, cerr := os.ReadFile(filepath.Join(g.identityDir, "tls.crt"))
+	key, kerr := os.ReadFile(filepath.Join(g.identityDir, "tls.key"))
+	if errors.Is(cerr, os.ErrNotExist) || errors.Is(kerr, os.ErrNotExist) {
+		return
+	}
+	if _, err := tls.X509KeyPair(cert, key); err != nil || cerr != nil || kerr != nil {
+		g.state.IdentityTorn++
+		return
+	}
+	sum := sha256.Sum256(cert)
+	g.state.Identity = hex.EncodeToString(sum[:])
+}
+
+func (g *gateway) serveState(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(g.snapshot())
+}
