@@ -10,6 +10,10 @@ import (
 // BinDirEnv overrides where the kube-apiserver and etcd binaries are found.
 const BinDirEnv = "GRIDSYNC_TOOLS_BIN"
 
+// BinDir is the folder of the pinned tools `make tools` built (the node's
+// kubelet, containerd and the rest beside the servers).
+func BinDir() (string, error) { return findBinDir() }
+
 // findBinDir returns the folder holding kube-apiserver and etcd: $BinDirEnv,
 // or .tools/bin in the nearest enclosing folder that has one (tests run in
 // their package folder, somewhere below the repository root).

@@ -26,6 +26,10 @@ type pki struct {
 	adminCertPEM   []byte
 	adminKeyPEM    []byte
 	serviceAccount string // private key; kube-apiserver derives the public key
+
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
 }
 
 func newPKI(dir string) (*pki, error) {
@@ -76,7 +80,9 @@ func newPKI(dir string) (*pki, error) {
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		// 10.96.0.1 is the kubernetes Service's cluster IP, which pods of
+		// a test node reach inside the node's network namespace.
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(KubernetesServiceIP)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("issue serving certificate: %w", err)
@@ -106,6 +112,9 @@ func newPKI(dir string) (*pki, error) {
 		adminCertPEM:   adminCert,
 		adminKeyPEM:    adminKey,
 		serviceAccount: filepath.Join(dir, "service-account.key"),
+		ca:             ca,
+		caKey:          caKey,
+		serial:         100,
 	}
 	files := map[string][]byte{
 		p.servingCert:    servingCert,
@@ -120,6 +129,49 @@ func newPKI(dir string) (*pki, error) {
 	}
 	return p, nil
 }
+
+// KubernetesServiceIP is the cluster IP of the kubernetes Service (the
+// first address of --service-cluster-ip-range), which in-cluster clients
+// dial.
+const KubernetesServiceIP = "10.96.0.1"
+
+// ClientCertificate issues a client certificate of the control plane's CA
+// for user cn in groups orgs (a node's system:node:<name> in
+// system:nodes, the scheduler's system:kube-scheduler), valid a day.
+func (cp *ControlPlane) ClientCertificate(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
+	cp.mu.Lock()
+	cp.pki.serial++
+	serial := cp.pki.serial
+	cp.mu.Unlock()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, cp.pki.ca, &key.PublicKey, cp.pki.caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pemBlock("CERTIFICATE", der), pemBlock("EC PRIVATE KEY", keyDER), nil
+}
+
+// CAFile is the control plane's CA certificate (it signs the serving and
+// client certificates): a kube-controller-manager's --root-ca-file.
+func (cp *ControlPlane) CAFile() string { return cp.pki.clientCA }
+
+// ServiceAccountKeyFile is the ServiceAccount token signing key.
+func (cp *ControlPlane) ServiceAccountKeyFile() string { return cp.pki.serviceAccount }
 
 func pemBlock(kind string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})

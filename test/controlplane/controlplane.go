@@ -34,8 +34,8 @@ type ControlPlane struct {
 	adminConfig *rest.Config
 
 	mu        sync.Mutex
-	etcd      *process
-	apiserver *process
+	etcd      *Process
+	apiserver *Process
 }
 
 // Start builds nothing: it runs the binaries `make tools` built, on free
@@ -96,7 +96,10 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		"--tls-cert-file=" + cp.pki.servingCert,
 		"--tls-private-key-file=" + cp.pki.servingKey,
 		"--client-ca-file=" + cp.pki.clientCA,
-		"--authorization-mode=RBAC",
+		// The Node authorizer and NodeRestriction confine a test node's
+		// kubelet to its own pods' objects, as in a real cluster.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-issuer=" + issuer,
 		"--api-audiences=" + issuer,
 		"--service-account-key-file=" + cp.pki.serviceAccount,
@@ -147,7 +150,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, clientPort, peerPort int)
 		return resp.StatusCode == http.StatusOK
 	})
 	if err != nil {
-		return fmt.Errorf("etcd did not become healthy: %w\n%s", err, p.logTail())
+		return fmt.Errorf("etcd did not become healthy: %w\n%s", err, p.LogTail())
 	}
 	return nil
 }
@@ -156,7 +159,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, clientPort, peerPort int)
 // waits until /readyz answers 200.
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	cp.mu.Lock()
-	if cp.apiserver != nil && cp.apiserver.running() {
+	if cp.apiserver != nil && cp.apiserver.Running() {
 		cp.mu.Unlock()
 		return errors.New("kube-apiserver is already running")
 	}
@@ -181,7 +184,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		return status == http.StatusOK
 	})
 	if err != nil {
-		return fmt.Errorf("kube-apiserver did not become ready: %w\n%s", err, p.logTail())
+		return fmt.Errorf("kube-apiserver did not become ready: %w\n%s", err, p.LogTail())
 	}
 	return nil
 }
@@ -195,7 +198,7 @@ func (cp *ControlPlane) StopAPIServer() error {
 	if p == nil {
 		return nil
 	}
-	return p.stop(stopGrace)
+	return p.Stop(stopGrace)
 }
 
 // Stop stops kube-apiserver and etcd and removes the control plane's
@@ -206,10 +209,10 @@ func (cp *ControlPlane) Stop() error {
 	cp.mu.Unlock()
 	var errs []error
 	if api != nil {
-		errs = append(errs, api.stop(stopGrace))
+		errs = append(errs, api.Stop(stopGrace))
 	}
 	if etcd != nil {
-		errs = append(errs, etcd.stop(stopGrace))
+		errs = append(errs, etcd.Stop(stopGrace))
 	}
 	if cp.dir != "" {
 		errs = append(errs, os.RemoveAll(cp.dir))
@@ -235,8 +238,8 @@ func (cp *ControlPlane) PIDs() []int {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var pids []int
-	for _, p := range []*process{cp.etcd, cp.apiserver} {
-		if p != nil && p.running() {
+	for _, p := range []*Process{cp.etcd, cp.apiserver} {
+		if p != nil && p.Running() {
 			pids = append(pids, p.cmd.Process.Pid)
 		}
 	}
@@ -248,7 +251,7 @@ func (cp *ControlPlane) PIDs() []int {
 func (cp *ControlPlane) APIServerPID() int {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	if cp.apiserver == nil || !cp.apiserver.running() {
+	if cp.apiserver == nil || !cp.apiserver.Running() {
 		return 0
 	}
 	return cp.apiserver.cmd.Process.Pid
@@ -279,7 +282,7 @@ func removeAbandonedFolders() {
 
 // waitFor polls ready until it holds, the process exits or the start
 // timeout passes.
-func waitFor(ctx context.Context, p *process, ready func() bool) error {
+func waitFor(ctx context.Context, p *Process, ready func() bool) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)

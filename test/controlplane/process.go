@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// process is one server child process with its output in a log file.
-type process struct {
+// Process is one server child process with its output in a log file.
+type Process struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
@@ -41,13 +41,19 @@ func init() {
 	}()
 }
 
-func startProcess(name, logPath, binary string, args ...string) (*process, error) {
+func startProcess(name, logPath, binary string, args ...string) (*Process, error) {
+	// No context: a server lives until stop, not for the length of a call.
+	return StartProcess(name, logPath, exec.Command(binary, args...)) //nolint:noctx // see above
+}
+
+// StartProcess starts cmd (its environment and folder as the caller set
+// them) as a server: its output appended to logPath, in a process group of
+// its own, killed by the kernel when the test binary dies.
+func StartProcess(name, logPath string, cmd *exec.Cmd) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
 	}
-	// No context: a server lives until stop, not for the length of a call.
-	cmd := exec.Command(binary, args...) //nolint:noctx // see above
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -63,7 +69,7 @@ func startProcess(name, logPath, binary string, args ...string) (*process, error
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	p := &Process{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		_ = logFile.Close()
@@ -72,7 +78,8 @@ func startProcess(name, logPath, binary string, args ...string) (*process, error
 	return p, nil
 }
 
-func (p *process) running() bool {
+// Running tells whether the process has not exited.
+func (p *Process) Running() bool {
 	select {
 	case <-p.exited:
 		return false
@@ -81,9 +88,9 @@ func (p *process) running() bool {
 	}
 }
 
-// stop asks the process group to terminate and kills it after grace.
-func (p *process) stop(grace time.Duration) error {
-	if !p.running() {
+// Stop asks the process group to terminate and kills it after grace.
+func (p *Process) Stop(grace time.Duration) error {
+	if !p.Running() {
 		return nil
 	}
 	pgid := -p.cmd.Process.Pid
@@ -102,8 +109,17 @@ func (p *process) stop(grace time.Duration) error {
 	return nil
 }
 
-// logTail returns the end of the process's output, for error messages.
-func (p *process) logTail() string {
+// Name is the name the process was started with.
+func (p *Process) Name() string { return p.name }
+
+// PID is the process's ID.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// LogTail returns the end of the process's output, for error messages.
+func (p *Process) LogTail() string {
 	data, err := os.ReadFile(p.logPath)
 	if err != nil {
 		return fmt.Sprintf("(no %s log: %v)", p.name, err)

@@ -32,8 +32,11 @@ type Proxy struct {
 
 // NewProxy starts a proxy to kube-apiserver on a free loopback port.
 func (cp *ControlPlane) NewProxy() (*Proxy, error) {
-	return NewProxyTo("127.0.0.1:" + strconv.Itoa(cp.apiPort))
+	return NewProxyTo(cp.APIAddr())
 }
+
+// APIAddr is kube-apiserver's loopback address, host:port.
+func (cp *ControlPlane) APIAddr() string { return "127.0.0.1:" + strconv.Itoa(cp.apiPort) }
 
 // NewProxyTo starts a proxy to target (a holding proxy, to chain the two)
 // on a free loopback port.
@@ -42,11 +45,17 @@ func NewProxyTo(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
+	return NewProxyOn(ln, target), nil
+}
+
+// NewProxyOn starts a proxy to target on a listener of the caller's, one
+// opened in a node's network namespace, say.
+func NewProxyOn(ln net.Listener, target string) *Proxy {
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.thawed = sync.NewCond(&p.mu)
 	p.serving.Add(1)
 	go p.accept()
-	return p, nil
+	return p
 }
 
 // Config returns base pointed at the proxy. The serving certificate names

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"testing"
 	"time"
 )
+
+// Runner runs a package's tests: a *testing.M, or one that starts more
+// (a node) around it.
+type Runner interface{ Run() int }
 
 // RunTests starts a control plane, stores it in *cp, runs the package's
 // tests and stops it. A control plane that cannot start fails the package
 // (it never skips): integration tests must run wherever `make test` runs.
-func RunTests(m *testing.M, cp **ControlPlane) int {
+func RunTests(m Runner, cp **ControlPlane) int {
 	return RunTestsN(m, cp)
 }
 
@@ -20,7 +23,7 @@ func RunTests(m *testing.M, cp **ControlPlane) int {
 // sites, each with its own API server and etcd), stores them, runs the
 // package's tests and stops them. Any that cannot start fails the
 // package.
-func RunTestsN(m *testing.M, cps ...**ControlPlane) (code int) {
+func RunTestsN(m Runner, cps ...**ControlPlane) (code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
