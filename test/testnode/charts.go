@@ -1,0 +1,156 @@
+package testnode
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/test/images"
+)
+
+// Helm is the pinned Helm binary: $GRIDSYNC_HELM (the Makefile exports
+// it), else the newest under .tools/helm of an enclosing folder.
+func Helm() (string, error) {
+	if path := os.Getenv("GRIDSYNC_HELM"); path != "" {
+		return path, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; filepath.Dir(dir) != dir; dir = filepath.Dir(dir) {
+		if matches, _ := filepath.Glob(filepath.Join(dir, ".tools", "helm", "*", "helm")); len(matches) > 0 {
+			return matches[len(matches)-1], nil
+		}
+	}
+	return "", errors.New("the pinned helm is not built: run `make tools`")
+}
+
+// KubeVersion is the version charts are rendered for: the pinned API
+// server's and kubelet's.
+const KubeVersion = "1.37.2"
+
+// Chart is the path of one of the project's charts, from a test package's
+// folder two levels below the repository's root.
+func Chart(name string) string { return filepath.Join("..", "..", "charts", name) }
+
+// Render runs helm template for chart with the values files and values
+// (the later win) and returns the objects.
+func Render(ctx context.Context, chart, release, namespace string, valueFiles []string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	helm, err := Helm()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"template", release, chart, "--namespace", namespace, "--kube-version", KubeVersion, "--skip-tests"}
+	for _, f := range valueFiles {
+		args = append(args, "--values", f)
+	}
+	if values != nil {
+		data, err := json.Marshal(values) // JSON is YAML
+		if err != nil {
+			return nil, err
+		}
+		tmp, err := os.CreateTemp("", "gridsync-values-*.json")
+		if err != nil {
+			return nil, err
+		}
+		defer os.Remove(tmp.Name())
+		if _, err := tmp.Write(data); err != nil {
+			return nil, err
+		}
+		_ = tmp.Close()
+		args = append(args, "--values", tmp.Name())
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, helm, args...)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	decoder := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		err := decoder.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+}
+
+// Apply applies objs server-side, as `kubectl apply --server-side` does;
+// those without a namespace of their own go to namespace.
+func Apply(ctx context.Context, c client.Client, namespace string, objs []*unstructured.Unstructured) error {
+	for _, o := range objs {
+		obj := o.DeepCopy()
+		if obj.GetNamespace() == "" && namespaced(obj.GetKind()) {
+			obj.SetNamespace(namespace)
+		}
+		err := c.Patch(ctx, obj, client.Apply, client.FieldOwner("gridsync-node-test"), client.ForceOwnership) //nolint:staticcheck // unstructured objects have no apply configuration
+		if err != nil {
+			return fmt.Errorf("apply %s %s/%s: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func namespaced(kind string) bool {
+	switch kind {
+	case "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PriorityClass":
+		return false
+	}
+	return true
+}
+
+// ImageValues are the values that point a chart's images at the project's
+// images loaded on the node, never pulled: the gateway chart's sidecar and
+// its gateway (the stand-in), and the agent chart's agent.
+func ImageValues(chart string) map[string]any {
+	image := func(s images.Spec) map[string]any {
+		return map[string]any{"repository": images.Registry + "/" + s.Name, "tag": ImageTag, "pullPolicy": "Never"}
+	}
+	switch chart {
+	case "praxis-gateway":
+		return map[string]any{
+			"image":   image(images.Gateway),
+			"overlay": map[string]any{"sidecar": map[string]any{"image": image(images.Sidecar)}},
+		}
+	case "gridsync-agent":
+		return map[string]any{"image": image(images.Agent)}
+	}
+	return nil
+}
+
+// Merge merges values maps, the later winning, maps merged key by key.
+func Merge(maps ...map[string]any) map[string]any {
+	out := map[string]any{}
+	for _, m := range maps {
+		for k, v := range m {
+			if vm, ok := v.(map[string]any); ok {
+				if om, ok := out[k].(map[string]any); ok {
+					out[k] = Merge(om, vm)
+					continue
+				}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,294 @@
+// Package testnode runs a real Kubernetes node for tests: a kubelet of the
+// same pinned k8s.io/kubernetes as the API server, containerd 2.x with
+// runc, kube-controller-manager (Deployments, ReplicaSets, ServiceAccounts,
+// kube-root-ca.crt, garbage collection) and kube-scheduler, against a
+// control plane of package controlplane. The images it runs are the
+// project's, built without a container engine (package images) and loaded
+// into containerd: nothing is ever pulled.
+//
+// Everything of the node lives in a network namespace the test creates:
+// containerd and the kubelet are started inside it, the pods' bridge and
+// addresses exist only there, and the kubernetes Service's cluster IP
+// (10.96.0.1) is an address of that namespace where the harness forwards
+// to the API server on the host's loopback. That forward is the one
+// test-only piece: in a cluster kube-proxy routes the Service IP; here no
+// packet leaves loopback and the test's own namespaces. Pods get their
+// in-cluster configuration exactly as in a cluster.
+//
+// A node needs root, cgroup v1 or v2 hierarchies it may write, overlayfs,
+// runc, ip (iproute2) and nsenter (util-linux); Start says which is
+// missing. Everything it made (processes, mounts, cgroups, the namespace)
+// is removed by Stop, and by the next Start when a test binary died
+// without stopping it.
+package testnode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/gridsync/gridsync/test/controlplane"
+)
+
+const (
+	folderPrefix = "gridsync-node-"
+	ownerFile    = "owner.pid"
+	nameFile     = "name"
+	stopGrace    = 10 * time.Second
+	// ImageTag is the tag the project's images are loaded under.
+	ImageTag = "test"
+)
+
+// Options tune a node.
+type Options struct {
+	// SyncFrequency is the kubelet's syncFrequency: how soon a changed
+	// Secret or ConfigMap reaches a pod's volume. 0: 5 s (a cluster's
+	// default is a minute; tests would wait for it).
+	SyncFrequency time.Duration
+}
+
+// Node is one running node and the cluster controllers it needs.
+type Node struct {
+	// Name is the node's name (and of its namespace and cgroup).
+	Name string
+
+	cp      *controlplane.ControlPlane
+	dir     string
+	binDir  string
+	forward *controlplane.Proxy
+
+	mu        sync.Mutex
+	processes []*controlplane.Process // in start order
+}
+
+// Start starts a node against cp and returns once the Node is Ready and
+// the project's images are loaded. Stop it with Stop.
+func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Node, error) {
+	binDir, err := controlplane.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := Check(binDir); err != nil {
+		return nil, err
+	}
+	removeAbandoned()
+	dir, err := os.MkdirTemp("", folderPrefix)
+	if err != nil {
+		return nil, err
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	n := &Node{Name: "gsn-" + hex.EncodeToString(suffix), cp: cp, dir: dir, binDir: binDir}
+	for file, data := range map[string]string{ownerFile: strconv.Itoa(os.Getpid()), nameFile: n.Name} {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(data), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.start(ctx, opts); err != nil {
+		return nil, errors.Join(err, n.Stop())
+	}
+	return n, nil
+}
+
+func (n *Node) start(ctx context.Context, opts Options) error {
+	if err := createCgroup(n.cgroup()); err != nil {
+		return err
+	}
+	if err := createNetns(ctx, n.Name, controlplane.KubernetesServiceIP); err != nil {
+		return err
+	}
+	ln, err := listenIn(netnsPath(n.Name), net.JoinHostPort(controlplane.KubernetesServiceIP, "443"))
+	if err != nil {
+		return fmt.Errorf("listen for the kubernetes Service in the node's namespace: %w", err)
+	}
+	n.forward = controlplane.NewProxyOn(ln, n.cp.APIAddr())
+	if err := n.startContainerd(ctx); err != nil {
+		return err
+	}
+	if err := n.loadImages(ctx); err != nil {
+		return err
+	}
+	if err := n.startControllers(); err != nil {
+		return err
+	}
+	if err := n.startKubelet(opts); err != nil {
+		return err
+	}
+	return n.waitReady(ctx)
+}
+
+// cgroup is the node's cgroup: containerd, the kubelet and every pod.
+func (n *Node) cgroup() string { return "/" + n.Name }
+
+func (n *Node) path(elem ...string) string { return filepath.Join(append([]string{n.dir}, elem...)...) }
+
+// run starts a process of the node, inside its network namespace when
+// inNode, in its cgroup when contained.
+func (n *Node) run(name string, inNode, contained bool, env []string, binary string, args ...string) (*controlplane.Process, error) {
+	if inNode {
+		// nsenter enters the network namespace only: the kubelet and
+		// containerd must share the host's mount namespace, where the
+		// volumes the kubelet mounts are seen by the runtime.
+		args = append([]string{"--net=" + netnsPath(n.Name), "--", binary}, args...)
+		binary = "nsenter"
+	}
+	cmd := exec.Command(binary, args...) //nolint:noctx // a server lives until Stop
+	cmd.Env = append(os.Environ(), env...)
+	p, err := controlplane.StartProcess(name, n.path(name+".log"), cmd)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.processes = append(n.processes, p)
+	n.mu.Unlock()
+	if contained {
+		if err := joinCgroup(n.cgroup(), p.PID()); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Stop stops the node: the kubelet and the controllers, then every process
+// left in its cgroup (containers, shims, containerd), its mounts, its
+// network namespace and its folder. It is safe to call more than once.
+func (n *Node) Stop() error {
+	n.mu.Lock()
+	procs := n.processes
+	n.processes = nil
+	n.mu.Unlock()
+	var errs []error
+	for i := len(procs) - 1; i >= 0; i-- {
+		errs = append(errs, procs[i].Stop(stopGrace))
+	}
+	if n.forward != nil {
+		errs = append(errs, n.forward.Close())
+	}
+	errs = append(errs, teardown(n.dir, n.Name))
+	return errors.Join(errs...)
+}
+
+// teardown removes what a node made, also one whose test binary died.
+func teardown(dir, name string) error {
+	var errs []error
+	if name != "" {
+		errs = append(errs, killCgroup("/"+name))
+	}
+	errs = append(errs, unmountUnder(dir))
+	if name != "" {
+		if _, err := os.Stat(netnsPath(name)); err == nil {
+			errs = append(errs, ip(context.Background(), "netns", "delete", name))
+		}
+	}
+	errs = append(errs, os.RemoveAll(dir))
+	return errors.Join(errs...)
+}
+
+// removeAbandoned tears down the nodes of test binaries that died.
+func removeAbandoned() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), folderPrefix+"*"))
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(string(data))
+		if err != nil || processAlive(pid) {
+			continue
+		}
+		name, _ := os.ReadFile(filepath.Join(dir, nameFile))
+		_ = teardown(dir, strings.TrimSpace(string(name)))
+	}
+}
+
+// Dir is the node's folder: its processes' logs, the kubelet's root
+// (pods' volumes under kubelet/pods) and the pods' logs (logs/).
+func (n *Node) Dir() string { return n.dir }
+
+// HTTPClient is a client whose connections are made inside the node's
+// network namespace, to reach pods by their IPs as the kubelet's probes
+// do.
+func (n *Node) HTTPClient() *http.Client {
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return dialIn(ctx, netnsPath(n.Name), network, addr)
+			},
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+// waitReady waits for the Node object to report Ready and carry no taint
+// (the kubelet registers it not-ready; the node lifecycle controller
+// lifts that once it is Ready).
+func (n *Node) waitReady(ctx context.Context) error {
+	client := n.cp.AdminClient()
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var last string
+	for {
+		node, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil {
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					if c.Status == corev1.ConditionTrue && len(node.Spec.Taints) == 0 {
+						return nil
+					}
+					last = fmt.Sprintf("%s: %s; taints %v", c.Reason, c.Message, node.Spec.Taints)
+				}
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s not Ready within 90 s (%s)\nkubelet:\n%s", n.Name, last, n.logTail("kubelet"))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// LogTail is the end of the log of one of the node's processes (kubelet,
+// containerd, kube-controller-manager, kube-scheduler), for failures.
+func (n *Node) LogTail(name string) string { return n.logTail(name) }
+
+func (n *Node) logTail(name string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.processes {
+		if p.Name() == name {
+			return p.LogTail()
+		}
+	}
+	return "(not started)"
+}
+
+// kubeconfig writes a kubeconfig for user (in groups) at server.
+func (n *Node) kubeconfig(file, server, user string, groups ...string) (string, error) {
+	certPEM, keyPEM, err := n.cp.ClientCertificate(user, groups...)
+	if err != nil {
+		return "", err
+	}
+	cfg := n.cp.AdminConfig()
+	cfg.Host = server
+	cfg.CertData, cfg.KeyData = certPEM, keyPEM
+	path := n.path(file)
+	return path, controlplane.WriteKubeconfig(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig}, path)
+}
