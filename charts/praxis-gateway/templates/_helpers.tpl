@@ -134,3 +134,18 @@ controller's rule: grid-overlay-<network>-<gateway>, or when that exceeds
 {{- end -}}
 {{- mul (int (trimSuffix $unit $d)) (get $units $unit) -}}
 {{- end -}}
+
+{{/*
+One of the gateway's probes (health.readiness or health.liveness). The
+upstream chart's default probes the port named "http"; a listener renamed
+with port.name (https, say) has no such port, and the kubelet would fail
+that probe for ever. A TCP probe of "http" is therefore pointed at the
+listener by its name when the listener is named otherwise.
+*/}}
+{{- define "praxis-gateway.probe" -}}
+{{- $probe := deepCopy .probe -}}
+{{- if and $probe.tcpSocket (eq (toString $probe.tcpSocket.port) "http") (ne .root.Values.port.name "http") -}}
+{{- $_ := set $probe.tcpSocket "port" .root.Values.port.name -}}
+{{- end -}}
+{{- toYaml $probe -}}
+{{- end -}}
