@@ -136,6 +136,9 @@ func describe(p *corev1.Pod) string {
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 		for _, c := range list {
 			fmt.Fprintf(&b, "\n  %s ready=%v restarts=%d %s", c.Name, c.Ready, c.RestartCount, stateOf(c.State))
+			if log := containerLog(p, c.Name); log != "" {
+				fmt.Fprintf(&b, "\n    %s", strings.ReplaceAll(strings.TrimSpace(log), "\n", "\n    "))
+			}
 		}
 	}
 	return b.String()
@@ -262,6 +265,19 @@ func killContainer(t *testing.T, p *corev1.Pod, name string) {
 	out, err := exec.CommandContext(t.Context(), filepath.Join(bin, "ctr"), "--address", filepath.Join(node.Dir(), "containerd.sock"),
 		"--namespace", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id).CombinedOutput()
 	require.NoError(t, err, "%s", out)
+}
+
+// containerLog is the end of a container's log as the kubelet keeps it.
+func containerLog(p *corev1.Pod, container string) string {
+	files, _ := filepath.Glob(filepath.Join(node.Dir(), "logs", p.Namespace+"_"+p.Name+"_"+string(p.UID), container, "*.log"))
+	if len(files) == 0 {
+		return ""
+	}
+	log := readFile(files[len(files)-1])
+	if len(log) > 2000 {
+		log = log[len(log)-2000:]
+	}
+	return log
 }
 
 // readFile reads a file or returns "".

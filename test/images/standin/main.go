@@ -1,8 +1,9 @@
 // Command gridsync-standin-gateway stands in for the Praxis gateway in the
 // node tests: it reads the routing overlay through the folder the pod
 // mounts, as Praxis does, validates every read with the gateway's contract,
-// and opens its port (what the chart's readiness probe checks) only once a
-// valid overlay is there. GET /state tells what it has read: the revision
+// and opens its port (what the chart's readiness probe checks; the first
+// listener of its Praxis config) only once a valid overlay is there, or at
+// once when no overlay folder is mounted at all. GET /state tells what it has read: the revision
 // it serves, how many reads were invalid, and for the TLS identity how many
 // reads found a certificate and key that do not match. It never serves
 // traffic.
@@ -26,6 +27,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
@@ -48,13 +51,16 @@ type State struct {
 
 func main() {
 	fs := flag.NewFlagSet("gridsync-standin-gateway", flag.ExitOnError)
-	_ = fs.String("config", "", "Praxis's configuration file (accepted and ignored)")
+	config := fs.String("config", "", "Praxis's configuration file: the first listener's address is where it listens")
 	overlay := fs.String("overlay", "/etc/praxis/routing/routing-overlay.json", "the routing overlay file")
 	identityDir := fs.String("identity-dir", "/etc/praxis/routing/identity", "the folder of the published TLS identity")
-	listen := fs.String("listen", ":8080", "where to listen once a valid overlay is read")
+	listen := fs.String("listen", ":8080", "where to listen once a valid overlay is read, when --config names no listener")
 	interval := fs.Duration("interval", 10*time.Millisecond, "how often the files are read")
 	_ = fs.Parse(os.Args[1:])
 
+	if addr := listenerOf(*config); addr != "" {
+		*listen = addr
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	g := &gateway{overlay: *overlay, identityDir: *identityDir}
@@ -62,6 +68,24 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// listenerOf is the address of the first listener of a Praxis config
+// (listeners: [{name, address}]), "" when there is none to read.
+func listenerOf(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var cfg struct {
+		Listeners []struct {
+			Address string `yaml:"address"`
+		} `yaml:"listeners"`
+	}
+	if yaml.Unmarshal(data, &cfg) != nil || len(cfg.Listeners) == 0 {
+		return ""
+	}
+	return cfg.Listeners[0].Address
 }
 
 type gateway struct {
@@ -76,9 +100,13 @@ func (g *gateway) run(ctx context.Context, listen string, interval time.Duration
 	defer tick.Stop()
 	var srv *http.Server
 	served := make(chan error, 1)
+	// A gateway given no overlay folder at all (no routing overlay
+	// configured) serves its static config at once, as Praxis does.
+	_, err := os.Stat(filepath.Dir(g.overlay))
+	noOverlay := errors.Is(err, os.ErrNotExist)
 	for {
 		g.read()
-		if srv == nil && g.snapshot().Revision != "" {
+		if srv == nil && (noOverlay || g.snapshot().Revision != "") {
 			ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listen)
 			if err != nil {
 				return err
@@ -86,7 +114,7 @@ func (g *gateway) run(ctx context.Context, listen string, interval time.Duration
 			g.mu.Lock()
 			g.state.ReadySince = time.Now()
 			g.mu.Unlock()
-			fmt.Println("standin-gateway: a valid overlay is there; listening on", listen)
+			fmt.Println("standin-gateway: listening on", listen, "overlay revision", g.snapshot().Revision)
 			srv = &http.Server{Handler: http.HandlerFunc(g.serveState), ReadHeaderTimeout: 5 * time.Second}
 			go func() { served <- srv.Serve(ln) }()
 		}
