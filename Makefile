@@ -44,6 +44,10 @@ build: ## build the binaries into bin/
 	$(BUILD) -o $(BIN_DIR)/gridsync-init ./initcontainer
 	$(BUILD) -o $(BIN_DIR)/gridsync-agent ./agent
 
+.PHONY: images
+images: build ## the shipped images as OCI layouts (and the archives ctr imports) in images/, built without a container engine
+	$(GO) run ./test/images/build --bin $(BIN_DIR) --out $(CURDIR)/images --tag $(VERSION)
+
 .PHONY: demo
 demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, then the agent publishing from Grid resources
 	$(GO) run ./test/demo --bin $(BIN_DIR)

@@ -1,0 +1,221 @@
+package images
+
+import (
+	"archive/tar"
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// dockerfile is what the final stage of a Dockerfile says of its image.
+type dockerfile struct {
+	base       string
+	copied     []string // absolute paths of the files COPY puts in
+	user       string
+	entrypoint []string
+}
+
+// parseDockerfile reads the final stage of one of the project's
+// Dockerfiles: FROM, COPY --from=build <files...> <folder>/, USER and
+// ENTRYPOINT in exec form.
+func parseDockerfile(t *testing.T, file string) dockerfile {
+	t.Helper()
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	var d dockerfile
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		switch fields[0] {
+		case "FROM":
+			d = dockerfile{base: fields[1]} // a new stage starts afresh
+		case "COPY":
+			if len(fields) < 3 || !strings.HasPrefix(fields[1], "--from=") {
+				continue
+			}
+			dest := fields[len(fields)-1]
+			require.True(t, strings.HasSuffix(dest, "/"), "COPY to a folder: %s", sc.Text())
+			for _, src := range fields[2 : len(fields)-1] {
+				d.copied = append(d.copied, path.Join(dest, path.Base(src)))
+			}
+		case "USER":
+			d.user = fields[1]
+		case "ENTRYPOINT":
+			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "ENTRYPOINT")), &d.entrypoint))
+		}
+	}
+	require.NoError(t, sc.Err())
+	return d
+}
+
+// entry is one file of an image's tree.
+type entry struct {
+	mode int64
+	uid  int
+	dir  bool
+}
+
+// tree reads the files of an image, all layers applied.
+func tree(t *testing.T, s Spec, binDir string) (map[string]entry, Spec) {
+	t.Helper()
+	img, err := Build(s, binDir)
+	require.NoError(t, err)
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	out := map[string]entry{}
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		out["/"+strings.TrimSuffix(hdr.Name, "/")] = entry{mode: hdr.Mode, uid: hdr.Uid, dir: hdr.Typeflag == tar.TypeDir}
+	}
+	return out, s
+}
+
+// fakeBinaries writes a small file for each binary the specs name.
+func fakeBinaries(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, s := range All {
+		for _, b := range s.Binaries {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, b), []byte("binary "+b), 0o755))
+		}
+	}
+	return dir
+}
+
+// The images built without a container engine have the file tree the
+// Dockerfiles give theirs: the binaries where COPY puts them, executable,
+// run as the user USER names with the ENTRYPOINT, on the part of
+// distroless/static's tree that the binaries use (the nonroot user in
+// /etc/passwd and /etc/group, the CA bundle, /tmp, the home folders). The
+// Dockerfile's base also carries tzdata, os-release, licences and dpkg's
+// status files, which the static binaries never read; nothing else is in
+// these images.
+func TestImagesHaveTheDockerfilesTree(t *testing.T) {
+	bins := fakeBinaries(t)
+	for file, spec := range map[string]Spec{"Dockerfile.sidecar": Sidecar, "Dockerfile.agent": Agent} {
+		t.Run(file, func(t *testing.T) {
+			d := parseDockerfile(t, filepath.Join("..", "..", file))
+			assert.Equal(t, "gcr.io/distroless/static-debian12:nonroot", d.base, "the tree below is distroless/static's")
+			files, _ := tree(t, spec, bins)
+
+			var copied []string
+			for p, e := range files {
+				if strings.HasPrefix(p, "/usr/local/bin/") && !e.dir {
+					copied = append(copied, p)
+				}
+			}
+			sort.Strings(copied)
+			want := append([]string(nil), d.copied...)
+			sort.Strings(want)
+			assert.Equal(t, want, copied, "the binaries COPY puts in")
+			for _, p := range d.copied {
+				assert.Equal(t, int64(0o755), files[p].mode, "%s is executable", p)
+			}
+
+			base := map[string]entry{
+				"/etc": {mode: 0o755, dir: true}, "/etc/passwd": {mode: 0o644}, "/etc/group": {mode: 0o644},
+				"/etc/nsswitch.conf": {mode: 0o644}, "/etc/ssl": {mode: 0o755, dir: true},
+				"/etc/ssl/certs": {mode: 0o755, dir: true}, "/etc/ssl/certs/ca-certificates.crt": {mode: 0o644},
+				"/home": {mode: 0o755, dir: true}, "/home/nonroot": {mode: 0o700, uid: NonRoot, dir: true},
+				"/root": {mode: 0o700, dir: true}, "/tmp": {mode: 0o1777, dir: true},
+				"/usr": {mode: 0o755, dir: true}, "/usr/local": {mode: 0o755, dir: true}, "/usr/local/bin": {mode: 0o755, dir: true},
+			}
+			for p, e := range files {
+				if strings.HasPrefix(p, "/usr/local/bin/") {
+					continue
+				}
+				want, ok := base[p]
+				if assert.True(t, ok, "%s is not in distroless/static's tree", p) {
+					assert.Equal(t, want, e, p)
+				}
+			}
+			for p := range base {
+				assert.Contains(t, files, p)
+			}
+
+			img, err := Build(spec, bins)
+			require.NoError(t, err)
+			cfg, err := img.ConfigFile()
+			require.NoError(t, err)
+			assert.Equal(t, d.user, cfg.Config.User)
+			assert.Equal(t, d.entrypoint, cfg.Config.Entrypoint)
+			uid, err := strconv.Atoi(strings.SplitN(cfg.Config.User, ":", 2)[0])
+			require.NoError(t, err, "the user is numeric, so that runAsNonRoot can check it")
+			assert.NotZero(t, uid)
+		})
+	}
+}
+
+// The nonroot user the images run as is the one their /etc/passwd names.
+func TestImagesNameTheirUser(t *testing.T) {
+	for _, f := range baseFiles() {
+		if f.path == "etc/passwd" {
+			assert.Contains(t, string(f.data), "nonroot:x:65532:65532:")
+		}
+	}
+}
+
+// The same binaries give the same image, byte for byte: the layers, the
+// config and the manifest have the same digests.
+func TestImagesAreReproducible(t *testing.T) {
+	bins := fakeBinaries(t)
+	a, err := Build(Sidecar, bins)
+	require.NoError(t, err)
+	b, err := Build(Sidecar, bins)
+	require.NoError(t, err)
+	da, err := a.Digest()
+	require.NoError(t, err)
+	db, err := b.Digest()
+	require.NoError(t, err)
+	assert.Equal(t, da, db)
+
+	// And a changed binary changes it.
+	require.NoError(t, os.WriteFile(filepath.Join(bins, "gridsync-sidecar"), []byte("another"), 0o755))
+	c, err := Build(Sidecar, bins)
+	require.NoError(t, err)
+	dc, err := c.Digest()
+	require.NoError(t, err)
+	assert.NotEqual(t, da, dc)
+}
+
+// The layout names the image the way ctr import reads it.
+func TestLayoutNamesTheImage(t *testing.T) {
+	bins := fakeBinaries(t)
+	out := t.TempDir()
+	digest, err := Write(Agent, bins, out, "v1")
+	require.NoError(t, err)
+	p, err := layout.FromPath(filepath.Join(out, Agent.Name))
+	require.NoError(t, err)
+	idx, err := p.ImageIndex()
+	require.NoError(t, err)
+	m, err := idx.IndexManifest()
+	require.NoError(t, err)
+	require.Len(t, m.Manifests, 1)
+	assert.Equal(t, digest, m.Manifests[0].Digest.String())
+	assert.Equal(t, "gridsync.local/gridsync-agent:v1", m.Manifests[0].Annotations["io.containerd.image.name"])
+	assert.Equal(t, "gridsync.local/gridsync-agent:v1", m.Manifests[0].Annotations["org.opencontainers.image.ref.name"])
+	_, err = os.Stat(filepath.Join(out, Agent.Name+".tar"))
+	assert.NoError(t, err)
+}
