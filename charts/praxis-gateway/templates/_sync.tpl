@@ -71,13 +71,14 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
     - name: probes
       containerPort: {{ $v.probePort }}
       protocol: TCP
-  {{- if eq .kind "native" }}
-  # Holds the gateway back until a valid overlay is on disk.
+  # Native: holds the gateway back until a valid overlay is on disk.
+  # Both: the readiness probe waits for it, so that the first readiness
+  # probe, at the container's start, does not find the port still closed
+  # and leave the pod unready for a whole period (5 s).
   startupProbe:
     httpGet: {path: /startupz, port: probes}
     periodSeconds: 1
     failureThreshold: 600
-  {{- end }}
   livenessProbe:
     httpGet: {path: /livez, port: probes}
     periodSeconds: 10
