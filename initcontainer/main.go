@@ -60,8 +60,11 @@ func run(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := cfg.NewLogger(stderr, binary)
-	runtimecfg.SingleProcessor()
-	runtimecfg.MemoryLimitFromContainer(os.Getenv)
+	procs := runtimecfg.SingleProcessor()
+	memoryLimit := runtimecfg.MemoryLimitFromContainer(os.Getenv)
+	// As the sidecar does: a first line that says what runs, and marks when
+	// the gate started (the time to the first overlay is read from it).
+	log.Info("started", "version", version, "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
