@@ -41,9 +41,21 @@ func Helm() (string, error) {
 // server's and kubelet's.
 const KubeVersion = "1.37.2"
 
-// Chart is the path of one of the project's charts, from a test package's
-// folder two levels below the repository's root.
-func Chart(name string) string { return filepath.Join("..", "..", "charts", name) }
+// Chart is the path of one of the project's charts: charts/<name> in the
+// nearest enclosing folder that has it (a test runs in its package's
+// folder, somewhere below the repository's root).
+func Chart(name string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return filepath.Join("charts", name)
+	}
+	for dir := wd; filepath.Dir(dir) != dir; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "charts", name, "Chart.yaml")); err == nil {
+			return filepath.Join(dir, "charts", name)
+		}
+	}
+	return filepath.Join("charts", name)
+}
 
 // Render runs helm template for chart with the values files and values
 // (the later win) and returns the objects.

@@ -235,6 +235,14 @@ func (n *Node) HTTPClient() *http.Client {
 	}
 }
 
+// CutAPI closes every open connection from the node (the kubelet's and
+// the pods') to the API server, as an API server restart would, and
+// accepts new ones at once: every client of the node connects again.
+func (n *Node) CutAPI() {
+	n.forward.Cut()
+	n.forward.Restore()
+}
+
 // waitReady waits for the Node object to report Ready and carry no taint
 // (the kubelet registers it not-ready; the node lifecycle controller
 // lifts that once it is Ready).

@@ -1,0 +1,274 @@
+// Package node measures the gateway chart's pods on a real node (package
+// testnode: a kubelet with containerd and runc): twenty pods of one
+// Deployment from the apply to Ready, and an overlay update to the file in
+// every pod. `make bench` runs it; it prints
+//
+//	node pods=20 gateway_ready_p50_ms=<> gateway_ready_p99_ms=<> update_to_pod_file_p99_ms=<>
+//	node-floor pods=20 kubelet_ready_p50_ms=<> kubelet_ready_p99_ms=<> init_fetch_p50_ms=<> init_fetch_p99_ms=<> update_to_pod_file_p50_ms=<> updates=<>
+//
+// The floor is what the pod's time to Ready is made of: the same
+// Deployment without the sidecar (the kubelet projecting the overlay from
+// a ConfigMap volume, nothing gating the gateway) is the kubelet's own
+// time, and the init container's first fetch is read from its log's
+// timestamps (the kubelet's, to the nanosecond): from its first line to
+// its last.
+package node
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testnode"
+)
+
+var (
+	cp   *controlplane.ControlPlane
+	node *testnode.Node
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(controlplane.RunTests(runner{m}, &cp))
+}
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var err error
+	if node, err = testnode.Start(ctx, cp, testnode.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "start the node:", err)
+		return 1
+	}
+	code := r.m.Run()
+	if err := node.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the node:", err)
+	}
+	return code
+}
+
+const (
+	pods    = 20
+	updates = 20
+	gateway = "edge-gateway"
+	network = "glb-demo"
+	site    = "east-edge"
+)
+
+func BenchmarkNode(b *testing.B) {
+	for range b.N {
+		kubelet := deploy(b, "floor", false)
+		gated := deploy(b, "gated", true)
+		b.StopTimer()
+
+		var initFetch []float64
+		for _, p := range gated.pods {
+			if ms, ok := initFetchMillis(p); ok {
+				initFetch = append(initFetch, ms)
+			}
+		}
+		if len(initFetch) != pods {
+			b.Fatalf("read the init container's fetch of %d pods of %d", len(initFetch), pods)
+		}
+		toFile := updateAll(b, gated)
+		fmt.Printf("node pods=%d gateway_ready_p50_ms=%.0f gateway_ready_p99_ms=%.0f update_to_pod_file_p99_ms=%.1f\n",
+			pods, measure.Percentile(gated.ready, 50), measure.Percentile(gated.ready, 99), measure.Percentile(toFile, 99))
+		fmt.Printf("node-floor pods=%d kubelet_ready_p50_ms=%.0f kubelet_ready_p99_ms=%.0f init_fetch_p50_ms=%.1f init_fetch_p99_ms=%.1f update_to_pod_file_p50_ms=%.1f updates=%d\n",
+			pods, measure.Percentile(kubelet.ready, 50), measure.Percentile(kubelet.ready, 99),
+			measure.Percentile(initFetch, 50), measure.Percentile(initFetch, 99), measure.Percentile(toFile, 50), updates)
+		b.StartTimer()
+	}
+}
+
+// deployment is one measured Deployment: its overlay ConfigMap, its pods
+// and each pod's time from the apply to Ready.
+type deployment struct {
+	scope     envelope.Scope
+	configMap string
+	pods      []*corev1.Pod
+	ready     []float64
+}
+
+// deploy applies the gateway chart with twenty replicas, with the overlay
+// sidecar or with the kubelet's ConfigMap volume, the overlay already in
+// its ConfigMap, and times every pod to Ready, seen on a watch.
+func deploy(b *testing.B, name string, sidecar bool) *deployment {
+	b.Helper()
+	ctx := b.Context()
+	ns := "bench-" + name
+	measure.Must(b, cp.EnsureNamespace(ctx, ns))
+	scope := envelope.Scope{Network: network, Gateway: gateway, Namespace: ns, LocalSite: site}
+	d := &deployment{scope: scope, configMap: envelope.ConfigMapName(network, gateway)}
+	doc, _, err := envelope.Build(overlay(0), scope, envelope.Provenance{Producer: "bench", RenderedAt: time.Now()})
+	measure.Must(b, err)
+	_, err = cp.AdminClient().CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: d.configMap},
+		Data:       map[string]string{envelope.DataKeyEnvelope: string(doc), "routing-config.json": "{}"},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	values := testnode.Merge(testnode.ImageValues("praxis-gateway"), map[string]any{
+		"fullnameOverride": gateway,
+		"replicaCount":     pods,
+	})
+	if sidecar {
+		values = testnode.Merge(values, map[string]any{"overlay": map[string]any{"sidecar": map[string]any{
+			"enabled": true, "expectedNetwork": network, "expectedLocalSite": site, "expectedGateway": gateway,
+		}}})
+	} else {
+		values = testnode.Merge(values, map[string]any{"overlay": map[string]any{"enabled": true, "existingConfigMap": d.configMap}})
+	}
+	objs, err := testnode.Render(ctx, testnode.Chart("praxis-gateway"), gateway, ns, nil, values)
+	measure.Must(b, err)
+	scheme, err := controller.Scheme()
+	measure.Must(b, err)
+	c, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	measure.Must(b, err)
+
+	w, err := cp.AdminClient().CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	measure.Must(b, err)
+	defer w.Stop()
+	applied := time.Now()
+	measure.Must(b, testnode.Apply(ctx, c, ns, objs))
+	readyAt := map[string]time.Duration{}
+	timeout := time.After(5 * time.Minute)
+	for len(readyAt) < pods {
+		select {
+		case ev := <-w.ResultChan():
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			if _, seen := readyAt[p.Name]; !seen && ready(p) {
+				readyAt[p.Name] = time.Since(applied)
+				d.pods = append(d.pods, p.DeepCopy())
+			}
+		case <-timeout:
+			b.Fatalf("%s: %d pods of %d Ready within 5 minutes", name, len(readyAt), pods)
+		}
+	}
+	for _, t := range readyAt {
+		d.ready = append(d.ready, measure.Millis(t))
+	}
+	return d
+}
+
+func overlay(variant int) envelope.Overlay {
+	rank := int64(variant)
+	return envelope.Overlay{
+		Network: network, LocalSite: site,
+		Candidates: []envelope.Candidate{{
+			Kind: envelope.CandidateKindInferenceModel, Name: "model-east", Site: "east-provider",
+			Cluster: "sim-east-provider", Fresh: true, Rank: &rank,
+		}},
+	}
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// updateAll writes updates revisions one after another and times each
+// to the file of every pod (the emptyDir as the node holds it, polled
+// every millisecond).
+func updateAll(b *testing.B, d *deployment) []float64 {
+	b.Helper()
+	var files []string
+	for _, p := range d.pods {
+		files = append(files, filepath.Join(node.Dir(), "kubelet", "pods", string(p.UID), "volumes", "kubernetes.io~empty-dir", "routing-overlay", "routing-overlay.json"))
+	}
+	cms := cp.AdminClient().CoreV1().ConfigMaps(d.scope.Namespace)
+	var samples []float64
+	for i := 1; i <= updates; i++ {
+		doc, revision, err := envelope.Build(overlay(i), d.scope, envelope.Provenance{Producer: "bench", RenderedAt: time.Now()})
+		measure.Must(b, err)
+		cm, err := cms.Get(b.Context(), d.configMap, metav1.GetOptions{})
+		measure.Must(b, err)
+		cm.Data[envelope.DataKeyEnvelope] = string(doc)
+		written := time.Now()
+		_, err = cms.Update(b.Context(), cm, metav1.UpdateOptions{})
+		measure.Must(b, err)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, f := range files {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				deadline := time.Now().Add(30 * time.Second)
+				for time.Now().Before(deadline) {
+					if data, err := os.ReadFile(f); err == nil && strings.Contains(string(data), revision) {
+						mu.Lock()
+						samples = append(samples, measure.Millis(time.Since(written)))
+						mu.Unlock()
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(samples) != i*len(files) {
+			b.Fatalf("update %d reached %d pod files of %d within 30 s", i, len(samples)-(i-1)*len(files), len(files))
+		}
+	}
+	return samples
+}
+
+// initFetchMillis is the init container's run as its log's timestamps
+// show it: from its first line to its last (the overlay published).
+func initFetchMillis(p *corev1.Pod) (float64, bool) {
+	files, _ := filepath.Glob(filepath.Join(node.Dir(), "logs", p.Namespace+"_"+p.Name+"_"+string(p.UID), "overlay-init", "*.log"))
+	if len(files) != 1 {
+		return 0, false
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var first, last time.Time
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		// CRI log lines: <RFC 3339 nano time> <stream> <tag> <line>
+		ts, _, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			continue
+		}
+		if first.IsZero() {
+			first = t
+		}
+		last = t
+	}
+	if first.IsZero() || !last.After(first) {
+		return 0, false
+	}
+	return measure.Millis(last.Sub(first)), true
+}
