@@ -53,7 +53,7 @@ demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, the
 	$(GO) run ./test/demo --bin $(BIN_DIR)
 
 .PHONY: tools
-tools: $(HELM) ## build the pinned kube-apiserver, etcd and helm (cached; several minutes when cold)
+tools: $(HELM) ## build the pinned kube-apiserver, etcd, helm and the node (kubelet, controller manager, scheduler, containerd, CNI plugins; runc from Debian) (cached; many minutes when cold)
 	@GRIDSYNC_TOOLS_DIR=$(TOOLS_DIR) test/tools/build.sh
 
 $(HELM):
@@ -119,7 +119,7 @@ golden: $(HELM) ## rewrite the charts' golden files from what they render now (r
 	$(GO) test ./test/charts -count=1 -update
 
 .PHONY: bench
-bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership, site trust, rollout evidence
+bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership, site trust, rollout evidence, pods on a real node
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./shared/...
 	@# Delivery first, on a control plane of its own: the controller case
 	@# leaves a thousand objects behind for the API server to keep busy with.
@@ -135,6 +135,8 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	$(GO) test -run '^$$' -bench 'Trust|Enrol' -benchtime 1x -timeout 30m ./test/bench/trust
 	@# Rollout evidence: 1,000 sidecars reporting over QUIC; the listener under a flood.
 	$(GO) test -run '^$$' -bench Rollout -benchtime 1x -timeout 30m ./test/bench/rollout
+	@# A real node: twenty gateway pods from apply to Ready, and an update to every pod's file.
+	$(GO) test -run '^$$' -bench Node -benchtime 1x -timeout 30m ./test/bench/node
 
 # The standing attack suite: each attack of the hardening rounds against
 # the real binaries on loopback, one line each. `make test` runs its short
