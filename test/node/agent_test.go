@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -145,7 +144,7 @@ func TestAgentDeploymentFailsOverWithoutPublishingTwice(t *testing.T) {
 	}
 	select {
 	case rv := <-writes:
-		t.Fatal(fmt.Sprintf("one change was published twice (resourceVersion %s)", rv))
+		t.Fatalf("one change was published twice (resourceVersion %s)", rv)
 	case <-time.After(3 * time.Second):
 	}
 }

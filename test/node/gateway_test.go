@@ -35,12 +35,12 @@ func TestGatewayPodIsGatedAndFollowsTheOverlay(t *testing.T) {
 			}))
 
 			// No ConfigMap yet: the gate runs, the gateway waits.
-			pod := waitPod(t, ns, 60*time.Second, "running its gate", func(p *corev1.Pod) bool {
+			waitPod(t, ns, 60*time.Second, "running its gate", func(p *corev1.Pod) bool {
 				st := containerStatus(p, mode.gate)
 				return st != nil && st.State.Running != nil
 			})
 			time.Sleep(3 * time.Second)
-			pod = waitPod(t, ns, time.Second, "still gated", func(p *corev1.Pod) bool { return true })
+			pod := waitPod(t, ns, time.Second, "still gated", func(p *corev1.Pod) bool { return true })
 			praxis := containerStatus(pod, "praxis")
 			require.NotNil(t, praxis, describe(pod))
 			require.Nil(t, praxis.State.Running, "the gateway started without an overlay: %s", describe(pod))

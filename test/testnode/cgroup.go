@@ -86,14 +86,15 @@ func joinCgroup(name string, pid int) error {
 // hierarchy.
 func cgroupPIDs(h, name string) []int {
 	var pids []int
+	// A cgroup that vanishes mid-walk has no processes left: errors are
+	// passed over.
 	_ = filepath.WalkDir(filepath.Join(h, name), func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
-			return nil
-		}
-		data, _ := os.ReadFile(p)
-		for _, f := range bytes.Fields(data) {
-			if pid, err := strconv.Atoi(string(f)); err == nil {
-				pids = append(pids, pid)
+		if err == nil && !d.IsDir() && d.Name() == "cgroup.procs" {
+			data, _ := os.ReadFile(p)
+			for _, f := range bytes.Fields(data) {
+				if pid, err := strconv.Atoi(string(f)); err == nil {
+					pids = append(pids, pid)
+				}
 			}
 		}
 		return nil

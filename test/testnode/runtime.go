@@ -165,7 +165,7 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	return waitUntil(ctx, p, 30*time.Second, func() bool {
-		conn, err := net.DialTimeout("unix", n.path("containerd.sock"), time.Second)
+		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "unix", n.path("containerd.sock"))
 		if err != nil {
 			return false
 		}

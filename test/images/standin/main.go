@@ -65,13 +65,17 @@ func main() {
 	if addr := listenerOf(*config); addr != "" {
 		*listen = addr
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	g := &gateway{overlay: *overlay, identityDir: *identityDir}
-	if err := g.run(ctx, *listen, *interval); err != nil {
+	if err := run(*overlay, *identityDir, *listen, *interval); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+func run(overlay, identityDir, listen string, interval time.Duration) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	g := &gateway{overlay: overlay, identityDir: identityDir}
+	return g.run(ctx, listen, interval)
 }
 
 // listenerOf is the address of the first listener of a Praxis config
