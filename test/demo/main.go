@@ -244,7 +244,7 @@ func run(ctx context.Context, binDir string) error {
 		}
 	}
 	fmt.Printf("\n    sidecar log: %d JSON lines, e.g.\n    %s\n", countLines(sidecarLog), lastLine(sidecarLog, "overlay_rejected"))
-	return nil
+	return onANode(ctx, cp)
 }
 
 // render builds the controller's envelope for a routing state.
@@ -277,7 +277,11 @@ func tamper(doc []byte) []byte {
 }
 
 func put(ctx context.Context, admin kubernetes.Interface, name string, doc []byte) error {
-	cms := admin.CoreV1().ConfigMaps(scope.Namespace)
+	return putIn(ctx, admin, scope.Namespace, name, doc)
+}
+
+func putIn(ctx context.Context, admin kubernetes.Interface, namespace, name string, doc []byte) error {
+	cms := admin.CoreV1().ConfigMaps(namespace)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{envelope.DataKeyEnvelope: string(doc)}}
 	_, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
