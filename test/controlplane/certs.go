@@ -57,23 +57,7 @@ func newPKI(dir string) (*pki, error) {
 	}
 
 	issue := func(serial int64, tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, nil, err
-		}
-		tmpl.SerialNumber = big.NewInt(serial)
-		tmpl.NotBefore = now.Add(-time.Hour)
-		tmpl.NotAfter = now.Add(24 * time.Hour)
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, nil, err
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return nil, nil, err
-		}
-		return pemBlock("CERTIFICATE", der), pemBlock("EC PRIVATE KEY", keyDER), nil
+		return issueLeaf(ca, caKey, serial, tmpl)
 	}
 
 	servingCert, servingKey, err := issue(2, &x509.Certificate{
@@ -143,19 +127,25 @@ func (cp *ControlPlane) ClientCertificate(cn string, orgs ...string) (certPEM, k
 	cp.pki.serial++
 	serial := cp.pki.serial
 	cp.mu.Unlock()
+	return issueLeaf(cp.pki.ca, cp.pki.caKey, serial, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn, Organization: orgs},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+}
+
+// issueLeaf signs tmpl (its names and usages) with a new P-256 key,
+// valid from an hour ago for a day.
+func issueLeaf(ca *x509.Certificate, caKey *ecdsa.PrivateKey, serial int64, tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 	now := time.Now()
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, cp.pki.ca, &key.PublicKey, cp.pki.caKey)
+	tmpl.SerialNumber = big.NewInt(serial)
+	tmpl.NotBefore = now.Add(-time.Hour)
+	tmpl.NotAfter = now.Add(24 * time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -76,7 +76,7 @@ func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 	fmt.Printf("    pod %s: init container overlay-init running, gateway container waiting (PodInitializing)\n", pod.Name)
 
 	step("the overlay is published: the gate opens, the kubelet's probes make the pod Ready")
-	doc, revision, err := envelope.Build(demoOverlay(1), nodeScope, envelope.Provenance{Producer: "gridsync-demo", RenderedAt: time.Now()})
+	doc, _, err := envelope.Build(demoOverlay(1), nodeScope, envelope.Provenance{Producer: "gridsync-demo", RenderedAt: time.Now()})
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 	fmt.Printf("    pod Ready %s after the apply; the gateway reads revision %s\n", time.Since(applied).Round(time.Millisecond), short(gatewayRevision(ctx, node, pod)))
 
 	step("an update reaches the gateway's file through the pod's emptyDir")
-	doc, revision, err = envelope.Build(demoOverlay(2), nodeScope, envelope.Provenance{Producer: "gridsync-demo", RenderedAt: time.Now()})
+	doc, revision, err := envelope.Build(demoOverlay(2), nodeScope, envelope.Provenance{Producer: "gridsync-demo", RenderedAt: time.Now()})
 	if err != nil {
 		return err
 	}

@@ -214,6 +214,29 @@ func stateOfGateway(t *testing.T, p *corev1.Pod) gatewayState {
 	return st
 }
 
+// pollGateway reads the pod's stand-in gateway every period and hands each
+// read to check, until the stop it returns is called (which waits for the
+// read under way).
+func pollGateway(t *testing.T, pod *corev1.Pod, every time.Duration, check func(gatewayState, error)) (stop func()) {
+	t.Helper()
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(every):
+			}
+			var st gatewayState
+			err := getJSON(t, pod.Status.PodIP, 8080, "/state", &st)
+			check(st, err)
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
 // sidecarStatus is the part of the sidecar's /status the tests read.
 type sidecarStatus struct {
 	State               string `json:"state"`

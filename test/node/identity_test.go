@@ -51,22 +51,11 @@ func TestIdentityFollowsTheKubeletsSecretVolume(t *testing.T) {
 
 	// Watch the gateway's reads while the Secret changes.
 	var torn atomic.Int64
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			var st gatewayState
-			if getJSON(t, pod.Status.PodIP, 8080, "/state", &st) == nil {
-				torn.Store(st.IdentityTorn)
-			}
+	stop := pollGateway(t, pod, 100*time.Millisecond, func(st gatewayState, err error) {
+		if err == nil {
+			torn.Store(st.IdentityTorn)
 		}
-	}()
+	})
 	second, secondSum := secret("edge-2.example")
 	_, err = secrets.Update(t.Context(), second, metav1.UpdateOptions{})
 	require.NoError(t, err)
@@ -77,8 +66,7 @@ func TestIdentityFollowsTheKubeletsSecretVolume(t *testing.T) {
 		return stateOfGateway(t, pod).Identity == secondSum
 	})
 	t.Logf("the new identity reached the gateway %s after the Secret's update", time.Since(updated).Round(time.Millisecond))
-	close(stop)
-	<-done
+	stop()
 	st := stateOfGateway(t, pod)
 	assert.Zero(t, st.IdentityTorn, "the gateway read a certificate with another's key")
 	assert.Zero(t, torn.Load())

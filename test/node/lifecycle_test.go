@@ -52,31 +52,19 @@ func TestPodStartsAndStopsInOrderAndSurvivesASidecarKill(t *testing.T) {
 			// keeps serving throughout.
 			var mu sync.Mutex
 			var lost []string
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(20 * time.Millisecond):
-					}
-					var st gatewayState
-					if err := getJSON(t, pod.Status.PodIP, 8080, "/state", &st); err != nil || st.Revision != rev1 || st.Invalid != 0 {
-						mu.Lock()
-						lost = append(lost, st.Revision)
-						mu.Unlock()
-					}
+			stop := pollGateway(t, pod, 20*time.Millisecond, func(st gatewayState, err error) {
+				if err != nil || st.Revision != rev1 || st.Invalid != 0 {
+					mu.Lock()
+					lost = append(lost, st.Revision)
+					mu.Unlock()
 				}
-			}()
+			})
 			killContainer(t, pod, "overlay-sync")
 			pod = waitPod(t, ns, 60*time.Second, "with the sidecar restarted and Ready", func(p *corev1.Pod) bool {
 				st := containerStatus(p, "overlay-sync")
 				return st != nil && st.RestartCount == 1 && st.Ready && podReady(p)
 			})
-			close(stop)
-			<-done
+			stop()
 			assert.Empty(t, lost, "the gateway lost its overlay while the sidecar restarted")
 			assert.Zero(t, containerStatus(pod, "praxis").RestartCount)
 			doc2, rev2 := gw.Envelope(2)

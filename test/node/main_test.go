@@ -8,11 +8,8 @@
 package node
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testnode"
@@ -24,35 +21,5 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTests(&nodeTests{m}, &cp))
-}
-
-// nodeTests starts the node once the control plane is up, for every test
-// of the package, and stops it after them.
-type nodeTests struct{ m *testing.M }
-
-func (n *nodeTests) Run() int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	start := time.Now()
-	var err error
-	node, err = testnode.Start(ctx, cp, testnode.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the node:", err)
-		return 1
-	}
-	fmt.Fprintf(os.Stderr, "node %s ready in %s\n", node.Name, time.Since(start).Round(time.Millisecond))
-	code := n.m.Run()
-	if code != 0 {
-		for _, name := range []string{"kubelet", "containerd"} {
-			fmt.Fprintf(os.Stderr, "--- the end of the %s log:\n%s\n", name, node.LogTail(name))
-		}
-	}
-	if err := node.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop the node:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
+	os.Exit(testnode.RunTests(m, &cp, &node))
 }

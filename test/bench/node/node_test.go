@@ -16,7 +16,6 @@ package node
 
 import (
 	"bufio"
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -53,24 +52,7 @@ func TestMain(m *testing.M) {
 	if flag.Lookup("test.bench").Value.String() == "" {
 		os.Exit(m.Run())
 	}
-	os.Exit(controlplane.RunTests(runner{m}, &cp))
-}
-
-type runner struct{ m *testing.M }
-
-func (r runner) Run() int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var err error
-	if node, err = testnode.Start(ctx, cp, testnode.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, "start the node:", err)
-		return 1
-	}
-	code := r.m.Run()
-	if err := node.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop the node:", err)
-	}
-	return code
+	os.Exit(testnode.RunTests(m, &cp, &node))
 }
 
 const (
