@@ -5,7 +5,7 @@
 # kube-scheduler (this folder's module, the same k8s.io/kubernetes as the API
 # server), containerd with its runc shim and ctr (node/), and the CNI plugins
 # of the pod network (cni/). Nothing is downloaded but Go modules; the OCI
-# runtime, runc, comes from Debian (see check_runc below).
+# runtime, runc, comes from Debian (see node_packages below).
 #
 # Idempotent: each group is rebuilt only when its module, this script or the
 # Go version change. A cold build takes several minutes on 2 cores per group;
@@ -99,25 +99,29 @@ build_cni() {
 	echo "tools: built the CNI plugins bridge, loopback and host-local"
 }
 
-# check_runc says what the node tests need from the machine: runc, the OCI
-# runtime containerd's shim runs containers with. It is not a Go module: it
-# comes from Debian (package runc), installed here when it is missing and
-# this is a Debian machine run as root, as CI is.
-check_runc() {
-	if command -v runc >/dev/null; then
-		return
-	fi
+# node_packages says what the node tests need from the machine beyond Go
+# modules: runc (the OCI runtime containerd's shim runs containers with),
+# ip (iproute2, for the node's network namespace) and nsenter (util-linux,
+# to start the kubelet and containerd inside it). They come from Debian,
+# installed here when one is missing and this is a Debian machine run as
+# root, as CI is.
+node_packages() {
+	local missing=() cmd pkg
+	for cmd in runc:runc ip:iproute2 nsenter:util-linux; do
+		command -v "${cmd%%:*}" >/dev/null || missing+=("${cmd#*:}")
+	done
+	[[ ${#missing[@]} == 0 ]] && return
 	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-		echo "tools: installing runc from Debian (the node tests' OCI runtime)"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null ||
-			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null; }
+		echo "tools: installing ${missing[*]} from Debian (for the node tests)"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null ||
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }
 		return
 	fi
-	echo "tools: runc is missing; the node tests need it (apt-get install runc)" >&2
+	echo "tools: the node tests need the Debian packages ${missing[*]} (apt-get install ${missing[*]})" >&2
 }
 
 group kubernetes "$here" etcd kube-apiserver kubelet kube-controller-manager kube-scheduler
 group containerd "$here/node" containerd containerd-shim-runc-v2 ctr
 group cni "$here/cni" cni/bridge cni/loopback cni/host-local
-check_runc
+node_packages
 echo "tools: ready in $out"
