@@ -44,6 +44,7 @@ type report struct {
 	output   map[testKey][]string // buffered until the test ends
 	pkgs     map[string]*pkgResult
 	order    []string
+	started  []testKey // top-level tests, in the order they started
 	failures int
 }
 
@@ -78,6 +79,10 @@ func (r *report) handle(e event) {
 	root, _, sub := strings.Cut(e.Test, "/")
 	k := testKey{e.Package, root}
 	switch e.Action {
+	case "run":
+		if e.Test != "" && !sub {
+			r.started = append(r.started, k)
+		}
 	case "output":
 		if !strings.HasPrefix(e.Output, "=== ") {
 			r.output[k] = append(r.output[k], e.Output)
@@ -105,6 +110,10 @@ func (r *report) handle(e event) {
 		}
 		p.status, p.elapsed = "fail", e.Elapsed
 		r.failures++
+		// Tests that never ended (the binary timed out or panicked
+		// under them): their output, the panic's stack among it, is
+		// what says why.
+		r.flushUnfinished(p.name)
 		r.flushPackage(p, true)
 	}
 }
@@ -112,6 +121,20 @@ func (r *report) handle(e event) {
 func (r *report) print(lines []string) {
 	for _, l := range lines {
 		fmt.Fprint(r.out, l)
+	}
+}
+
+// flushUnfinished prints the buffered output of the package's tests that
+// never ended, in the order they started.
+func (r *report) flushUnfinished(pkg string) {
+	for _, k := range r.started {
+		if k.pkg != pkg || k.test == "" {
+			continue
+		}
+		if lines, ok := r.output[k]; ok {
+			r.print(lines)
+			delete(r.output, k)
+		}
 	}
 }
 

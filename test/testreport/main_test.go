@@ -69,3 +69,22 @@ func TestBuildFailuresAndUnfinishedPackagesFail(t *testing.T) {
 	require.False(t, ok, "a stream that ends before its package did is a failed run")
 	require.Contains(t, out, "p never finished")
 }
+
+// A test binary that times out (or panics) under a running test ends the
+// package without ending the test: the test's output, the panic and its
+// stack among it, is printed with the package's FAIL.
+func TestATimedOutTestPrintsWhatItPrinted(t *testing.T) {
+	out, ok := feed(t,
+		event{Action: "run", Package: "p", Test: "TestDone"},
+		event{Action: "pass", Package: "p", Test: "TestDone", Elapsed: 1},
+		event{Action: "run", Package: "p", Test: "TestLong"},
+		event{Action: "output", Package: "p", Test: "TestLong", Output: "=== RUN   TestLong\n"},
+		event{Action: "output", Package: "p", Test: "TestLong", Output: "    long_test.go:9: waiting for the rotation\n"},
+		event{Action: "output", Package: "p", Test: "TestLong", Output: "panic: test timed out after 10m0s\n"},
+		event{Action: "output", Package: "p", Output: "FAIL\tp\t600.1s\n"},
+		event{Action: "fail", Package: "p", Elapsed: 600.1},
+	)
+	require.False(t, ok)
+	require.Contains(t, out, "    long_test.go:9: waiting for the rotation\npanic: test timed out after 10m0s\n")
+	require.Contains(t, out, "FAIL\tp\t600.1s")
+}
