@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -46,13 +44,12 @@ func Start(ctx context.Context) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	removeAbandonedFolders()
-	dir, err := os.MkdirTemp("", folderPrefix)
+	// Its servers died with a test binary that died: only the folder is
+	// left to remove.
+	RemoveAbandoned(folderPrefix, func(dir string) { _ = os.RemoveAll(dir) })
+	dir, err := OwnedTempDir(folderPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("create control plane folder: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		return nil, fmt.Errorf("write control plane owner: %w", err)
 	}
 	cp := &ControlPlane{dir: dir, binDir: binDir}
 	if err := cp.start(ctx); err != nil {
@@ -67,7 +64,7 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	if cp.pki, err = newPKI(cp.dir); err != nil {
 		return fmt.Errorf("create control plane certificates: %w", err)
 	}
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return err
 	}
@@ -137,7 +134,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, clientPort, peerPort int)
 	cp.mu.Unlock()
 	cp.etcdURL = client
 	httpClient := &http.Client{Timeout: time.Second}
-	err = waitFor(ctx, p, func() bool {
+	err = p.WaitUntil(ctx, startTimeout, func() bool {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, client+"/health", http.NoBody)
 		if err != nil {
 			return false
@@ -176,7 +173,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = waitFor(ctx, p, func() bool {
+	err = p.WaitUntil(ctx, startTimeout, func() bool {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		var status int
@@ -257,67 +254,4 @@ func (cp *ControlPlane) APIServerPID() int {
 	return cp.apiserver.cmd.Process.Pid
 }
 
-const (
-	folderPrefix = "gridsync-controlplane-"
-	ownerFile    = "owner.pid"
-)
-
-// removeAbandonedFolders deletes the folders of control planes whose test
-// binary died without tearing down (its servers died with it), so that
-// crashed runs do not fill the temporary folder.
-func removeAbandonedFolders() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), folderPrefix+"*"))
-	for _, dir := range dirs {
-		data, err := os.ReadFile(filepath.Join(dir, ownerFile))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(string(data))
-		if err != nil || syscall.Kill(pid, 0) != syscall.ESRCH {
-			continue
-		}
-		_ = os.RemoveAll(dir)
-	}
-}
-
-// waitFor polls ready until it holds, the process exits or the start
-// timeout passes.
-func waitFor(ctx context.Context, p *Process, ready func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if ready() {
-			return nil
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("%s exited: %w", p.name, p.waitErr)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
-}
-
-// freePorts reserves n distinct loopback ports by listening on port 0 and
-// releasing them just before the servers bind them.
-func freePorts(n int) ([]int, error) {
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("reserve a loopback port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+const folderPrefix = "gridsync-controlplane-"
