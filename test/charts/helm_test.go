@@ -19,26 +19,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/gridsync/gridsync/test/testnode"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files (make golden)")
 
 // kubeVersion is the version charts are rendered for: the pinned API
 // server's.
-const kubeVersion = "1.37.2"
+const kubeVersion = testnode.KubeVersion
 
 // helm returns the pinned Helm binary; the Makefile exports its path.
 func helm(t *testing.T) string {
 	t.Helper()
-	path := os.Getenv("GRIDSYNC_HELM")
-	if path == "" {
-		matches, _ := filepath.Glob(filepath.Join("..", "..", ".tools", "helm", "*", "helm"))
-		if len(matches) > 0 {
-			path = matches[len(matches)-1]
-		}
+	path, err := testnode.Helm()
+	if err == nil {
+		_, err = os.Stat(path)
 	}
-	if _, err := os.Stat(path); path == "" || err != nil {
-		t.Fatalf("the pinned helm is not built (%q): run `make tools`", path)
+	if err != nil {
+		t.Fatalf("the pinned helm is not built (%q): run `make tools`: %v", path, err)
 	}
 	return path
 }

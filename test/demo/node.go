@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testnode"
@@ -32,7 +28,7 @@ func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 		return nil
 	}
 	began := time.Now()
-	node, err := testnode.Start(ctx, cp, testnode.Options{})
+	node, err := testnode.Start(ctx, cp)
 	if err != nil {
 		return err
 	}
@@ -56,16 +52,8 @@ func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	scheme, err := controller.Scheme()
-	if err != nil {
-		return err
-	}
-	c, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
 	applied := time.Now()
-	if err := testnode.Apply(ctx, c, ns, objs); err != nil {
+	if err := testnode.Apply(ctx, cp, ns, objs); err != nil {
 		return err
 	}
 	pod, err := waitNodePod(ctx, cp, ns, func(p *corev1.Pod) bool { return containerRunning(p, "overlay-init") })
@@ -83,7 +71,7 @@ func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 	if err := putIn(ctx, cp.AdminClient(), ns, configMapName(), doc); err != nil {
 		return err
 	}
-	pod, err = waitNodePod(ctx, cp, ns, podIsReady)
+	pod, err = waitNodePod(ctx, cp, ns, testnode.PodReady)
 	if err != nil {
 		return err
 	}
@@ -144,29 +132,8 @@ func containerRunning(p *corev1.Pod, name string) bool {
 	return false
 }
 
-func podIsReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // gatewayRevision asks the stand-in gateway in the pod what it reads.
 func gatewayRevision(ctx context.Context, node *testnode.Node, pod *corev1.Pod) string {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pod.Status.PodIP+":8080/state", http.NoBody)
-	if err != nil {
-		return ""
-	}
-	resp, err := node.HTTPClient().Do(req)
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Revision string `json:"revision"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&st)
+	st, _ := node.GatewayState(ctx, pod.Status.PodIP)
 	return st.Revision
 }

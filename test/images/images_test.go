@@ -170,11 +170,14 @@ func TestImagesHaveTheDockerfilesTree(t *testing.T) {
 
 // The nonroot user the images run as is the one their /etc/passwd names.
 func TestImagesNameTheirUser(t *testing.T) {
+	files := map[string]string{}
 	for _, f := range baseFiles() {
-		if f.path == "etc/passwd" {
-			assert.Contains(t, string(f.data), "nonroot:x:65532:65532:")
-		}
+		files[f.path] = string(f.data)
 	}
+	require.Contains(t, files, "etc/passwd")
+	require.Contains(t, files, "etc/group")
+	assert.Contains(t, files["etc/passwd"], "\nnonroot:x:65532:65532:nonroot:/home/nonroot:")
+	assert.Contains(t, files["etc/group"], "\nnonroot:x:65532:")
 }
 
 // The same binaries give the same image, byte for byte: the layers, the

@@ -33,14 +33,14 @@ func TestAgentDeploymentFailsOverWithoutPublishingTwice(t *testing.T) {
 			"logLevel":           "debug",
 		}))
 	require.NoError(t, err)
-	c := applyClient(t)
-	require.NoError(t, testnode.Apply(t.Context(), c, ns, objs))
+	require.NoError(t, testnode.Apply(t.Context(), cp, ns, objs))
+	c := gridClient(t)
 
 	var agents []corev1.Pod
 	eventually(t, 90*time.Second, "two agent pods Ready", func() bool {
 		agents = agents[:0]
 		for _, p := range pods(t, ns) {
-			if p.DeletionTimestamp == nil && podReady(&p) {
+			if p.DeletionTimestamp == nil && testnode.PodReady(&p) {
 				agents = append(agents, p)
 			}
 		}

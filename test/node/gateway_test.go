@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/testnode"
 )
 
 // The gateway pod of the chart, in both sidecar modes: the gateway does not
@@ -50,13 +51,13 @@ func TestGatewayPodIsGatedAndFollowsTheOverlay(t *testing.T) {
 			// Ready through the kubelet's probes.
 			doc1, rev1 := gw.Envelope(1)
 			gw.Put(doc1)
-			pod = waitPod(t, ns, 60*time.Second, "Ready", podReady)
+			pod = waitPod(t, ns, 60*time.Second, "Ready", testnode.PodReady)
 			st := stateOfGateway(t, pod)
 			assert.Equal(t, rev1, st.Revision)
 			side := statusOfSidecar(t, pod)
 			assert.True(t, side.Ready)
 			assert.Equal(t, rev1, side.WrittenRevision)
-			file := podVolumeFile(pod, "routing-overlay", "routing-overlay.json")
+			file := node.VolumeFile(pod, "kubernetes.io~empty-dir", "routing-overlay", "routing-overlay.json")
 			assert.Equal(t, string(doc1), readFile(file), "the emptyDir holds the envelope as published")
 
 			// An update reaches the gateway through the emptyDir.
@@ -88,7 +89,7 @@ func TestGatewayPodIsGatedAndFollowsTheOverlay(t *testing.T) {
 			st = stateOfGateway(t, pod)
 			assert.Equal(t, rev2, st.Revision)
 			assert.Zero(t, st.Invalid, "the gateway read an invalid file")
-			pod = waitPod(t, ns, time.Second, "still Ready", podReady)
+			pod = waitPod(t, ns, time.Second, "still Ready", testnode.PodReady)
 			assert.Zero(t, containerStatus(pod, "praxis").RestartCount)
 		})
 	}

@@ -2,13 +2,8 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,7 +16,6 @@ import (
 
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/envelope"
-	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testnode"
 	"github.com/gridsync/gridsync/test/testpod"
 )
@@ -41,7 +35,8 @@ func namespace(t *testing.T, prefix string) string {
 	return ns
 }
 
-func applyClient(t *testing.T) client.Client {
+// gridClient is an admin client that knows the Grid resources.
+func gridClient(t *testing.T) client.Client {
 	t.Helper()
 	scheme, err := controller.Scheme()
 	require.NoError(t, err)
@@ -84,7 +79,7 @@ func installGateway(t *testing.T, ns string, values map[string]any, valueFiles .
 	t.Helper()
 	objs, err := testnode.Render(t.Context(), testnode.Chart("praxis-gateway"), gatewayName, ns, valueFiles, values)
 	require.NoError(t, err)
-	require.NoError(t, testnode.Apply(t.Context(), applyClient(t), ns, objs))
+	require.NoError(t, testnode.Apply(t.Context(), cp, ns, objs))
 	scope := envelope.Scope{Network: networkName, Gateway: gatewayName, Namespace: ns, LocalSite: localSite}
 	return &gateway{
 		Pod: &testpod.Pod{
@@ -156,15 +151,6 @@ func stateOf(s corev1.ContainerState) string {
 	return "unknown"
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 		for i := range list {
@@ -178,46 +164,20 @@ func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 
 // getJSON reads a pod's endpoint from inside the node's network namespace.
 func getJSON(t *testing.T, podIP string, port int, path string, out any) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	url := "http://" + net.JoinHostPort(podIP, fmt.Sprint(port)) + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
-	if err != nil {
-		return err
-	}
-	resp, err := node.HTTPClient().Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return node.GetJSON(t.Context(), podIP, port, path, out)
 }
 
-// gatewayState is what the stand-in gateway of a pod has read.
-type gatewayState struct {
-	Revision     string    `json:"revision"`
-	Reads        int64     `json:"reads"`
-	Invalid      int64     `json:"invalid"`
-	Identity     string    `json:"identity"`
-	IdentityTorn int64     `json:"identityTorn"`
-	ReadySince   time.Time `json:"readySince"`
-}
-
-func stateOfGateway(t *testing.T, p *corev1.Pod) gatewayState {
+func stateOfGateway(t *testing.T, p *corev1.Pod) testnode.GatewayState {
 	t.Helper()
-	var st gatewayState
-	require.NoError(t, getJSON(t, p.Status.PodIP, 8080, "/state", &st))
+	st, err := node.GatewayState(t.Context(), p.Status.PodIP)
+	require.NoError(t, err)
 	return st
 }
 
 // pollGateway reads the pod's stand-in gateway every period and hands each
 // read to check, until the stop it returns is called (which waits for the
 // read under way).
-func pollGateway(t *testing.T, pod *corev1.Pod, every time.Duration, check func(gatewayState, error)) (stop func()) {
+func pollGateway(t *testing.T, pod *corev1.Pod, every time.Duration, check func(testnode.GatewayState, error)) (stop func()) {
 	t.Helper()
 	quit := make(chan struct{})
 	done := make(chan struct{})
@@ -229,9 +189,7 @@ func pollGateway(t *testing.T, pod *corev1.Pod, every time.Duration, check func(
 				return
 			case <-time.After(every):
 			}
-			var st gatewayState
-			err := getJSON(t, pod.Status.PodIP, 8080, "/state", &st)
-			check(st, err)
+			check(node.GatewayState(t.Context(), pod.Status.PodIP))
 		}
 	}()
 	return func() { close(quit); <-done }
@@ -270,29 +228,10 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-// podVolumeFile is a file of one of a pod's emptyDir volumes as the node
-// holds it (the kubelet's folder of the pod's volumes).
-func podVolumeFile(p *corev1.Pod, volume, file string) string {
-	return filepath.Join(node.Dir(), "kubelet", "pods", string(p.UID), "volumes", "kubernetes.io~empty-dir", volume, file)
-}
-
-// killContainer kills a container's process with SIGKILL through
-// containerd, as an OOM kill or a crash would end it.
-func killContainer(t *testing.T, p *corev1.Pod, name string) {
-	t.Helper()
-	st := containerStatus(p, name)
-	require.NotNil(t, st, "container %s", name)
-	id := strings.TrimPrefix(st.ContainerID, "containerd://")
-	bin, err := controlplane.BinDir()
-	require.NoError(t, err)
-	out, err := exec.CommandContext(t.Context(), filepath.Join(bin, "ctr"), "--address", filepath.Join(node.Dir(), "containerd.sock"),
-		"--namespace", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-}
-
-// containerLog is the end of a container's log as the kubelet keeps it.
+// containerLog is the end of a container's last log as the kubelet keeps
+// it.
 func containerLog(p *corev1.Pod, container string) string {
-	files, _ := filepath.Glob(filepath.Join(node.Dir(), "logs", p.Namespace+"_"+p.Name+"_"+string(p.UID), container, "*.log"))
+	files := node.ContainerLogFiles(p, container)
 	if len(files) == 0 {
 		return ""
 	}

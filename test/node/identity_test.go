@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gridsync/gridsync/test/testnode"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -44,14 +45,14 @@ func TestIdentityFollowsTheKubeletsSecretVolume(t *testing.T) {
 	}))
 	doc, _ := gw.Envelope(1)
 	gw.Put(doc)
-	pod := waitPod(t, ns, 60*time.Second, "Ready", podReady)
+	pod := waitPod(t, ns, 60*time.Second, "Ready", testnode.PodReady)
 	eventually(t, 10*time.Second, "the gateway reads the first identity", func() bool {
 		return stateOfGateway(t, pod).Identity == firstSum
 	})
 
 	// Watch the gateway's reads while the Secret changes.
 	var torn atomic.Int64
-	stop := pollGateway(t, pod, 100*time.Millisecond, func(st gatewayState, err error) {
+	stop := pollGateway(t, pod, 100*time.Millisecond, func(st testnode.GatewayState, err error) {
 		if err == nil {
 			torn.Store(st.IdentityTorn)
 		}

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gridsync/gridsync/test/testnode"
 )
 
 // Both sidecar modes start in order and stop cleanly: the gate before the
@@ -28,7 +30,7 @@ func TestPodStartsAndStopsInOrderAndSurvivesASidecarKill(t *testing.T) {
 			}))
 			doc1, rev1 := gw.Envelope(1)
 			gw.Put(doc1)
-			pod := waitPod(t, ns, 60*time.Second, "Ready", podReady)
+			pod := waitPod(t, ns, 60*time.Second, "Ready", testnode.PodReady)
 
 			// Started in order: the gate had done its work (the init
 			// container exited, the native sidecar passed its startup
@@ -52,17 +54,17 @@ func TestPodStartsAndStopsInOrderAndSurvivesASidecarKill(t *testing.T) {
 			// keeps serving throughout.
 			var mu sync.Mutex
 			var lost []string
-			stop := pollGateway(t, pod, 20*time.Millisecond, func(st gatewayState, err error) {
+			stop := pollGateway(t, pod, 20*time.Millisecond, func(st testnode.GatewayState, err error) {
 				if err != nil || st.Revision != rev1 || st.Invalid != 0 {
 					mu.Lock()
 					lost = append(lost, st.Revision)
 					mu.Unlock()
 				}
 			})
-			killContainer(t, pod, "overlay-sync")
+			require.NoError(t, node.KillContainer(t.Context(), pod, "overlay-sync"))
 			pod = waitPod(t, ns, 60*time.Second, "with the sidecar restarted and Ready", func(p *corev1.Pod) bool {
 				st := containerStatus(p, "overlay-sync")
-				return st != nil && st.RestartCount == 1 && st.Ready && podReady(p)
+				return st != nil && st.RestartCount == 1 && st.Ready && testnode.PodReady(p)
 			})
 			stop()
 			assert.Empty(t, lost, "the gateway lost its overlay while the sidecar restarted")

@@ -3,7 +3,6 @@ package node
 import (
 	"encoding/base64"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gridsync/gridsync/test/testnode"
 )
 
 // The sync containers' API token is the kubelet's projected, rotating
@@ -30,8 +31,8 @@ func TestSidecarFollowsTheRotatedProjectedToken(t *testing.T) {
 	}))
 	doc1, _ := gw.Envelope(1)
 	gw.Put(doc1)
-	pod := waitPod(t, ns, 60*time.Second, "Ready", podReady)
-	tokenFile := filepath.Join(node.Dir(), "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~projected", "overlay-sync-token", "token")
+	pod := waitPod(t, ns, 60*time.Second, "Ready", testnode.PodReady)
+	tokenFile := node.VolumeFile(pod, "kubernetes.io~projected", "overlay-sync-token", "token")
 	first := readFile(tokenFile)
 	require.NotEmpty(t, first, "no projected token at %s", tokenFile)
 	expiry := expiryOf(t, first)
@@ -59,7 +60,7 @@ func TestSidecarFollowsTheRotatedProjectedToken(t *testing.T) {
 	})
 	st := statusOfSidecar(t, pod)
 	assert.False(t, st.Degraded, "the sidecar is degraded: %s", st.DegradedDetail)
-	pod = waitPod(t, ns, time.Second, "Ready", podReady)
+	pod = waitPod(t, ns, time.Second, "Ready", testnode.PodReady)
 	assert.Zero(t, containerStatus(pod, "overlay-sync").RestartCount, "the sidecar restarted to pick the token up")
 }
 

@@ -86,8 +86,8 @@ func TestUpstreamValuesFilesRunOnTheNode(t *testing.T) {
 			objs, err := testnode.Render(t.Context(), testnode.Chart("praxis-gateway"), c.release, ns,
 				[]string{filepath.Join("..", "charts", "testdata", "upstream-values", c.file)}, images)
 			require.NoError(t, err)
-			require.NoError(t, testnode.Apply(t.Context(), applyClient(t), ns, objs))
-			pod := waitPod(t, ns, 90*time.Second, "Ready", podReady)
+			require.NoError(t, testnode.Apply(t.Context(), cp, ns, objs))
+			pod := waitPod(t, ns, 90*time.Second, "Ready", testnode.PodReady)
 			for _, st := range pod.Status.ContainerStatuses {
 				require.NotNil(t, st.State.Running, "%s: %s", st.Name, describe(pod))
 				require.Zero(t, st.RestartCount, "%s: %s", st.Name, describe(pod))

@@ -16,6 +16,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/images"
 )
 
@@ -25,12 +26,8 @@ func Helm() (string, error) {
 	if path := os.Getenv("GRIDSYNC_HELM"); path != "" {
 		return path, nil
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for dir := wd; filepath.Dir(dir) != dir; dir = filepath.Dir(dir) {
-		if matches, _ := filepath.Glob(filepath.Join(dir, ".tools", "helm", "*", "helm")); len(matches) > 0 {
+	if dir, ok := findUp(".tools/helm"); ok {
+		if matches, _ := filepath.Glob(filepath.Join(dir, "*", "helm")); len(matches) > 0 {
 			return matches[len(matches)-1], nil
 		}
 	}
@@ -45,16 +42,26 @@ const KubeVersion = "1.37.2"
 // nearest enclosing folder that has it (a test runs in its package's
 // folder, somewhere below the repository's root).
 func Chart(name string) string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return filepath.Join("charts", name)
-	}
-	for dir := wd; filepath.Dir(dir) != dir; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "charts", name, "Chart.yaml")); err == nil {
-			return filepath.Join(dir, "charts", name)
-		}
+	if dir, ok := findUp(filepath.Join("charts", name)); ok {
+		return dir
 	}
 	return filepath.Join("charts", name)
+}
+
+// findUp finds rel in the working folder or the nearest enclosing one.
+func findUp(rel string) (string, bool) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, rel)); err == nil {
+			return filepath.Join(dir, rel), true
+		}
+		if filepath.Dir(dir) == dir {
+			return "", false
+		}
+	}
 }
 
 // Render runs helm template for chart with the values files and values
@@ -107,13 +114,24 @@ func Render(ctx context.Context, chart, release, namespace string, valueFiles []
 	}
 }
 
-// Apply applies objs server-side, as `kubectl apply --server-side` does;
-// those without a namespace of their own go to namespace.
-func Apply(ctx context.Context, c client.Client, namespace string, objs []*unstructured.Unstructured) error {
+// Apply applies objs server-side as an admin of cp, as
+// `kubectl apply --server-side` does; a namespaced object without a
+// namespace of its own goes to namespace.
+func Apply(ctx context.Context, cp *controlplane.ControlPlane, namespace string, objs []*unstructured.Unstructured) error {
+	c, err := client.New(cp.AdminConfig(), client.Options{})
+	if err != nil {
+		return err
+	}
 	for _, o := range objs {
 		obj := o.DeepCopy()
-		if obj.GetNamespace() == "" && namespaced(obj.GetKind()) {
-			obj.SetNamespace(namespace)
+		if obj.GetNamespace() == "" {
+			isNamespaced, err := c.IsObjectNamespaced(obj)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
+			}
+			if isNamespaced {
+				obj.SetNamespace(namespace)
+			}
 		}
 		err := c.Patch(ctx, obj, client.Apply, client.FieldOwner("gridsync-node-test"), client.ForceOwnership) //nolint:staticcheck // unstructured objects have no apply configuration
 		if err != nil {
@@ -121,14 +139,6 @@ func Apply(ctx context.Context, c client.Client, namespace string, objs []*unstr
 		}
 	}
 	return nil
-}
-
-func namespaced(kind string) bool {
-	switch kind {
-	case "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PriorityClass":
-		return false
-	}
-	return true
 }
 
 // ImageValues are the values that point a chart's images at the project's

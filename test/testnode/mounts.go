@@ -67,5 +67,3 @@ func unescapeMount(s string) string {
 	}
 	return b.String()
 }
-
-func processAlive(pid int) bool { return syscall.Kill(pid, 0) != syscall.ESRCH }

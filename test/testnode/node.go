@@ -33,7 +33,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,20 +46,11 @@ import (
 
 const (
 	folderPrefix = "gridsync-node-"
-	ownerFile    = "owner.pid"
 	nameFile     = "name"
 	stopGrace    = 10 * time.Second
 	// ImageTag is the tag the project's images are loaded under.
 	ImageTag = "test"
 )
-
-// Options tune a node.
-type Options struct {
-	// SyncFrequency is the kubelet's syncFrequency: how soon a changed
-	// Secret or ConfigMap reaches a pod's volume. 0: 5 s (a cluster's
-	// default is a minute; tests would wait for it).
-	SyncFrequency time.Duration
-}
 
 // Node is one running node and the cluster controllers it needs.
 type Node struct {
@@ -78,7 +68,7 @@ type Node struct {
 
 // Start starts a node against cp and returns once the Node is Ready and
 // the project's images are loaded. Stop it with Stop.
-func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Node, error) {
+func Start(ctx context.Context, cp *controlplane.ControlPlane) (*Node, error) {
 	binDir, err := controlplane.BinDir()
 	if err != nil {
 		return nil, err
@@ -86,26 +76,29 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*N
 	if err := Check(binDir); err != nil {
 		return nil, err
 	}
-	removeAbandoned()
-	dir, err := os.MkdirTemp("", folderPrefix)
+	// A node whose test binary died left its containers, mounts and
+	// namespace behind, not only its folder.
+	controlplane.RemoveAbandoned(folderPrefix, func(dir string) {
+		name, _ := os.ReadFile(filepath.Join(dir, nameFile))
+		_ = teardown(dir, strings.TrimSpace(string(name)))
+	})
+	dir, err := controlplane.OwnedTempDir(folderPrefix)
 	if err != nil {
 		return nil, err
 	}
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	n := &Node{Name: "gsn-" + hex.EncodeToString(suffix), cp: cp, dir: dir, binDir: binDir}
-	for file, data := range map[string]string{ownerFile: strconv.Itoa(os.Getpid()), nameFile: n.Name} {
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(data), 0o600); err != nil {
-			return nil, err
-		}
+	if err := os.WriteFile(filepath.Join(dir, nameFile), []byte(n.Name), 0o600); err != nil {
+		return nil, err
 	}
-	if err := n.start(ctx, opts); err != nil {
+	if err := n.start(ctx); err != nil {
 		return nil, errors.Join(err, n.Stop())
 	}
 	return n, nil
 }
 
-func (n *Node) start(ctx context.Context, opts Options) error {
+func (n *Node) start(ctx context.Context) error {
 	if err := createCgroup(n.cgroup()); err != nil {
 		return err
 	}
@@ -126,7 +119,7 @@ func (n *Node) start(ctx context.Context, opts Options) error {
 	if err := n.startControllers(); err != nil {
 		return err
 	}
-	if err := n.startKubelet(opts); err != nil {
+	if err := n.startKubelet(); err != nil {
 		return err
 	}
 	return n.waitReady(ctx)
@@ -137,9 +130,10 @@ func (n *Node) cgroup() string { return "/" + n.Name }
 
 func (n *Node) path(elem ...string) string { return filepath.Join(append([]string{n.dir}, elem...)...) }
 
-// run starts a process of the node, inside its network namespace when
-// inNode, in its cgroup when contained.
-func (n *Node) run(name string, inNode, contained bool, env []string, binary string, args ...string) (*controlplane.Process, error) {
+// run starts a process of the node. The node's own (containerd, the
+// kubelet) run inside its network namespace and its cgroup; the cluster's
+// controllers on the host's loopback.
+func (n *Node) run(name string, inNode bool, env []string, binary string, args ...string) (*controlplane.Process, error) {
 	if inNode {
 		// nsenter enters the network namespace only: the kubelet and
 		// containerd must share the host's mount namespace, where the
@@ -156,7 +150,7 @@ func (n *Node) run(name string, inNode, contained bool, env []string, binary str
 	n.mu.Lock()
 	n.processes = append(n.processes, p)
 	n.mu.Unlock()
-	if contained {
+	if inNode {
 		if err := joinCgroup(n.cgroup(), p.PID()); err != nil {
 			return nil, err
 		}
@@ -197,23 +191,6 @@ func teardown(dir, name string) error {
 	}
 	errs = append(errs, os.RemoveAll(dir))
 	return errors.Join(errs...)
-}
-
-// removeAbandoned tears down the nodes of test binaries that died.
-func removeAbandoned() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), folderPrefix+"*"))
-	for _, dir := range dirs {
-		data, err := os.ReadFile(filepath.Join(dir, ownerFile))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(string(data))
-		if err != nil || processAlive(pid) {
-			continue
-		}
-		name, _ := os.ReadFile(filepath.Join(dir, nameFile))
-		_ = teardown(dir, strings.TrimSpace(string(name)))
-	}
 }
 
 // Dir is the node's folder: its processes' logs, the kubelet's root
@@ -267,7 +244,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node %s not Ready within 90 s (%s)\nkubelet:\n%s", n.Name, last, n.logTail("kubelet"))
+			return fmt.Errorf("node %s not Ready within 90 s (%s)\nkubelet:\n%s", n.Name, last, n.LogTail("kubelet"))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -275,9 +252,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 
 // LogTail is the end of the log of one of the node's processes (kubelet,
 // containerd, kube-controller-manager, kube-scheduler), for failures.
-func (n *Node) LogTail(name string) string { return n.logTail(name) }
-
-func (n *Node) logTail(name string) string {
+func (n *Node) LogTail(name string) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, p := range n.processes {
@@ -294,9 +269,9 @@ func (n *Node) kubeconfig(file, server, user string, groups ...string) (string, 
 	if err != nil {
 		return "", err
 	}
-	cfg := n.cp.AdminConfig()
-	cfg.Host = server
-	cfg.CertData, cfg.KeyData = certPEM, keyPEM
+	cfg := &rest.Config{Host: server, TLSClientConfig: rest.TLSClientConfig{
+		CAData: n.cp.AdminConfig().CAData, CertData: certPEM, KeyData: keyPEM,
+	}}
 	path := n.path(file)
-	return path, controlplane.WriteKubeconfig(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig}, path)
+	return path, controlplane.WriteKubeconfig(cfg, path)
 }

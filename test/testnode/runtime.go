@@ -160,11 +160,11 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	}
 	// containerd finds its shim on PATH.
 	env := []string{"PATH=" + n.binDir + ":" + os.Getenv("PATH")}
-	p, err := n.run("containerd", true, true, env, filepath.Join(n.binDir, "containerd"), "--config", n.path("containerd.toml"))
+	p, err := n.run("containerd", true, env, filepath.Join(n.binDir, "containerd"), "--config", n.path("containerd.toml"))
 	if err != nil {
 		return err
 	}
-	return waitUntil(ctx, p, 30*time.Second, func() bool {
+	err = p.WaitUntil(ctx, 30*time.Second, func() bool {
 		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "unix", n.path("containerd.sock"))
 		if err != nil {
 			return false
@@ -172,6 +172,10 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		_ = conn.Close()
 		return true
 	})
+	if err != nil {
+		return fmt.Errorf("containerd did not serve: %w\n%s", err, p.LogTail())
+	}
+	return nil
 }
 
 // loadImages builds the project's images from the binaries the tests run
@@ -208,11 +212,11 @@ func (n *Node) startControllers() error {
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(2)
+	ports, err := controlplane.FreePorts(2)
 	if err != nil {
 		return err
 	}
-	if _, err := n.run("kube-controller-manager", false, false, nil, filepath.Join(n.binDir, "kube-controller-manager"),
+	if _, err := n.run("kube-controller-manager", false, nil, filepath.Join(n.binDir, "kube-controller-manager"),
 		"--kubeconfig="+kcm,
 		"--authentication-kubeconfig="+kcm,
 		"--authorization-kubeconfig="+kcm,
@@ -227,7 +231,7 @@ func (n *Node) startControllers() error {
 	); err != nil {
 		return err
 	}
-	_, err = n.run("kube-scheduler", false, false, nil, filepath.Join(n.binDir, "kube-scheduler"),
+	_, err = n.run("kube-scheduler", false, nil, filepath.Join(n.binDir, "kube-scheduler"),
 		"--kubeconfig="+sched,
 		"--authentication-kubeconfig="+sched,
 		"--authorization-kubeconfig="+sched,
@@ -275,13 +279,14 @@ protectKernelDefaults: false
 enforceNodeAllocatable: [pods]
 `
 
-func (n *Node) startKubelet(opts Options) error {
-	sync := opts.SyncFrequency
-	if sync == 0 {
-		sync = 5 * time.Second
-	}
+// syncFrequency is how soon a changed Secret or ConfigMap reaches a pod's
+// volume: 5 s, where a cluster's default of a minute would have the tests
+// wait for it.
+const syncFrequency = 5 * time.Second
+
+func (n *Node) startKubelet() error {
 	values := map[string]string{
-		"cgroup": n.cgroup(), "dir": n.dir, "nodeIP": nodeIP, "ca": n.cp.CAFile(), "sync": sync.String(),
+		"cgroup": n.cgroup(), "dir": n.dir, "nodeIP": nodeIP, "ca": n.cp.CAFile(), "sync": syncFrequency.String(),
 	}
 	kubeconfig, err := n.kubeconfig("kubelet.kubeconfig", "https://"+net.JoinHostPort(controlplane.KubernetesServiceIP, "443"),
 		"system:node:"+n.Name, "system:nodes")
@@ -298,7 +303,7 @@ func (n *Node) startKubelet(opts Options) error {
 			return err
 		}
 	}
-	_, err = n.run("kubelet", true, true, nil, filepath.Join(n.binDir, "kubelet"),
+	_, err = n.run("kubelet", true, nil, filepath.Join(n.binDir, "kubelet"),
 		"--config="+n.path("kubelet.yaml"),
 		"--kubeconfig="+kubeconfig,
 		"--root-dir="+n.path("kubelet"),
@@ -308,34 +313,4 @@ func (n *Node) startKubelet(opts Options) error {
 		"--v=1",
 	)
 	return err
-}
-
-// waitUntil polls ready until it holds, p exits or timeout passes.
-func waitUntil(ctx context.Context, p *controlplane.Process, timeout time.Duration, ready func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for !ready() {
-		select {
-		case <-p.Exited():
-			return fmt.Errorf("%s exited:\n%s", p.Name(), p.LogTail())
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready within %s:\n%s", p.Name(), timeout, p.LogTail())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-// freePorts reserves n loopback ports for servers of the host.
-func freePorts(count int) ([]int, error) {
-	var ports []int
-	for range count {
-		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -28,7 +28,7 @@ func (w *withNode) Run() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	n, err := Start(ctx, *w.cp, Options{})
+	n, err := Start(ctx, *w.cp)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start the node:", err)
 		return 1

@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -30,9 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/images"
@@ -131,16 +128,12 @@ func deploy(b *testing.B, name string, gate bool) *deployment {
 	if !gate {
 		ungate(b, objs)
 	}
-	scheme, err := controller.Scheme()
-	measure.Must(b, err)
-	c, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	measure.Must(b, err)
 
 	w, err := cp.AdminClient().CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
 	measure.Must(b, err)
 	defer w.Stop()
 	applied := time.Now()
-	measure.Must(b, testnode.Apply(ctx, c, ns, objs))
+	measure.Must(b, testnode.Apply(ctx, cp, ns, objs))
 	readyAt := map[string]time.Duration{}
 	timeout := time.After(5 * time.Minute)
 	for len(readyAt) < pods {
@@ -150,7 +143,7 @@ func deploy(b *testing.B, name string, gate bool) *deployment {
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
-			if _, seen := readyAt[p.Name]; !seen && ready(p) {
+			if _, seen := readyAt[p.Name]; !seen && testnode.PodReady(p) {
 				readyAt[p.Name] = time.Since(applied)
 				d.pods = append(d.pods, p.DeepCopy())
 			}
@@ -209,15 +202,6 @@ func overlay(variant int) envelope.Overlay {
 	}
 }
 
-func ready(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // updateAll writes updates revisions one after another and times each
 // to the file of every pod (the emptyDir as the node holds it, polled
 // every millisecond).
@@ -225,7 +209,7 @@ func updateAll(b *testing.B, d *deployment) []float64 {
 	b.Helper()
 	var files []string
 	for _, p := range d.pods {
-		files = append(files, filepath.Join(node.Dir(), "kubelet", "pods", string(p.UID), "volumes", "kubernetes.io~empty-dir", "routing-overlay", "routing-overlay.json"))
+		files = append(files, node.VolumeFile(p, "kubernetes.io~empty-dir", "routing-overlay", "routing-overlay.json"))
 	}
 	cms := cp.AdminClient().CoreV1().ConfigMaps(d.scope.Namespace)
 	var samples []float64
@@ -267,7 +251,7 @@ func updateAll(b *testing.B, d *deployment) []float64 {
 // initFetchMillis is the init container's run as its log's timestamps
 // show it: from its first line to its last (the overlay published).
 func initFetchMillis(p *corev1.Pod) (float64, bool) {
-	files, _ := filepath.Glob(filepath.Join(node.Dir(), "logs", p.Namespace+"_"+p.Name+"_"+string(p.UID), "overlay-init", "*.log"))
+	files := node.ContainerLogFiles(p, "overlay-init")
 	if len(files) != 1 {
 		return 0, false
 	}
