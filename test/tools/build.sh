@@ -93,10 +93,10 @@ build_containerd() {
 build_cni() {
 	mkdir -p "$out/cni"
 	local plugin
-	for plugin in main/bridge main/loopback ipam/host-local; do
+	for plugin in main/bridge ipam/host-local; do
 		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/cni/${plugin#*/}" "github.com/containernetworking/plugins/plugins/$plugin"
 	done
-	echo "tools: built the CNI plugins bridge, loopback and host-local"
+	echo "tools: built the CNI plugins bridge and host-local"
 }
 
 # node_packages says what the node tests need from the machine beyond Go
@@ -122,6 +122,6 @@ node_packages() {
 
 group kubernetes "$here" etcd kube-apiserver kubelet kube-controller-manager kube-scheduler
 group containerd "$here/node" containerd containerd-shim-runc-v2 ctr
-group cni "$here/cni" cni/bridge cni/loopback cni/host-local
+group cni "$here/cni" cni/bridge cni/host-local
 node_packages
 echo "tools: ready in $out"

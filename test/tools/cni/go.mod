@@ -1,6 +1,7 @@
 // Module cni pins the CNI plugins of the node tests' pod network (bridge,
-// host-local, loopback), kept apart from containerd's module so that each
-// builds with the versions it was released with.
+// host-local; containerd sets up the pods' loopback itself), kept apart
+// from containerd's module so that each builds with the versions it was
+// released with.
 module github.com/gridsync/gridsync/test/tools/cni
 
 go 1.26.8
@@ -8,7 +9,6 @@ go 1.26.8
 tool (
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 	github.com/containernetworking/plugins/plugins/main/bridge
-	github.com/containernetworking/plugins/plugins/main/loopback
 )
 
 require (
