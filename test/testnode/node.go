@@ -193,10 +193,6 @@ func teardown(dir, name string) error {
 	return errors.Join(errs...)
 }
 
-// Dir is the node's folder: its processes' logs, the kubelet's root
-// (pods' volumes under kubelet/pods) and the pods' logs (logs/).
-func (n *Node) Dir() string { return n.dir }
-
 // HTTPClient is a client whose connections are made inside the node's
 // network namespace, to reach pods by their IPs as the kubelet's probes
 // do.

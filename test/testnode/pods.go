@@ -57,13 +57,13 @@ type GatewayState struct {
 	ReadySince   time.Time `json:"readySince"`
 }
 
-// GatewayPort is where the stand-in gateway listens in the chart's pods.
-const GatewayPort = 8080
+// gatewayPort is where the stand-in gateway listens in the chart's pods.
+const gatewayPort = 8080
 
 // GatewayState asks the stand-in gateway of the pod at podIP what it reads.
 func (n *Node) GatewayState(ctx context.Context, podIP string) (GatewayState, error) {
 	var st GatewayState
-	err := n.GetJSON(ctx, podIP, GatewayPort, "/state", &st)
+	err := n.GetJSON(ctx, podIP, gatewayPort, "/state", &st)
 	return st, err
 }
 
