@@ -42,12 +42,7 @@ func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 	nodeScope := scope
 	nodeScope.Namespace = ns
 	step("the praxis-gateway chart, rendered by Helm and applied, with the sidecar: no overlay yet")
-	values := testnode.Merge(testnode.ImageValues("praxis-gateway"), map[string]any{
-		"fullnameOverride": scope.Gateway,
-		"overlay": map[string]any{"sidecar": map[string]any{
-			"enabled": true, "expectedNetwork": scope.Network, "expectedLocalSite": scope.LocalSite, "expectedGateway": scope.Gateway,
-		}},
-	})
+	values := testnode.SidecarGatewayValues(nodeScope, nil)
 	objs, err := testnode.Render(ctx, testnode.Chart("praxis-gateway"), scope.Gateway, ns, nil, values)
 	if err != nil {
 		return err

@@ -61,16 +61,8 @@ const (
 // sidecarValues are the gateway chart's values for a release with the
 // overlay sidecar, on the node's images.
 func sidecarValues(extra map[string]any) map[string]any {
-	return testnode.Merge(testnode.ImageValues("praxis-gateway"), map[string]any{
-		"fullnameOverride": gatewayName,
-		"overlay": map[string]any{"sidecar": map[string]any{
-			"enabled":           true,
-			"expectedNetwork":   networkName,
-			"expectedLocalSite": localSite,
-			"expectedGateway":   gatewayName,
-			"logLevel":          "debug",
-		}},
-	}, extra)
+	return testnode.SidecarGatewayValues(envelope.Scope{Network: networkName, Gateway: gatewayName, LocalSite: localSite},
+		testnode.Merge(map[string]any{"overlay": map[string]any{"sidecar": map[string]any{"logLevel": "debug"}}}, extra))
 }
 
 // installGateway renders the gateway chart with values and applies it in

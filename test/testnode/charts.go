@@ -16,6 +16,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/images"
 )
@@ -158,6 +159,21 @@ func ImageValues(chart string) map[string]any {
 		return map[string]any{"image": image(images.Agent)}
 	}
 	return nil
+}
+
+// SidecarGatewayValues are the gateway chart's values for a release named
+// after scope's gateway with the overlay sidecar for scope, on the node's
+// images, merged with extra (which wins).
+func SidecarGatewayValues(scope envelope.Scope, extra map[string]any) map[string]any {
+	return Merge(ImageValues("praxis-gateway"), map[string]any{
+		"fullnameOverride": scope.Gateway,
+		"overlay": map[string]any{"sidecar": map[string]any{
+			"enabled":           true,
+			"expectedNetwork":   scope.Network,
+			"expectedLocalSite": scope.LocalSite,
+			"expectedGateway":   scope.Gateway,
+		}},
+	}, extra)
 }
 
 // Merge merges values maps, the later winning, maps merged key by key.

@@ -116,13 +116,7 @@ func deploy(b *testing.B, name string, gate bool) *deployment {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
-	values := testnode.Merge(testnode.ImageValues("praxis-gateway"), map[string]any{
-		"fullnameOverride": gateway,
-		"replicaCount":     pods,
-		"overlay": map[string]any{"sidecar": map[string]any{
-			"enabled": true, "expectedNetwork": network, "expectedLocalSite": site, "expectedGateway": gateway,
-		}},
-	})
+	values := testnode.SidecarGatewayValues(scope, map[string]any{"replicaCount": pods})
 	objs, err := testnode.Render(ctx, testnode.Chart("praxis-gateway"), gateway, ns, nil, values)
 	measure.Must(b, err)
 	if !gate {
