@@ -10,10 +10,13 @@ import (
 // in its Ready condition (reason FieldNotSupported, naming the fields).
 
 // GridTLS names the network's trust material.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.swimKeyRef) || !has(self.swimKeySecretRef) || (self.swimKeyRef.name == self.swimKeySecretRef.name && self.swimKeyRef.__namespace__ == self.swimKeySecretRef.__namespace__ && has(self.swimKeyRef.key) == has(self.swimKeySecretRef.key) && (!has(self.swimKeyRef.key) || self.swimKeyRef.key == self.swimKeySecretRef.key))",message="swimKeyRef and swimKeySecretRef are one field under its earlier and its current name: set one of them (or both, equal)"
 type GridTLS struct {
 	// CASecretRef is the grid CA (tls.crt, tls.key).
 	//
 	// +optional
+	// +nullable
 	CASecretRef *NamespacedName `json:"caSecretRef,omitempty"`
 	// CAConfigMapRef is the grid CA's public certificate, for sites that
 	// do not hold its key.
@@ -24,11 +27,16 @@ type GridTLS struct {
 	// ca.crt).
 	//
 	// +optional
+	// +nullable
 	SiteSecretRef *NamespacedName `json:"siteSecretRef,omitempty"`
 	// SwimKeySecretRef is the 32-byte key that encrypts SWIM gossip.
 	//
 	// +optional
 	SwimKeySecretRef *NamespacedKeyRef `json:"swimKeySecretRef,omitempty"`
+	// SwimKeyRef is swimKeySecretRef under its earlier name.
+	//
+	// +optional
+	SwimKeyRef *NamespacedKeyRef `json:"swimKeyRef,omitempty"`
 	// SiteCertificate says how this site obtains its certificate. Unset:
 	// issued here when caSecretRef holds the grid CA's key, provided
 	// otherwise.
@@ -112,6 +120,14 @@ type NamespacedName struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace"`
+	// Key is accepted as upstream writes it and reported as not supported:
+	// the whole Secret is read.
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
 }
 
 // NamespacedKeyRef names a key of an object in a namespace.
@@ -160,19 +176,26 @@ type SiteRef struct {
 
 // PeerTrust says how remote sites are trusted.
 type PeerTrust struct {
-	// Mode pinned trusts a site whose GridSite pins its certificate;
-	// spiffe trusts any site the grid CA signed.
+	// Mode pinned (or upstream's pin) trusts a site whose GridSite pins
+	// its certificate; spiffe trusts any site the grid CA signed.
 	//
 	// +optional
 	// +kubebuilder:default=pinned
-	// +kubebuilder:validation:Enum=pinned;spiffe
+	// +kubebuilder:validation:Enum=pinned;pin;spiffe
 	Mode string `json:"mode,omitempty"`
 }
 
 // PraxisConfig is the opt-in generation of a gateway's Praxis config.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !has(self.generate) || self.enabled == self.generate",message="enabled and generate are one field under its earlier and its current name: set one of them (or both, equal)"
+// +kubebuilder:validation:XValidation:rule="!has(self.credentialMountBase) || !has(self.credentialMountPath) || self.credentialMountBase == self.credentialMountPath",message="credentialMountBase and credentialMountPath are one field under its earlier and its current name: set one of them (or both, equal)"
 type PraxisConfig struct {
 	// +optional
 	Generate bool `json:"generate,omitempty"`
+	// Enabled is generate under its earlier name.
+	//
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
 	// +optional
 	// +kubebuilder:default=praxis-consumer-config
 	// +kubebuilder:validation:MaxLength=253
@@ -193,9 +216,18 @@ type PraxisConfig struct {
 	EnableProjectedCredentials bool `json:"enableProjectedCredentials,omitempty"`
 	// +optional
 	SupportsProjectedCredentials bool `json:"supportsProjectedCredentials,omitempty"`
+	// CredentialMountPath is where credential Secrets are mounted
+	// (/run/secrets/grid-credentials when unset; not a schema default, so
+	// that its earlier name can be written alone).
+	//
 	// +optional
-	// +kubebuilder:default=/run/secrets/grid-credentials
+	// +kubebuilder:validation:MaxLength=1024
 	CredentialMountPath string `json:"credentialMountPath,omitempty"`
+	// CredentialMountBase is credentialMountPath under its earlier name.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	CredentialMountBase string `json:"credentialMountBase,omitempty"`
 	// +optional
 	// +kubebuilder:default=/etc/praxis/tls
 	TLSCertMountPath string `json:"tlsCertMountPath,omitempty"`
@@ -343,10 +375,11 @@ type PraxisConfigStatus struct {
 // certificate. A departed site is kept: it is evidence.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster
+// +kubebuilder:resource:scope=Cluster,shortName=gs,categories=grid
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.gridNetworkRef`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type GridSite struct {
@@ -358,6 +391,8 @@ type GridSite struct {
 }
 
 // GridSiteSpec is how to reach and trust a remote site.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.egress) || !has(self.gatewayEndpoint) || (has(self.egress.address) == has(self.gatewayEndpoint.address) && (!has(self.egress.address) || self.egress.address == self.gatewayEndpoint.address) && has(self.egress.tls) == has(self.gatewayEndpoint.tls) && (!has(self.egress.tls) || (has(self.egress.tls.mode) == has(self.gatewayEndpoint.tls.mode) && (!has(self.egress.tls.mode) || self.egress.tls.mode == self.gatewayEndpoint.tls.mode) && has(self.egress.tls.serverName) == has(self.gatewayEndpoint.tls.serverName) && (!has(self.egress.tls.serverName) || self.egress.tls.serverName == self.gatewayEndpoint.tls.serverName))))",message="egress and gatewayEndpoint are one field under its earlier and its current name: set one of them (or both, equal)"
 type GridSiteSpec struct {
 	// GridNetworkRef names the site's GridNetwork.
 	//
@@ -366,16 +401,32 @@ type GridSiteSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	GridNetworkRef string `json:"gridNetworkRef"`
 	// +optional
+	// +nullable
 	GatewayEndpoint *GatewayEndpoint `json:"gatewayEndpoint,omitempty"`
+	// Egress is gatewayEndpoint under its earlier name.
+	//
 	// +optional
+	// +nullable
+	Egress *GatewayEndpoint `json:"egress,omitempty"`
+	// +optional
+	// +nullable
 	Trust *SiteTrust `json:"trust,omitempty"`
+	// Region and Zone are where the site runs: written by the agent from
+	// what the site signs into its records.
+	//
 	// +optional
+	// +nullable
 	// +kubebuilder:validation:MaxLength=63
 	Region string `json:"region,omitempty"`
 	// +optional
+	// +nullable
 	// +kubebuilder:validation:MaxLength=63
 	Zone string `json:"zone,omitempty"`
+	// SovereigntyZone is upstream's data-residency label; accepted and
+	// reported as not supported by this release.
+	//
 	// +optional
+	// +nullable
 	// +kubebuilder:validation:MaxLength=63
 	SovereigntyZone string `json:"sovereigntyZone,omitempty"`
 }
@@ -408,6 +459,8 @@ type GatewayTLS struct {
 }
 
 // SiteTrust pins the site's gateway certificate.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.certFingerprint) || !has(self.canonicalFingerprints)",message="certFingerprint (upstream's earlier pin) and canonicalFingerprints cannot both be set"
 type SiteTrust struct {
 	// CanonicalFingerprints are sha256 digests of the leaf's DER: the
 	// current one, and the next during a rotation.
@@ -417,6 +470,14 @@ type SiteTrust struct {
 	// +kubebuilder:validation:MaxItems=2
 	// +kubebuilder:validation:items:Pattern=`^[0-9a-f]{64}$`
 	CanonicalFingerprints []string `json:"canonicalFingerprints,omitempty"`
+	// CertFingerprint is upstream's earlier pin: the sha256 of the PEM
+	// encoding of the site's certificate, as colon-separated lowercase hex
+	// bytes. A gateway whose leaf, PEM-encoded, hashes to it is pinned.
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{2}(:[0-9a-f]{2}){31}$`
+	CertFingerprint string `json:"certFingerprint,omitempty"`
 }
 
 // SitePhase is where a remote site stands.

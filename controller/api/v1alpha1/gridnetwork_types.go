@@ -1,6 +1,9 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
 
 // GridNetwork is a Grid network and the gateways that consume its routing
 // overlays. The controller renders one overlay per consumer gateway and
@@ -8,9 +11,11 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // gateway's namespace.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=gnet
+// +kubebuilder:resource:scope=Cluster,shortName={gnet,gnw},categories=grid
 // +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Grid ID",type=string,JSONPath=`.status.gridId`,priority=1
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Sites",type=integer,JSONPath=`.status.connectedSites`
 // +kubebuilder:printcolumn:name="Gateways",type=integer,JSONPath=`.status.gatewayCount`
 // +kubebuilder:printcolumn:name="Distributed",type=integer,JSONPath=`.status.distributedCount`
@@ -27,7 +32,73 @@ type GridNetwork struct {
 
 // GridNetworkSpec is the network: its gateways, how its sites find and
 // trust each other, and which sites may connect.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.gatewayRefs) || !has(self.consumerGateways)",message="gatewayRefs and consumerGateways are one field under its earlier and its current name: set one of them"
 type GridNetworkSpec struct {
+	// GridID pins the grid this network's sites belong to: set, the site
+	// adopts it instead of negotiating one and refuses peers of another
+	// grid. Empty: negotiated on the first join.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^([a-zA-Z0-9][-a-zA-Z0-9_.]*)?$`
+	GridID string `json:"gridId,omitempty"`
+	// Region and Zone are where this site runs; they travel in the site's
+	// signed records and fill its GridSite at the other sites.
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:MaxLength=63
+	Region string `json:"region,omitempty"`
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:MaxLength=63
+	Zone string `json:"zone,omitempty"`
+	// Swim tunes the site's membership protocol; the agent's flags are the
+	// defaults of what is unset.
+	//
+	// +optional
+	Swim *SwimTimings `json:"swim,omitempty"`
+	// StaleCandidateTTLSeconds bounds how long a remote site's candidates
+	// stay in the overlays (marked fresh: false) once the site is no
+	// longer alive. Unset: as long as membership keeps the site's records.
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:Minimum=1
+	StaleCandidateTTLSeconds *int32 `json:"staleCandidateTtlSeconds,omitempty"`
+	// BudgetPolicy is upstream's per-tenant spend tracking; accepted and
+	// reported as not supported by this release.
+	//
+	// +optional
+	// +nullable
+	BudgetPolicy *BudgetPolicy `json:"budgetPolicy,omitempty"`
+	// AdmissionPolicy, ScoringPolicy, RoutingPolicy and
+	// MetricsRefreshInterval are upstream's signal-driven routing
+	// settings, kept as written and reported as not supported by this
+	// release.
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	AdmissionPolicy *runtime.RawExtension `json:"admissionPolicy,omitempty"`
+	// +optional
+	// +nullable
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	ScoringPolicy *runtime.RawExtension `json:"scoringPolicy,omitempty"`
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:Enum=geographyFirst;scoreFirst
+	RoutingPolicy string `json:"routingPolicy,omitempty"`
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:Pattern=`^([1-9][0-9]*s|[1-9][0-9]{3,}ms)$`
+	MetricsRefreshInterval string `json:"metricsRefreshInterval,omitempty"`
+
 	// Seeds are SWIM addresses (host:port) of other sites to join.
 	//
 	// +optional
@@ -68,9 +139,63 @@ type GridNetworkSpec struct {
 	// +listMapKey=namespace
 	// +kubebuilder:validation:MaxItems=500
 	ConsumerGateways []ConsumerGateway `json:"consumerGateways,omitempty"`
+	// GatewayRefs is consumerGateways under its earlier name.
+	//
+	// +optional
+	// +nullable
+	// +listType=map
+	// +listMapKey=name
+	// +listMapKey=namespace
+	// +kubebuilder:validation:MaxItems=500
+	GatewayRefs []ConsumerGateway `json:"gatewayRefs,omitempty"`
+}
+
+// SwimTimings are a network's membership timings, as durations ("5s").
+type SwimTimings struct {
+	// GossipNodes is how many peers each gossip round is sent to; 0 is
+	// the default.
+	//
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	GossipNodes *int32 `json:"gossipNodes,omitempty"`
+	// ProbeInterval is how often a peer is probed.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	ProbeInterval string `json:"probeInterval,omitempty"`
+	// SuspicionTimeout is how long a suspected peer is given before it is
+	// declared dead.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	SuspicionTimeout string `json:"suspicionTimeout,omitempty"`
+}
+
+// BudgetPolicy tracks spend per tenant (upstream's shape).
+type BudgetPolicy struct {
+	// +optional
+	// +kubebuilder:validation:MaxItems=1000
+	Tenants []TenantBudget `json:"tenants,omitempty"`
+}
+
+// TenantBudget is one tenant's spending cap.
+type TenantBudget struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	TenantID string `json:"tenantId"`
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	CapUSD float64 `json:"capUsd"`
 }
 
 // ConsumerGateway is a Praxis gateway that consumes the network's overlay.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.localSiteName) || !has(self.siteName) || self.localSiteName == self.siteName",message="localSiteName and siteName are one field under its earlier and its current name: set one of them (or both, equal)"
+// +kubebuilder:validation:XValidation:rule="!has(self.consumerConfig) || !has(self.praxisConfig)",message="consumerConfig and praxisConfig are one field under its earlier and its current name: set one of them"
 type ConsumerGateway struct {
 	// Name of the gateway, as in the overlay's scope.gateway.
 	//
@@ -98,12 +223,24 @@ type ConsumerGateway struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	SiteName string `json:"siteName,omitempty"`
+	// LocalSiteName is siteName under its earlier name.
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	LocalSiteName string `json:"localSiteName,omitempty"`
 
 	// PraxisConfig, when generate is true, renders the gateway's whole
 	// Praxis config into a ConfigMap.
 	//
 	// +optional
 	PraxisConfig *PraxisConfig `json:"praxisConfig,omitempty"`
+	// ConsumerConfig is praxisConfig under its earlier name.
+	//
+	// +optional
+	// +nullable
+	ConsumerConfig *PraxisConfig `json:"consumerConfig,omitempty"`
 
 	// IdentityRollout rolls the gateway's Deployment when this site's
 	// certificate changes, for gateways that load their client
@@ -193,10 +330,22 @@ type GridNetworkStatus struct {
 	//
 	// +optional
 	Phase NetworkPhase `json:"phase,omitempty"`
-	// ConnectedSites counts the alive remote sites.
+	// GridID is the grid this site belongs to: spec.gridId when pinned,
+	// else the one negotiated with the other sites.
+	//
+	// +optional
+	GridID string `json:"gridId,omitempty"`
+	// ConnectedSites counts the alive SWIM peers of this site, as the
+	// reference defines it: every other site membership holds alive,
+	// whichever networks it announced.
 	//
 	// +optional
 	ConnectedSites int32 `json:"connectedSites"`
+	// NetworkSites counts the alive remote sites that announced this
+	// network (its phase follows this count).
+	//
+	// +optional
+	NetworkSites int32 `json:"networkSites"`
 	// RemoteProviderCount counts this network's provider records from
 	// other sites.
 	//
@@ -211,6 +360,14 @@ type GridNetworkStatus struct {
 	// +listMapKey=gatewayName
 	// +listMapKey=namespace
 	PraxisConfigStatus []PraxisConfigStatus `json:"praxisConfigStatus,omitempty"`
+	// ConsumerConfigStatus is praxisConfigStatus under upstream's name,
+	// written with the same entries for its clients.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=gatewayName
+	// +listMapKey=namespace
+	ConsumerConfigStatus []PraxisConfigStatus `json:"consumerConfigStatus,omitempty"`
 
 	// GatewayCount and DistributedCount summarise OverlayStatus.
 	//

@@ -16,10 +16,12 @@ const SiteLabel = "grid.praxis.fast/site"
 // network.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=iprov
+// +kubebuilder:resource:scope=Cluster,shortName={iprov,infpvd},categories=grid
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.gridNetworkRef`
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.providerKind`,priority=1
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type InferenceProvider struct {
@@ -31,6 +33,8 @@ type InferenceProvider struct {
 }
 
 // InferenceProviderSpec describes the provider.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.routingClusterRef) || !has(self.clusterName) || self.routingClusterRef == self.clusterName",message="routingClusterRef and clusterName are one field under its earlier and its current name: set one of them (or both, equal)"
 type InferenceProviderSpec struct {
 	// GridNetworkRef names the GridNetwork this provider serves (a name,
 	// as in the Grid reference: gridNetworkRef: production).
@@ -80,38 +84,84 @@ type InferenceProviderSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	ClusterName string `json:"clusterName,omitempty"`
+	// RoutingClusterRef is clusterName under its earlier name.
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	RoutingClusterRef string `json:"routingClusterRef,omitempty"`
+
+	// SiteSelector says which sites host the provider: an agent whose
+	// site's labels (grid.praxis.fast/site, and grid.praxis.fast/region
+	// and grid.praxis.fast/zone from its network) it does not match
+	// neither offers nor gossips the provider. Empty matches every site.
+	//
+	// +optional
+	// +nullable
+	SiteSelector *metav1.LabelSelector `json:"siteSelector,omitempty"`
+
+	// Cost is the provider's price (upstream's shape); accepted and
+	// reported as not supported by this release.
+	//
+	// +optional
+	// +nullable
+	Cost *ProviderCost `json:"cost,omitempty"`
 
 	// Auth says how the gateway authenticates to the provider.
 	//
 	// +optional
+	// +nullable
 	Auth *ProviderAuth `json:"auth,omitempty"`
 
 	// AccessPolicy limits the gateways whose overlays carry this provider.
 	//
 	// +optional
+	// +nullable
 	AccessPolicy *AccessPolicy `json:"accessPolicy,omitempty"`
 
 	// HealthCheck, when set, is probed by the controller; failures mark
 	// the provider Degraded, then Unavailable.
 	//
 	// +optional
+	// +nullable
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
 
 	// MetricsConfig, when set, has the agent scrape the provider's
 	// Prometheus metrics into the site's signals (upstream's field).
 	//
 	// +optional
+	// +nullable
 	MetricsConfig *MetricsConfig `json:"metricsConfig,omitempty"`
+}
+
+// ProviderCost is what the provider charges, in US dollars.
+type ProviderCost struct {
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	PerMillionInputTokens *float64 `json:"perMillionInputTokens,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	PerMillionOutputTokens *float64 `json:"perMillionOutputTokens,omitempty"`
 }
 
 // MetricsConfig says where and how the provider's Prometheus metrics are
 // scraped, and which of its series are the load signals.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.metricsEndpoint) || !has(self.endpoint) || self.metricsEndpoint == self.endpoint",message="metricsEndpoint and endpoint are one field under its earlier and its current name: set one of them (or both, equal)"
 type MetricsConfig struct {
 	// MetricsEndpoint is the base URL scraped instead of spec.endpoint.
 	//
 	// +optional
+	// +nullable
 	// +kubebuilder:validation:MinLength=1
 	MetricsEndpoint string `json:"metricsEndpoint,omitempty"`
+	// Endpoint is metricsEndpoint under its current name.
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:MinLength=1
+	Endpoint string `json:"endpoint,omitempty"`
 	// Path is appended to the base URL.
 	//
 	// +optional
@@ -192,6 +242,20 @@ type Model struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^\S+$`
 	Name string `json:"name"`
+	// Capabilities the model offers (text_generation, tool_use, ...);
+	// they travel with the provider's records to the other sites.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=63
+	Capabilities []string `json:"capabilities,omitempty"`
+	// ContextWindow is the model's context size in tokens; it travels
+	// with the provider's records.
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:Minimum=0
+	ContextWindow *int64 `json:"contextWindow,omitempty"`
 }
 
 // AuthStrategyBearerToken sends a token from a Secret as a bearer token.
@@ -202,6 +266,8 @@ const AuthStrategyBearerToken = "bearer_token"
 // ProviderAuth is the provider's authentication. Only a reference to the
 // credential leaves the Secret: the overlay carries the reference, the
 // gateway reads the token itself.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.manual) || !has(self.credentialsManagedExternally) || self.manual == self.credentialsManagedExternally",message="manual and credentialsManagedExternally are one field under its earlier and its current name: set one of them (or both, equal)"
 type ProviderAuth struct {
 	// Strategy is one of the Grid reference's strategies; only
 	// bearer_token is implemented, the others make the provider
@@ -214,6 +280,7 @@ type ProviderAuth struct {
 	// SecretRef locates the token; required for bearer_token.
 	//
 	// +optional
+	// +nullable
 	SecretRef *SecretKeyReference `json:"secretRef,omitempty"`
 
 	// CredentialsManagedExternally says authentication is managed outside
@@ -222,6 +289,10 @@ type ProviderAuth struct {
 	//
 	// +optional
 	CredentialsManagedExternally bool `json:"credentialsManagedExternally,omitempty"`
+	// Manual is credentialsManagedExternally under its earlier name.
+	//
+	// +optional
+	Manual bool `json:"manual,omitempty"`
 }
 
 // SecretKeyReference is a key in a namespaced Secret.
