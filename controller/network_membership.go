@@ -45,6 +45,9 @@ type Membership interface {
 	// certificate changes (a renewed certificate re-signs this site's
 	// records).
 	SetIdentity(network string, id sites.Identity)
+	// SetNetworkSettings says what the network's spec asks of membership:
+	// a pinned grid ID, the site's region and zone, SWIM timings.
+	SetNetworkSettings(network string, s sites.NetworkSettings)
 	// Publish announces this site's record of a network: its certificate
 	// and its providers.
 	Publish(network, certPEM string, providers []sites.Provider) error
@@ -158,6 +161,11 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 
 	out := membershipOutcome{condition: conditionSpec{ok: true, reason: ReasonMembershipRunning}}
 	var notes []string
+	settings, problem := networkSettings(&network.Spec)
+	if problem != "" {
+		notes = append(notes, problem)
+	}
+	m.SetNetworkSettings(network.Name, settings)
 	resolved, problems := seeds.Resolve(ctx, r.seedResolver, network.Spec.Seeds, seeds.DefaultTimeout, seeds.DefaultTotalTimeout)
 	// A seed's problem is logged when it changes, not at every reconcile.
 	said := map[string]bool{}
@@ -328,12 +336,20 @@ func (r *networkReconciler) syncGridSites(ctx context.Context, network *v1alpha1
 
 func (r *networkReconciler) syncGridSite(ctx context.Context, network string, s sites.Site) error {
 	name := gridSiteName(network, s.Name)
-	if r.gridSites.seen(name, s.GatewayAddress) {
+	memo := s.GatewayAddress + "\x00" + s.Region + "\x00" + s.Zone
+	if r.gridSites.seen(name, memo) {
 		return nil
 	}
 	spec := map[string]any{"gridNetworkRef": network}
 	if s.GatewayAddress != "" {
 		spec["gatewayEndpoint"] = map[string]any{"address": s.GatewayAddress}
+	}
+	// Where the site runs, as it signed it into its records.
+	if s.Region != "" {
+		spec["region"] = s.Region
+	}
+	if s.Zone != "" {
+		spec["zone"] = s.Zone
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "GridSite",
@@ -345,7 +361,7 @@ func (r *networkReconciler) syncGridSite(ctx context.Context, network string, s 
 	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply GridSite %s: %w", name, err)
 	}
-	r.gridSites.remember(name, s.GatewayAddress)
+	r.gridSites.remember(name, memo)
 	return nil
 }
 
@@ -441,4 +457,37 @@ func (p *secretPoller) poll(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// networkSettings is what the network's spec asks of membership; problem
+// names a spec.swim duration that does not parse (the agent's own timing
+// is kept for it).
+func networkSettings(spec *v1alpha1.GridNetworkSpec) (sites.NetworkSettings, string) {
+	out := sites.NetworkSettings{GridID: spec.GridID, Region: spec.Region, Zone: spec.Zone}
+	sw := spec.Swim
+	if sw == nil {
+		return out, ""
+	}
+	var bad []string
+	for _, d := range []struct {
+		field, value string
+		to           *time.Duration
+	}{
+		{"spec.swim.probeInterval", sw.ProbeInterval, &out.Swim.ProbeInterval},
+		{"spec.swim.suspicionTimeout", sw.SuspicionTimeout, &out.Swim.SuspicionTimeout},
+	} {
+		if d.value == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.value)
+		if err != nil || v < 100*time.Millisecond || v > time.Hour {
+			bad = append(bad, fmt.Sprintf("%s %q is not a duration from 100ms to 1h: the agent's own is kept", d.field, d.value))
+			continue
+		}
+		*d.to = v
+	}
+	if sw.GossipNodes != nil {
+		out.Swim.GossipNodes = int(*sw.GossipNodes)
+	}
+	return out, strings.Join(bad, "; ")
 }

@@ -27,6 +27,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	next.ObservedGeneration = network.Generation
 	next.OverlayStatus = overlays
 	next.PraxisConfigStatus = praxis
+	next.ConsumerConfigStatus = praxis // upstream's name for the same entries
 	next.GatewayCount = int32(len(overlays))
 	next.DistributedCount = 0
 	next.Delivered = deliveredSummary(overlays)
@@ -84,7 +85,9 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 		identityCond.Status = metav1.ConditionFalse
 	}
 	meta.SetStatusCondition(&next.Conditions, identityCond)
-	next.Phase, next.ConnectedSites, next.RemoteProviderCount = networkPhase(swim)
+	next.Phase, next.NetworkSites, next.RemoteProviderCount = networkPhase(swim)
+	next.ConnectedSites = int32(swim.view.AlivePeers)
+	next.GridID = swim.view.GridID
 	membershipCond := metav1.Condition{Type: ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.condition.reason,
 		Message: swim.condition.message, ObservedGeneration: network.Generation}
 	if !swim.condition.ok {
@@ -142,9 +145,24 @@ const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
 
 // unsupportedFields lists the paths of the fields a network sets that
 // this release does not act on yet (the embedded gateway's provider-hop
-// endpoints, delegated mount reconciliation).
+// endpoints, delegated mount reconciliation, upstream's budget and signal
+// policies, a key named in a TLS Secret reference).
 func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 	var out []string
+	s := &n.Spec
+	for path, set := range map[string]bool{
+		"spec.budgetPolicy":           s.BudgetPolicy != nil,
+		"spec.admissionPolicy":        s.AdmissionPolicy != nil,
+		"spec.scoringPolicy":          s.ScoringPolicy != nil,
+		"spec.routingPolicy":          s.RoutingPolicy != "",
+		"spec.metricsRefreshInterval": s.MetricsRefreshInterval != "",
+		"spec.tls.caSecretRef.key":    s.TLS != nil && s.TLS.CASecretRef != nil && s.TLS.CASecretRef.Key != "",
+		"spec.tls.siteSecretRef.key":  s.TLS != nil && s.TLS.SiteSecretRef != nil && s.TLS.SiteSecretRef.Key != "",
+	} {
+		if set {
+			out = append(out, path)
+		}
+	}
 	for _, g := range n.Spec.ConsumerGateways {
 		at := fmt.Sprintf("spec.consumerGateways[%s/%s]", g.Namespace, g.Name)
 		if len(g.ProviderHopEndpoints) > 0 {

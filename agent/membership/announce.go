@@ -82,8 +82,9 @@ func (r *Runtime) Publish(network, certPEM string, providers []sites.Provider) e
 func (r *Runtime) announce(network string, l localState) {
 	r.mu.Lock()
 	gw := r.gatewayAddr
+	set := r.settings[network]
 	r.mu.Unlock()
-	site := Record{Network: network, Site: r.cfg.Site, Kind: KindSite, GatewayAddress: gw, CertPEM: l.certPEM}
+	site := Record{Network: network, Site: r.cfg.Site, Kind: KindSite, GatewayAddress: gw, CertPEM: l.certPEM, Region: set.Region, Zone: set.Zone}
 	provs := Record{Network: network, Site: r.cfg.Site, Kind: KindProviders, Providers: l.providers}
 	for _, rec := range []Record{site, provs} {
 		r.putOwn(rec, false)

@@ -32,6 +32,7 @@ const (
 	maxSignals        = 4096
 	maxSignalLabels   = 16
 	maxNameBytes      = 253
+	maxLabelBytes     = 63 // a region or a zone, as the CRD bounds them
 	maxSelectorBytes  = 4096
 	maxRecordsPerMsg  = maxRecords // a join's full state is what a store holds
 	maxDigestsPerMsg  = maxRecords
@@ -240,7 +241,10 @@ func checkRecord(r *Record) error {
 			return dropped(dropOversized, "a signing certificate of %d bytes", len(der))
 		}
 	}
-	site := r.GatewayAddress != "" || r.CertPEM != ""
+	if len(r.Region) > maxLabelBytes || len(r.Zone) > maxLabelBytes {
+		return dropped(dropOversized, "region or zone of more than %d bytes", maxLabelBytes)
+	}
+	site := r.GatewayAddress != "" || r.CertPEM != "" || r.Region != "" || r.Zone != ""
 	if r.Kind == KindSite && (len(r.Providers) > 0 || len(r.Signals) > 0) ||
 		r.Kind == KindProviders && (site || len(r.Signals) > 0) ||
 		r.Kind == KindSignals && (site || len(r.Providers) > 0) {

@@ -4,8 +4,6 @@
 package membership
 
 import (
-	"time"
-
 	"github.com/hashicorp/memberlist"
 
 	"github.com/gridsync/gridsync/controller/sites"
@@ -15,8 +13,8 @@ import (
 // tombstones and refreshes the site gauges, four times a second.
 func (r *Runtime) sweep() {
 	now := r.cfg.Now()
-	window := time.Duration(r.cfg.SuspectPeriods) * r.cfg.ProbeInterval
 	r.mu.Lock()
+	window := r.running.suspicion
 	ml := r.ml
 	r.mu.Unlock()
 	if ml == nil {

@@ -52,6 +52,9 @@ type Record struct {
 	// data-plane gateway and its public certificate (never a key).
 	GatewayAddress string `json:"ga,omitempty"`
 	CertPEM        string `json:"pem,omitempty"`
+	// Region and Zone are a KindSite record's: where the site runs.
+	Region string `json:"rg,omitempty"`
+	Zone   string `json:"zn,omitempty"`
 
 	// Providers are a KindProviders record's.
 	Providers []sites.Provider `json:"p,omitempty"`

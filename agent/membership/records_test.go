@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,6 +198,14 @@ func TestSignalsRecordsAreBoundedOnReceipt(t *testing.T) {
 	}
 	providersRecord := Record{Network: "n", Site: "a", Kind: KindProviders, Version: 1, Providers: providers("p"), Signals: good.Signals}
 	require.Error(t, checkRecord(&providersRecord), "signals in a providers record")
+	// A site record's region and zone are bounded and belong to it alone.
+	site := Record{Network: "n", Site: "a", Kind: KindSite, Version: 1, Region: "us-east-1", Zone: "us-east-1a"}
+	require.NoError(t, checkRecord(&site))
+	long := site
+	long.Zone = strings.Repeat("z", maxLabelBytes+1)
+	require.Error(t, checkRecord(&long), "a zone longer than a label")
+	misplaced := Record{Network: "n", Site: "a", Kind: KindProviders, Version: 1, Providers: providers("p"), Region: "us-east-1"}
+	require.Error(t, checkRecord(&misplaced), "a region in a providers record")
 }
 
 // staticResolver resolves the names it holds and no other.

@@ -61,6 +61,8 @@ type Config struct {
 	ProbeInterval  time.Duration
 	ProbeTimeout   time.Duration
 	SuspectPeriods int
+	// GossipNodes is how many peers each gossip round goes to.
+	GossipNodes int
 	// GossipInterval is how often pending broadcasts are sent.
 	GossipInterval time.Duration
 	// PushPullInterval is how often a site compares record versions with
@@ -97,6 +99,7 @@ const (
 	DefaultProbeInterval    = 5 * time.Second
 	DefaultProbeTimeout     = 3 * time.Second
 	DefaultSuspectPeriods   = 3
+	DefaultGossipNodes      = 3
 	DefaultGossipInterval   = 200 * time.Millisecond
 	DefaultPushPullInterval = 30 * time.Second
 	DefaultStaleTTL         = 10 * time.Minute
@@ -115,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SuspectPeriods <= 0 {
 		c.SuspectPeriods = DefaultSuspectPeriods
+	}
+	if c.GossipNodes <= 0 {
+		c.GossipNodes = DefaultGossipNodes
 	}
 	if c.GossipInterval <= 0 {
 		c.GossipInterval = DefaultGossipInterval
@@ -184,8 +190,10 @@ type Runtime struct {
 	tr          *countingTransport
 	gatewayAddr string
 	locals      map[string]localState // what this site announced, per network
-	said        map[string]bool       // line/reason/site already logged (firstTime)
-	trust       map[string]*netTrust  // how each network's records are signed and checked
+	settings    map[string]sites.NetworkSettings
+	running     timings              // the node's, as created
+	said        map[string]bool      // line/reason/site already logged (firstTime)
+	trust       map[string]*netTrust // how each network's records are signed and checked
 	wake        chan struct{}
 	lastGen     uint64
 	sweeps      uint64     // only the run loop's goroutine counts them
@@ -255,6 +263,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		joinFailed: map[string]joinFailure{},
 		joining:    map[string]chan struct{}{},
 		locals:     map[string]localState{},
+		settings:   map[string]sites.NetworkSettings{},
 		said:       map[string]bool{},
 		trust:      map[string]*netTrust{},
 		wake:       make(chan struct{}, 1),
@@ -369,7 +378,8 @@ func (r *Runtime) run(ctx context.Context, encrypted bool) (restart bool, err er
 		return false, err
 	}
 	r.log.Info("swim_started", "site", r.cfg.Site, "generation", r.generation, "bind", r.bind.String(),
-		"advertise", r.advertise.String(), "encrypted", encrypted, "keys", r.Status().KeysInstalled)
+		"advertise", r.advertise.String(), "encrypted", encrypted, "keys", r.Status().KeysInstalled,
+		"probe_interval", r.running.probe.String(), "suspicion", r.running.suspicion.String(), "gossip_nodes", r.running.gossipNodes)
 	r.joinAll(ctx)
 
 	// The suspicion window is applied to a quarter of a second.
@@ -383,6 +393,13 @@ func (r *Runtime) run(ctx context.Context, encrypted bool) (restart bool, err er
 		case <-r.wake:
 			if enc, ok := r.released(); ok && enc && !encrypted {
 				r.log.Info("swim_restarting", "why", "a key was loaded; the clear ends")
+				return true, nil
+			}
+			r.mu.Lock()
+			retime := r.timingsLocked() != r.running
+			r.mu.Unlock()
+			if retime {
+				r.log.Info("swim_restarting", "why", "a network's spec.swim changed the timings")
 				return true, nil
 			}
 			r.applyKeys()
@@ -439,12 +456,17 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 		r.advertise = netip.AddrPortFrom(r.advertise.Addr(), uint16(conf.AdvertisePort))
 		r.mu.Unlock()
 	}
-	conf.ProbeInterval = r.cfg.ProbeInterval
-	conf.ProbeTimeout = r.cfg.ProbeTimeout
+	r.mu.Lock()
+	t := r.timingsLocked()
+	r.running = t
+	r.mu.Unlock()
+	conf.ProbeInterval = t.probe
+	conf.ProbeTimeout = t.probeTimeout
 	// Membership's own suspicion (scaled by the grid's size) is at least
 	// the reference's window; the site view applies the window itself,
 	// unscaled (see sweep).
-	conf.SuspicionMult = r.cfg.SuspectPeriods
+	conf.SuspicionMult = max(1, int((t.suspicion+t.probe-1)/t.probe))
+	conf.GossipNodes = t.gossipNodes
 	conf.GossipInterval = r.cfg.GossipInterval
 	conf.PushPullInterval = r.cfg.PushPullInterval
 	conf.Logger = mlLog

@@ -67,6 +67,8 @@ const signingContext = "gridsync membership record v1\x00"
 type recordBody struct {
 	GatewayAddress string `json:"ga,omitempty"`
 	CertPEM        string `json:"pem,omitempty"`
+	Region         string `json:"rg,omitempty"`
+	Zone           string `json:"zn,omitempty"`
 	Providers      any    `json:"p,omitempty"`
 	Signals        any    `json:"sg,omitempty"`
 }
@@ -74,7 +76,7 @@ type recordBody struct {
 // signedBytes is the canonical encoding a record's signature covers:
 // every field but the signature material, each length-prefixed.
 func signedBytes(r *Record) ([]byte, error) {
-	body := recordBody{GatewayAddress: r.GatewayAddress, CertPEM: r.CertPEM}
+	body := recordBody{GatewayAddress: r.GatewayAddress, CertPEM: r.CertPEM, Region: r.Region, Zone: r.Zone}
 	if len(r.Providers) > 0 {
 		body.Providers = r.Providers
 	}

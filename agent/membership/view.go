@@ -44,10 +44,13 @@ type MemberStatus struct {
 func (r *Runtime) View(network string) sites.NetworkView {
 	r.mu.Lock()
 	_, released := r.releasedLocked()
-	v := sites.NetworkView{Enabled: true, Running: r.ml != nil, KeyPending: r.leading && !released}
+	v := sites.NetworkView{Enabled: true, Running: r.ml != nil, KeyPending: r.leading && !released, GridID: r.grid.ID}
 	members := make(map[string]member, len(r.members))
 	for s, m := range r.members {
 		members[s] = *m
+		if m.state == sites.SiteAlive && r.ml != nil {
+			v.AlivePeers++
+		}
 	}
 	departed := make([]string, 0, len(r.departed[network]))
 	for s := range r.departed[network] {
@@ -76,7 +79,7 @@ func (r *Runtime) View(network string) sites.NetworkView {
 		}
 		switch rec.Kind {
 		case KindSite:
-			s.GatewayAddress = rec.GatewayAddress
+			s.GatewayAddress, s.Region, s.Zone = rec.GatewayAddress, rec.Region, rec.Zone
 			switch classifyPEM(rec.CertPEM) {
 			case certValid:
 				s.CertPEM = rec.CertPEM
@@ -84,6 +87,7 @@ func (r *Runtime) View(network string) sites.NetworkView {
 				s.CertInvalid = true
 			}
 		case KindProviders:
+			s.Inference = len(rec.Providers) > 0
 			for _, p := range rec.Providers {
 				v.Providers = append(v.Providers, sites.RemoteProvider{Site: rec.Site, Provider: p})
 			}

@@ -48,6 +48,10 @@ type Site struct {
 	// CertInvalid: the PEM it sent has no certificate in it
 	// (TrustMaterialInvalid).
 	CertInvalid bool
+	// Region and Zone are where it runs, as it signed them.
+	Region, Zone string
+	// Inference: it offers providers in the network.
+	Inference bool
 }
 
 // RemoteProvider is a provider record of another site.
@@ -75,6 +79,27 @@ type NetworkView struct {
 	Providers []RemoteProvider
 	// Signals are their gossiped provider signals, by site.
 	Signals []RemoteSignals
+	// GridID is the grid this site belongs to ("" until negotiated).
+	GridID string
+	// AlivePeers counts every other site membership holds alive,
+	// whichever networks it announced (the reference's connectedSites).
+	AlivePeers int
+}
+
+// NetworkSettings is what a network's spec asks of membership.
+type NetworkSettings struct {
+	// GridID pins the grid ID (spec.gridId); "" negotiates it.
+	GridID string
+	// Region and Zone are where this site runs, signed into its records.
+	Region, Zone string
+	// Swim are the network's timings; zero fields keep the agent's.
+	Swim SwimTimings
+}
+
+// SwimTimings are membership timings a network asks for.
+type SwimTimings struct {
+	ProbeInterval, SuspicionTimeout time.Duration
+	GossipNodes                     int
 }
 
 // RemoteSignals are one site's gossiped signals in a network.

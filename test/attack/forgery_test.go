@@ -96,7 +96,8 @@ func TestRecordForgery(t *testing.T) {
 	p, _ := strconv.Atoi(port)
 	to := &memberlist.Node{Name: "agent", Addr: net.ParseIP(host), Port: uint16(p)}
 	now := uint64(time.Now().UnixNano())
-	forgedSite := membership.Record{Network: network, Site: "site-c", Kind: membership.KindSite, Version: now, GatewayAddress: "127.9.9.9:443"}
+	forgedSite := membership.Record{Network: network, Site: "site-c", Kind: membership.KindSite, Version: now, GatewayAddress: "127.9.9.9:443",
+		Region: "forged-region", Zone: "forged-zone"}
 	forgedProviders := membership.Record{Network: network, Site: "site-c", Kind: membership.KindProviders, Version: now,
 		Providers: []sites.Provider{{Name: "gpt-evil", Models: []string{"gpt-evil"}, Cluster: "c", Phase: "Available"}}}
 	otherPEM, otherKey, err := sitetrust.NewCA(time.Now(), time.Hour)
@@ -129,7 +130,7 @@ func TestRecordForgery(t *testing.T) {
 
 	accepted := 0
 	require.NoError(t, a.admin.Get(ctx, types.NamespacedName{Name: gsC}, &gs))
-	if gs.Spec.GatewayEndpoint == nil || gs.Spec.GatewayEndpoint.Address != gatewayC {
+	if gs.Spec.GatewayEndpoint == nil || gs.Spec.GatewayEndpoint.Address != gatewayC || gs.Spec.Region != "" || gs.Spec.Zone != "" {
 		accepted++
 	}
 	if extra := remoteProviders() - 1; extra != 0 {
