@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -112,8 +112,20 @@ func (r *siteReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	}
 	now := r.opts.Now()
-	outcome, probed := r.evaluate(ctx, &gs, &network, netErr, site, now)
-	next := sitetrust.Next(gs.Status.Phase, outcome)
+	var outcome sitetrust.Outcome
+	var next v1alpha1.SitePhase
+	probed := false
+	if gossip != nil && gossip.State == sites.SiteLeft {
+		// A clean leave: withdrawn as any site that is not Active, and
+		// probed again once it is alive.
+		outcome = sitetrust.Outcome{Kind: sitetrust.ConnectionFailure, Reason: ReasonSiteLeft,
+			Message: "the site left membership (its agent stopped or it left the network)"}
+		next = sitetrust.PhaseLeft
+		r.forget(gs.Name)
+	} else {
+		outcome, probed = r.evaluate(ctx, &gs, &network, netErr, site, now)
+		next = sitetrust.Next(gs.Status.Phase, outcome)
+	}
 	reason, message := outcome.Reason, outcome.Message
 
 	// What gossip says is a diagnostic, never trust: it changes no phase.
@@ -128,12 +140,13 @@ func (r *siteReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	}
 	if outcome.Kind == sitetrust.Verified && !spiffeMode(&network) && certPEM != "" {
-		if advertised, err := sitetrust.ParseCertificates([]byte(certPEM)); err == nil && !slices.Contains(pinsOf(&gs), sitetrust.Fingerprint(advertised[0].Raw)) {
+		if advertised, err := sitetrust.ParseCertificates([]byte(certPEM)); err == nil && !sitetrust.Pinned(pinsOf(&gs), advertised[0].Raw) {
 			reason = sitetrust.ReasonAdvertisedCertMismatch
 			message += "; the gossiped certificate copy matches no pin (a diagnostic: the live leaf was verified, and gossip is not trust material)"
 		}
 	}
-	if err := r.writeStatus(ctx, &gs, site, next, reason, message, certPEM, probed, now); err != nil {
+	conds := siteConditions(&gs, netErr, gossip, outcome, next, reason, message)
+	if err := r.writeStatus(ctx, &gs, site, next, reason, message, certPEM, gossip, conds, probed, now); err != nil {
 		return retryConflicts(err)
 	}
 	// The next probe comes within the period, whatever the jitter: a
@@ -149,6 +162,9 @@ func spiffeMode(n *v1alpha1.GridNetwork) bool {
 func pinsOf(gs *v1alpha1.GridSite) []string {
 	if gs.Spec.Trust == nil {
 		return nil
+	}
+	if fp := gs.Spec.Trust.CertFingerprint; fp != "" {
+		return []string{fp}
 	}
 	return gs.Spec.Trust.CanonicalFingerprints
 }
@@ -213,7 +229,7 @@ func (r *siteReconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, ne
 		missing = append(missing, "spec.gatewayEndpoint.tls.serverName is not set")
 	}
 	if !spiffe && len(pins) == 0 {
-		missing = append(missing, "spec.trust.canonicalFingerprints has no pin")
+		missing = append(missing, "spec.trust has no pin (canonicalFingerprints or certFingerprint)")
 	}
 	if len(missing) > 0 {
 		return sitetrust.Outcome{Kind: sitetrust.TrustFailure, Reason: sitetrust.ReasonTrustMaterialMissing,
@@ -254,8 +270,15 @@ func (r *siteReconciler) probeOnce(name, inputs string, now time.Time, probe fun
 	}
 	start := time.Now()
 	o := probe()
-	r.metrics.probeDuration.Observe(time.Since(start).Seconds())
+	took := time.Since(start).Seconds()
+	r.metrics.probeDuration.Observe(took)
+	r.metrics.gatewayProbeDuration.Observe(took)
 	r.metrics.siteProbes.WithLabelValues(o.Reason).Inc()
+	tlsMode := "mtls"
+	if strings.HasPrefix(inputs, "plaintext\x00") {
+		tlsMode = "plaintext"
+	}
+	r.metrics.gatewayProbes.WithLabelValues(o.Reason, tlsMode).Inc()
 	r.mu.Lock()
 	r.memo[name] = probeMemo{inputs: inputs, at: now, outcome: o}
 	r.mu.Unlock()
@@ -270,7 +293,9 @@ func (r *siteReconciler) forget(name string) {
 
 // writeStatus patches the GridSite's status when it changed; lastProbeTime
 // alone is refreshed every lastProbeRefresh.
-func (r *siteReconciler) writeStatus(ctx context.Context, gs *v1alpha1.GridSite, site string, phase v1alpha1.SitePhase, reason, message, certPEM string, probed bool, now time.Time) error {
+func (r *siteReconciler) writeStatus(ctx context.Context, gs *v1alpha1.GridSite, site string, phase v1alpha1.SitePhase, reason, message, certPEM string,
+	gossip *sites.Site, conds []metav1.Condition, probed bool, now time.Time,
+) error {
 	if len(message) > maxStatusMessage {
 		message = message[:maxStatusMessage-3] + "..."
 	}
@@ -278,6 +303,14 @@ func (r *siteReconciler) writeStatus(ctx context.Context, gs *v1alpha1.GridSite,
 	previous := next.Phase
 	next.Phase, next.Reason, next.Message, next.PublicCertPem = phase, reason, message, certPEM
 	next.ObservedGeneration = gs.Generation
+	if gossip != nil {
+		// What the site advertises: providers in the network are its
+		// inference capability (gridsync sites offer no agent tools).
+		next.Capabilities = &v1alpha1.SiteCapabilities{Inference: gossip.Inference}
+	}
+	for _, c := range conds {
+		meta.SetStatusCondition(&next.Conditions, c)
+	}
 	stamp := metaTime(now)
 	if previous != phase {
 		next.LastTransitionTime = &stamp
@@ -297,6 +330,11 @@ func (r *siteReconciler) writeStatus(ctx context.Context, gs *v1alpha1.GridSite,
 	}
 	r.metrics.statusWrites.WithLabelValues("GridSite").Inc()
 	if previous != phase {
+		from := string(previous)
+		if from == "" {
+			from = string(sitetrust.PhasePending) // a new site starts there, as upstream's do
+		}
+		r.metrics.phaseTransitions.WithLabelValues(from, string(phase), reason).Inc()
 		r.opts.Logger.Info("gridsite_phase", "gridsite", gs.Name, "network", gs.Spec.GridNetworkRef, "site", site,
 			"from", string(previous), "phase", string(phase), "reason", reason)
 		eventType := corev1.EventTypeNormal
@@ -541,4 +579,56 @@ var sitePhaseChanged = predicate.Funcs{
 			o.Labels[v1alpha1.SiteLabel] != n.Labels[v1alpha1.SiteLabel]
 	},
 	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// Condition types and reasons of a GridSite, as kubectl wait and GitOps
+// health checks read them.
+const (
+	ConditionDiscovered = "Discovered"
+	ConditionConnected  = "Connected"
+	ReasonSiteLeft      = "SiteLeft"
+	ReasonNotDiscovered = "NotDiscovered"
+	ReasonNetworkAbsent = "GridNetworkNotFound"
+)
+
+// siteConditions are the GridSite's Accepted (the spec is usable),
+// Discovered (membership holds the site), Connected (the last probe
+// verified its gateway) and Ready (Active: routable) conditions.
+func siteConditions(gs *v1alpha1.GridSite, netErr error, gossip *sites.Site, o sitetrust.Outcome, phase v1alpha1.SitePhase, reason, message string) []metav1.Condition {
+	gen := gs.Generation
+	var unsupported []string
+	if gs.Spec.SovereigntyZone != "" {
+		unsupported = append(unsupported, "spec.sovereigntyZone")
+	}
+	accepted := acceptedCondition(unsupported, gen)
+	if netErr != nil {
+		accepted.Status, accepted.Reason = metav1.ConditionFalse, ReasonNetworkAbsent
+		accepted.Message = fmt.Sprintf("GridNetwork %s (spec.gridNetworkRef) does not exist", gs.Spec.GridNetworkRef)
+	}
+	discovered := metav1.Condition{Type: ConditionDiscovered, Status: metav1.ConditionFalse, Reason: ReasonNotDiscovered,
+		Message: "membership holds no record of this site in the network", ObservedGeneration: gen}
+	if gossip != nil {
+		discovered.Status, discovered.Reason = metav1.ConditionTrue, "Site"+string(gossip.State)
+		discovered.Message = fmt.Sprintf("membership holds the site (%s)", gossip.State)
+		if gossip.State == sites.SiteLeft {
+			discovered.Status = metav1.ConditionFalse
+		}
+	}
+	connected := metav1.Condition{Type: ConditionConnected, Status: metav1.ConditionFalse, Reason: o.Reason, Message: o.Message, ObservedGeneration: gen}
+	if o.Kind == sitetrust.Verified {
+		connected.Status = metav1.ConditionTrue
+	}
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: gen}
+	if phase == sitetrust.PhaseActive {
+		ready.Status = metav1.ConditionTrue
+	}
+	for _, c := range []*metav1.Condition{&connected, &ready} {
+		if len(c.Message) > maxStatusMessage {
+			c.Message = c.Message[:maxStatusMessage-3] + "..."
+		}
+		if c.Reason == "" {
+			c.Reason = "Unknown"
+		}
+	}
+	return []metav1.Condition{accepted, discovered, connected, ready}
 }

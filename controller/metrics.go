@@ -33,6 +33,11 @@ type metrics struct {
 	identityRotations *prometheus.CounterVec
 	siteProbes        *prometheus.CounterVec
 	probeDuration     prometheus.Histogram
+	// Upstream's names for the probes and the phase changes, so that its
+	// dashboards and alerts work on this agent.
+	gatewayProbes        *prometheus.CounterVec
+	gatewayProbeDuration prometheus.Histogram
+	phaseTransitions     *prometheus.CounterVec
 	// Generated Praxis configs.
 	praxisWrites         *prometheus.CounterVec
 	praxisRenderDuration prometheus.Histogram
@@ -76,6 +81,19 @@ func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error
 			Help:    "Time of one probe of a remote site's gateway: connect, mutual-TLS handshake, the wait for the gateway's verdict.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		gatewayProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_gateway_probe_total",
+			Help: "Probes of remote sites' gateways (upstream's name) by outcome (TlsVerified or the reason that kept the site from Active) and tls_mode (mtls, plaintext).",
+		}, []string{"outcome", "tls_mode"}),
+		gatewayProbeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "grid_gateway_probe_duration_seconds",
+			Help:    "Time of one probe of a remote site's gateway (upstream's name; the same observations as grid_site_probe_duration_seconds).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		phaseTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_site_phase_transition_total",
+			Help: "GridSite phase changes by from_phase, to_phase and the reason of the new phase.",
+		}, []string{"from_phase", "to_phase", "reason"}),
 		praxisWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_praxis_config_writes_total",
 			Help: "Generated praxis.yaml ConfigMap writes by outcome: applied, unchanged (the same bytes already stored), failed, refused (not rendered or not ours to write).",
@@ -99,7 +117,8 @@ func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error
 		m.statusWrites.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.publishes, m.statusWrites, m.renderDuration,
-		m.siteCertificates, m.identityExpiry, m.identityRotations, m.siteProbes, m.probeDuration, sitePhases{sites}, m.praxisWrites, m.praxisRenderDuration} {
+		m.siteCertificates, m.identityExpiry, m.identityRotations, m.siteProbes, m.probeDuration, sitePhases{sites}, m.praxisWrites, m.praxisRenderDuration,
+		m.gatewayProbes, m.gatewayProbeDuration, m.phaseTransitions} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {
@@ -110,14 +129,21 @@ func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error
 	return m, nil
 }
 
-// sitePhases is grid_sites: the GridSites by phase, counted from the
+// sitePhases is grid_sites, the GridSites by phase, and upstream's
+// grid_site_phase{site,phase}, 1 for each site's phase: read from the
 // cache when scraped, so that every replica says the same and nothing is
 // kept beside the cache.
 type sitePhases struct{ reader client.Reader }
 
-var sitePhasesDesc = prometheus.NewDesc("grid_sites", "GridSites by phase; only Active sites' providers reach overlays.", []string{"phase"}, nil)
+var (
+	sitePhasesDesc = prometheus.NewDesc("grid_sites", "GridSites by phase; only Active sites' providers reach overlays.", []string{"phase"}, nil)
+	sitePhaseDesc  = prometheus.NewDesc("grid_site_phase", "1 for each GridSite's current phase (upstream's name).", []string{"site", "phase"}, nil)
+)
 
-func (sitePhases) Describe(ch chan<- *prometheus.Desc) { ch <- sitePhasesDesc }
+func (sitePhases) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sitePhasesDesc
+	ch <- sitePhaseDesc
+}
 
 func (c sitePhases) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -128,7 +154,11 @@ func (c sitePhases) Collect(ch chan<- prometheus.Metric) {
 	}
 	counts := map[v1alpha1.SitePhase]float64{}
 	for i := range list.Items {
-		counts[list.Items[i].Status.Phase]++
+		phase := list.Items[i].Status.Phase
+		counts[phase]++
+		if phase != "" {
+			ch <- prometheus.MustNewConstMetric(sitePhaseDesc, prometheus.GaugeValue, 1, list.Items[i].Name, string(phase))
+		}
 	}
 	for _, p := range []v1alpha1.SitePhase{sitetrust.PhasePending, sitetrust.PhaseDiscovered, sitetrust.PhaseConnecting, sitetrust.PhaseActive, sitetrust.PhaseUnreachable, sitetrust.PhaseLeft} {
 		ch <- prometheus.MustNewConstMetric(sitePhasesDesc, prometheus.GaugeValue, counts[p], string(p))

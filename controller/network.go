@@ -124,7 +124,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 		return 0, 0, err
 	}
 
-	local, items, err := r.assessProviders(ctx, network.Name)
+	local, items, err := r.assessProviders(ctx, network)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -138,7 +138,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 		// published, the overlays keep what they had.
 		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, swim, identity)
 	}
-	remote, err := r.remoteProviders(ctx, network.Name, swim.view)
+	remote, err := r.remoteProviders(ctx, network, swim.view)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,18 +17,20 @@ import (
 
 // remoteProviders are the provider records gossiped by the sites whose
 // GridSite is Active; a record whose access policy does not parse is left
-// out (fail closed).
-func (r *networkReconciler) remoteProviders(ctx context.Context, network string, view sites.NetworkView) ([]render.Remote, error) {
+// out (fail closed), and so is a stale one older than the network's
+// spec.staleCandidateTtlSeconds.
+func (r *networkReconciler) remoteProviders(ctx context.Context, network *v1alpha1.GridNetwork, view sites.NetworkView) ([]render.Remote, error) {
 	if len(view.Providers) == 0 {
 		return nil, nil
 	}
-	trusted, err := r.trustedSites(ctx, network)
+	trusted, err := r.trustedSites(ctx, network.Name)
 	if err != nil {
 		return nil, err
 	}
+	expired := expiredSites(network, view, r.opts.Now())
 	var out []render.Remote
 	for _, p := range view.Providers {
-		if !trusted[p.Site] {
+		if !trusted[p.Site] || expired[p.Site] {
 			continue
 		}
 		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale}
@@ -48,6 +51,23 @@ func (r *networkReconciler) remoteProviders(ctx context.Context, network string,
 		out = append(out, rp)
 	}
 	return out, nil
+}
+
+// expiredSites are the sites whose records are stale (not alive) for at
+// least the network's spec.staleCandidateTtlSeconds: their candidates
+// leave the overlays, while membership keeps the records.
+func expiredSites(network *v1alpha1.GridNetwork, view sites.NetworkView, now time.Time) map[string]bool {
+	ttl := network.Spec.StaleCandidateTTLSeconds
+	if ttl == nil || *ttl <= 0 {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, s := range view.Sites {
+		if s.State != sites.SiteAlive && !s.Since.IsZero() && now.Sub(s.Since) >= time.Duration(*ttl)*time.Second {
+			out[s.Name] = true
+		}
+	}
+	return out
 }
 
 // gateways lists the network's consumer gateways, each once.
@@ -86,12 +106,18 @@ func sitePolicy(np *v1alpha1.NetworkPolicy) render.SitePolicy {
 	return p
 }
 
-// assessProviders assesses every provider of the network, and returns
-// them with the provider objects.
-func (r *networkReconciler) assessProviders(ctx context.Context, network string) ([]render.Provider, []v1alpha1.InferenceProvider, error) {
+// assessProviders assesses every provider of the network this site
+// hosts (spec.siteSelector), and returns them with the provider objects.
+func (r *networkReconciler) assessProviders(ctx context.Context, network *v1alpha1.GridNetwork) ([]render.Provider, []v1alpha1.InferenceProvider, error) {
+	var all v1alpha1.InferenceProviderList
+	if err := r.client.List(ctx, &all, client.MatchingFields{indexNetwork: network.Name}); err != nil {
+		return nil, nil, fmt.Errorf("list providers of %s: %w", network.Name, err)
+	}
 	var list v1alpha1.InferenceProviderList
-	if err := r.client.List(ctx, &list, client.MatchingFields{indexNetwork: network}); err != nil {
-		return nil, nil, fmt.Errorf("list providers of %s: %w", network, err)
+	for i := range all.Items {
+		if ok, _ := r.hosted(&all.Items[i], network); ok {
+			list.Items = append(list.Items, all.Items[i])
+		}
 	}
 	out := make([]render.Provider, 0, len(list.Items))
 	secrets := newSecretReader(ctx, r.api) // each Secret read once per reconcile

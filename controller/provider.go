@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/assess"
 	"github.com/gridsync/gridsync/controller/probe"
 )
 
@@ -49,18 +50,39 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.ensureProbe(&p); err != nil {
-		return reconcile.Result{}, err
-	}
-
-	v, err := r.assess(&p, newSecretReader(ctx, r.api))
+	network, err := r.networkOf(ctx, &p)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	hosted, why := r.hosted(&p, network)
+	var v assess.Verdict
+	if hosted {
+		if err := r.ensureProbe(&p); err != nil {
+			return reconcile.Result{}, err
+		}
+		if v, err = r.assess(&p, newSecretReader(ctx, r.api)); err != nil {
+			return reconcile.Result{}, err
+		}
+	} else {
+		// Another site offers it: nothing here probes, scrapes or
+		// routes it.
+		r.prober.Remove(p.Name)
+		v.Phase, v.Reason, v.Message = v1alpha1.ProviderPending, ReasonSiteNotSelected, why
 	}
 	before := p.Status.Phase
 	next := p.Status.DeepCopy()
 	next.ObservedGeneration = p.Generation
 	next.Phase, next.Reason, next.Message = v.Phase, v.Reason, v.Message
+	meta.SetStatusCondition(&next.Conditions, acceptedCondition(unsupportedProviderFields(&p), p.Generation))
+	if p.Spec.SiteSelector == nil {
+		meta.RemoveStatusCondition(&next.Conditions, ConditionHosted)
+	} else {
+		hc := metav1.Condition{Type: ConditionHosted, Status: metav1.ConditionTrue, Reason: ReasonSiteSelected, Message: why, ObservedGeneration: p.Generation}
+		if !hosted {
+			hc.Status, hc.Reason = metav1.ConditionFalse, ReasonSiteNotSelected
+		}
+		meta.SetStatusCondition(&next.Conditions, hc)
+	}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: v.Reason, Message: v.Message, ObservedGeneration: p.Generation}
 	if v.Phase == v1alpha1.ProviderAvailable {
 		ready.Status = metav1.ConditionTrue

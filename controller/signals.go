@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,8 +35,8 @@ const (
 // probes' destination rule and bounded in time and size. A scrape that
 // fails leaves the last rows to expire: stale is absent, never zero.
 type signalCollector struct {
-	c       *common
-	scrapes *prometheus.CounterVec
+	c                        *common
+	scrapes, upstreamScrapes *prometheus.CounterVec
 }
 
 func newSignalCollector(c *common) *signalCollector {
@@ -44,8 +45,18 @@ func newSignalCollector(c *common) *signalCollector {
 		Name: "gridsync_signals_scrapes_total",
 		Help: "Scrapes of providers' metrics for the site's signals, by outcome (ok, a probe outcome such as timeout or too_large, not_exposition, skipped_tls).",
 	}, []string{"outcome"})
-	c.opts.Registerer.MustRegister(s.scrapes)
+	s.upstreamScrapes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "grid_provider_scrape_total",
+		Help: "Scrapes of providers' metrics (upstream's name; the outcomes of gridsync_signals_scrapes_total).",
+	}, []string{"outcome"})
+	c.opts.Registerer.MustRegister(s.scrapes, s.upstreamScrapes)
 	return s
+}
+
+// scraped counts one scrape's outcome under both names.
+func (s *signalCollector) scraped(outcome string) {
+	s.scrapes.WithLabelValues(outcome).Inc()
+	s.upstreamScrapes.WithLabelValues(outcome).Inc()
 }
 
 // signalLoop is the leader's signals work, every SignalsInterval: this
@@ -115,6 +126,9 @@ func (s *signalCollector) collect(ctx context.Context) {
 		s.c.opts.Logger.Warn("signals_list_failed", "error", err)
 		return
 	}
+	// A provider another site hosts (spec.siteSelector) is that site's to
+	// scrape and send.
+	list.Items = slices.DeleteFunc(list.Items, func(p v1alpha1.InferenceProvider) bool { return !s.hostedHere(ctx, &p) })
 	now := s.c.opts.Now()
 	ttl := 3 * s.c.opts.SignalsInterval
 	present, scraped := map[string]bool{}, map[string]bool{}
@@ -269,7 +283,7 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 		// Never in plaintext, never without the credential it asks for.
 		s.outcome(p.Name, scrapeResult{reason: ReasonMetricsTLSUnsupported,
 			message: "metricsConfig.tls and metricsConfig.auth are not supported by this release: the provider's metrics are not scraped"})
-		s.scrapes.WithLabelValues("skipped_tls").Inc()
+		s.scraped("skipped_tls")
 		store.Drop(site, p.Name, signals.PartLoad)
 		return
 	}
@@ -287,17 +301,17 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	url := strings.TrimSuffix(base, "/") + "/" + strings.TrimPrefix(cmp.Or(mc.Path, "/metrics"), "/")
 	body, err := s.c.prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.opts.SignalsScrapeMaxBytes)
 	if err != nil {
-		s.scrapes.WithLabelValues(err.Error()).Inc()
+		s.scraped(err.Error())
 		s.outcome(p.Name, scrapeResult{reason: ReasonScrapeFailed, message: "the last scrape failed: " + err.Error()})
 		return // the last rows expire on their own
 	}
 	parsed, err := signals.Parse(body, func(m string) bool { return wanted[m] })
 	if err != nil {
-		s.scrapes.WithLabelValues("not_exposition").Inc()
+		s.scraped("not_exposition")
 		s.outcome(p.Name, scrapeResult{reason: ReasonScrapeFailed, message: "the last scrape failed: the answer is not Prometheus text"})
 		return
 	}
-	s.scrapes.WithLabelValues("ok").Inc()
+	s.scraped("ok")
 	s.outcome(p.Name, scrapeResult{ok: true, reason: ReasonScraped, message: "the last scrape succeeded"})
 	now := s.c.opts.Now()
 	samples := make([]signals.Sample, 0, len(parsed))
@@ -453,7 +467,7 @@ func (d *Directory) Providers(ctx context.Context, callerSite string, ownGateway
 	for i := range networks.Items {
 		n := &networks.Items[i]
 		gw := render.Gateway{Site: callerSite, Policy: sitePolicy(n.Spec.NetworkPolicy)}
-		local, _, err := r.assessProviders(ctx, n.Name)
+		local, _, err := r.assessProviders(ctx, n)
 		if err != nil {
 			return nil, err
 		}
@@ -467,7 +481,7 @@ func (d *Directory) Providers(ctx context.Context, callerSite string, ownGateway
 		if !ownGateway || r.opts.Membership == nil {
 			continue // a peer is never handed a third site's providers
 		}
-		remote, err := r.remoteProviders(ctx, n.Name, r.opts.Membership.View(n.Name))
+		remote, err := r.remoteProviders(ctx, n, r.opts.Membership.View(n.Name))
 		if err != nil {
 			return nil, err
 		}
@@ -484,4 +498,18 @@ func (d *Directory) Providers(ctx context.Context, callerSite string, ownGateway
 
 func routable(phase v1alpha1.ProviderPhase) bool {
 	return phase == v1alpha1.ProviderAvailable || phase == v1alpha1.ProviderDegraded
+}
+
+// hostedHere says whether this site hosts the provider; a network that
+// cannot be read hosts it (its signals are only what the site scrapes).
+func (s *signalCollector) hostedHere(ctx context.Context, p *v1alpha1.InferenceProvider) bool {
+	if p.Spec.SiteSelector == nil {
+		return true
+	}
+	n, err := s.c.networkOf(ctx, p)
+	if err != nil {
+		return true
+	}
+	ok, _ := s.c.hosted(p, n)
+	return ok
 }

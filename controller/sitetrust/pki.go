@@ -75,6 +75,26 @@ func Fingerprint(der []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// PEMFingerprint is upstream's earlier pin (spec.trust.certFingerprint):
+// the SHA-256 of the certificate's PEM encoding, as colon-separated
+// lowercase hex bytes.
+func PEMFingerprint(der []byte) string {
+	sum := sha256.Sum256(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	out := make([]byte, 0, 3*len(sum))
+	for i, b := range sum {
+		if i > 0 {
+			out = append(out, ':')
+		}
+		out = hex.AppendEncode(out, []byte{b})
+	}
+	return string(out)
+}
+
+// Pinned says whether a certificate matches one of pins, in either form.
+func Pinned(pins []string, der []byte) bool {
+	return slices.Contains(pins, Fingerprint(der)) || slices.Contains(pins, PEMFingerprint(der))
+}
+
 // CA is a grid CA that can issue site certificates.
 type CA struct {
 	Cert *x509.Certificate

@@ -75,7 +75,8 @@ type Target struct {
 	Roots *x509.CertPool
 	// Client is this site's certificate and key.
 	Client tls.Certificate
-	// Pins are the accepted leaf fingerprints (pinned mode).
+	// Pins are the accepted leaf fingerprints (pinned mode), canonical
+	// or in upstream's earlier PEM form.
 	Pins []string
 	// SPIFFE admits any leaf the grid CA signed for Site with the SVID
 	// profile, and reads no pins.
@@ -248,8 +249,8 @@ func (t Target) verify(certs []*x509.Certificate, now time.Time) *Outcome {
 		}
 		return nil
 	}
-	if !slices.Contains(t.Pins, Fingerprint(leaf.Raw)) {
-		return refuse(ReasonPinMismatch, "the gateway's live certificate %s matches no pin of spec.trust.canonicalFingerprints", Fingerprint(leaf.Raw))
+	if !Pinned(t.Pins, leaf.Raw) {
+		return refuse(ReasonPinMismatch, "the gateway's live certificate %s matches no pin of spec.trust", Fingerprint(leaf.Raw))
 	}
 	return nil
 }
