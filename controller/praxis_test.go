@@ -80,7 +80,8 @@ func TestPraxisConfigFollowsTheNetwork(t *testing.T) {
 				Mode: "tls", SNI: ptrTo("secure.internal"), CASecretRef: &v1alpha1.LocalSecretKeyRef{Name: "secure-ca"},
 			}},
 		},
-		DeriveTopology: &v1alpha1.DeriveTopology{FromProviders: []string{"derived"}},
+		DeriveTopology: &v1alpha1.DeriveTopology{FromProviders: []string{"derived"},
+			Transport: &v1alpha1.EndpointTransport{Mode: "tls", SNI: ptrTo("derived.internal")}},
 	}
 	network := e.network(gw)
 	e.create(network)
@@ -89,7 +90,7 @@ func TestPraxisConfigFollowsTheNetwork(t *testing.T) {
 	api.Spec.Auth = e.bearer("api-token", "token")
 	e.create(api)
 	derived := e.provider("derived", network.Name, "model-derived")
-	derived.Spec.ClusterName, derived.Spec.Endpoint = "derived", "http://127.0.0.1:18081/v1"
+	derived.Spec.ClusterName, derived.Spec.Endpoint = "derived", "https://127.0.0.1:18081/v1"
 	e.create(derived)
 	stray := e.provider("stray", network.Name, "model-stray") // not allowlisted: withdrawn
 	e.create(stray)

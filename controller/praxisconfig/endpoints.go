@@ -142,8 +142,11 @@ func deriveEndpoints(dt *v1alpha1.DeriveTopology, providers []Provider, explicit
 	return out, notDerived, nil
 }
 
-// derive makes a provider's endpoint from its URL: http is plaintext,
-// https takes deriveTopology.transport.
+// derive makes a provider's endpoint from its URL: https takes
+// deriveTopology.transport. An http URL is never derived: plaintext is an
+// explicit, dev-only choice of the gateway's owner (a clusterEndpoints
+// entry with transport.mode plaintext), and a provider's URL is written
+// by whoever may write providers.
 func derive(p Provider, tls *v1alpha1.EndpointTransport) (endpoint, string) {
 	u, err := url.Parse(p.Endpoint)
 	if err != nil || u.Hostname() == "" {
@@ -153,10 +156,7 @@ func derive(p Provider, tls *v1alpha1.EndpointTransport) (endpoint, string) {
 	e := endpoint{cluster: p.Identity}
 	switch u.Scheme {
 	case "http":
-		if port == "" {
-			port = "80"
-		}
-		e.transport = v1alpha1.EndpointTransport{Mode: modePlaintext}
+		return endpoint{}, fmt.Sprintf("provider %s's endpoint is plain http: plaintext is never derived; add a clusterEndpoints entry with transport.mode plaintext to route to it", p.Name)
 	case "https":
 		if tls == nil {
 			return endpoint{}, fmt.Sprintf("provider %s's endpoint is https and deriveTopology.transport is not set", p.Name)

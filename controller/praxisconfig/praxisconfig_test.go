@@ -114,7 +114,7 @@ func TestGoldenConfigs(t *testing.T) {
 				{Identity: "llama-3-8b", Name: "llama-3-8b", Endpoint: "https://ignored.example"},
 				{Identity: "mistral", Name: "mistral", Endpoint: "grpc://mistral:9000"},
 				{Identity: "not-allowlisted", Name: "not-allowlisted", Endpoint: "http://phi.svc:8000"},
-				{Identity: "idle", Name: "idle", Endpoint: "http://idle.svc"}, // no candidate now: kept for restoration
+				{Identity: "idle", Name: "idle", Endpoint: "https://inference-gateway.infra.svc.cluster.local/idle"}, // no candidate now: kept for restoration
 			}
 			return in
 		}(),
@@ -273,16 +273,20 @@ func TestDerivedTopology(t *testing.T) {
 			assert.Equal(t, "/run/secrets/grid-backend-ca/serving-ca/ca.crt", c.TLS.CA.CAPath)
 		}
 	}
-	assert.Equal(t, map[string]string{"explicit": "explicit.svc:8080", "secure": "gw.infra.svc:443", "insecure": "127.0.0.9:8000"}, byName)
+	assert.Equal(t, map[string]string{"explicit": "explicit.svc:8080", "secure": "gw.infra.svc:443"}, byName)
 	var kept []string
 	for _, c := range res.Candidates {
 		kept = append(kept, c.Name)
 	}
-	assert.Equal(t, []string{"a", "b", "c"}, kept)
-	require.Len(t, res.Withdrawn, 2)
-	assert.Equal(t, "unlisted", res.Withdrawn[0].Cluster)
-	assert.Contains(t, res.Withdrawn[0].Why, "fromProviders")
-	assert.Equal(t, "west", res.Withdrawn[1].Cluster)
+	assert.Equal(t, []string{"a", "b"}, kept)
+	require.Len(t, res.Withdrawn, 3)
+	// An allowlisted provider at a plain http URL is not made plaintext:
+	// only the gateway's owner declares plaintext, in an explicit entry.
+	assert.Equal(t, "insecure", res.Withdrawn[0].Cluster)
+	assert.Contains(t, res.Withdrawn[0].Why, "plaintext is never derived")
+	assert.Equal(t, "unlisted", res.Withdrawn[1].Cluster)
+	assert.Contains(t, res.Withdrawn[1].Why, "fromProviders")
+	assert.Equal(t, "west", res.Withdrawn[2].Cluster)
 
 	// Removing a provider from the list withdraws its derived endpoint on
 	// the next render.
@@ -359,11 +363,12 @@ func TestDeterministicBytes(t *testing.T) {
 		withToken(candidate("m1", "a", "a"), "t1"), withToken(candidate("m2", "b", "b"), "t2"),
 		withToken(candidate("m3", "a", "a"), "t1"), candidate("m4", "west", "west"), candidate("m5", "c", "c"),
 	}
-	providers := []praxisconfig.Provider{{Identity: "d", Name: "d", Endpoint: "http://d"}, {Identity: "e", Name: "e", Endpoint: "http://e:81"}}
+	providers := []praxisconfig.Provider{{Identity: "d", Name: "d", Endpoint: "https://d"}, {Identity: "e", Name: "e", Endpoint: "https://e:81"}}
 	render := func(r *rand.Rand) []byte {
 		in := input(v1alpha1.PraxisConfig{
 			ClusterEndpoints: shuffled(r, endpoints),
-			DeriveTopology:   &v1alpha1.DeriveTopology{FromProviders: shuffled(r, []string{"d", "e"})},
+			DeriveTopology: &v1alpha1.DeriveTopology{FromProviders: shuffled(r, []string{"d", "e"}),
+				Transport: &v1alpha1.EndpointTransport{Mode: "tls", SNI: ptr("serving.internal")}},
 		}, shuffled(r, candidates), "a", "b", "c", "d", "e")
 		in.Providers = shuffled(r, providers)
 		res, err := praxisconfig.Render(in)
