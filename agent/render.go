@@ -13,8 +13,10 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/convert"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 )
 
@@ -123,7 +125,13 @@ func readManifests(files []string) ([]v1alpha1.GridNetwork, []v1alpha1.Inference
 	if err != nil {
 		return nil, nil, err
 	}
-	decoder := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+	decoder := serializer.NewCodecFactory(scheme).UniversalDeserializer()
+	// The Grid types fold upstream's earlier field names as they decode,
+	// so unknown fields are found against the CRDs' own schemas.
+	schemas, err := convert.LoadSchemas(crds.Manifests)
+	if err != nil {
+		return nil, nil, err
+	}
 	var networks []v1alpha1.GridNetwork
 	var providers []v1alpha1.InferenceProvider
 	for _, name := range files {
@@ -141,6 +149,9 @@ func readManifests(files []string) ([]v1alpha1.GridNetwork, []v1alpha1.Inference
 			}
 			if raw == nil || raw["apiVersion"] != v1alpha1.GroupVersion.String() {
 				continue
+			}
+			if extra := schemas.Unknown(raw); len(extra) > 0 {
+				return nil, nil, fmt.Errorf("%s, document %d: unknown field %s", name, i, strings.Join(extra, ", "))
 			}
 			doc, err := sigsyaml.Marshal(raw)
 			if err != nil {

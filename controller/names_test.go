@@ -2,15 +2,23 @@ package controller_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/convert"
 )
 
 // aliasPair is one field upstream's earlier releases spell differently.
@@ -266,4 +274,152 @@ func TestPeerTrustModePinIsPinned(t *testing.T) {
 	err := e.admin.Create(e.ctx, gridObject("GridNetwork", "trust-bad-"+e.id, map[string]any{"peerTrust": map[string]any{"mode": "pinning"}}))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "spec.peerTrust.mode")
+}
+
+// withGroup is obj with its API group set to the current one and nothing
+// else changed.
+func withGroup(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	out := obj.DeepCopy()
+	if gv := out.GetAPIVersion(); strings.HasPrefix(gv, convert.EarlierGroup+"/") {
+		out.SetAPIVersion(convert.Group + strings.TrimPrefix(gv, convert.EarlierGroup))
+	}
+	return out
+}
+
+// Upstream's manifests of its earlier releases (its samples, examples,
+// chart templates and fixtures, in their shapes) apply as they are, their
+// group aside, with strict field validation and without, and read back
+// with nothing pruned; what the agent reads of them is what they say.
+// Converted by gridsync-agent convert, they apply strictly too, and the
+// reference's manifests (the current generation) convert to themselves.
+func TestUpstreamManifestsApplyWithNothingPrunedAndConvert(t *testing.T) {
+	e := newEnv(t)
+	schemas, err := convert.LoadSchemas(crds.Manifests)
+	require.NoError(t, err)
+	apply := func(obj *unstructured.Unstructured, validation string) *unstructured.Unstructured {
+		t.Helper()
+		what := obj.GetKind() + " " + obj.GetName() + " (" + validation + ")"
+		require.NoError(t, e.admin.Create(e.ctx, obj, client.FieldValidation(validation)), what)
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(obj.GroupVersionKind())
+		require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(obj), got), what)
+		return got
+	}
+	remove := func(obj *unstructured.Unstructured) {
+		require.NoError(t, e.admin.Delete(e.ctx, obj))
+		require.Eventually(t, func() bool {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(obj.GroupVersionKind())
+			return apierrors.IsNotFound(e.admin.Get(e.ctx, client.ObjectKeyFromObject(obj), got))
+		}, 10*time.Second, 20*time.Millisecond)
+	}
+
+	upstream := readManifests(t, "testdata/upstream-manifests.yaml")
+	require.Len(t, upstream, 6)
+	for _, obj := range upstream {
+		obj.SetName(obj.GetName() + "-" + e.id)
+		for _, validation := range []string{"Strict", "Ignore"} {
+			want := withGroup(obj)
+			got := apply(want.DeepCopy(), validation)
+			assert.Empty(t, missingFields(want.GetKind()+" "+want.GetName(), want.Object["spec"], got.Object["spec"]), "fields pruned or changed (%s)", validation)
+			remove(want)
+		}
+
+		converted := obj.DeepCopy()
+		require.NoError(t, convert.Object(converted.Object, schemas), obj.GetName())
+		assert.Equal(t, convert.Group+"/v1alpha1", converted.GetAPIVersion())
+		got := apply(converted.DeepCopy(), "Strict")
+		assert.Empty(t, missingFields(converted.GetName(), converted.Object["spec"], got.Object["spec"]), "converted fields pruned or changed")
+		for _, old := range []string{"gatewayRefs", "egress", "routingClusterRef"} {
+			assert.NotContains(t, converted.Object["spec"], old)
+		}
+		remove(converted)
+	}
+
+	// What the agent reads is the same under both generations' names.
+	net := withGroup(upstream[1])
+	apply(net, "Strict")
+	n := readNetwork(e, net.GetName())
+	require.Len(t, n.Spec.ConsumerGateways, 1)
+	gw := n.Spec.ConsumerGateways[0]
+	assert.Equal(t, "east-a", gw.SiteName)
+	require.NotNil(t, gw.PraxisConfig)
+	assert.True(t, gw.PraxisConfig.Generate)
+	assert.Equal(t, "/run/secrets/grid-credentials", gw.PraxisConfig.CredentialMountPath)
+	assert.Equal(t, "grid-swim-key", n.Spec.TLS.SwimKeySecretRef.Name)
+	assert.Equal(t, "8c7f0a36-7d55-4a0c-9a8e-2f1a6b0b5d11", n.Spec.GridID)
+	prov := withGroup(upstream[5])
+	apply(prov, "Strict")
+	p := readProvider(e, prov.GetName())
+	assert.Equal(t, "east-b", p.Spec.ClusterName)
+	assert.True(t, p.Spec.Auth.CredentialsManagedExternally)
+	assert.Equal(t, "http://vllm-pool-epp.east-b.svc:9090", p.Spec.MetricsConfig.MetricsEndpoint)
+
+	// The current generation converts to itself.
+	for _, obj := range readManifests(t, "testdata/reference-manifests.yaml") {
+		converted := obj.DeepCopy()
+		require.NoError(t, convert.Object(converted.Object, schemas), obj.GetName())
+		assert.Equal(t, obj.Object, converted.Object, "%s %s", obj.GetKind(), obj.GetName())
+	}
+
+	// What has no equivalent is refused by name, not pruned.
+	hc := upstream[4].DeepCopy()
+	require.NoError(t, unstructured.SetNestedField(hc.Object, "/v1/complete", "spec", "healthCheck", "path"))
+	err = convert.Object(hc.Object, schemas)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.healthCheck.path has no equivalent")
+	tool := &unstructured.Unstructured{Object: map[string]any{"apiVersion": convert.EarlierGroup + "/v1alpha1", "kind": "AgentToolProvider",
+		"metadata": map[string]any{"name": "tools"}, "spec": map[string]any{}}}
+	err = convert.Object(tool.Object, schemas)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "AgentToolProvider has no equivalent")
+}
+
+// kubectl's habits find the Grid resources: upstream's short names beside
+// ours, the grid category (kubectl get grid), and a Ready column read from
+// the Ready condition.
+func TestShortNamesCategoriesAndReadyColumn(t *testing.T) {
+	e := newEnv(t)
+	dc, err := discovery.NewDiscoveryClientForConfig(cp.AdminConfig())
+	require.NoError(t, err)
+	list, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	require.NoError(t, err)
+	byName := map[string]metav1.APIResource{}
+	for _, r := range list.APIResources {
+		byName[r.Name] = r
+	}
+	for resource, short := range map[string][]string{"gridnetworks": {"gnet", "gnw"}, "inferenceproviders": {"iprov", "infpvd"}, "gridsites": {"gs"}} {
+		r, ok := byName[resource]
+		require.True(t, ok, resource)
+		assert.ElementsMatch(t, short, r.ShortNames, resource)
+		assert.Equal(t, []string{"grid"}, r.Categories, resource)
+	}
+
+	// The Ready column, as kubectl get prints it.
+	n := e.network()
+	e.create(n)
+	n.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllOverlaysDistributed", LastTransitionTime: metav1.Now()}}
+	n.Status.GridID = "grid-one"
+	require.NoError(t, e.admin.Status().Update(e.ctx, n))
+	rc, err := rest.RESTClientFor(tableConfig(cp.AdminConfig()))
+	require.NoError(t, err)
+	var table metav1.Table
+	require.NoError(t, rc.Get().AbsPath("/apis", v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version, "gridnetworks", n.Name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(e.ctx).Into(&table))
+	require.Len(t, table.Rows, 1)
+	cells := map[string]any{}
+	for i, c := range table.ColumnDefinitions {
+		cells[c.Name] = table.Rows[0].Cells[i]
+	}
+	assert.Equal(t, "True", cells["Ready"])
+	assert.Equal(t, "grid-one", cells["Grid ID"])
+}
+
+// tableConfig is cfg for a REST client that decodes meta.k8s.io Tables.
+func tableConfig(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.GroupVersion = &metav1.SchemeGroupVersion
+	out.APIPath = "/apis"
+	out.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	return out
 }

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// convert rewrites upstream's earlier manifests (stdin or files) into the
+// current group and names, leaves other kinds alone, and prints nothing
+// when a document has no equivalent.
+func TestConvertRewritesEarlierManifests(t *testing.T) {
+	in, err := os.ReadFile("../controller/testdata/upstream-manifests.yaml")
+	require.NoError(t, err)
+	in = append(in, []byte("---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: grid-system\n")...)
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, convertManifests(nil, bytes.NewReader(in), &stdout, &stderr), stderr.String())
+	docs := strings.Split(strings.TrimPrefix(stdout.String(), "---\n"), "---\n")
+	require.Len(t, docs, 7)
+	var network map[string]any
+	require.NoError(t, sigsyaml.Unmarshal([]byte(docs[1]), &network))
+	assert.Equal(t, "grid.praxis.fast/v1alpha1", network["apiVersion"])
+	spec := network["spec"].(map[string]any)
+	assert.NotContains(t, spec, "gatewayRefs")
+	gw := spec["consumerGateways"].([]any)[0].(map[string]any)
+	assert.Equal(t, "east-a", gw["siteName"])
+	pc := gw["praxisConfig"].(map[string]any)
+	assert.Equal(t, true, pc["generate"])
+	assert.Equal(t, "/run/secrets/grid-credentials", pc["credentialMountPath"])
+	assert.NotContains(t, pc, "enabled")
+	assert.Equal(t, "grid-swim-key", spec["tls"].(map[string]any)["swimKeySecretRef"].(map[string]any)["name"])
+	assert.Contains(t, docs[6], "kind: Namespace")
+	assert.NotContains(t, stdout.String(), "null")
+
+	// One document without an equivalent: nothing is printed.
+	bad := append(bytes.Clone(in), []byte("---\napiVersion: grid.praxis-proxy.io/v1alpha1\nkind: GridSite\nmetadata: {name: x}\nspec: {gridNetworkRef: n, egress: {address: 'a:1'}, gatewayEndpoint: {address: 'b:1'}}\n")...)
+	stdout.Reset()
+	stderr.Reset()
+	assert.Equal(t, 1, convertManifests(nil, bytes.NewReader(bad), &stdout, &stderr))
+	assert.Empty(t, stdout.String())
+	assert.Contains(t, stderr.String(), "egress and gatewayEndpoint")
+	assert.Contains(t, stderr.String(), "document 8")
+}
