@@ -230,7 +230,7 @@ func (s *site) networkStatus(name string, timeout time.Duration, ok func(*v1alph
 		if err == nil && ok(&n) {
 			return &n
 		}
-		if now := fmt.Sprintf("%s connected=%d remote=%d", n.Status.Phase, n.Status.ConnectedSites, n.Status.RemoteProviderCount); now != last {
+		if now := fmt.Sprintf("%s networkSites=%d connected=%d remote=%d", n.Status.Phase, n.Status.NetworkSites, n.Status.ConnectedSites, n.Status.RemoteProviderCount); now != last {
 			s.t.Logf("%s: network %s is %s", s.name, name, now)
 			last = now
 		}
@@ -242,9 +242,11 @@ func (s *site) networkStatus(name string, timeout time.Duration, ok func(*v1alph
 	}
 }
 
-func counts(phase v1alpha1.NetworkPhase, connected, remote int32) func(*v1alpha1.GridNetwork) bool {
+// counts is a network's phase, its alive sites (networkSites: those that
+// announced it) and their provider records.
+func counts(phase v1alpha1.NetworkPhase, sites, remote int32) func(*v1alpha1.GridNetwork) bool {
 	return func(n *v1alpha1.GridNetwork) bool {
-		return n.Status.Phase == phase && n.Status.ConnectedSites == connected && n.Status.RemoteProviderCount == remote
+		return n.Status.Phase == phase && n.Status.NetworkSites == sites && n.Status.RemoteProviderCount == remote
 	}
 }
 

@@ -111,8 +111,10 @@ func TestThreeSiteMesh(t *testing.T) {
 		require.NotNil(t, cond)
 		assert.Equal(t, "True", string(cond.Status), cond.Message)
 	}
-	// Isolation: the other network's provider is counted there only.
-	a.networkStatus("mesh-other", 20*time.Second, counts(v1alpha1.NetworkActive, 1, 1))
+	// Isolation: the other network's provider is counted there only;
+	// connectedSites counts every alive peer, as the reference defines it.
+	other := a.networkStatus("mesh-other", 20*time.Second, counts(v1alpha1.NetworkActive, 1, 1))
+	assert.Equal(t, int32(2), other.Status.ConnectedSites, "B and C are alive, whichever networks they announced")
 	got := a.networkStatus("mesh", time.Second, counts(v1alpha1.NetworkActive, 2, 2))
 	assert.Equal(t, int32(2), got.Status.RemoteProviderCount, "exactly B's and C's providers")
 
