@@ -87,6 +87,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	meta.SetStatusCondition(&next.Conditions, identityCond)
 	next.Phase, next.NetworkSites, next.RemoteProviderCount = networkPhase(swim)
 	next.ConnectedSites = int32(swim.view.AlivePeers)
+	next.DistributedProviderCount = next.RemoteProviderCount // upstream's name for the same count
 	next.GridID = swim.view.GridID
 	membershipCond := metav1.Condition{Type: ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.condition.reason,
 		Message: swim.condition.message, ObservedGeneration: network.Generation}

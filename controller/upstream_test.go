@@ -97,6 +97,8 @@ func TestUpstreamSiteLifecycleAndNetworkFields(t *testing.T) {
 	})
 	assert.Equal(t, network.Spec.GridID, remoteD.GridID(), "a peer with no grid ID adopts the pinned one")
 	assert.Equal(t, v1alpha1.NetworkActive, got.Status.Phase)
+	assert.Equal(t, got.Status.RemoteProviderCount, got.Status.DistributedProviderCount, "upstream's name for the remote provider count")
+	assert.Equal(t, int32(1), got.Status.DistributedProviderCount)
 	ready := condition(got, "Ready")
 	assert.Equal(t, controller.ReasonFieldNotSupported, ready.Reason)
 	assert.Contains(t, ready.Message, "spec.budgetPolicy")

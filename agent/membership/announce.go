@@ -109,6 +109,7 @@ func (r *Runtime) Forget(network string) {
 	delete(r.netKeyFail, network)
 	delete(r.netNoKey, network)
 	delete(r.departed, network)
+	delete(r.settings, network) // its pin and timings go with it
 	r.mu.Unlock()
 	r.updateKeyPending()
 	r.poke()

@@ -85,4 +85,10 @@ func TestNetworkSwimTimingsDriveTheNode(t *testing.T) {
 	a.SetNetworkSettings("prod", sites.NetworkSettings{Swim: sites.SwimTimings{ProbeInterval: 500 * time.Millisecond, SuspicionTimeout: 4 * time.Second}})
 	time.Sleep(200 * time.Millisecond)
 	assert.Equal(t, started, strings.Count(a.logs.String(), `"msg":"swim_started"`))
+
+	// The networks gone, the flags' timings are back.
+	a.Forget("prod")
+	a.Forget("lab")
+	require.Eventually(t, func() bool { return running() == timings{probe: testProbe, probeTimeout: testTimeout, suspicion: 3 * testProbe, gossipNodes: DefaultGossipNodes} },
+		5*time.Second, 10*time.Millisecond, "running %+v", running())
 }

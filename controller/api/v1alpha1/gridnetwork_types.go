@@ -351,6 +351,11 @@ type GridNetworkStatus struct {
 	//
 	// +optional
 	RemoteProviderCount int32 `json:"remoteProviderCount"`
+	// DistributedProviderCount is remoteProviderCount under upstream's
+	// name, written with the same value for its clients.
+	//
+	// +optional
+	DistributedProviderCount int32 `json:"distributedProviderCount"`
 
 	// PraxisConfigStatus has one entry per gateway whose Praxis config is
 	// generated.
