@@ -201,6 +201,10 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 func (r *Runtime) adoptLocked(g gridID, how string) {
 	r.grid = g
 	r.log.Info("swim_grid_id", "grid_id", g.ID, "generated_by", g.By, "how", how)
+	// Every network's status names the grid.
+	for n := range r.locals {
+		r.notify.send(n)
+	}
 	// This site's records name the grid they are signed for.
 	go r.resign("")
 	ml := r.ml

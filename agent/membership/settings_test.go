@@ -89,6 +89,8 @@ func TestNetworkSwimTimingsDriveTheNode(t *testing.T) {
 	// The networks gone, the flags' timings are back.
 	a.Forget("prod")
 	a.Forget("lab")
-	require.Eventually(t, func() bool { return running() == timings{probe: testProbe, probeTimeout: testTimeout, suspicion: 3 * testProbe, gossipNodes: DefaultGossipNodes} },
+	require.Eventually(t, func() bool {
+		return running() == timings{probe: testProbe, probeTimeout: testTimeout, suspicion: 3 * testProbe, gossipNodes: DefaultGossipNodes}
+	},
 		5*time.Second, 10*time.Millisecond, "running %+v", running())
 }

@@ -32,10 +32,12 @@ type GridTLS struct {
 	// SwimKeySecretRef is the 32-byte key that encrypts SWIM gossip.
 	//
 	// +optional
+	// +nullable
 	SwimKeySecretRef *NamespacedKeyRef `json:"swimKeySecretRef,omitempty"`
 	// SwimKeyRef is swimKeySecretRef under its earlier name.
 	//
 	// +optional
+	// +nullable
 	SwimKeyRef *NamespacedKeyRef `json:"swimKeyRef,omitempty"`
 	// SiteCertificate says how this site obtains its certificate. Unset:
 	// issued here when caSecretRef holds the grid CA's key, provided
@@ -143,6 +145,7 @@ type NamespacedKeyRef struct {
 	// Key within the object; each reference documents its default.
 	//
 	// +optional
+	// +nullable
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Key string `json:"key,omitempty"`
@@ -305,6 +308,7 @@ type ClusterEndpoint struct {
 	// fails closed (MissingTransport).
 	//
 	// +optional
+	// +nullable
 	Transport *EndpointTransport `json:"transport,omitempty"`
 }
 
@@ -319,6 +323,7 @@ type EndpointTransport struct {
 	//
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
+	// +nullable
 	SNI *string `json:"sni,omitempty"`
 	// CASecretRef is a CA bundle Secret in the gateway's namespace.
 	//
@@ -455,6 +460,7 @@ type GatewayTLS struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +nullable
 	ServerName string `json:"serverName,omitempty"`
 }
 
@@ -469,6 +475,7 @@ type SiteTrust struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=2
 	// +kubebuilder:validation:items:Pattern=`^[0-9a-f]{64}$`
+	// +nullable
 	CanonicalFingerprints []string `json:"canonicalFingerprints,omitempty"`
 	// CertFingerprint is upstream's earlier pin: the sha256 of the PEM
 	// encoding of the site's certificate, as colon-separated lowercase hex

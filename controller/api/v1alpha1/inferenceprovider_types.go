@@ -177,16 +177,19 @@ type MetricsConfig struct {
 	// signal without a name is not read (absent, neutral).
 	//
 	// +optional
+	// +nullable
 	SignalNames MetricSignalNames `json:"signalNames,omitempty"`
 	// PoolName, when set, reads only samples whose "name" label is it.
 	//
 	// +optional
 	// +kubebuilder:validation:MinLength=1
+	// +nullable
 	PoolName string `json:"poolName,omitempty"`
 	// QueueCapacity normalises a raw queue size to 0-1.
 	//
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +nullable
 	QueueCapacity *int32 `json:"queueCapacity,omitempty"`
 	// StaleMetricsSeconds is how long a sample is served after it was
 	// scraped; past it the signal is absent. Default: three scrape
@@ -194,6 +197,7 @@ type MetricsConfig struct {
 	//
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +nullable
 	StaleMetricsSeconds *int32 `json:"staleMetricsSeconds,omitempty"`
 	// TLS and Auth are upstream's metrics TLS and credential; this
 	// release does not scrape with them, so a provider setting either is
@@ -204,6 +208,7 @@ type MetricsConfig struct {
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=object
+	// +nullable
 	TLS *apiextensionsv1.JSON `json:"tls,omitempty"`
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
@@ -217,21 +222,27 @@ type MetricSignalNames struct {
 	// QueueDepth: normalised queue depth (0-1), or a raw size with
 	// queueCapacity.
 	// +optional
+	// +nullable
 	QueueDepth string `json:"queueDepth,omitempty"`
 	// KVCacheUtilization: KV-cache utilisation (0-1).
 	// +optional
+	// +nullable
 	KVCacheUtilization string `json:"kvCacheUtilization,omitempty"`
 	// LatencyP99Ms: p99 request latency in milliseconds.
 	// +optional
+	// +nullable
 	LatencyP99Ms string `json:"latencyP99Ms,omitempty"`
 	// PrefixCacheHitRatio: prefix-cache hit ratio (0-1).
 	// +optional
+	// +nullable
 	PrefixCacheHitRatio string `json:"prefixCacheHitRatio,omitempty"`
 	// ErrorRate: normalised error rate (0-1).
 	// +optional
+	// +nullable
 	ErrorRate string `json:"errorRate,omitempty"`
 	// Healthy: a health gauge, any positive value healthy.
 	// +optional
+	// +nullable
 	Healthy string `json:"healthy,omitempty"`
 }
 
@@ -302,6 +313,7 @@ type SecretKeyReference struct {
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 	// +optional
+	// +nullable
 	Key string `json:"key,omitempty"`
 }
 
@@ -323,6 +335,7 @@ type HealthCheck struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https?://[^\s/?#]+([/?#]\S*)?$`
+	// +nullable
 	Endpoint string `json:"endpoint,omitempty"`
 
 	// PeriodSeconds between probes.
