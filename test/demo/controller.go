@@ -132,6 +132,10 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 		}
 	}
 
+	if err := upstreamManifests(ctx, c, binDir); err != nil {
+		return stop, err
+	}
+
 	if err := rolloutEvidence(ctx, cp, c, listener, work, binDir); err != nil {
 		return stop, err
 	}

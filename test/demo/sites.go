@@ -190,7 +190,7 @@ func secondSite(ctx context.Context, eastCP *controlplane.ControlPlane, east cli
 	}
 
 	got, err := waitNetwork(ctx, east, func(n *v1alpha1.GridNetwork) bool {
-		return n.Status.Phase == v1alpha1.NetworkActive && n.Status.ConnectedSites == 1 && n.Status.RemoteProviderCount == 1
+		return n.Status.Phase == v1alpha1.NetworkActive && n.Status.NetworkSites == 1 && n.Status.RemoteProviderCount == 1
 	})
 	if err != nil {
 		return stop, fmt.Errorf("east never saw west: %w", err)
@@ -278,8 +278,8 @@ func showNetwork(site string, n *v1alpha1.GridNetwork) {
 	if c := meta.FindStatusCondition(n.Status.Conditions, controller.ConditionMembership); c != nil {
 		msg = c.Reason + ": " + c.Message
 	}
-	fmt.Printf("    %-9s GridNetwork %s: phase %s, connectedSites %d, remoteProviderCount %d (%s)\n",
-		site, n.Name, n.Status.Phase, n.Status.ConnectedSites, n.Status.RemoteProviderCount, msg)
+	fmt.Printf("    %-9s GridNetwork %s: phase %s, grid %s, connectedSites %d, networkSites %d, remoteProviderCount %d (%s)\n",
+		site, n.Name, n.Status.Phase, short(n.Status.GridID), n.Status.ConnectedSites, n.Status.NetworkSites, n.Status.RemoteProviderCount, msg)
 }
 
 func waitNetwork(ctx context.Context, c client.Client, ok func(*v1alpha1.GridNetwork) bool) (*v1alpha1.GridNetwork, error) {
