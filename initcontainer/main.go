@@ -150,7 +150,11 @@ func waitingFor(st overlaysync.Status) string {
 func waitForIdentity(ctx context.Context, cfg *syncflags.Config, log *slog.Logger) error {
 	opts := cfg.IdentityOptions()
 	opts.Logger = log
-	opts.OnChange = tlsidentity.PublishTo(cfg.IdentityDir)
+	publishTo, err := cfg.IdentityPublisher(log)
+	if err != nil {
+		return err
+	}
+	opts.OnChange = publishTo
 	var lastErr string
 	lastLog := time.Time{}
 	for {

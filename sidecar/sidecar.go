@@ -90,7 +90,9 @@ func runSidecar(args []string, stderr io.Writer) int {
 	if cfg.IdentityEnabled() {
 		idOpts := cfg.IdentityOptions()
 		idOpts.Logger, idOpts.Registerer = log, reg
-		idOpts.OnChange = tlsidentity.PublishTo(cfg.IdentityDir)
+		if idOpts.OnChange, err = cfg.IdentityPublisher(log); err != nil {
+			return fail("identity_invalid", err)
+		}
 		// Invalid initial material stops the start: no silent fallback.
 		if identity, err = tlsidentity.New(idOpts); err != nil {
 			return fail("identity_invalid", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/shared/publish"
 )
 
 // Options configure a Syncer. The zero values of the optional fields are
@@ -29,6 +30,9 @@ type Options struct {
 	// FileMode of the published file; 0 means 0644, readable by a gateway
 	// that runs as another user.
 	FileMode fs.FileMode
+	// Fsync says when a publication is fsynced; "" means publish.SyncAuto
+	// (not in an emptyDir or on tmpfs).
+	Fsync publish.SyncMode
 
 	// ExpireAfter withdraws readiness when the source has not been
 	// confirmed (a successful list, watch start or watch event) for longer

@@ -94,6 +94,10 @@ type Status struct {
 
 	Source SourceStatus `json:"source"`
 	Output string       `json:"output"`
+	// OutputMedium is what the output's folder is on (tmpfs, emptyDir,
+	// disk) and Fsync whether publications there are fsynced.
+	OutputMedium string `json:"output_medium"`
+	Fsync        bool   `json:"fsync"`
 
 	ObservedRevision string `json:"observed_revision,omitempty"`
 	WrittenRevision  string `json:"written_revision,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ type Syncer struct {
 	opts    Options
 	client  rest.Interface
 	file    *publish.File
+	durable publish.Durability
 	metrics *metrics
 
 	mu sync.Mutex
@@ -60,7 +62,12 @@ func New(config *rest.Config, opts Options) (*Syncer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Syncer{opts: opts, client: client, file: file}
+	durable, err := publish.Decide(opts.Fsync, filepath.Dir(opts.Output))
+	if err != nil {
+		return nil, fmt.Errorf("overlay sync: %w", err)
+	}
+	file.SetSync(durable.Sync)
+	s := &Syncer{opts: opts, client: client, file: file, durable: durable}
 	s.metrics = newMetrics(opts.Registerer, s.isReady, s.isDegraded, s.confirmedAt)
 	s.restore()
 	return s, nil
@@ -142,6 +149,7 @@ func (s *Syncer) Status() Status {
 	st.Namespace, st.ConfigMap, st.DataKey = s.opts.Namespace, s.opts.ConfigMap, s.opts.DataKey
 	st.Source = SourceStatus{Namespace: s.opts.Namespace, ConfigMap: s.opts.ConfigMap, DataKey: s.opts.DataKey, ResourceVersion: s.st.resourceVersion}
 	st.Output = s.opts.Output
+	st.Fsync, st.OutputMedium = s.durable.Sync, s.durable.Medium
 	return st
 }
 
@@ -149,7 +157,8 @@ func (s *Syncer) Status() Status {
 // valid overlay is on disk. It never returns because the API server is
 // unreachable: it backs off and tries again.
 func (s *Syncer) Run(ctx context.Context) error {
-	s.opts.Logger.Info("sync_started", "namespace", s.opts.Namespace, "config_map", s.opts.ConfigMap, "data_key", s.opts.DataKey, "output", s.opts.Output)
+	s.opts.Logger.Info("sync_started", "namespace", s.opts.Namespace, "config_map", s.opts.ConfigMap, "data_key", s.opts.DataKey, "output", s.opts.Output,
+		"output_medium", s.durable.Medium, "fsync_mode", string(s.durable.Mode), "fsync", s.durable.Sync)
 	retry := newBackoff(s.opts.BackoffMin, s.opts.BackoffMax)
 	relist := true
 	listed := false

@@ -22,10 +22,16 @@ const (
 	generationTag = ".."
 )
 
-// Generation publishes files (name to content) into dir as one generation
-// and removes the generations it replaces. Names must be plain file names.
-// On error the previous generation stays in place and whole.
+// Generation publishes files (name to content) into dir as one generation,
+// fsynced, and removes the generations it replaces. Names must be plain
+// file names. On error the previous generation stays in place and whole.
 func Generation(dir string, files map[string][]byte, perm fs.FileMode) error {
+	return GenerationSynced(dir, files, perm, true)
+}
+
+// GenerationSynced is Generation with the fsyncs only when sync is true
+// (see Decide): the ..data swap keeps it atomic either way.
+func GenerationSynced(dir string, files map[string][]byte, perm fs.FileMode, sync bool) error {
 	if len(files) == 0 {
 		return errors.New("publish generation: no files")
 	}
@@ -53,12 +59,14 @@ func Generation(dir string, files map[string][]byte, perm fs.FileMode) error {
 		return fmt.Errorf("publish generation in %s: %w", dir, err)
 	}
 	for name, content := range files {
-		if err := writeSynced(filepath.Join(gen, name), content, perm); err != nil {
+		if err := writeFile(filepath.Join(gen, name), content, perm, sync); err != nil {
 			return fmt.Errorf("publish generation in %s: %w", dir, err)
 		}
 	}
-	if err := syncDir(gen); err != nil {
-		return fmt.Errorf("publish generation in %s: sync: %w", dir, err)
+	if sync {
+		if err := syncDir(gen); err != nil {
+			return fmt.Errorf("publish generation in %s: sync: %w", dir, err)
+		}
 	}
 
 	tmpLink := filepath.Join(dir, dataLinkTmp)
@@ -72,8 +80,10 @@ func Generation(dir string, files map[string][]byte, perm fs.FileMode) error {
 		return fmt.Errorf("publish generation in %s: %w", dir, err)
 	}
 	done = true
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("publish generation in %s: %w: %w", dir, ErrNotDurable, err)
+	if sync {
+		if err := syncDir(dir); err != nil {
+			return fmt.Errorf("publish generation in %s: %w: %w", dir, ErrNotDurable, err)
+		}
 	}
 
 	// Visible names, created once; they resolve through ..data.
@@ -90,7 +100,7 @@ func Generation(dir string, files map[string][]byte, perm fs.FileMode) error {
 	return removeOldGenerations(dir, filepath.Base(gen))
 }
 
-func writeSynced(path string, content []byte, perm fs.FileMode) error {
+func writeFile(path string, content []byte, perm fs.FileMode, sync bool) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
 	if err != nil {
 		return err
@@ -103,9 +113,11 @@ func writeSynced(path string, content []byte, perm fs.FileMode) error {
 		_ = f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
+	if sync {
+		if err := f.Sync(); err != nil {
+			_ = f.Close()
+			return err
+		}
 	}
 	return f.Close()
 }

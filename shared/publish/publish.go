@@ -6,7 +6,8 @@
 // is only atomic within one file system), fsync it, rename it over the
 // target, then fsync the folder so that the rename itself survives a power
 // loss. Any failure before the rename removes the temporary file and leaves
-// the target untouched.
+// the target untouched. The two fsyncs can be left out (SetSync) where
+// durability buys nothing; the rename keeps the publication atomic.
 package publish
 
 import (
@@ -58,6 +59,7 @@ type File struct {
 	path string
 	dir  string
 	perm fs.FileMode
+	sync bool
 }
 
 // New prepares publication to path with the given file mode and removes
@@ -67,7 +69,7 @@ func New(path string, perm fs.FileMode) (*File, error) {
 	if path == "" {
 		return nil, errors.New("publish: empty target path")
 	}
-	f := &File{path: path, dir: filepath.Dir(path), perm: perm}
+	f := &File{path: path, dir: filepath.Dir(path), perm: perm, sync: true}
 	info, err := os.Stat(f.dir)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", path, err)
@@ -80,6 +82,10 @@ func New(path string, perm fs.FileMode) (*File, error) {
 	}
 	return f, nil
 }
+
+// SetSync says whether publications are fsynced (the default) or only
+// renamed into place (see Decide).
+func (f *File) SetSync(on bool) { f.sync = on }
 
 // Path is the target path.
 func (f *File) Path() string { return f.path }
@@ -235,8 +241,10 @@ func (f *File) replace(content []byte) (renamed bool, err error) {
 	}
 	// Without this fsync a crash after the rename could leave the target
 	// pointing at a file whose data never reached the disk: an empty file.
-	if _, err := ignoringEINTR(func() (int, error) { return 0, unix.Fsync(fd) }); err != nil {
-		return false, fmt.Errorf("sync temporary file: %w", err)
+	if f.sync {
+		if _, err := ignoringEINTR(func() (int, error) { return 0, unix.Fsync(fd) }); err != nil {
+			return false, fmt.Errorf("sync temporary file: %w", err)
+		}
 	}
 	closeErr := unix.Close(fd)
 	fd = -1
@@ -247,6 +255,9 @@ func (f *File) replace(content []byte) (renamed bool, err error) {
 		return false, fmt.Errorf("rename into place: %w", err)
 	}
 	renamed = true
+	if !f.sync {
+		return true, nil
+	}
 	// The rename is a change to the folder; it is durable only once the
 	// folder is synced. The new content is already visible to readers, so a
 	// failure here is reported but not undone.

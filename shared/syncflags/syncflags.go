@@ -13,12 +13,14 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/envflag"
 	"github.com/gridsync/gridsync/shared/overlaysync"
+	"github.com/gridsync/gridsync/shared/publish"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
 
@@ -53,6 +55,9 @@ type Config struct {
 	ProbeAddr         string // sidecar only
 	Once              bool   // sidecar only
 	Timeout           time.Duration
+	// Fsync says when publications (the overlay and the identity) are
+	// fsynced: auto, always or never.
+	Fsync publish.SyncMode
 
 	// The pod's mounted TLS identity (a Secret volume) and the folder in
 	// the shared volume it is published to; all empty means off.
@@ -124,6 +129,8 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	fs.BoolVar(&c.AcceptLegacy, "accept-legacy", false, "deliver a bare overlay without an envelope"+envflag.Note(envPrefix+"ACCEPT_LEGACY"))
 	bind("accept-legacy", envPrefix+"ACCEPT_LEGACY")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for out-of-cluster use (default: in-cluster, then $KUBECONFIG)")
+	fsync := fs.String("fsync", string(publish.SyncAuto), "fsync the published files: auto (not inside an emptyDir or on tmpfs, where the atomic rename is all a reader needs), always or never"+envflag.Note(envPrefix+"FSYNC"))
+	bind("fsync", envPrefix+"FSYNC")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error"+envflag.Note(envPrefix+"LOG_LEVEL"))
 	bind("log-level", envPrefix+"LOG_LEVEL")
 	fs.DurationVar(&c.WatchIdleTimeout, "watch-idle-timeout", 3*time.Minute, "restart a watch that delivered nothing, not even a bookmark, for this long"+envflag.Note(envPrefix+"WATCH_IDLE_TIMEOUT"))
@@ -166,6 +173,8 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	if level, ok := rustLogLevel(getenv("RUST_LOG")); ok && !isSet(fs, "log-level") {
 		c.LogLevel = level
 	}
+	var fsyncErr error
+	c.Fsync, fsyncErr = publish.ParseSyncMode(*fsync)
 	if c.ExpectedNamespace == "" {
 		c.ExpectedNamespace = c.Namespace
 	}
@@ -175,7 +184,7 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	if c.ReportCA == "" {
 		c.ReportCA = c.IdentityCA
 	}
-	if err := c.validate(bindings); err != nil {
+	if err := errors.Join(c.validate(bindings), wrapFsync(fsyncErr)); err != nil {
 		return nil, envflag.UsageError(fs, "%v", err)
 	}
 	return c, nil
@@ -250,6 +259,7 @@ func (c *Config) SyncOptions() overlaysync.Options {
 		ExpireAfter:      c.ExpireAfter,
 		WatchIdleTimeout: c.WatchIdleTimeout,
 		Once:             c.Once,
+		Fsync:            c.Fsync,
 	}
 }
 
@@ -316,4 +326,26 @@ var rustLevels = map[string]slog.Level{
 	"warn":  slog.LevelWarn,
 	"error": slog.LevelError,
 	"off":   slog.LevelError,
+}
+
+func wrapFsync(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("--fsync: %w", err)
+}
+
+// IdentityPublisher publishes each identity into IdentityDir, fsynced as
+// the overlay is: by --fsync and the folder's medium, decided once here
+// and logged. The folder is created first, as publication would.
+func (c *Config) IdentityPublisher(log *slog.Logger) (func(*tlsidentity.Identity) error, error) {
+	if err := os.MkdirAll(c.IdentityDir, 0o755); err != nil {
+		return nil, fmt.Errorf("identity folder: %w", err)
+	}
+	d, err := publish.Decide(c.Fsync, c.IdentityDir)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("identity_durability", "dir", c.IdentityDir, "medium", d.Medium, "fsync_mode", string(d.Mode), "fsync", d.Sync)
+	return tlsidentity.PublishSynced(c.IdentityDir, d.Sync), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/shared/publish"
 	"github.com/gridsync/gridsync/shared/syncflags"
 )
 
@@ -126,4 +127,25 @@ func TestUpstreamOnceAndRustLog(t *testing.T) {
 	c, err = syncflags.Parse(syncflags.Sidecar, "gridsync-sidecar", append([]string{"--log-level", "warn"}, required...), env(map[string]string{"RUST_LOG": "debug"}), &out)
 	require.NoError(t, err)
 	assert.Equal(t, slog.LevelWarn, c.LogLevel, "the flag wins")
+}
+
+// --fsync takes auto (the default), always or never, from the flag or
+// OVERLAY_SYNC_FSYNC, for both binaries; anything else is refused by name.
+func TestFsyncMode(t *testing.T) {
+	for _, mode := range []syncflags.Mode{syncflags.Sidecar, syncflags.Init} {
+		var out bytes.Buffer
+		c, err := syncflags.Parse(mode, "bin", required, env(nil), &out)
+		require.NoError(t, err, out.String())
+		assert.Equal(t, publish.SyncAuto, c.Fsync)
+		assert.Equal(t, publish.SyncAuto, c.SyncOptions().Fsync)
+		c, err = syncflags.Parse(mode, "bin", required, env(map[string]string{"OVERLAY_SYNC_FSYNC": "never"}), &out)
+		require.NoError(t, err, out.String())
+		assert.Equal(t, publish.SyncNever, c.Fsync)
+		c, err = syncflags.Parse(mode, "bin", append([]string{"--fsync", "always"}, required...), env(map[string]string{"OVERLAY_SYNC_FSYNC": "never"}), &out)
+		require.NoError(t, err, out.String())
+		assert.Equal(t, publish.SyncAlways, c.Fsync)
+		_, err = syncflags.Parse(mode, "bin", append([]string{"--fsync", "sometimes"}, required...), env(nil), &out)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "--fsync")
+	}
 }

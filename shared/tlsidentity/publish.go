@@ -17,12 +17,16 @@ const (
 // mode follows the kubelet's default for Secret volumes (0644): the
 // gateway container may run as another user, and only the pod's own
 // containers mount the volume.
-func PublishTo(dir string) func(*Identity) error {
+func PublishTo(dir string) func(*Identity) error { return PublishSynced(dir, true) }
+
+// PublishSynced is PublishTo with the fsyncs only when sync is true (the
+// sidecar decides it from the folder's medium, as for the overlay).
+func PublishSynced(dir string, sync bool) func(*Identity) error {
 	return func(id *Identity) error {
 		files := map[string][]byte{FileCert: id.CertPEM, FileKey: id.KeyPEM}
 		if id.CAPEM != nil {
 			files[FileCA] = id.CAPEM
 		}
-		return publish.Generation(dir, files, 0o644)
+		return publish.GenerationSynced(dir, files, 0o644, sync)
 	}
 }

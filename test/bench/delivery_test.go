@@ -50,18 +50,22 @@ func BenchmarkDelivery(b *testing.B) {
 		name   string
 		size   int
 		medium string
+		fsync  string
 		reader bool
 	}{
-		{"size=64KiB/medium=tmpfs", 64 << 10, "tmpfs", true},
-		{"size=1MiB/medium=tmpfs", 1<<20 - 8<<10, "tmpfs", false},
-		{"size=64KiB/medium=disk", 64 << 10, "disk", false},
+		{"size=64KiB/medium=tmpfs", 64 << 10, "tmpfs", "auto", true},
+		{"size=1MiB/medium=tmpfs", 1<<20 - 8<<10, "tmpfs", "auto", false},
+		// A disk-backed emptyDir, as a pod's: --fsync auto does not sync.
+		{"size=64KiB/medium=disk", 64 << 10, "disk", "auto", false},
+		// The same folder with every publication synced, as before.
+		{"size=64KiB/medium=disk/fsync=always", 64 << 10, "disk", "always", false},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				res := deliver(b, c.size, c.medium, c.reader)
+				res := deliver(b, c.size, c.medium, c.fsync, c.reader)
 				fmt.Println(res.line())
-				fmt.Printf("idle size=%d medium=%s cpu_ms_per_s=%.2f\n", res.size, res.medium, res.idleCPUMsPerSecond)
+				fmt.Printf("idle size=%d medium=%s fsync=%s cpu_ms_per_s=%.2f\n", res.size, res.medium, res.fsync, res.idleCPUMsPerSecond)
 				if c.reader {
 					fmt.Printf("reader reads=%d invalid=%d\n", res.reads, res.invalid)
 				}
@@ -80,6 +84,7 @@ func BenchmarkDelivery(b *testing.B) {
 type result struct {
 	size           int
 	medium         string
+	fsync          string
 	latencies      []float64 // ms
 	missed         int
 	rssMiB         float64
@@ -92,11 +97,11 @@ type result struct {
 func (r result) percentile(p float64) float64 { return measure.Percentile(r.latencies, p) }
 
 func (r result) line() string {
-	return fmt.Sprintf("delivery size=%d medium=%s updates=%d p50_ms=%.2f p95_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_mib=%.1f cpu_ms_per_update=%.3f",
-		r.size, r.medium, len(r.latencies), r.percentile(50), r.percentile(95), r.percentile(99), r.percentile(100), r.rssMiB, r.cpuMsPerUpdate)
+	return fmt.Sprintf("delivery size=%d medium=%s fsync=%s updates=%d p50_ms=%.2f p95_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_mib=%.1f cpu_ms_per_update=%.3f",
+		r.size, r.medium, r.fsync, len(r.latencies), r.percentile(50), r.percentile(95), r.percentile(99), r.percentile(100), r.rssMiB, r.cpuMsPerUpdate)
 }
 
-func deliver(b *testing.B, size int, medium string, withReader bool) result {
+func deliver(b *testing.B, size int, medium, fsync string, withReader bool) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ns := fmt.Sprintf("bench-%d", caseSeq.Add(1))
@@ -107,7 +112,9 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
 	measure.Must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
 
-	dir := b.TempDir() // the local disk
+	// On the local disk, a folder where the kubelet puts a pod's emptyDir.
+	dir := filepath.Join(b.TempDir(), "pods", "bench", "volumes", "kubernetes.io~empty-dir", "routing")
+	measure.Must(b, os.MkdirAll(dir, 0o755))
 	if medium == "tmpfs" {
 		dir, err = os.MkdirTemp("/dev/shm", "gridsync-bench-")
 		measure.Must(b, err)
@@ -133,7 +140,7 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 	proc := exec.Command(sidecar, //nolint:noctx // stopped with SIGTERM below
 		"--kubeconfig", kubeconfig, "--namespace", ns, "--config-map", configMap, "--output", output,
 		"--expected-network", scope.Network, "--expected-gateway", scope.Gateway, "--expected-local-site", scope.LocalSite,
-		"--health-addr", health, "--log-level", "warn")
+		"--health-addr", health, "--log-level", "warn", "--fsync", fsync)
 	proc.Stderr = os.Stderr
 	proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	measure.Must(b, proc.Start())
@@ -192,7 +199,7 @@ func deliver(b *testing.B, size int, medium string, withReader bool) result {
 	// Idle: the watch is open and nothing changes.
 	idleBefore := measure.MustCPU(b, proc.Process.Pid)
 	time.Sleep(idleWindow)
-	res := result{size: len(docs[len(docs)-1]), medium: medium}
+	res := result{size: len(docs[len(docs)-1]), medium: medium, fsync: fsync}
 	res.idleCPUMsPerSecond = float64((measure.MustCPU(b, proc.Process.Pid) - idleBefore).Microseconds()) / 1000 / idleWindow.Seconds()
 
 	cpuBefore := measure.MustCPU(b, proc.Process.Pid)
