@@ -24,15 +24,18 @@ func TestGatewayPodIsGatedAndFollowsTheOverlay(t *testing.T) {
 		native bool
 		// sync is the container that syncs after the start.
 		sync, gate string
+		// volumeMedium is the emptyDir's (the chart's default, Memory, or
+		// the node's disk); medium is what the sidecar finds it on.
+		volumeMedium, medium string
 	}{
-		{name: "classic", native: false, sync: "overlay-sync", gate: "overlay-init"},
-		{name: "native", native: true, sync: "overlay-sync", gate: "overlay-sync"},
+		{name: "classic", native: false, sync: "overlay-sync", gate: "overlay-init", volumeMedium: "", medium: "emptyDir"},
+		{name: "native", native: true, sync: "overlay-sync", gate: "overlay-sync", volumeMedium: "Memory", medium: "tmpfs"},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			ns := namespace(t, "gw-"+mode.name)
 			gw := installGateway(t, ns, sidecarValues(map[string]any{
-				"overlay": map[string]any{"sidecar": map[string]any{"native": mode.native}},
+				"overlay": map[string]any{"sidecar": map[string]any{"native": mode.native, "volume": map[string]any{"medium": mode.volumeMedium}}},
 			}))
 
 			// No ConfigMap yet: the gate runs, the gateway waits.
@@ -57,6 +60,10 @@ func TestGatewayPodIsGatedAndFollowsTheOverlay(t *testing.T) {
 			side := statusOfSidecar(t, pod)
 			assert.True(t, side.Ready)
 			assert.Equal(t, rev1, side.WrittenRevision)
+			// The kubelet's emptyDir, on disk or in memory: --fsync auto
+			// finds it and syncs nothing.
+			assert.Equal(t, mode.medium, side.OutputMedium)
+			assert.False(t, side.Fsync)
 			file := node.VolumeFile(pod, "kubernetes.io~empty-dir", "routing-overlay", "routing-overlay.json")
 			assert.Equal(t, string(doc1), readFile(file), "the emptyDir holds the envelope as published")
 

@@ -195,6 +195,8 @@ type sidecarStatus struct {
 	LastRejectionReason string `json:"last_rejection_reason"`
 	Degraded            bool   `json:"degraded"`
 	DegradedDetail      string `json:"degraded_detail"`
+	OutputMedium        string `json:"output_medium"`
+	Fsync               bool   `json:"fsync"`
 	Identity            *struct {
 		Fingerprint string `json:"fingerprint"`
 		Generation  string `json:"generation"`
