@@ -115,7 +115,7 @@ func mountOf(path string) (root, point string, ok bool) {
 		if len(fields) < 5 {
 			continue
 		}
-		r, p := unescapeMount(fields[3]), unescapeMount(fields[4])
+		r, p := UnescapeMount(fields[3]), UnescapeMount(fields[4])
 		if (path == p || strings.HasPrefix(path, strings.TrimSuffix(p, "/")+"/")) && len(p) >= len(point) {
 			root, point, ok = r, p, true
 		}
@@ -123,8 +123,9 @@ func mountOf(path string) (root, point string, ok bool) {
 	return root, point, ok
 }
 
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
+// UnescapeMount undoes /proc/self/mountinfo's octal escapes (\040 for a
+// space) in a root or mount point field.
+func UnescapeMount(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

@@ -49,7 +49,7 @@ func TestDecideByMedium(t *testing.T) {
 	assert.Error(t, err)
 	_, err = ParseSyncMode("sometimes")
 	assert.Error(t, err)
-	assert.Equal(t, `/a b\x`, unescapeMount(`/a\040b\x`))
+	assert.Equal(t, `/a b\x`, UnescapeMount(`/a\040b\x`))
 }
 
 // Without the fsyncs a publication is as atomic as with them: the target

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/gridsync/gridsync/shared/publish"
 )
 
 // unmountUnder detaches every mount at or below dir (containers' root
@@ -30,7 +32,7 @@ func unmountUnder(dir string) error {
 		if len(fields) < 5 {
 			continue
 		}
-		point := unescapeMount(fields[4])
+		point := publish.UnescapeMount(fields[4])
 		if point == dir || strings.HasPrefix(point, dir+"/") {
 			points = append(points, point)
 		}
@@ -46,24 +48,4 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
