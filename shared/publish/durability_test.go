@@ -3,6 +3,7 @@ package publish
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -53,19 +54,23 @@ func TestDecideByMedium(t *testing.T) {
 }
 
 // Without the fsyncs a publication is as atomic as with them: the target
-// holds the new content whole, and no temporary file is left.
+// holds the new content whole, and no temporary file is left. The blocks
+// allocated ahead of the write never lengthen the file.
 func TestReplaceWithoutSync(t *testing.T) {
 	dir := t.TempDir()
 	f, err := New(filepath.Join(dir, "routing-overlay.json"), 0o644)
 	require.NoError(t, err)
 	f.SetSync(false)
-	for _, content := range []string{"first", "second, longer"} {
+	for _, content := range []string{"first", "second, longer", strings.Repeat("x", 65488), "short", ""} {
 		res, err := f.Replace([]byte(content))
 		require.NoError(t, err)
 		assert.Equal(t, Written, res)
 		got, err := os.ReadFile(f.Path())
 		require.NoError(t, err)
 		assert.Equal(t, content, string(got))
+		info, err := os.Stat(f.Path())
+		require.NoError(t, err)
+		assert.Equal(t, int64(len(content)), info.Size())
 	}
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)

@@ -231,6 +231,11 @@ func (f *File) replace(content []byte) (renamed bool, err error) {
 		}
 	}()
 
+	if !f.sync {
+		if err := allocate(fd, len(content)); err != nil {
+			return false, fmt.Errorf("allocate temporary file: %w", err)
+		}
+	}
 	if err := writeAll(fd, content); err != nil {
 		return false, fmt.Errorf("write temporary file: %w", err)
 	}
@@ -281,6 +286,30 @@ func (f *File) createTemp(dirFD int) (string, int, error) {
 		return name, fd, err
 	}
 	return "", -1, errors.New("no free temporary file name after 100 tries")
+}
+
+// allocate reserves the file's blocks before it is written, when nothing
+// will sync it. ext4 allocates a written file's blocks late (delayed
+// allocation), and a rename that replaces a file whose blocks are still
+// unallocated makes the renaming process start their writeback there and
+// then (auto_da_alloc, a guard for programs that never fsync): on a
+// disk-backed emptyDir that was most of what an update cost beyond tmpfs.
+// Blocks allocated up front leave nothing delayed; the writeback happens
+// later in the kernel's flusher, as for any file. KEEP_SIZE leaves the
+// length to the write, so the last partial block is not zeroed first. A
+// file system without fallocate is written as before; a full one is
+// refused here, before a byte is written.
+func allocate(fd, size int) error {
+	if size == 0 {
+		return nil
+	}
+	_, err := ignoringEINTR(func() (int, error) {
+		return 0, unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, int64(size))
+	})
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		return nil
+	}
+	return err
 }
 
 func writeAll(fd int, content []byte) error {
