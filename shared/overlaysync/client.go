@@ -46,7 +46,7 @@ func newCoreClient(base *rest.Config) (rest.Interface, error) {
 	}
 	cfg.APIPath = "/api"
 	cfg.GroupVersion = &corev1.SchemeGroupVersion
-	cfg.NegotiatedSerializer = watchOnceCodecs{NegotiatedSerializer: coreCodecs.WithoutConversion(), creater: coreScheme}
+	cfg.NegotiatedSerializer = watchOnceCodecs{NegotiatedSerializer: coreCodecs.WithoutConversion(), objects: coreScheme}
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	if cfg.UserAgent == "" {

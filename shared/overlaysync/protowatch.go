@@ -24,7 +24,7 @@ import (
 // copies. Everything else (lists, JSON, encoding) is the stock codec's.
 type watchOnceCodecs struct {
 	runtime.NegotiatedSerializer
-	creater runtime.ObjectCreater
+	objects runtime.ObjectCreater
 }
 
 func (c watchOnceCodecs) SupportedMediaTypes() []runtime.SerializerInfo {
@@ -36,7 +36,7 @@ func (c watchOnceCodecs) SupportedMediaTypes() []runtime.SerializerInfo {
 		stream := *info.StreamSerializer
 		stream.Serializer = watchEventSerializer{Serializer: stream.Serializer}
 		infos[i].StreamSerializer = &stream
-		infos[i].Serializer = embeddedObjectSerializer{Serializer: info.Serializer, creater: c.creater}
+		infos[i].Serializer = embeddedObjectSerializer{Serializer: info.Serializer, objects: c.objects}
 	}
 	return infos
 }
@@ -78,7 +78,7 @@ func (s watchEventSerializer) Decode(data []byte, gvk *schema.GroupVersionKind, 
 // the stock serializer, which says what is wrong.
 type embeddedObjectSerializer struct {
 	runtime.Serializer
-	creater runtime.ObjectCreater
+	objects runtime.ObjectCreater
 }
 
 // protobufPrefix opens every Kubernetes protobuf object.
@@ -116,7 +116,7 @@ func (s embeddedObjectSerializer) Decode(data []byte, gvk *schema.GroupVersionKi
 	if err != nil || wrapped || actual.Kind == "" || actual.Version == "" {
 		return s.Serializer.Decode(data, gvk, into)
 	}
-	obj, err := s.creater.New(actual)
+	obj, err := s.objects.New(actual)
 	if err != nil {
 		return nil, &actual, err
 	}

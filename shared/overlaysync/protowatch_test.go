@@ -64,7 +64,7 @@ func decodeAll(t *testing.T, codecs runtime.NegotiatedSerializer, stream []byte)
 	var events []watch.Event
 	for {
 		typ, obj, err := decoder.Decode()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return events, nil
 		}
 		if err != nil {
@@ -101,7 +101,7 @@ func TestWatchOnceCodecsDecodeAsTheStockCodec(t *testing.T) {
 	want, err := decodeAll(t, coreCodecs.WithoutConversion(), stream)
 	require.NoError(t, err)
 	require.Len(t, want, 5)
-	got, err := decodeAll(t, watchOnceCodecs{NegotiatedSerializer: coreCodecs.WithoutConversion(), creater: coreScheme}, stream)
+	got, err := decodeAll(t, watchOnceCodecs{NegotiatedSerializer: coreCodecs.WithoutConversion(), objects: coreScheme}, stream)
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 	assert.Equal(t, envelope, got[0].Object.(*corev1.ConfigMap).Data["envelope.json"])
@@ -114,7 +114,7 @@ func TestWatchOnceCodecsRefuseBrokenFrames(t *testing.T) {
 	stream := watchStream(t, watch.Event{Type: watch.Added, Object: &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "c", ResourceVersion: "1"}, Data: map[string]string{"k": "v"},
 	}})
-	ours := watchOnceCodecs{NegotiatedSerializer: coreCodecs.WithoutConversion(), creater: coreScheme}
+	ours := watchOnceCodecs{NegotiatedSerializer: coreCodecs.WithoutConversion(), objects: coreScheme}
 	for cut := 5; cut < len(stream); cut++ {
 		broken := append([]byte(nil), stream...)
 		broken[cut] ^= 0xff
@@ -161,7 +161,7 @@ func TestWatchOnceCodecsReadTheWrappersInPlace(t *testing.T) {
 	at := uintptr(unsafe.Pointer(&event.Object.Raw[0]))
 	assert.True(t, at > start && at < start+uintptr(frame.Len()), "the object is a slice of the frame")
 
-	obj, _, err := embeddedObjectSerializer{Serializer: refusingSerializer{}, creater: coreScheme}.Decode(event.Object.Raw, nil, nil)
+	obj, _, err := embeddedObjectSerializer{Serializer: refusingSerializer{}, objects: coreScheme}.Decode(event.Object.Raw, nil, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "3", obj.(*corev1.ConfigMap).ResourceVersion)
 	assert.Equal(t, "v", obj.(*corev1.ConfigMap).Data["k"])
