@@ -95,7 +95,7 @@ func validate(m material, now time.Time, requireServerAuth bool) (*Identity, *Re
 	if err != nil {
 		// Tell a mismatch (the classic torn or half-rotated Secret) from
 		// garbage.
-		if parseChain(m.cert) != nil && parsesAsKey(m.key) {
+		if ParseChain(m.cert) != nil && ParsesAsKey(m.key) {
 			return nil, rejection(MaterialCertificate, ReasonMismatch, "the private key does not match the certificate")
 		}
 		return nil, rejection(MaterialCertificate, ReasonUnparseable, err.Error())
@@ -124,7 +124,7 @@ func validate(m material, now time.Time, requireServerAuth bool) (*Identity, *Re
 		return nil, rejection(MaterialCertificate, ReasonNotServerAuth, fmt.Sprintf("leaf %q has no server-auth usage", leaf.Subject.String()))
 	}
 	if m.ca != nil {
-		roots, rej := usableRoots(parseChain(m.ca), now)
+		roots, rej := usableRoots(ParseChain(m.ca), now)
 		if rej != nil {
 			return nil, rej
 		}
@@ -245,9 +245,9 @@ func hasServerAuth(c *x509.Certificate) bool {
 	return false
 }
 
-// parseChain returns the certificates in PEM data, nil when there is none
+// ParseChain returns the certificates in PEM data, nil when there is none
 // or one does not parse.
-func parseChain(data []byte) []*x509.Certificate {
+func ParseChain(data []byte) []*x509.Certificate {
 	var out []*x509.Certificate
 	for {
 		var block *pem.Block
@@ -266,7 +266,9 @@ func parseChain(data []byte) []*x509.Certificate {
 	}
 }
 
-func parsesAsKey(data []byte) bool {
+// ParsesAsKey says whether PEM data holds a private key that parses
+// (PKCS #8, SEC 1 or PKCS #1).
+func ParsesAsKey(data []byte) bool {
 	for {
 		var block *pem.Block
 		block, data = pem.Decode(data)
