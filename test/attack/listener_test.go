@@ -75,18 +75,8 @@ func startSignalsAgent(t *testing.T, wrap []string, extra ...string) *signalsAge
 	s.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
 	require.NoError(t, err)
 
-	caPEM, caKey, err := sitetrust.NewCA(time.Now(), time.Hour)
-	require.NoError(t, err)
-	ca, err := sitetrust.ParseCA(caPEM, caKey)
-	require.NoError(t, err)
-	chain, key, err := ca.Issue(listenerSite, time.Now(), time.Hour)
-	require.NoError(t, err)
-	proj := testpki.NewProjection(t)
-	proj.Publish(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": caPEM})
-	s.leaf, err = tls.X509KeyPair(chain, key)
-	require.NoError(t, err)
-	s.roots = x509.NewCertPool()
-	s.roots.AppendCertsFromPEM(caPEM)
+	site := testpki.NewSite(t, listenerSite)
+	s.leaf, s.roots = site.Leaf, site.Roots
 	gn := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: s.network}, Spec: v1alpha1.GridNetworkSpec{
 		ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.gwNS, SiteName: listenerSite}}}}
 	require.NoError(t, s.admin.Create(ctx, gn))
@@ -96,8 +86,8 @@ func startSignalsAgent(t *testing.T, wrap []string, extra ...string) *signalsAge
 	args := append([]string{
 		"--kubeconfig", kubeconfig, "--namespaces", s.gwNS, "--leader-elect=false", "--leader-election-namespace", agentNS,
 		"--health-addr", s.health, "--log-level", "warn", "--site-name", listenerSite,
-		"--signals-addr", s.signals, "--signals-cert", proj.Path("tls.crt"), "--signals-key", proj.Path("tls.key"), "--signals-ca", proj.Path("ca.crt"),
-	}, extra...)
+		"--signals-addr", s.signals,
+	}, append(site.AgentArgs(), extra...)...)
 	path := agentBin
 	if len(wrap) > 0 {
 		path, args = wrap[0], append(append(wrap[1:], agentBin), args...)

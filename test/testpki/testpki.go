@@ -40,6 +40,9 @@ type Opts struct {
 	NotBefore, NotAfter time.Time
 	ClientOnly          bool // no server-auth usage
 	RSABits             int  // an RSA key of this size instead of P-256
+	// Names, when set, are a leaf's only DNS names (no IP address):
+	// a certificate for another name than the one dialled.
+	Names []string
 }
 
 // NewRoot makes a self-signed root CA.
@@ -64,7 +67,7 @@ func (i *Issuer) Intermediate(t testing.TB, name string, o Opts) *Issuer {
 	return issue(t, i, name, true, o)
 }
 
-// Leaf makes a certificate for localhost and 127.0.0.1 signed by i and
+// Leaf makes a certificate for localhost and 127.0.0.1 (or o.Names) signed by i and
 // returns it PEM-encoded, followed by i when i is an intermediate, with
 // its PEM-encoded key.
 func (i *Issuer) Leaf(t testing.TB, name string, o Opts) (certPEM, keyPEM []byte) {
@@ -114,6 +117,9 @@ func issue(t testing.TB, parent *Issuer, name string, ca bool, o Opts) *Issuer {
 	} else {
 		tmpl.DNSNames = []string{"localhost"}
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		if len(o.Names) > 0 {
+			tmpl.DNSNames, tmpl.IPAddresses = o.Names, nil
+		}
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		if o.ClientOnly {
 			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}

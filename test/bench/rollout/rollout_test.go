@@ -165,18 +165,8 @@ func runBench(b *testing.B) {
 	measure.Must(b, controlplane.WriteKubeconfig(agentCfg, kubeconfig))
 
 	// This site's identity, as the chart mounts the site Secret.
-	caPEM, caKey, err := sitetrust.NewCA(time.Now(), time.Hour)
-	measure.Must(b, err)
-	ca, err := sitetrust.ParseCA(caPEM, caKey)
-	measure.Must(b, err)
-	chain, key, err := ca.Issue(site, time.Now(), time.Hour)
-	measure.Must(b, err)
-	proj := testpki.NewProjection(b)
-	proj.Publish(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": caPEM})
-	gatewayLeaf, err := tls.X509KeyPair(chain, key)
-	measure.Must(b, err)
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
+	identity := testpki.NewSite(b, site)
+	gatewayLeaf, roots := identity.Leaf, identity.Roots
 
 	var gws []v1alpha1.ConsumerGateway
 	for g := range gateways {
@@ -192,14 +182,13 @@ func runBench(b *testing.B) {
 	measure.Must(b, err)
 	signalsAddr := testproc.FreeAddr(b)
 	health := testproc.FreeAddr(b)
-	agent := testproc.Start(b, filepath.Join(binDir, "gridsync-agent"), nil,
+	agent := testproc.Start(b, filepath.Join(binDir, "gridsync-agent"), nil, append([]string{
 		"--kubeconfig", kubeconfig, "--namespaces", gwNS, "--leader-elect=false", "--leader-election-namespace", agentNS, "--health-addr", health, "--log-level", "warn",
-		"--site-name", site, "--signals-addr", signalsAddr, "--signals-cert", proj.Path("tls.crt"), "--signals-key", proj.Path("tls.key"),
-		"--signals-ca", proj.Path("ca.crt"), "--report-silent-after", "90s",
+		"--site-name", site, "--signals-addr", signalsAddr, "--report-silent-after", "90s",
 		// A thousand pods' first reports are a thousand TokenReviews at
 		// once: the review budget is raised so that the warm-up round is
 		// not what is measured.
-		"--report-review-rate", "1000", "--report-review-burst", "2000")
+		"--report-review-rate", "1000", "--report-review-burst", "2000"}, identity.AgentArgs()...)...)
 	testproc.WaitOK(b, "http://"+health+"/readyz")
 	pid := agent.Cmd.Process.Pid
 	waitListening(b, signalsAddr)
