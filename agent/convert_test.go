@@ -21,7 +21,7 @@ func TestConvertRewritesEarlierManifests(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, convertManifests(nil, bytes.NewReader(in), &stdout, &stderr), stderr.String())
 	docs := strings.Split(strings.TrimPrefix(stdout.String(), "---\n"), "---\n")
-	require.Len(t, docs, 7)
+	require.Len(t, docs, 8)
 	var network map[string]any
 	require.NoError(t, sigsyaml.Unmarshal([]byte(docs[1]), &network))
 	assert.Equal(t, "grid.praxis.fast/v1alpha1", network["apiVersion"])
@@ -34,7 +34,7 @@ func TestConvertRewritesEarlierManifests(t *testing.T) {
 	assert.Equal(t, "/run/secrets/grid-credentials", pc["credentialMountPath"])
 	assert.NotContains(t, pc, "enabled")
 	assert.Equal(t, "grid-swim-key", spec["tls"].(map[string]any)["swimKeySecretRef"].(map[string]any)["name"])
-	assert.Contains(t, docs[6], "kind: Namespace")
+	assert.Contains(t, docs[7], "kind: Namespace")
 	assert.NotContains(t, stdout.String(), "null")
 
 	// One document without an equivalent: nothing is printed.
@@ -44,5 +44,5 @@ func TestConvertRewritesEarlierManifests(t *testing.T) {
 	assert.Equal(t, 1, convertManifests(nil, bytes.NewReader(bad), &stdout, &stderr))
 	assert.Empty(t, stdout.String())
 	assert.Contains(t, stderr.String(), "egress and gatewayEndpoint")
-	assert.Contains(t, stderr.String(), "document 8")
+	assert.Contains(t, stderr.String(), "document 9")
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gridsync/gridsync/agent/reports"
@@ -38,6 +39,7 @@ type config struct {
 	logLevel                slog.Level
 	probeDestinations       probe.Destinations
 	probeSecretSelector     labels.Selector
+	scraperAccount          types.NamespacedName
 	resyncPeriod            time.Duration
 	deleteOrphans           bool
 	swim                    swimConfig
@@ -145,6 +147,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.IntVar(&c.apiBurst, "kube-api-burst", 100, "requests to the API server in a burst"+note("kube-api-burst"))
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error"+note("log-level"))
 	probeAllow := fs.String("probe-allow-destinations", "", "comma-separated CIDRs and host suffixes that health probes may connect to (empty: any address but loopback, link-local and cloud metadata, which only a listed CIDR allows)"+note("probe-allow-destinations"))
+	scraper := fs.String("scraper-service-account", "", "the ServiceAccount (name in the agent's namespace, or namespace/name) whose short-lived tokens are sent to providers whose metricsConfig.auth or healthCheck.auth asks for one (empty: such providers are not scraped or probed)"+note("scraper-service-account"))
 	probeSelector := fs.String("probe-secret-selector", "", "label selector a credential Secret must match before its token is sent in a health probe (empty: off)"+note("probe-secret-selector"))
 
 	// SWIM and the gateway address read the Grid reference's variables.
@@ -296,6 +299,16 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	}
 	if c.probeDestinations, err = probe.ParseDestinations(strings.Split(*probeAllow, ",")); err != nil {
 		return nil, envflag.UsageError(fs, "--probe-allow-destinations: %v", err)
+	}
+	if *scraper != "" {
+		ns, name, found := strings.Cut(*scraper, "/")
+		if !found {
+			ns, name = electionNamespace, *scraper
+		}
+		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			return nil, envflag.UsageError(fs, "--scraper-service-account: %q is not name or namespace/name", *scraper)
+		}
+		c.scraperAccount = types.NamespacedName{Namespace: ns, Name: name}
 	}
 	if *probeSelector != "" {
 		if c.probeSecretSelector, err = labels.Parse(*probeSelector); err != nil {

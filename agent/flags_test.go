@@ -58,6 +58,31 @@ func TestProbeFlags(t *testing.T) {
 	}
 }
 
+// The scraper ServiceAccount is a name in the agent's namespace, or
+// namespace/name; anything else is refused.
+func TestScraperServiceAccountFlag(t *testing.T) {
+	var out bytes.Buffer
+	env := func(k string) string {
+		if k == "POD_NAMESPACE" {
+			return "grid-system"
+		}
+		return ""
+	}
+	c, err := parseFlags([]string{"--scraper-service-account", "gridsync-agent-scraper"}, env, &out)
+	require.NoError(t, err, out.String())
+	assert.Equal(t, "grid-system/gridsync-agent-scraper", c.scraperAccount.String())
+	c, err = parseFlags([]string{"--scraper-service-account", "monitoring/scraper"}, env, &out)
+	require.NoError(t, err, out.String())
+	assert.Equal(t, "monitoring/scraper", c.scraperAccount.String())
+	c, err = parseFlags(nil, env, &out)
+	require.NoError(t, err)
+	assert.Empty(t, c.scraperAccount.Name, "none by default")
+	for _, bad := range []string{"Not_A_Name", "a/b/c", "/x", "x/"} {
+		_, err := parseFlags([]string{"--scraper-service-account", bad}, env, &out)
+		assert.Error(t, err, bad)
+	}
+}
+
 func TestSwimFlagsReadTheReferencesVariables(t *testing.T) {
 	env := map[string]string{
 		"GRID_SWIM_BIND_ADDR":                "127.0.0.1:7946",

@@ -137,6 +137,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			Logger:                 log,
 			ProbeDestinations:      cfg.probeDestinations,
 			ProbeSecretSelector:    cfg.probeSecretSelector,
+			ScraperServiceAccount:  cfg.scraperAccount,
 			ResyncPeriod:           cfg.resyncPeriod,
 			DeleteOrphanedOverlays: cfg.deleteOrphans,
 			// Events of the cluster-scoped Grid objects land where the

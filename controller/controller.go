@@ -70,6 +70,11 @@ type Options struct {
 	// labels before its value is sent in a health probe. Nil sends the
 	// credential of every provider whose probe may carry it.
 	ProbeSecretSelector labels.Selector
+	// ScraperServiceAccount is the ServiceAccount whose short-lived
+	// tokens are sent where a provider's metricsConfig.auth or
+	// healthCheck.auth asks for one (type serviceAccountToken). Empty:
+	// such a provider is not scraped or probed, and says why.
+	ScraperServiceAccount types.NamespacedName
 
 	// ResyncPeriod re-reconciles every network and provider this often
 	// (jittered by up to a tenth): the agent does not watch Secrets or
@@ -259,14 +264,15 @@ func Setup(mgr manager.Manager, opts Options) error {
 	}
 
 	shared := &common{
-		client:   mgr.GetClient(),
-		api:      mgr.GetAPIReader(),
-		opts:     opts,
-		metrics:  metrics,
-		prober:   prober,
-		lifetime: life,
-		events:   eventWriter{client: mgr.GetClient(), namespace: opts.EventNamespace, component: opts.Producer, logger: opts.Logger},
-		trust:    &trustCache{api: mgr.GetAPIReader()},
+		client:        mgr.GetClient(),
+		api:           mgr.GetAPIReader(),
+		opts:          opts,
+		metrics:       metrics,
+		prober:        prober,
+		lifetime:      life,
+		events:        eventWriter{client: mgr.GetClient(), namespace: opts.EventNamespace, component: opts.Producer, logger: opts.Logger},
+		trust:         &trustCache{api: mgr.GetAPIReader()},
+		scraperTokens: &scraperTokens{writer: mgr.GetClient(), account: opts.ScraperServiceAccount, now: opts.Now},
 		scrapeStatus: &scrapeStatus{changed: func(provider string) {
 			p := &v1alpha1.InferenceProvider{}
 			p.Name = provider
@@ -370,6 +376,8 @@ type common struct {
 	// scrapeStatus is each provider's last metrics scrape, for its
 	// MetricsScraped condition.
 	scrapeStatus *scrapeStatus
+	// scraperTokens are the scraper ServiceAccount's tokens.
+	scraperTokens *scraperTokens
 }
 
 // retryConflicts turns a write conflict (the cache had not yet seen the

@@ -315,7 +315,7 @@ func TestUpstreamManifestsApplyWithNothingPrunedAndConvert(t *testing.T) {
 	}
 
 	upstream := readManifests(t, "testdata/upstream-manifests.yaml")
-	require.Len(t, upstream, 6)
+	require.Len(t, upstream, 7)
 	for _, obj := range upstream {
 		obj.SetName(obj.GetName() + "-" + e.id)
 		for _, validation := range []string{"Strict", "Ignore"} {
@@ -364,10 +364,10 @@ func TestUpstreamManifestsApplyWithNothingPrunedAndConvert(t *testing.T) {
 
 	// What has no equivalent is refused by name, not pruned.
 	hc := upstream[4].DeepCopy()
-	require.NoError(t, unstructured.SetNestedField(hc.Object, "/v1/complete", "spec", "healthCheck", "path"))
+	require.NoError(t, unstructured.SetNestedField(hc.Object, "200", "spec", "healthCheck", "expectedStatus"))
 	err = convert.Object(hc.Object, schemas)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "spec.healthCheck.path has no equivalent")
+	assert.Contains(t, err.Error(), "spec.healthCheck.expectedStatus has no equivalent")
 	tool := &unstructured.Unstructured{Object: map[string]any{"apiVersion": convert.EarlierGroup + "/v1alpha1", "kind": "AgentToolProvider",
 		"metadata": map[string]any{"name": "tools"}, "spec": map[string]any{}}}
 	err = convert.Object(tool.Object, schemas)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/assess"
+	"github.com/gridsync/gridsync/controller/endpointtls"
 	"github.com/gridsync/gridsync/controller/probe"
 )
 
@@ -136,20 +138,48 @@ func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 	if err != nil {
 		return err
 	}
-	period := time.Duration(hc.PeriodSeconds) * time.Second
-	if period <= 0 {
-		period = 30 * time.Second
-	}
 	url := hc.Endpoint
 	if url == "" {
 		url = p.Spec.Endpoint // no override: the provider's own endpoint
 	}
-	target := probe.Target{URL: url, Origin: p.Spec.Endpoint, Period: period}
+	if hc.Path != "" {
+		url = strings.TrimSuffix(url, "/") + hc.Path
+	}
+	target := probe.Target{URL: url, Origin: p.Spec.Endpoint, Period: healthPeriod(hc), Timeout: parseDuration(hc.Timeout)}
 	// Externally managed credentials are not Grid's to send.
 	if auth := p.Spec.Auth; auth != nil && auth.Strategy == v1alpha1.AuthStrategyBearerToken && auth.SecretRef != nil &&
 		!auth.CredentialsManagedExternally && r.opts.watches(auth.SecretRef.Namespace) {
 		target.Token = readToken(r.api, auth.SecretRef.Namespace, auth.SecretRef.Name, auth.SecretRef.Key, r.opts.ProbeSecretSelector)
 	}
+	// A probe reads its material afresh: a rotation is used from the
+	// next probe on.
+	target.Endpoint = r.endpointFor(p, featureHealthCheck, hc.TLS, hc.Auth,
+		func(ctx context.Context) endpointtls.Source { return r.newMaterialReader(ctx) })
 	r.prober.Ensure(ctx, p.Name, target)
 	return nil
+}
+
+// defaultHealthPeriod is the interval of a health check that sets none.
+const defaultHealthPeriod = 30 * time.Second
+
+// healthPeriod is the health check's interval: interval, or
+// periodSeconds (its earlier name), or 30 s.
+func healthPeriod(hc *v1alpha1.HealthCheck) time.Duration {
+	if d := parseDuration(hc.Interval); d > 0 {
+		return d
+	}
+	if hc.PeriodSeconds > 0 {
+		return time.Duration(hc.PeriodSeconds) * time.Second
+	}
+	return defaultHealthPeriod
+}
+
+// parseDuration reads a duration the schema admitted; 0 when empty or
+// unreadable (the default applies).
+func parseDuration(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
 }

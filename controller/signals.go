@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/endpointtls"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/controller/signals"
@@ -43,7 +44,7 @@ func newSignalCollector(c *common) *signalCollector {
 	s := &signalCollector{c: c}
 	s.scrapes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_scrapes_total",
-		Help: "Scrapes of providers' metrics for the site's signals, by outcome (ok, a probe outcome such as timeout or too_large, not_exposition, skipped_tls).",
+		Help: "Scrapes of providers' metrics for the site's signals, by outcome (ok, a probe outcome such as timeout or too_large, not_exposition, or the reason a scrape was not sent, such as MetricsTlsSecretMissing).",
 	}, []string{"outcome"})
 	s.upstreamScrapes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "grid_provider_scrape_total",
@@ -133,6 +134,7 @@ func (s *signalCollector) collect(ctx context.Context) {
 	ttl := 3 * s.c.opts.SignalsInterval
 	present, scraped := map[string]bool{}, map[string]bool{}
 	sem := make(chan struct{}, maxScrapesAtOnce)
+	material := s.c.newMaterialReader(ctx) // this round's: a rotation is used from the next round on
 	var wg sync.WaitGroup
 	for i := range list.Items {
 		p := &list.Items[i]
@@ -146,7 +148,7 @@ func (s *signalCollector) collect(ctx context.Context) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			s.scrape(ctx, p)
+			s.scrape(ctx, p, material)
 		}()
 	}
 	wg.Wait()
@@ -159,6 +161,7 @@ func (s *signalCollector) collect(ctx context.Context) {
 	store.Retain(site, signals.PartHealth, present)
 	store.Retain(site, signals.PartLoad, present)
 	s.c.scrapeStatus.retain(scraped)
+	s.c.prober.RetainClients(featureMetrics+"/", scraped)
 	store.Expire()
 	s.gossip(ctx, list.Items, now)
 }
@@ -269,23 +272,21 @@ func (s *signalCollector) healthySignal(p *v1alpha1.InferenceProvider) (float64,
 }
 
 func probePeriod(p *v1alpha1.InferenceProvider) time.Duration {
-	if hc := p.Spec.HealthCheck; hc != nil && hc.PeriodSeconds > 0 {
-		return time.Duration(hc.PeriodSeconds) * time.Second
+	if hc := p.Spec.HealthCheck; hc != nil {
+		return healthPeriod(hc)
 	}
 	return 0
 }
 
-// scrape reads a provider's declared load series.
-func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider) {
+// scrape reads a provider's declared load series, with its TLS and
+// credential when it configures them; material is read through the
+// round's reader.
+func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider, material *materialReader) {
 	mc := p.Spec.MetricsConfig
 	store, site := s.c.opts.Signals, s.c.opts.SiteName
-	if mc.TLS != nil || mc.Auth != nil {
-		// Never in plaintext, never without the credential it asks for.
-		s.outcome(p.Name, scrapeResult{reason: ReasonMetricsTLSUnsupported,
-			message: "metricsConfig.tls and metricsConfig.auth are not supported by this release: the provider's metrics are not scraped"})
-		s.scraped("skipped_tls")
-		store.Drop(site, p.Name, signals.PartLoad)
-		return
+	endpoint := s.c.endpointFor(p, featureMetrics, mc.TLS, mc.Auth, func(context.Context) endpointtls.Source { return material })
+	if endpoint == nil {
+		s.c.prober.DropClient(featureMetrics + "/" + p.Name)
 	}
 	wanted := declaredSignals(mc.SignalNames)
 	if len(wanted) == 0 {
@@ -299,7 +300,17 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 		base = p.Spec.Endpoint
 	}
 	url := strings.TrimSuffix(base, "/") + "/" + strings.TrimPrefix(cmp.Or(mc.Path, "/metrics"), "/")
-	body, err := s.c.prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.opts.SignalsScrapeMaxBytes)
+	start := time.Now()
+	body, err := s.c.prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.opts.SignalsScrapeMaxBytes, endpoint)
+	s.c.opts.Logger.Debug("signals_scraped", "provider", p.Name, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+	var config *probe.ConfigError
+	if errors.As(err, &config) {
+		// Fail closed: nothing was sent, and the last rows expire.
+		reason := featureMetrics + config.Reason
+		s.scraped(reason)
+		s.outcome(p.Name, scrapeResult{reason: reason, message: "not scraped: " + config.Message})
+		return
+	}
 	if err != nil {
 		s.scraped(err.Error())
 		s.outcome(p.Name, scrapeResult{reason: ReasonScrapeFailed, message: "the last scrape failed: " + err.Error()})
@@ -344,11 +355,10 @@ func (s *signalCollector) outcome(provider string, r scrapeResult) {
 // The MetricsScraped condition of a provider with spec.metricsConfig:
 // whether the agent reads its load signals, and if not, why.
 const (
-	ConditionMetricsScraped     = "MetricsScraped"
-	ReasonScraped               = "Scraped"
-	ReasonScrapeFailed          = "ScrapeFailed"
-	ReasonMetricsTLSUnsupported = "MetricsTLSUnsupported"
-	ReasonNoSignalNames         = "NoSignalNames"
+	ConditionMetricsScraped = "MetricsScraped"
+	ReasonScraped           = "Scraped"
+	ReasonScrapeFailed      = "ScrapeFailed"
+	ReasonNoSignalNames     = "NoSignalNames"
 )
 
 type scrapeResult struct {

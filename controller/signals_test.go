@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -174,9 +173,9 @@ func TestProviderMetricsAreScrapedIntoTheSiteSignals(t *testing.T) {
 	})
 }
 
-// A provider asking for metrics TLS or a credential is never scraped (no
-// plaintext fallback, no request at all), and its status says why.
-func TestMetricsWithTLSOrAuthAreNotScrapedAndSaySo(t *testing.T) {
+// A provider whose metricsConfig names no series is not scraped (no
+// request at all), and its status says why.
+func TestMetricsWithoutSignalNamesAreNotScrapedAndSaySo(t *testing.T) {
 	e := newEnv(t)
 	store := signals.NewStore(nil)
 	var requests atomic.Int64
@@ -187,22 +186,14 @@ func TestMetricsWithTLSOrAuthAreNotScrapedAndSaySo(t *testing.T) {
 	t.Cleanup(m.Close)
 	network := e.network(e.gateway("edge", "east"))
 	e.create(network)
-	withTLS := e.metricsProvider("tls", network.Name, m, 30)
-	withTLS.Spec.MetricsConfig.TLS = &apiextensionsv1.JSON{Raw: []byte(`{"caSecretRef":{"name":"metrics-ca"}}`)}
-	withAuth := e.metricsProvider("auth", network.Name, m, 30)
-	withAuth.Spec.MetricsConfig.Auth = &apiextensionsv1.JSON{Raw: []byte(`{"secretRef":{"name":"metrics-token"}}`)}
 	unnamed := e.metricsProvider("unnamed", network.Name, m, 30)
 	unnamed.Spec.MetricsConfig.SignalNames = v1alpha1.MetricSignalNames{}
-	for _, p := range []*v1alpha1.InferenceProvider{withTLS, withAuth, unnamed} {
-		e.create(p)
-	}
+	e.create(unnamed)
 	e.startAgent(withSignals(store), withLoopbackScrapes(64<<10))
 
-	assert.Contains(t, e.scraped(withTLS, metav1.ConditionFalse, controller.ReasonMetricsTLSUnsupported), "not scraped")
-	e.scraped(withAuth, metav1.ConditionFalse, controller.ReasonMetricsTLSUnsupported)
 	e.scraped(unnamed, metav1.ConditionFalse, controller.ReasonNoSignalNames)
 	time.Sleep(600 * time.Millisecond) // three more rounds
-	assert.Zero(t, requests.Load(), "nothing is fetched for any of them")
+	assert.Zero(t, requests.Load(), "nothing is fetched")
 	assert.NotContains(t, rendered(store), "vllm:")
 }
 

@@ -65,6 +65,10 @@ type Health struct {
 	// it took (the site's signals serve them).
 	LastProbeAt time.Time
 	LastLatency time.Duration
+	// ConfigReason, when set, is why the health check's TLS or
+	// credential cannot be used (HealthCheckTlsSecretMissing, ...): no
+	// probe is sent, and the provider is Degraded with it.
+	ConfigReason, ConfigMessage string
 }
 
 // withheldNote is added to a probed provider's message while its token is
@@ -123,6 +127,10 @@ func Assess(p *v1alpha1.InferenceProvider, opts Options) (Verdict, error) {
 	}
 
 	note := ""
+	if p.Spec.HealthCheck != nil && opts.Health.ConfigReason != "" {
+		return v.with(v1alpha1.ProviderDegraded, opts.Health.ConfigReason,
+			"the health check is not sent: "+opts.Health.ConfigMessage), nil
+	}
 	if p.Spec.HealthCheck != nil && opts.Health.Probed {
 		if opts.Health.TokenWithheld {
 			note = withheldNote

@@ -33,10 +33,17 @@ type Target struct {
 	// HTTPS health endpoint of the same origin.
 	Origin string
 	Period time.Duration
+	// Timeout bounds one probe; 0, or more than MaxTimeout or the
+	// period, is the smaller of those two.
+	Timeout time.Duration
 	// Token returns the bearer token, or "" for none. It is called for
 	// each probe that may carry it, so a rotated Secret is picked up.
 	// ErrTokenWithheld probes without a token and says so.
 	Token func(ctx context.Context) (string, error)
+	// Endpoint, when set, is the health check's own TLS and credential
+	// (its token replaces Token's); a probe it cannot be made usable for
+	// is not sent, and the provider's health carries the reason.
+	Endpoint *Endpoint
 }
 
 // ErrTokenWithheld is what a Target's Token returns when the credential
@@ -80,9 +87,10 @@ type Prober struct {
 	dest   Destinations
 	notify func(provider string)
 
-	mu     sync.Mutex
-	loops  map[string]*loop
-	health map[string]assess.Health
+	mu      sync.Mutex
+	loops   map[string]*loop
+	health  map[string]assess.Health
+	clients map[string]*endpointClient
 }
 
 type loop struct {
@@ -97,29 +105,43 @@ const MaxTimeout = 5 * time.Second
 // New returns a Prober.
 func New(opts Options) *Prober {
 	p := &Prober{
-		dest:   opts.Destinations,
-		notify: opts.Notify,
-		loops:  map[string]*loop{},
-		health: map[string]assess.Health{},
+		dest:    opts.Destinations,
+		notify:  opts.Notify,
+		loops:   map[string]*loop{},
+		health:  map[string]assess.Health{},
+		clients: map[string]*endpointClient{},
 	}
-	transport := &http.Transport{
+	p.client = p.httpClient(p.transport(&tls.Config{RootCAs: opts.RootCAs, MinVersion: tls.VersionTLS12}, true))
+	return p
+}
+
+// transport is every client's: the destination rule at each dial, no
+// proxy, one idle connection per host (a provider is probed or scraped
+// once a period, and its connection is kept for the next). http2 offers
+// HTTP/2 to HTTPS servers; without it a kept HTTP/1.1 connection serves
+// the one small GET a period, at less CPU per request than HTTP/2's
+// framing and flow control.
+func (p *Prober) transport(tlsConfig *tls.Config, http2 bool) *http.Transport {
+	return &http.Transport{
 		// No proxy: a proxy would connect where the rule cannot see.
 		Proxy:               nil,
 		DialContext:         p.dial,
-		TLSClientConfig:     &tls.Config{RootCAs: opts.RootCAs, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:   true,
+		TLSClientConfig:     tlsConfig,
+		ForceAttemptHTTP2:   http2,
 		TLSHandshakeTimeout: MaxTimeout,
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	p.client = &http.Client{
+}
+
+func (p *Prober) httpClient(transport *http.Transport) *http.Client {
+	return &http.Client{
 		Transport: transport,
 		// A redirect is an answer, not a hop to follow: a health
 		// endpoint that redirects is misconfigured, and following it
 		// could carry the token elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return p
 }
 
 // dial connects with the destination rule checked on every address the
@@ -141,12 +163,17 @@ func (p *Prober) Ensure(ctx context.Context, provider string, target Target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if l, ok := p.loops[provider]; ok {
-		if l.target.URL == target.URL && l.target.Origin == target.Origin && l.target.Period == target.Period {
-			l.target.Token = target.Token // read by the loop under p.mu
+		if l.target.URL == target.URL && l.target.Origin == target.Origin && l.target.Period == target.Period &&
+			l.target.Timeout == target.Timeout && endpointKey(l.target.Endpoint) == endpointKey(target.Endpoint) {
+			// Read by the loop under p.mu.
+			l.target.Token, l.target.Endpoint = target.Token, target.Endpoint
 			return
 		}
 		l.cancel()
 		delete(p.health, provider)
+		if key := endpointKey(l.target.Endpoint); key != "" && key != endpointKey(target.Endpoint) {
+			p.dropClientLocked(key)
+		}
 	}
 	loopCtx, cancel := context.WithCancel(ctx)
 	l := &loop{target: target, cancel: cancel, done: make(chan struct{})}
@@ -164,7 +191,17 @@ func (p *Prober) Remove(provider string) {
 	if ok {
 		l.cancel()
 		<-l.done
+		if key := endpointKey(l.target.Endpoint); key != "" {
+			p.DropClient(key)
+		}
 	}
+}
+
+func endpointKey(e *Endpoint) string {
+	if e == nil {
+		return ""
+	}
+	return e.Key
 }
 
 func (p *Prober) run(ctx context.Context, provider string, l *loop) {
@@ -206,14 +243,22 @@ func (p *Prober) record(provider string, l *loop, withheld bool, err error, at t
 		p.mu.Unlock()
 		return // replaced or removed meanwhile
 	}
-	before := p.health[provider]
+	before, seen := p.health[provider]
 	after := assess.Health{Probed: true, TokenWithheld: withheld, LastProbeAt: at, LastLatency: latency}
-	if err != nil {
+	var config *ConfigError
+	switch {
+	case errors.As(err, &config):
+		// Nothing was sent: what the probes found before stands, and
+		// the reason is the health check's configuration.
+		after = before
+		after.ConfigReason, after.ConfigMessage = "HealthCheck"+config.Reason, config.Message
+	case err != nil:
 		after.ConsecutiveFailures = before.ConsecutiveFailures + 1
 		after.LastError = err.Error()
 	}
-	changed := !before.Probed || level(before.ConsecutiveFailures) != level(after.ConsecutiveFailures) ||
-		before.TokenWithheld != after.TokenWithheld
+	changed := !seen || before.Probed != after.Probed || level(before.ConsecutiveFailures) != level(after.ConsecutiveFailures) ||
+		before.TokenWithheld != after.TokenWithheld ||
+		before.ConfigReason != after.ConfigReason || before.ConfigMessage != after.ConfigMessage
 	if !changed {
 		// Keep the error that explained the level, so that the status
 		// message does not change with every probe.
@@ -232,16 +277,26 @@ type failure string
 func (f failure) Error() string { return string(f) }
 
 // probe GETs the health endpoint once. withheld says a token existed but
-// was not sent. A failure is one of the outcomes.
+// was not sent. A failure is one of the outcomes, or a ConfigError when
+// nothing could be sent.
 func (p *Prober) probe(ctx context.Context, t Target) (withheld bool, err error) {
 	timeout := min(MaxTimeout, t.Period)
+	if t.Timeout > 0 {
+		timeout = min(timeout, t.Timeout)
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
 	if err != nil {
 		return false, failure(OutcomeBadEndpoint)
 	}
-	if t.Token != nil && mayCarryToken(t.URL, t.Origin) {
+	client, token, err := p.prepare(ctx, t.URL, t.Endpoint)
+	if err != nil {
+		return false, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	} else if t.Token != nil && mayCarryToken(t.URL, t.Origin) {
 		token, err := t.Token(ctx)
 		switch {
 		case errors.Is(err, ErrTokenWithheld):
@@ -252,7 +307,7 @@ func (p *Prober) probe(ctx context.Context, t Target) (withheld bool, err error)
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
 	}
-	resp, err := p.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return withheld, failure(OutcomeOf(err))
 	}
@@ -327,16 +382,25 @@ func httpsPort(u *url.URL) string {
 
 // Fetch GETs url under the probes' destination rule (no proxy, no
 // redirect followed), bounded by timeout and by maxBytes of body: the
-// site's metrics scrapes go where its probes may, and nowhere else.
-func (p *Prober) Fetch(ctx context.Context, url string, timeout time.Duration, maxBytes int64) ([]byte, error) {
+// site's metrics scrapes go where its probes may, and nowhere else. e,
+// when set, is the scrape's TLS and credential; a ConfigError says why
+// nothing was sent.
+func (p *Prober) Fetch(ctx context.Context, url string, timeout time.Duration, maxBytes int64, e *Endpoint) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 	if err != nil {
 		return nil, failure(OutcomeBadEndpoint)
 	}
+	client, token, err := p.prepare(ctx, url, e)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := p.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, failure(OutcomeOf(err))
 	}

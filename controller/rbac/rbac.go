@@ -105,3 +105,23 @@ func TokenReviewRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 	}
 }
+
+// ScraperRules are the scraper ServiceAccount's, cluster-wide: get on the
+// /metrics URL and nothing else, what kube-rbac-proxy and the API
+// server's own authorizer ask of a Prometheus scraper. The agent sends
+// this account's short-lived tokens where a provider's metricsConfig.auth
+// or healthCheck.auth asks for one.
+func ScraperRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
+	}
+}
+
+// ScraperTokenRules are granted to the agent in the scraper account's
+// namespace: create a token of that one ServiceAccount (TokenRequest), by
+// name; nothing else of it or of any other account.
+func ScraperTokenRules(name string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}, ResourceNames: []string{name}},
+	}
+}

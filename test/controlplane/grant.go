@@ -121,6 +121,9 @@ func (cp *ControlPlane) Grant(ctx context.Context, saNamespace, serviceAccount, 
 	}
 	user := "system:serviceaccount:" + saNamespace + ":" + serviceAccount
 	for _, rule := range rules {
+		if len(rule.Resources) == 0 {
+			continue // a non-resource URL: nothing here to wait on
+		}
 		attrs := &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: rule.Verbs[0], Group: rule.APIGroups[0]}
 		attrs.Resource, attrs.Subresource, _ = strings.Cut(rule.Resources[0], "/")
 		if len(rule.ResourceNames) > 0 {

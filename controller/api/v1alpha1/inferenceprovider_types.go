@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -133,6 +132,104 @@ type InferenceProviderSpec struct {
 	// +optional
 	// +nullable
 	MetricsConfig *MetricsConfig `json:"metricsConfig,omitempty"`
+
+	// TLS is how the agent verifies the provider's HTTPS endpoints (and
+	// which certificate it presents to them) for health checks and
+	// metrics scrapes alike; healthCheck.tls and metricsConfig.tls
+	// override it for one of them. Without any, HTTPS is verified against
+	// the system's roots.
+	//
+	// +optional
+	// +nullable
+	TLS *EndpointTLSConfig `json:"tls,omitempty"`
+}
+
+// EndpointTLSConfig is the trust for a provider's HTTPS endpoint: only
+// the CA it names verifies the server (never the system's roots), and,
+// for mutual TLS, the certificate the agent presents. When its material
+// cannot be read or used, the health check or scrape it serves is not
+// made at all (fail closed), and the provider's status names the reason
+// (…TlsSecretMissing, …TlsKeyMissing, …TlsMaterialInvalid,
+// …TlsIdentityMismatch). The agent reads the named Secrets and ConfigMaps
+// with get, in the namespaces it works in, at every check: a rotated CA or
+// certificate is used from the next one on.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.caSecretRef) != has(self.caConfigMapRef)",message="set exactly one of caSecretRef and caConfigMapRef: the provider's server is verified against that CA only"
+type EndpointTLSConfig struct {
+	// CASecretRef names the CA certificates (PEM) in a Secret; key
+	// defaults to ca.crt.
+	//
+	// +optional
+	// +nullable
+	CASecretRef *NamespacedKeyRef `json:"caSecretRef,omitempty"`
+	// CAConfigMapRef names the CA certificates (PEM) in a ConfigMap (as
+	// OpenShift's service CA and trust-manager publish them); key
+	// defaults to ca.crt.
+	//
+	// +optional
+	// +nullable
+	CAConfigMapRef *NamespacedKeyRef `json:"caConfigMapRef,omitempty"`
+	// ClientCertificateSecretRef names the certificate and key (PEM) the
+	// agent presents for mutual TLS.
+	//
+	// +optional
+	// +nullable
+	ClientCertificateSecretRef *ClientCertificateSecretRef `json:"clientCertificateSecretRef,omitempty"`
+	// ServerName is the name the server's certificate must carry, when
+	// it is not the endpoint's host (it is also sent as SNI).
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// ClientCertificateSecretRef is a Secret holding a certificate and its
+// private key, in PEM.
+type ClientCertificateSecretRef struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// CertificateKey is the key of the certificate chain.
+	//
+	// +optional
+	// +kubebuilder:default="tls.crt"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	CertificateKey string `json:"certificateKey,omitempty"`
+	// PrivateKeyKey is the key of the private key.
+	//
+	// +optional
+	// +kubebuilder:default="tls.key"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	PrivateKeyKey string `json:"privateKeyKey,omitempty"`
+}
+
+// EndpointAuthServiceAccountToken: a short-lived token of the agent's
+// scraper ServiceAccount, requested with the TokenRequest API.
+const EndpointAuthServiceAccountToken = "serviceAccountToken"
+
+// EndpointAuth is the credential the agent sends to a provider's metrics
+// or health endpoint: a bearer token of the scraper ServiceAccount that
+// the agent chart creates (granted only get on /metrics), such as
+// kube-rbac-proxy and the API server's own TokenReview accept. It is
+// sent over HTTPS only, unless allowPlaintext.
+type EndpointAuth struct {
+	// +required
+	// +kubebuilder:validation:Enum=serviceAccountToken
+	Type string `json:"type"`
+	// AllowPlaintext lets the token travel over http://; off, such an
+	// endpoint is not contacted (…PlaintextRefused).
+	//
+	// +optional
+	AllowPlaintext bool `json:"allowPlaintext,omitempty"`
 }
 
 // ProviderCost is what the provider charges, in US dollars.
@@ -199,22 +296,16 @@ type MetricsConfig struct {
 	// +kubebuilder:validation:Minimum=1
 	// +nullable
 	StaleMetricsSeconds *int32 `json:"staleMetricsSeconds,omitempty"`
-	// TLS and Auth are upstream's metrics TLS and credential; this
-	// release does not scrape with them, so a provider setting either is
-	// not scraped (never in plaintext instead), and its MetricsScraped
-	// condition says so (MetricsTLSUnsupported).
+	// TLS overrides spec.tls for the scrapes.
 	//
 	// +optional
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
 	// +nullable
-	TLS *apiextensionsv1.JSON `json:"tls,omitempty"`
+	TLS *EndpointTLSConfig `json:"tls,omitempty"`
+	// Auth is the credential sent with each scrape.
+	//
 	// +optional
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
-	Auth *apiextensionsv1.JSON `json:"auth,omitempty"`
+	// +nullable
+	Auth *EndpointAuth `json:"auth,omitempty"`
 }
 
 // MetricSignalNames maps signals to metric names.
@@ -328,6 +419,8 @@ type AccessPolicy struct {
 
 // HealthCheck is an HTTP probe of the provider. Every field is optional:
 // an empty healthCheck probes the provider's endpoint every 30 s.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.interval) || !has(self.periodSeconds) || duration(self.interval).getMilliseconds() == self.periodSeconds * 1000",message="interval and periodSeconds are one setting under its current and its earlier name: set one of them (or both, equal)"
 type HealthCheck struct {
 	// Endpoint is the URL probed with GET, when it is not the provider's
 	// own endpoint; a 2xx answer is healthy.
@@ -338,13 +431,53 @@ type HealthCheck struct {
 	// +nullable
 	Endpoint string `json:"endpoint,omitempty"`
 
-	// PeriodSeconds between probes.
+	// Path is appended to the probed URL (endpoint, or the provider's
+	// own), as upstream's probes do.
 	//
 	// +optional
-	// +kubebuilder:default=30
+	// +nullable
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/\S*$`
+	Path string `json:"path,omitempty"`
+
+	// Interval between probes, a duration from 5s to 1h ("30s", "2m").
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('1h')",message="interval is between 5s and 1h"
+	Interval string `json:"interval,omitempty"`
+
+	// PeriodSeconds is interval under its earlier name, in seconds
+	// (default 30 when neither is set).
+	//
+	// +optional
 	// +kubebuilder:validation:Minimum=5
 	// +kubebuilder:validation:Maximum=3600
 	PeriodSeconds int32 `json:"periodSeconds,omitempty"`
+
+	// Timeout bounds one probe ("5s", "500ms"); at most 5s and the
+	// interval (the default).
+	//
+	// +optional
+	// +nullable
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	Timeout string `json:"timeout,omitempty"`
+
+	// TLS overrides spec.tls for the probes.
+	//
+	// +optional
+	// +nullable
+	TLS *EndpointTLSConfig `json:"tls,omitempty"`
+
+	// Auth is the credential sent with each probe, instead of the
+	// provider's own bearer token.
+	//
+	// +optional
+	// +nullable
+	Auth *EndpointAuth `json:"auth,omitempty"`
 }
 
 // ProviderPhase is the provider's state as the controller sees it.
