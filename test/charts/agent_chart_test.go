@@ -112,6 +112,7 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 	assert.Equal(t, map[string][]rbacv1.PolicyRule{
 		"gs-gridsync-agent":           rbac.ClusterRules(),
 		"gs-gridsync-agent-resources": rbac.NamespaceRules(false),
+		"gs-gridsync-agent-scraper":   rbac.ScraperRules(), // the scraper account's, not the agent's
 	}, clusterRoles)
 	roles := map[string][]rbacv1.PolicyRule{}
 	for _, r := range ofKind(objs, "Role") {
@@ -119,6 +120,7 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 	}
 	assert.Equal(t, map[string][]rbacv1.PolicyRule{
 		"agent-ns/gs-gridsync-agent-leader-election": rbac.LeaderElectionRules(),
+		"agent-ns/gs-gridsync-agent-scraper-token":   rbac.ScraperTokenRules("gs-gridsync-agent-scraper"),
 	}, roles)
 	// The resources ClusterRole is bound only by RoleBindings, in the
 	// listed namespaces: never cluster-wide.
@@ -228,6 +230,7 @@ func TestAgentChartGrantsSwimOnlyWhatItNeeds(t *testing.T) {
 			ResourceNames: []string{"provider-gateway"}}},
 		"praxis-system/grid-gridsync-agent-trust-secrets": rbac.TrustSecretRules("grid-ca", "grid-site-cert"),
 		"gateways/grid-gridsync-agent-trust-secrets":      rbac.TrustSecretRules("edge-ca"),
+		"praxis-system/grid-gridsync-agent-scraper-token": rbac.ScraperTokenRules("grid-gridsync-agent-scraper"),
 	}, roles)
 	var swimService *unstructured.Unstructured
 	for _, svc := range ofKind(objs, "Service") {
@@ -399,4 +402,57 @@ func TestAgentChartAlertsOnTheSiteCertificate(t *testing.T) {
 	for _, o := range ofKind(objects(t, render(t, agentChart, agentCases[0])), "PrometheusRule") {
 		t.Errorf("a PrometheusRule by default: %s", o.GetName())
 	}
+}
+
+// The scraper account the chart creates may get /metrics and nothing
+// else; the agent may create that account's tokens, by name, and no other
+// account's; the agent is told the account. Off, none of it is rendered.
+func TestAgentChartScraperMayGetMetricsOnly(t *testing.T) {
+	vc := valueCase{name: "scraper", release: "scr", namespace: "scr-system", values: map[string]any{}}
+	rendered := render(t, agentChart, vc)
+	objs := objects(t, rendered)
+	var scraperRole, tokenRole []rbacv1.PolicyRule
+	for _, r := range ofKind(objs, "ClusterRole") {
+		if r.GetName() == "scr-gridsync-agent-scraper" {
+			scraperRole = rulesOf(t, r)
+		}
+	}
+	for _, r := range ofKind(objs, "Role") {
+		if r.GetName() == "scr-gridsync-agent-scraper-token" {
+			tokenRole = rulesOf(t, r)
+		}
+	}
+	assert.Equal(t, rbac.ScraperRules(), scraperRole)
+	assert.Equal(t, rbac.ScraperTokenRules("scr-gridsync-agent-scraper"), tokenRole)
+	assert.Contains(t, rendered, "--scraper-service-account=scr-system/scr-gridsync-agent-scraper")
+
+	c := adminClient(t)
+	applyRendered(t, c, vc, rendered)
+	agent := "system:serviceaccount:scr-system:scr-gridsync-agent"
+	scraper := "system:serviceaccount:scr-system:scr-gridsync-agent-scraper"
+	assertAccess(t, agent, []access{
+		{true, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "scr-system", Resource: "serviceaccounts", Subresource: "token", Name: "scr-gridsync-agent-scraper"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "scr-system", Resource: "serviceaccounts", Subresource: "token", Name: "scr-gridsync-agent"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "scr-system", Resource: "serviceaccounts", Name: "scr-gridsync-agent-scraper"}},
+	})
+	assertAccess(t, scraper, []access{
+		{false, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "scr-system", Resource: "secrets"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Resource: "pods"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "get", Group: "grid.praxis.fast", Resource: "inferenceproviders"}},
+	})
+	for _, c := range []struct {
+		path, verb string
+		allowed    bool
+	}{{"/metrics", "get", true}, {"/metrics", "post", false}, {"/debug/pprof/", "get", false}, {"/logs", "get", false}} {
+		sar, err := cp.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: scraper, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:scr-system", "system:authenticated"},
+				NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: c.path, Verb: c.verb}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, c.allowed, sar.Status.Allowed, "the scraper may %s %s", c.verb, c.path)
+	}
+
+	off := render(t, agentChart, valueCase{name: "no-scraper", release: "scr", namespace: "scr-system",
+		values: map[string]any{"probes": map[string]any{"scraper": map[string]any{"enabled": false}}}})
+	assert.NotContains(t, off, "scraper")
 }
