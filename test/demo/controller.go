@@ -136,6 +136,10 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 		return stop, err
 	}
 
+	if err := providerBehindTLS(ctx, c); err != nil {
+		return stop, err
+	}
+
 	if err := rolloutEvidence(ctx, cp, c, listener, work, binDir); err != nil {
 		return stop, err
 	}
