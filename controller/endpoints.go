@@ -39,7 +39,7 @@ func (c *common) endpointFor(p *v1alpha1.InferenceProvider, feature string, own 
 	if cfg == nil && auth == nil {
 		return nil
 	}
-	e := &probe.Endpoint{Key: feature + "/" + p.Name}
+	e := &probe.Endpoint{Key: endpointKey(feature, p.Name)}
 	if cfg != nil {
 		cfg = cfg.DeepCopy()
 		e.TLS = func(ctx context.Context) (*endpointtls.Raw, error) { return endpointtls.Read(ctx, cfg, src(ctx)) }
@@ -50,6 +50,10 @@ func (c *common) endpointFor(p *v1alpha1.InferenceProvider, feature string, own 
 	}
 	return e
 }
+
+// endpointKey names a provider's client for one feature among the
+// prober's clients.
+func endpointKey(feature, provider string) string { return feature + "/" + provider }
 
 // materialReader reads TLS material for endpointtls with gets straight
 // from the API server, in the namespaces the agent works in only, each
@@ -106,7 +110,7 @@ func (r *materialReader) Secret(ctx context.Context, namespace, name string) (ma
 	if r.identity[types.NamespacedName{Namespace: namespace, Name: name}] {
 		return nil, false, fmt.Errorf("%w: it holds the site's own identity (a GridNetwork's spec.tls names it), which is never presented to a provider", endpointtls.ErrForbidden)
 	}
-	return r.read(ctx, "Secret", namespace, name, func(key types.NamespacedName) (map[string][]byte, error) {
+	return r.read("Secret", namespace, name, func(key types.NamespacedName) (map[string][]byte, error) {
 		var s corev1.Secret
 		err := r.api.Get(ctx, key, &s)
 		return s.Data, err
@@ -114,7 +118,7 @@ func (r *materialReader) Secret(ctx context.Context, namespace, name string) (ma
 }
 
 func (r *materialReader) ConfigMap(ctx context.Context, namespace, name string) (map[string][]byte, bool, error) {
-	return r.read(ctx, "ConfigMap", namespace, name, func(key types.NamespacedName) (map[string][]byte, error) {
+	return r.read("ConfigMap", namespace, name, func(key types.NamespacedName) (map[string][]byte, error) {
 		var cm corev1.ConfigMap
 		if err := r.api.Get(ctx, key, &cm); err != nil {
 			return nil, err
@@ -130,7 +134,7 @@ func (r *materialReader) ConfigMap(ctx context.Context, namespace, name string) 
 	})
 }
 
-func (r *materialReader) read(_ context.Context, kind, namespace, name string,
+func (r *materialReader) read(kind, namespace, name string,
 	get func(types.NamespacedName) (map[string][]byte, error)) (map[string][]byte, bool, error) {
 	if r.allowed != nil && !r.allowed(namespace) {
 		return nil, false, fmt.Errorf("%w: its namespace is not one the agent works in", endpointtls.ErrForbidden)
@@ -177,7 +181,7 @@ type scraperTokens struct {
 }
 
 func (s *scraperTokens) token(ctx context.Context) (string, error) {
-	if s == nil || s.account.Name == "" {
+	if s.account.Name == "" {
 		return "", fmt.Errorf("the agent has no scraper ServiceAccount (the agent chart's metricsScraper, the --scraper-service-account flag)")
 	}
 	s.mu.Lock()

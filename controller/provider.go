@@ -143,7 +143,7 @@ func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 		url = p.Spec.Endpoint // no override: the provider's own endpoint
 	}
 	if hc.Path != "" {
-		url = strings.TrimSuffix(url, "/") + hc.Path
+		url = joinPath(url, hc.Path)
 	}
 	target := probe.Target{URL: url, Origin: p.Spec.Endpoint, Period: healthPeriod(hc), Timeout: parseDuration(hc.Timeout)}
 	// Externally managed credentials are not Grid's to send.
@@ -174,11 +174,17 @@ func healthPeriod(hc *v1alpha1.HealthCheck) time.Duration {
 	return defaultHealthPeriod
 }
 
-// parseDuration reads a duration the schema admitted; 0 when empty or
-// unreadable (the default applies).
+// joinPath appends a path to a base URL, with one slash between them (the
+// probes' and scrapes' path fields).
+func joinPath(base, path string) string {
+	return strings.TrimSuffix(base, "/") + "/" + strings.TrimPrefix(path, "/")
+}
+
+// parseDuration reads a duration the schema admitted; 0 when empty,
+// unreadable or not positive (the default applies).
 func parseDuration(s string) time.Duration {
 	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
+	if err != nil || d <= 0 {
 		return 0
 	}
 	return d

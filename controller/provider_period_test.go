@@ -27,4 +27,23 @@ func TestHealthPeriodReadsBothNames(t *testing.T) {
 	assert.Equal(t, 500*time.Millisecond, parseDuration("500ms"))
 	assert.Zero(t, parseDuration(""))
 	assert.Zero(t, parseDuration("-1s"))
+	assert.Zero(t, parseDuration("0s"))
+}
+
+// A scrape's timeout is metricsConfig.timeout, 2 s when unset or zero,
+// never more than a probe's 5 s.
+func TestScrapeTimeout(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"": 2 * time.Second, "0s": 2 * time.Second, "500ms": 500 * time.Millisecond, "3s": 3 * time.Second, "30s": 5 * time.Second,
+	} {
+		assert.Equal(t, want, scrapeTimeout(in), in)
+	}
+}
+
+// A path joins its base URL with one slash, whether either has it.
+func TestJoinPath(t *testing.T) {
+	for _, base := range []string{"https://p.example:8443", "https://p.example:8443/"} {
+		assert.Equal(t, "https://p.example:8443/metrics", joinPath(base, "/metrics"))
+		assert.Equal(t, "https://p.example:8443/metrics", joinPath(base, "metrics"))
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -161,7 +160,7 @@ func (s *signalCollector) collect(ctx context.Context) {
 	store.Retain(site, signals.PartHealth, present)
 	store.Retain(site, signals.PartLoad, present)
 	s.c.scrapeStatus.retain(scraped)
-	s.c.prober.RetainClients(featureMetrics+"/", scraped)
+	s.c.prober.RetainClients(endpointKey(featureMetrics, ""), scraped)
 	store.Expire()
 	s.gossip(ctx, list.Items, now)
 }
@@ -286,7 +285,7 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	store, site := s.c.opts.Signals, s.c.opts.SiteName
 	endpoint := s.c.endpointFor(p, featureMetrics, mc.TLS, mc.Auth, func(context.Context) endpointtls.Source { return material })
 	if endpoint == nil {
-		s.c.prober.DropClient(featureMetrics + "/" + p.Name)
+		s.c.prober.DropClient(endpointKey(featureMetrics, p.Name))
 	}
 	wanted := declaredSignals(mc.SignalNames)
 	if len(wanted) == 0 {
@@ -299,7 +298,7 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	if base == "" {
 		base = p.Spec.Endpoint
 	}
-	url := strings.TrimSuffix(base, "/") + "/" + strings.TrimPrefix(cmp.Or(mc.Path, "/metrics"), "/")
+	url := joinPath(base, cmp.Or(mc.Path, "/metrics"))
 	start := time.Now()
 	body, err := s.c.prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.opts.SignalsScrapeMaxBytes, endpoint)
 	s.c.opts.Logger.Debug("signals_scraped", "provider", p.Name, "duration_ms", float64(time.Since(start).Microseconds())/1000)
@@ -424,18 +423,7 @@ func declaredSignals(n v1alpha1.MetricSignalNames) map[string]bool {
 
 // scrapeTimeout reads "2s" or "500ms", bounded by the probes' maximum.
 func scrapeTimeout(s string) time.Duration {
-	d := defaultScrapeTimeout
-	switch {
-	case strings.HasSuffix(s, "ms"):
-		if n, err := strconv.Atoi(strings.TrimSuffix(s, "ms")); err == nil && n > 0 {
-			d = time.Duration(n) * time.Millisecond
-		}
-	case strings.HasSuffix(s, "s"):
-		if n, err := strconv.Atoi(strings.TrimSuffix(s, "s")); err == nil && n > 0 {
-			d = time.Duration(n) * time.Second
-		}
-	}
-	return min(d, probe.MaxTimeout)
+	return min(cmp.Or(parseDuration(s), defaultScrapeTimeout), probe.MaxTimeout)
 }
 
 // ProviderEntry is one provider of the discovery API.

@@ -15,6 +15,7 @@
 package endpointtls
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -89,10 +90,10 @@ func Read(ctx context.Context, cfg *v1alpha1.EndpointTLSConfig, src Source) (*Ra
 	switch {
 	case cfg.CASecretRef != nil:
 		ref := cfg.CASecretRef
-		raw.CA, err = readKey(ctx, src.Secret, "Secret", "CA", ref.Namespace, ref.Name, keyOr(ref.Key, DefaultCAKey))
+		raw.CA, err = readKey(ctx, src.Secret, "Secret", "CA", ref.Namespace, ref.Name, cmp.Or(ref.Key, DefaultCAKey))
 	case cfg.CAConfigMapRef != nil:
 		ref := cfg.CAConfigMapRef
-		raw.CA, err = readKey(ctx, src.ConfigMap, "ConfigMap", "CA", ref.Namespace, ref.Name, keyOr(ref.Key, DefaultCAKey))
+		raw.CA, err = readKey(ctx, src.ConfigMap, "ConfigMap", "CA", ref.Namespace, ref.Name, cmp.Or(ref.Key, DefaultCAKey))
 	default:
 		// The schema refuses this; an object written before it did is
 		// refused here, never verified against the system's roots.
@@ -102,21 +103,14 @@ func Read(ctx context.Context, cfg *v1alpha1.EndpointTLSConfig, src Source) (*Ra
 		return nil, err
 	}
 	if c := cfg.ClientCertificateSecretRef; c != nil {
-		if raw.Cert, err = readKey(ctx, src.Secret, "Secret", "client certificate", c.Namespace, c.Name, keyOr(c.CertificateKey, DefaultCertificateKey)); err != nil {
+		if raw.Cert, err = readKey(ctx, src.Secret, "Secret", "client certificate", c.Namespace, c.Name, cmp.Or(c.CertificateKey, DefaultCertificateKey)); err != nil {
 			return nil, err
 		}
-		if raw.Key, err = readKey(ctx, src.Secret, "Secret", "client private key", c.Namespace, c.Name, keyOr(c.PrivateKeyKey, DefaultPrivateKeyKey)); err != nil {
+		if raw.Key, err = readKey(ctx, src.Secret, "Secret", "client private key", c.Namespace, c.Name, cmp.Or(c.PrivateKeyKey, DefaultPrivateKeyKey)); err != nil {
 			return nil, err
 		}
 	}
 	return raw, nil
-}
-
-func keyOr(key, def string) string {
-	if key == "" {
-		return def
-	}
-	return key
 }
 
 func readKey(ctx context.Context, get func(context.Context, string, string) (map[string][]byte, bool, error),

@@ -95,12 +95,7 @@ func (p *Prober) prepare(ctx context.Context, rawURL string, e *Endpoint) (*http
 func (p *Prober) tlsClient(ctx context.Context, e *Endpoint) (*http.Client, error) {
 	raw, err := e.TLS(ctx)
 	if err != nil {
-		var material *endpointtls.Error
-		if errors.As(err, &material) {
-			return nil, &ConfigError{string(material.Reason), material.Message}
-		}
-		// The API server did not answer: neither good nor bad material.
-		return nil, failure(OutcomeCredentialUnreadable)
+		return nil, materialError(err)
 	}
 	fingerprint := raw.Fingerprint()
 	p.mu.Lock()
@@ -111,11 +106,7 @@ func (p *Prober) tlsClient(ctx context.Context, e *Endpoint) (*http.Client, erro
 	}
 	m, err := raw.Parse()
 	if err != nil {
-		var material *endpointtls.Error
-		if errors.As(err, &material) {
-			return nil, &ConfigError{string(material.Reason), material.Message}
-		}
-		return nil, err
+		return nil, materialError(err)
 	}
 	transport := p.transport(m.ClientConfig(), false)
 	next := &endpointClient{fingerprint: fingerprint, transport: transport, client: p.httpClient(transport)}
@@ -127,6 +118,17 @@ func (p *Prober) tlsClient(ctx context.Context, e *Endpoint) (*http.Client, erro
 		old.transport.CloseIdleConnections()
 	}
 	return next.client, nil
+}
+
+// materialError is the ConfigError naming material that cannot be used;
+// any other error (the API server did not answer) is neither good nor bad
+// material, and the request fails as unreadable.
+func materialError(err error) error {
+	var material *endpointtls.Error
+	if errors.As(err, &material) {
+		return &ConfigError{string(material.Reason), material.Message}
+	}
+	return failure(OutcomeCredentialUnreadable)
 }
 
 // DropClient forgets an Endpoint's client (its provider is gone, or no
