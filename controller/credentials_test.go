@@ -58,26 +58,35 @@ func TestCredentialProblemsMakeTheProviderUnavailableAndTokensNeverLeak(t *testi
 	e.providerPhase(p, v1alpha1.ProviderUnavailable, "CredentialSecretRefInvalid")
 
 	// Nowhere but in the Secret: not in overlays, statuses, events, logs.
-	places := map[string]string{"agent logs": e.logs.String()}
-	var cms corev1.ConfigMapList
-	require.NoError(t, e.admin.List(e.ctx, &cms, client.InNamespace(e.gwNS)))
-	require.NotEmpty(t, cms.Items)
-	places["ConfigMaps"] = mustJSON(t, cms)
-	var providers v1alpha1.InferenceProviderList
-	require.NoError(t, e.admin.List(e.ctx, &providers))
-	places["providers"] = mustJSON(t, providers)
-	var networks v1alpha1.GridNetworkList
-	require.NoError(t, e.admin.List(e.ctx, &networks))
-	places["networks"] = mustJSON(t, networks)
-	for _, ns := range []string{e.agentNS, e.gwNS, e.credNS} {
-		var events eventsv1.EventList
-		require.NoError(t, e.admin.List(e.ctx, &events, client.InNamespace(ns)))
-		places["events in "+ns] = mustJSON(t, events)
-	}
 	require.Contains(t, cm.Data[envelope.DataKeyEnvelope], `"secretRef"`, "the overlay carries the reference")
-	for where, text := range places {
+	for where, text := range e.publicPlaces() {
 		assert.False(t, strings.Contains(text, token), "the token appears in %s", where)
 	}
+}
+
+// publicPlaces is everything of the test a secret must never reach, by
+// where it is: the agent's logs, the overlay ConfigMaps, the Grid
+// objects with their statuses, and the Events of the test's namespaces.
+func (e *env) publicPlaces() map[string]string {
+	e.t.Helper()
+	places := map[string]string{"agent logs": e.logs.String()}
+	require.NotEmpty(e.t, places["agent logs"])
+	var cms corev1.ConfigMapList
+	require.NoError(e.t, e.admin.List(e.ctx, &cms, client.InNamespace(e.gwNS)))
+	require.NotEmpty(e.t, cms.Items)
+	places["ConfigMaps"] = mustJSON(e.t, cms)
+	var providers v1alpha1.InferenceProviderList
+	require.NoError(e.t, e.admin.List(e.ctx, &providers))
+	places["providers"] = mustJSON(e.t, providers)
+	var networks v1alpha1.GridNetworkList
+	require.NoError(e.t, e.admin.List(e.ctx, &networks))
+	places["networks"] = mustJSON(e.t, networks)
+	for _, ns := range []string{e.agentNS, e.gwNS, e.credNS} {
+		var events eventsv1.EventList
+		require.NoError(e.t, e.admin.List(e.ctx, &events, client.InNamespace(ns)))
+		places["events in "+ns] = mustJSON(e.t, events)
+	}
+	return places
 }
 
 func mustJSON(t *testing.T, v any) string {
