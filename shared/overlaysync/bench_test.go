@@ -16,6 +16,7 @@ import (
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/shared/publish"
+	"github.com/gridsync/gridsync/test/testenvelope"
 )
 
 // BenchmarkUpdate delivers 64 KiB updates through a Syncer in this process,
@@ -62,7 +63,7 @@ func benchmarkUpdate(b *testing.B, size int, medium string) {
 	// Two documents of the size alternate, so that every update is new.
 	docs, revisions := make([][]byte, 2), make([]string, 2)
 	for i := range docs {
-		docs[i], revisions[i] = envelopeOfSize(b, scope, i+1, size)
+		docs[i], revisions[i] = testenvelope.Sized(b, scope, i, size)
 	}
 	cms := cp.AdminClient().CoreV1().ConfigMaps(ns)
 	put := func(doc []byte) {
@@ -124,23 +125,4 @@ func benchmarkUpdate(b *testing.B, size int, medium string) {
 		put(docs[next])
 		waitWritten(revisions[next])
 	}
-}
-
-// envelopeOfSize builds the largest valid envelope of at most size bytes
-// that padding candidates make (a binary search on their number).
-func envelopeOfSize(b *testing.B, scope envelope.Scope, variant, size int) ([]byte, string) {
-	b.Helper()
-	lo, hi := 0, 1
-	for doc, _ := buildEnvelope(b, scope, variant, hi); len(doc) <= size; doc, _ = buildEnvelope(b, scope, variant, hi) {
-		lo, hi = hi, hi*2
-	}
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if doc, _ := buildEnvelope(b, scope, variant, mid); len(doc) <= size {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return buildEnvelope(b, scope, variant, lo)
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testenvelope"
 )
 
 const (
@@ -126,7 +126,7 @@ func deliver(b *testing.B, size int, medium, fsync string, withReader bool) resu
 	docs := make([][]byte, warmupUpdates+timedUpdates+1)
 	revisions := make([]string, len(docs))
 	for i := range docs {
-		docs[i], revisions[i] = sized(b, scope, i, size)
+		docs[i], revisions[i] = testenvelope.Sized(b, scope, i, size)
 	}
 	admin := cp.AdminClient()
 	cms := admin.CoreV1().ConfigMaps(ns)
@@ -230,34 +230,6 @@ func deliver(b *testing.B, size int, medium, fsync string, withReader bool) resu
 		b.Fatalf("consumer read %d files that held no expected revision", consumer.wrong.Load())
 	}
 	return res
-}
-
-// sized renders an envelope of about size bytes whose revision depends on i.
-func sized(b *testing.B, scope envelope.Scope, i, size int) ([]byte, string) {
-	overlay := envelope.Overlay{Network: scope.Network, LocalSite: scope.LocalSite}
-	build := func(n int) ([]byte, string) {
-		overlay.Candidates = overlay.Candidates[:0]
-		for c := range n {
-			rank := int64(c)
-			overlay.Candidates = append(overlay.Candidates, envelope.Candidate{
-				Kind: envelope.CandidateKindInferenceModel, Name: fmt.Sprintf("model-%d-%05d", i, c),
-				Site: "site-" + strconv.Itoa(c%50), Cluster: "cluster-" + strconv.Itoa(c%200), Fresh: true, Rank: &rank,
-			})
-		}
-		doc, revision, err := envelope.Build(overlay, scope, envelope.Provenance{Producer: "bench", RenderedAt: time.Now()})
-		measure.Must(b, err)
-		return doc, revision
-	}
-	one, _ := build(1)
-	two, _ := build(2)
-	per := len(two) - len(one)
-	// Later candidates have longer names than the first two: step down
-	// until the document fits.
-	for n := max(1, (size-len(one))/per); ; n -= 1 + n/500 {
-		if doc, revision := build(n); len(doc) <= size || n <= 1 {
-			return doc, revision
-		}
-	}
 }
 
 func configMapWith(name string, doc []byte) *corev1.ConfigMap {
