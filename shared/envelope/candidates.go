@@ -180,25 +180,47 @@ func checkCandidate(dec *jsontext.Decoder, data []byte, i int, canonical []byte,
 
 	base, plain := w.collectRoot(raw)
 	defer w.release(base)
-	var seen uint8
-	for _, m := range w.members[base:] {
-		name := memberName(m.name)
-		field, required, known := candidateMember(name)
-		if !known {
-			continue
-		}
-		if !fieldValueOK(field, m.value) {
-			return canonical, reject(ReasonMalformedStructure, "overlay.candidates[%d].%s has the wrong type", i, name)
-		}
-		seen |= required
-	}
-	if seen != allRequired {
-		return canonical, reject(ReasonMalformedStructure, "overlay.candidates[%d] needs kind, name, site, cluster and fresh", i)
+	if rej := checkCandidateMembers(w.members[base:], i); rej != nil {
+		return canonical, rej
 	}
 	if canonical, err = w.appendMembers(canonical, raw, base, plain); err != nil {
 		return canonical, reject(ReasonMalformedStructure, "overlay.candidates[%d]: %v", i, err)
 	}
 	return canonical, nil
+}
+
+// checkCandidateMembers checks the types of the documented members of
+// candidate i and that the required ones are there.
+func checkCandidateMembers(members []rawMember, i int) *Rejection {
+	var seen uint8
+	for _, m := range members {
+		if rej := checkCandidateMember(i, m.name, m.value, &seen); rej != nil {
+			return rej
+		}
+	}
+	return checkCandidateRequired(i, seen)
+}
+
+// checkCandidateMember checks one member of candidate i, given by its raw
+// name and value, and adds the required member it is to seen.
+func checkCandidateMember(i int, rawName, value []byte, seen *uint8) *Rejection {
+	name := memberName(rawName)
+	field, required, known := candidateMember(name)
+	if !known {
+		return nil
+	}
+	if !fieldValueOK(field, value) {
+		return reject(ReasonMalformedStructure, "overlay.candidates[%d].%s has the wrong type", i, name)
+	}
+	*seen |= required
+	return nil
+}
+
+func checkCandidateRequired(i int, seen uint8) *Rejection {
+	if seen != allRequired {
+		return reject(ReasonMalformedStructure, "overlay.candidates[%d] needs kind, name, site, cluster and fresh", i)
+	}
+	return nil
 }
 
 // memberName returns an object member's name from its raw JSON string,

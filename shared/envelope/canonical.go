@@ -2,7 +2,10 @@ package envelope
 
 import (
 	"bytes"
+	"errors"
+	"math"
 	"slices"
+	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -114,11 +117,38 @@ func (w *canonicalWriter) appendAt(dst, v []byte) ([]byte, error) {
 	case 't', 'f', 'n':
 		return append(dst, v...), nil
 	default:
-		if isSafeInteger(v) || isPlainDecimal(v) {
-			return append(dst, v...), nil
-		}
+		return appendNumber(dst, v)
 	}
 	return w.appendByLibrary(dst, v)
+}
+
+// appendNumber appends the canonical form of the valid JSON number v: the
+// shortest ECMAScript form of its double, as the library writes it (-0 as
+// 0), refusing a number beyond the double range, which the library would
+// clamp. Most numbers of an overlay are written that way already.
+func appendNumber(dst, v []byte) ([]byte, error) {
+	if isSafeInteger(v) || isPlainDecimal(v) {
+		return append(dst, v...), nil
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return dst, errNumberRange
+	}
+	if f == 0 {
+		f = 0 // -0 and -0.0 are 0
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if n := len(dst); format == 'e' && dst[n-4] == 'e' && dst[n-2] == '0' {
+		// Go writes the exponent in two digits at least, ECMAScript not:
+		// 1e-07 is 1e-7, 1e+07 cannot happen (below 1e21 is 'f').
+		dst[n-2] = dst[n-1]
+		dst = dst[:n-1]
+	}
+	return dst, nil
 }
 
 func (w *canonicalWriter) appendObject(dst, v []byte) ([]byte, error) {

@@ -46,6 +46,8 @@ var canonicalSeeds = []string{
 	`{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"m","site":"s","cluster":"c","fresh":true,"a":-0,"b":1e2,"c":1.50,"d":123456789012345,"e":1234567890123456,"f":-123456789012345,"g":0,"h":-1,"i":9007199254740993,"j":-0.0}]}`,
 	`{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"m","site":"s","cluster":"c","fresh":true,"credential":{ "strategy":"bearer_token","secret_ref":{"namespace":"ns","name":"x","key":"k"}},"score_breakdown":{"total":1.0E0,"cost":3},"list":[ 1 , "a\u0000" , {"z":1,"a":2} ]}]}`,
 	`{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"m","site":"s","cluster":"c","fresh":true}],"selection_policy":{"mode":"weighted","weights":{"b":1.0,"a":2e-7}}}`,
+	// Numbers written otherwise than ECMAScript prints their double.
+	`{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"m","site":"s","cluster":"c","fresh":true,"n":[1e-7,1E-7,1e21,1e+21,9.99e20,0.30000000000000004,123456789012345678901234,-1e-400,5e-324,1.7976931348623157e308,0.000001,0.0000001,-0.0e5,100e-2]}]}`,
 	"{\"network\":\"n\",\"local_site\":\"s\",\"candidates\":[{\"kind\":\"k\",\"name\":\"\u2028\x7f<>&\",\"site\":\"s\",\"cluster\":\"c\",\"fresh\":true}]}",
 	// Deep enough for the canonicaliser's table of container ends.
 	`{"network":"n","local_site":"s","candidates":[{"kind":"k","name":"m","site":"s","cluster":"c","fresh":true,"x":` +

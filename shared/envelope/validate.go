@@ -165,12 +165,15 @@ func validate(data []byte, opts Options) (Result, *Rejection) {
 	}
 
 	var top wireTop
-	if err := decodeWithCandidates(data, &top, decodeOptions{limitDepth: true}); err != nil {
-		// Too deep for the gateway's parser comes first, as it does there.
-		if rej := checkDepth(data); rej != nil {
-			return Result{}, rej
+	if !fastDecode(data, &top) {
+		top = wireTop{}
+		if err := decodeWithCandidates(data, &top, decodeOptions{limitDepth: true}); err != nil {
+			// Too deep for the gateway's parser comes first, as it does there.
+			if rej := checkDepth(data); rej != nil {
+				return Result{}, rej
+			}
+			return Result{}, diagnose(data, err)
 		}
-		return Result{}, diagnose(data, err)
 	}
 	var overlayCandidates []byte
 	if top.Overlay != nil {
