@@ -190,3 +190,64 @@ func TestSidecarHostileNesting(t *testing.T) {
 	report(t, "hostile_nesting", code == http.StatusOK && s.Running() && unchanged,
 		figure{"depth", 100000}, figure{"file_unchanged", unchanged}, figure{"still_ready", code == http.StatusOK}, figure{"sidecar_rss_mib", s.rss()})
 }
+
+// Another container of the pod that shares the output folder (the gateway
+// given a writable emptyDir) puts a symbolic link, then a hard link, where
+// the sidecar keeps the previous file for its next write, and holds the
+// file the gateway reads open across updates: the sidecar never writes
+// through either name, and every update still reaches the output whole.
+func TestSidecarSharedVolumeSpare(t *testing.T) {
+	s := startSidecar(t)
+	output := s.pod.Output()
+	deliver := func(variant int) []byte {
+		doc, _ := s.pod.Envelope(variant)
+		s.pod.Put(doc)
+		require.Eventually(t, func() bool {
+			got, err := os.ReadFile(output)
+			return err == nil && string(got) == string(doc)
+		}, 10*time.Second, 10*time.Millisecond, "update %d not delivered", variant)
+		return doc
+	}
+	spare := func() string {
+		matches, err := filepath.Glob(filepath.Join(filepath.Dir(output), "."+filepath.Base(output)+".tmp-*"))
+		require.NoError(t, err)
+		require.Len(t, matches, 1, "the previous file is kept beside the output")
+		return matches[0]
+	}
+	deliver(2)
+	deliver(3)
+
+	// A symbolic link to a file elsewhere.
+	elsewhere := filepath.Join(t.TempDir(), "elsewhere")
+	require.NoError(t, os.WriteFile(elsewhere, []byte("not the sidecar's"), 0o644))
+	link := spare()
+	require.NoError(t, os.Remove(link))
+	require.NoError(t, os.Symlink(elsewhere, link))
+	deliver(4)
+	viaSymlink, err := os.ReadFile(elsewhere)
+	require.NoError(t, err)
+
+	// A second name for the spare, and the output held open by a reader.
+	second := filepath.Join(filepath.Dir(output), "gateway-copy.json")
+	require.NoError(t, os.Link(spare(), second))
+	held, err := os.ReadFile(second)
+	require.NoError(t, err)
+	reader, err := os.Open(output)
+	require.NoError(t, err)
+	defer func() { _ = reader.Close() }()
+	readerHolds, err := os.ReadFile(output)
+	require.NoError(t, err)
+	deliver(5)
+	deliver(6)
+	viaHardLink, err := os.ReadFile(second)
+	require.NoError(t, err)
+	stillHeld, err := io.ReadAll(reader)
+	require.NoError(t, err)
+
+	symlinkKept := string(viaSymlink) == "not the sidecar's"
+	hardLinkKept := string(viaHardLink) == string(held)
+	readerWhole := string(stillHeld) == string(readerHolds)
+	report(t, "shared_volume_spare", symlinkKept && hardLinkKept && readerWhole && s.Running(),
+		figure{"written_through_symlink", !symlinkKept}, figure{"written_through_hard_link", !hardLinkKept},
+		figure{"open_reader_whole", readerWhole}, figure{"updates_delivered", 5})
+}
