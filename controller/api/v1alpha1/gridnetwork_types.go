@@ -2,7 +2,6 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // GridNetwork is a Grid network and the gateways that consume its routing
@@ -73,27 +72,30 @@ type GridNetworkSpec struct {
 	// +optional
 	// +nullable
 	BudgetPolicy *BudgetPolicy `json:"budgetPolicy,omitempty"`
-	// AdmissionPolicy, ScoringPolicy, RoutingPolicy and
-	// MetricsRefreshInterval are upstream's signal-driven routing
-	// settings, kept as written and reported as not supported by this
-	// release.
+	// AdmissionPolicy says when a pressured provider stops taking new
+	// sessions (existing_only) and when it takes them again. Unset: each
+	// scrape decides alone, from 0.85 of the scoring strategy's signal,
+	// and a provider whose signal is missing keeps taking new sessions.
 	//
 	// +optional
 	// +nullable
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
-	AdmissionPolicy *runtime.RawExtension `json:"admissionPolicy,omitempty"`
+	AdmissionPolicy *AdmissionPolicy `json:"admissionPolicy,omitempty"`
+	// ScoringPolicy chooses the load signal providers are judged by.
+	// Unset: noMetrics.
+	//
 	// +optional
 	// +nullable
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
-	ScoringPolicy *runtime.RawExtension `json:"scoringPolicy,omitempty"`
+	ScoringPolicy *ScoringPolicy `json:"scoringPolicy,omitempty"`
+	// RoutingPolicy is upstream's candidate ordering by geography or
+	// score; kept and reported as not supported by this release.
+	//
 	// +optional
 	// +nullable
 	// +kubebuilder:validation:Enum=geographyFirst;scoreFirst
 	RoutingPolicy string `json:"routingPolicy,omitempty"`
+	// MetricsRefreshInterval is upstream's; kept and reported as not
+	// supported by this release (the agent's --signals-interval rules).
+	//
 	// +optional
 	// +nullable
 	// +kubebuilder:validation:Pattern=`^([1-9][0-9]*s|[1-9][0-9]{3,}ms)$`
@@ -173,6 +175,102 @@ type SwimTimings struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	SuspicionTimeout string `json:"suspicionTimeout,omitempty"`
 }
+
+// AdmissionPolicy is upstream's provider admission policy.
+type AdmissionPolicy struct {
+	// Mode: instantaneous (each observation decides alone) or stabilized
+	// (pressure must repeat, states last, recovery is held down).
+	//
+	// +optional
+	// +kubebuilder:default=instantaneous
+	// +kubebuilder:validation:Enum=instantaneous;stabilized
+	Mode AdmissionMode `json:"mode,omitempty"`
+	// MissingMetrics is the state of a provider whose signal is missing
+	// or stale: existingOnly, or excluded (left out of the overlays).
+	//
+	// +optional
+	// +kubebuilder:default=existingOnly
+	// +kubebuilder:validation:Enum=existingOnly;excluded
+	MissingMetrics MissingMetricsPolicy `json:"missingMetrics,omitempty"`
+	// Pressure holds the thresholds and timings.
+	//
+	// +optional
+	// +kubebuilder:default={enterThreshold: 0.85, exitThreshold: 0.7, failureThreshold: 2, successThreshold: 3, minimumStateDuration: "10s", recoveryHoldDown: "30s"}
+	Pressure *PressurePolicy `json:"pressure,omitempty"`
+}
+
+// AdmissionMode is how observations change a provider's admission.
+type AdmissionMode string
+
+const (
+	AdmissionInstantaneous AdmissionMode = "instantaneous"
+	AdmissionStabilized    AdmissionMode = "stabilized"
+)
+
+// MissingMetricsPolicy is what a provider without a fresh signal gets.
+type MissingMetricsPolicy string
+
+const (
+	MissingMetricsExistingOnly MissingMetricsPolicy = "existingOnly"
+	MissingMetricsExcluded     MissingMetricsPolicy = "excluded"
+)
+
+// PressurePolicy holds admission's thresholds (0-1) and timings.
+//
+// +kubebuilder:validation:XValidation:rule="self.exitThreshold < self.enterThreshold",message="exitThreshold must be less than enterThreshold"
+type PressurePolicy struct {
+	// EnterThreshold: at or above it a provider is pressured.
+	//
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1
+	EnterThreshold float64 `json:"enterThreshold"`
+	// ExitThreshold: at or below it a pressured provider recovers.
+	//
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1
+	ExitThreshold float64 `json:"exitThreshold"`
+	// FailureThreshold: pressured observations in a row to stop new
+	// sessions (stabilized).
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	FailureThreshold int32 `json:"failureThreshold"`
+	// SuccessThreshold: recovered observations in a row to admit again
+	// (stabilized).
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SuccessThreshold int32 `json:"successThreshold"`
+	// MinimumStateDuration: how long a state lasts at least (whole
+	// seconds, "10s"); also the least time between two revisions an
+	// overlay gets from signals.
+	//
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*s$`
+	MinimumStateDuration string `json:"minimumStateDuration"`
+	// RecoveryHoldDown: how long a recovery must last before new sessions
+	// are admitted again (whole seconds).
+	//
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*s$`
+	RecoveryHoldDown string `json:"recoveryHoldDown"`
+}
+
+// ScoringPolicy is upstream's scoring policy.
+type ScoringPolicy struct {
+	// Strategy: noMetrics (load is not looked at), queueDepth or
+	// kvCachePressure (that signal measures pressure).
+	//
+	// +kubebuilder:validation:Enum=noMetrics;queueDepth;kvCachePressure
+	Strategy ScoringStrategy `json:"strategy"`
+}
+
+// ScoringStrategy names the signal providers are judged by.
+type ScoringStrategy string
+
+const (
+	ScoringNoMetrics       ScoringStrategy = "noMetrics"
+	ScoringQueueDepth      ScoringStrategy = "queueDepth"
+	ScoringKVCachePressure ScoringStrategy = "kvCachePressure"
+)
 
 // BudgetPolicy tracks spend per tenant (upstream's shape).
 type BudgetPolicy struct {

@@ -106,6 +106,11 @@ type InferenceProviderSpec struct {
 	// +optional
 	// +nullable
 	Cost *ProviderCost `json:"cost,omitempty"`
+	// TrafficPolicy is how the provider takes traffic.
+	//
+	// +optional
+	// +nullable
+	TrafficPolicy *TrafficPolicy `json:"trafficPolicy,omitempty"`
 
 	// Auth says how the gateway authenticates to the provider.
 	//
@@ -230,6 +235,15 @@ type EndpointAuth struct {
 	//
 	// +optional
 	AllowPlaintext bool `json:"allowPlaintext,omitempty"`
+}
+
+// TrafficPolicy is how a provider takes traffic.
+type TrafficPolicy struct {
+	// Drain: no new sessions (every overlay lists the provider
+	// existing_only); sessions already on it continue.
+	//
+	// +optional
+	Drain bool `json:"drain,omitempty"`
 }
 
 // ProviderCost is what the provider charges, in US dollars.
