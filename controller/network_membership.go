@@ -280,6 +280,8 @@ func gossipProviders(items []v1alpha1.InferenceProvider, assessed []render.Provi
 			Name: p.Name, Models: a.Models, Cluster: a.Cluster, Phase: string(a.Phase),
 			ProviderKind: p.Spec.ProviderKind, BackendKind: p.Spec.BackendKind,
 			Credentialed: a.Credential != nil,
+			Drained:      drained(p),
+			Load:         measuredLoad(p),
 		}
 		if a.Sites != nil {
 			mp.Sites = a.Sites.String()

@@ -65,6 +65,9 @@ type signalLoop struct {
 	collector *signalCollector
 	peers     *signalPoller
 	every     time.Duration
+	// settled is told after each round: the networks whose overlays
+	// follow load signals are looked at again.
+	settled func(context.Context)
 }
 
 // NeedLeaderElection: the leader's signals are the site's.
@@ -76,6 +79,9 @@ func (l *signalLoop) Start(ctx context.Context) error {
 	for {
 		l.collector.collect(ctx)
 		l.peers.round(ctx)
+		if l.settled != nil {
+			l.settled(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -332,11 +338,29 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 		ps.At = now
 		samples = append(samples, ps.Sample)
 	}
+	samples = append(samples, normalisedLoad(samples, mc)...)
 	stale := 3 * s.c.opts.SignalsInterval
 	if mc.StaleMetricsSeconds != nil {
 		stale = time.Duration(*mc.StaleMetricsSeconds) * time.Second
 	}
 	store.Set(site, p.Name, signals.PartLoad, samples, now.Add(stale))
+}
+
+// normalisedLoad are the normalised series of a provider's scraped
+// samples, for admission here and at the peers.
+func normalisedLoad(samples []signals.Sample, mc *v1alpha1.MetricsConfig) []signals.Sample {
+	var capacity float64
+	if mc.QueueCapacity != nil {
+		capacity = float64(*mc.QueueCapacity)
+	}
+	var out []signals.Sample
+	if q, ok := signals.Ratio(samples, mc.SignalNames.QueueDepth, capacity, signals.MetricQueueDepth); ok {
+		out = append(out, q)
+	}
+	if kv, ok := signals.Ratio(samples, mc.SignalNames.KVCacheUtilization, 0, signals.MetricKVCache); ok {
+		out = append(out, kv)
+	}
+	return out
 }
 
 // skip logs a provider's scrape problem once per change of it.

@@ -148,6 +148,12 @@ type Provider struct {
 	// Credentialed: the final hop adds a credential (held at the
 	// provider's site only).
 	Credentialed bool `json:"credentialed,omitempty"`
+	// Drained: its owner asked for no new sessions (trafficPolicy.drain).
+	Drained bool `json:"drained,omitempty"`
+	// Load names the normalised load series its site publishes for it
+	// (grid_provider_queue_depth_ratio, …): a peer reads a missing one as
+	// a failed scrape, not as a provider that measures nothing.
+	Load []string `json:"load,omitempty"`
 }
 
 // SeedResult is what announcing a network's seeds did.
