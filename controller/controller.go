@@ -339,7 +339,14 @@ func Setup(mgr manager.Manager, opts Options) error {
 		}
 		// This site's signals, then its peers': polled (poll mode) or
 		// read from membership (gossip).
-		if err := mgr.Add(&signalLoop{collector: newSignalCollector(shared), peers: newSignalPoller(shared), every: opts.SignalsInterval}); err != nil {
+		settled := func(ctx context.Context) {
+			for _, name := range loadDrivenNetworks(ctx, mgr.GetCache()) {
+				n := &v1alpha1.GridNetwork{}
+				n.Name = name
+				life.send(fromMembership, event.GenericEvent{Object: n})
+			}
+		}
+		if err := mgr.Add(&signalLoop{collector: newSignalCollector(shared), peers: newSignalPoller(shared), every: opts.SignalsInterval, settled: settled}); err != nil {
 			return err
 		}
 	}

@@ -29,6 +29,9 @@ type networkReconciler struct {
 	// problems logged, so that each is logged once per change.
 	seedResolver seeds.Resolver
 	seedProblems reasonLog
+	// admission is each network's provider admission (the admission
+	// stage's memory).
+	admission admissionBook
 }
 
 func (r *networkReconciler) setup(mgr ctrl.Manager, health, fromMembership <-chan event.GenericEvent) error {
@@ -103,7 +106,8 @@ func errString(err error) string {
 //  3. membership (network_membership.go): SWIM keys, seeds and this site's
 //     records; what is known of the other sites;
 //  4. remote providers (network_providers.go): the records of the sites
-//     whose GridSite is Active;
+//     whose GridSite is Active; their admission, and the local
+//     providers', from load signals and drains (network_admission.go);
 //  5. render (network_render.go): one overlay per gateway;
 //  6. consumer config (network_praxis.go): each generated praxis.yaml,
 //     which may withdraw candidates or hold a revision back;
@@ -142,6 +146,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if err != nil {
 		return 0, 0, err
 	}
+	held := r.admitProviders(network, items, local, remote, r.opts.Now())
 
 	gws := gateways(network)
 	overlays := renderOverlays(network.Name, gws, local, remote)
@@ -153,11 +158,14 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 
 	r.summariseDeliveries(network.Name, gws, statuses)
 	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, swim, identity))
-	var renew time.Duration
+	var again time.Duration
 	if identity.renewIn > 0 && identity.renewIn < r.opts.ResyncPeriod {
-		renew = identity.renewIn + time.Second/10 // just past the renewal point
+		again = identity.renewIn + time.Second/10 // just past the renewal point
 	}
-	return len(gws), renew, firstErr
+	if held > 0 && (again == 0 || held < again) {
+		again = held // an admission change waiting for its interval
+	}
+	return len(gws), again, firstErr
 }
 
 // admit reads the network. A deleted one is finalized (its overlays
@@ -169,6 +177,7 @@ func (r *networkReconciler) admit(ctx context.Context, name string) (*v1alpha1.G
 	var network v1alpha1.GridNetwork
 	err := r.client.Get(ctx, types.NamespacedName{Name: name}, &network)
 	if apierrors.IsNotFound(err) {
+		r.admission.forget(name)
 		if r.opts.Membership != nil {
 			r.opts.Membership.Forget(name) // deleted while its finalizer was not ours to run
 		}

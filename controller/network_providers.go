@@ -33,7 +33,7 @@ func (r *networkReconciler) remoteProviders(ctx context.Context, network *v1alph
 		if !trusted[p.Site] || expired[p.Site] {
 			continue
 		}
-		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale}
+		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale, Drained: p.Drained, Load: p.Load}
 		if r.opts.Signals != nil {
 			// Its site says the provider cannot serve now: not fresh,
 			// whatever the gossiped phase.

@@ -90,6 +90,7 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		ready.Status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&next.Conditions, ready)
+	setDrainingCondition(&p, next)
 	r.setScrapedCondition(&p, next)
 	if equality.Semantic.DeepEqual(&p.Status, next) {
 		return r.opts.resync(), nil
@@ -109,6 +110,25 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		r.events.record(ctx, &p, "InferenceProvider", eventType, v.Reason, v.Message)
 	}
 	return r.opts.resync(), nil
+}
+
+// Draining is True while the provider's owner drains it
+// (trafficPolicy.drain): every overlay lists it existing_only.
+const (
+	ConditionDraining    = "Draining"
+	ReasonDrainRequested = "DrainRequested"
+)
+
+// setDrainingCondition says so while the provider is drained; otherwise
+// the condition is absent.
+func setDrainingCondition(p *v1alpha1.InferenceProvider, next *v1alpha1.InferenceProviderStatus) {
+	if !drained(p) {
+		meta.RemoveStatusCondition(&next.Conditions, ConditionDraining)
+		return
+	}
+	meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: ConditionDraining, Status: metav1.ConditionTrue,
+		Reason: ReasonDrainRequested, ObservedGeneration: p.Generation,
+		Message: "trafficPolicy.drain: every overlay lists the provider existing_only; sessions on it continue, new ones go elsewhere"})
 }
 
 // setScrapedCondition says whether the provider's metrics are scraped

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/gridsync/gridsync/controller/admission"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
@@ -58,6 +59,9 @@ type Provider struct {
 	// Sites selects the gateway sites that may use the provider; nil
 	// selects every site.
 	Sites labels.Selector
+	// Admission is whether the provider takes new sessions (the
+	// admission stage's verdict); empty is new_and_existing.
+	Admission admission.State
 }
 
 // Remote is a provider of another site, as its site gossiped it. Only the
@@ -75,6 +79,12 @@ type Remote struct {
 	Stale bool
 	// Sites is the provider's access policy; nil admits every site.
 	Sites labels.Selector
+	// Admission is as for Provider.
+	Admission admission.State
+	// Drained: its site says its owner drains it; Load names the load
+	// series it publishes. The admission stage folds both into Admission.
+	Drained bool
+	Load    []string
 }
 
 // Admits reports whether the provider's access policy lets gw use it.
@@ -96,11 +106,20 @@ func routable(phase v1alpha1.ProviderPhase) bool {
 	return phase == v1alpha1.ProviderAvailable || phase == v1alpha1.ProviderDegraded
 }
 
-// candidate is one model's candidate, with its stable ID.
-func candidate(model, site, cluster string, fresh bool) envelope.Candidate {
-	c := envelope.Candidate{Kind: envelope.CandidateKindInferenceModel, Name: model, Site: site, Cluster: cluster, Fresh: fresh}
+// candidate is one model's candidate, with its stable ID and admission.
+func candidate(model, site, cluster string, fresh bool, admitted admission.State) envelope.Candidate {
+	c := envelope.Candidate{Kind: envelope.CandidateKindInferenceModel, Name: model, Site: site, Cluster: cluster, Fresh: fresh,
+		AdmissionState: string(admitted)}
 	c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
 	return c
+}
+
+// admissionOf reads an Admission field: empty is new_and_existing.
+func admissionOf(s admission.State) admission.State {
+	if s == "" {
+		return admission.NewAndExisting
+	}
+	return s
 }
 
 // Overlay renders the overlay of gw: one candidate per model of every
@@ -116,18 +135,26 @@ func candidate(model, site, cluster string, fresh bool) envelope.Candidate {
 // provider is Degraded. Several providers of one site serving a model make
 // one candidate, fresh if any of them is.
 //
+// Every candidate carries its admission_state: new_and_existing, or
+// existing_only for a pressured or drained provider (sessions on it
+// continue, new ones go elsewhere); a provider admitting none is left
+// out. A remote candidate standing for several providers takes the least
+// restrictive of their states.
+//
 // The order is semantic (it is digested, and the gateway prefers lower
-// ranks): fresh candidates (Available providers) before stale ones
-// (Degraded), then by site (provider name), model and cluster. Rank is the
-// position in that order. Inputs in any order give the same overlay.
+// ranks): candidates taking new sessions before those that do not, fresh
+// ones (Available providers) before stale ones (Degraded), then by site
+// (provider name), model and cluster. Rank is the position in that order.
+// Inputs in any order give the same overlay.
 func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote) envelope.Overlay {
 	candidates := []envelope.Candidate{}
 	for _, p := range providers {
-		if !routable(p.Phase) || !p.Admits(gw) || !gw.Policy.Allows(gw.Site, p.Name) {
+		admitted := admissionOf(p.Admission)
+		if !routable(p.Phase) || admitted == admission.None || !p.Admits(gw) || !gw.Policy.Allows(gw.Site, p.Name) {
 			continue
 		}
 		for _, model := range p.Models {
-			c := candidate(model, p.Name, p.Cluster, p.Phase == v1alpha1.ProviderAvailable)
+			c := candidate(model, p.Name, p.Cluster, p.Phase == v1alpha1.ProviderAvailable, admitted)
 			if p.Credential != nil {
 				credential := *p.Credential
 				c.Credential = &credential
@@ -140,13 +167,15 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 		hop[c.StableID] = i
 	}
 	for _, p := range remote {
-		if !routable(p.Phase) || !admits(p.Sites, gw) || !gw.Policy.Allows(gw.Site, p.Site) {
+		admitted := admissionOf(p.Admission)
+		if !routable(p.Phase) || admitted == admission.None || !admits(p.Sites, gw) || !gw.Policy.Allows(gw.Site, p.Site) {
 			continue
 		}
 		for _, model := range p.Models {
-			c := candidate(model, p.Site, p.Site, p.Phase == v1alpha1.ProviderAvailable && !p.Stale)
+			c := candidate(model, p.Site, p.Site, p.Phase == v1alpha1.ProviderAvailable && !p.Stale, admitted)
 			if i, seen := hop[c.StableID]; seen {
 				candidates[i].Fresh = candidates[i].Fresh || c.Fresh
+				candidates[i].AdmissionState = string(admission.Least(admission.State(candidates[i].AdmissionState), admitted))
 				continue
 			}
 			hop[c.StableID] = len(candidates)
@@ -162,6 +191,9 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 }
 
 func compareCandidates(a, b envelope.Candidate) int {
+	if ra, rb := admission.Rank(admission.State(a.AdmissionState)), admission.Rank(admission.State(b.AdmissionState)); ra != rb {
+		return cmp.Compare(ra, rb)
+	}
 	if a.Fresh != b.Fresh {
 		if a.Fresh {
 			return -1

@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/gridsync/gridsync/controller/admission"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/shared/envelope"
@@ -208,4 +210,61 @@ func TestOverlayRemoteProviders(t *testing.T) {
 	own := east
 	own.Policy = render.SitePolicy{OwnSiteOnly: true}
 	assert.Empty(t, render.Overlay("net", own, nil, remote...).Candidates)
+}
+
+// Admission comes first in the order: a pressured or drained provider's
+// candidates follow every candidate that takes new sessions, even stale
+// ones; a provider admitting none is left out; every candidate says its
+// state.
+func TestOverlayOrdersByAdmissionThenFreshness(t *testing.T) {
+	pressured := provider("a-pressured", v1alpha1.ProviderAvailable, "m")
+	pressured.Admission = admission.ExistingOnly
+	stale := provider("b-stale", v1alpha1.ProviderDegraded, "m")
+	fresh := provider("c-fresh", v1alpha1.ProviderAvailable, "m")
+	fresh.Admission = admission.NewAndExisting
+	out := provider("d-out", v1alpha1.ProviderAvailable, "m")
+	out.Admission = admission.None
+	o := render.Overlay("net", east, []render.Provider{pressured, stale, fresh, out})
+
+	type row struct {
+		site, admission string
+		fresh           bool
+		rank            int64
+	}
+	var got []row
+	for _, c := range o.Candidates {
+		got = append(got, row{c.Site, c.AdmissionState, c.Fresh, *c.Rank})
+	}
+	assert.Equal(t, []row{
+		{"c-fresh", "new_and_existing", true, 0},
+		{"b-stale", "new_and_existing", false, 1},
+		{"a-pressured", "existing_only", true, 2},
+	}, got)
+}
+
+// A remote site's candidate stands for every provider of the site serving
+// the model: it takes new sessions when any of them does.
+func TestRemoteCandidateTakesTheLeastRestrictiveAdmission(t *testing.T) {
+	remote := func(name string, state admission.State) render.Remote {
+		return render.Remote{Site: "west", Name: name, Models: []string{"m"}, Phase: v1alpha1.ProviderAvailable, Admission: state}
+	}
+	for _, tt := range []struct {
+		states []admission.State
+		want   string
+	}{
+		{[]admission.State{admission.ExistingOnly, admission.NewAndExisting}, "new_and_existing"},
+		{[]admission.State{admission.ExistingOnly, admission.ExistingOnly}, "existing_only"},
+		{[]admission.State{admission.None, admission.ExistingOnly}, "existing_only"},
+		{[]admission.State{admission.None, ""}, "new_and_existing"},
+	} {
+		var remotes []render.Remote
+		for i, s := range tt.states {
+			remotes = append(remotes, remote(fmt.Sprintf("p%d", i), s))
+		}
+		o := render.Overlay("net", east, nil, remotes...)
+		require.Len(t, o.Candidates, 1, "%v", tt.states)
+		assert.Equal(t, tt.want, o.Candidates[0].AdmissionState, "%v", tt.states)
+	}
+	o := render.Overlay("net", east, nil, remote("p0", admission.None), remote("p1", admission.None))
+	assert.Empty(t, o.Candidates, "no provider of the site admits anything")
 }

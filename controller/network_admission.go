@@ -1,0 +1,252 @@
+package controller
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/admission"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/controller/signals"
+)
+
+// defaultRevisionInterval is the least time between two revisions an
+// overlay gets from load signals when the network's admission policy sets
+// no minimumStateDuration (no policy at all): the CRD's default.
+const defaultRevisionInterval = 10 * time.Second
+
+// admissionBook keeps each network's admission between reconciles.
+type admissionBook struct {
+	mu       sync.Mutex
+	networks map[string]*networkAdmission
+}
+
+// networkAdmission is one network's: what the load signals say of each
+// provider (memory), and the states its overlays carry (applied), which
+// follow the memory at most once per revision interval.
+type networkAdmission struct {
+	memory    *admission.Memory
+	applied   map[string]admission.State
+	changedAt time.Time
+}
+
+func (b *admissionBook) of(network string) *networkAdmission {
+	if b.networks == nil {
+		b.networks = map[string]*networkAdmission{}
+	}
+	na, ok := b.networks[network]
+	if !ok {
+		na = &networkAdmission{memory: admission.NewMemory(), applied: map[string]admission.State{}}
+		b.networks[network] = na
+	}
+	return na
+}
+
+func (b *admissionBook) forget(network string) {
+	b.mu.Lock()
+	delete(b.networks, network)
+	b.mu.Unlock()
+}
+
+// admissionPolicy reads a network's admission policy and its revision
+// interval.
+func admissionPolicy(n *v1alpha1.GridNetwork) (admission.Policy, time.Duration) {
+	signal := admission.NoSignal
+	if sp := n.Spec.ScoringPolicy; sp != nil {
+		switch sp.Strategy {
+		case v1alpha1.ScoringQueueDepth:
+			signal = admission.QueueDepth
+		case v1alpha1.ScoringKVCachePressure:
+			signal = admission.KVCache
+		}
+	}
+	ap := n.Spec.AdmissionPolicy
+	if ap == nil {
+		return admission.Legacy(signal), defaultRevisionInterval
+	}
+	pressure := v1alpha1.PressurePolicy{EnterThreshold: 0.85, ExitThreshold: 0.7, FailureThreshold: 2, SuccessThreshold: 3,
+		MinimumStateDuration: "10s", RecoveryHoldDown: "30s"} // the CRD's default
+	if ap.Pressure != nil {
+		pressure = *ap.Pressure
+	}
+	p := admission.Policy{
+		Mode: admission.Instantaneous, Signal: signal,
+		Enter: pressure.EnterThreshold, Exit: pressure.ExitThreshold,
+		Failures: int(pressure.FailureThreshold), Successes: int(pressure.SuccessThreshold),
+		MinimumStateDuration: seconds(pressure.MinimumStateDuration, defaultRevisionInterval),
+		RecoveryHoldDown:     seconds(pressure.RecoveryHoldDown, 30*time.Second),
+		Missing:              admission.ExistingOnly,
+	}
+	if ap.Mode == v1alpha1.AdmissionStabilized {
+		p.Mode = admission.Stabilized
+	}
+	if ap.MissingMetrics == v1alpha1.MissingMetricsExcluded {
+		p.Missing = admission.None
+	}
+	return p, p.MinimumStateDuration
+}
+
+// seconds reads a whole-seconds duration the schema checked ("10s").
+func seconds(s string, fallback time.Duration) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fallback
+	}
+	return d
+}
+
+// signalMetric is the normalised series a policy judges pressure by.
+func signalMetric(s admission.Signal) string {
+	switch s {
+	case admission.QueueDepth:
+		return signals.MetricQueueDepth
+	case admission.KVCache:
+		return signals.MetricKVCache
+	}
+	return ""
+}
+
+// loadDriven reports whether a network's overlays follow load signals.
+func loadDriven(n *v1alpha1.GridNetwork) bool {
+	p, _ := admissionPolicy(n)
+	return p.Signal != admission.NoSignal
+}
+
+// measuredLoad names the normalised load series a provider's scrapes
+// give (signals.Ratio of the series its metricsConfig names).
+func measuredLoad(p *v1alpha1.InferenceProvider) []string {
+	mc := p.Spec.MetricsConfig
+	if mc == nil {
+		return nil
+	}
+	var out []string
+	if mc.SignalNames.QueueDepth != "" {
+		out = append(out, signals.MetricQueueDepth)
+	}
+	if mc.SignalNames.KVCacheUtilization != "" {
+		out = append(out, signals.MetricKVCache)
+	}
+	return out
+}
+
+// drained reports whether a provider's owner drains it.
+func drained(p *v1alpha1.InferenceProvider) bool {
+	return p.Spec.TrafficPolicy != nil && p.Spec.TrafficPolicy.Drain
+}
+
+// admitProviders is the admission stage: each provider's Admission, from
+// its load signal under the network's policy, then its drain. A change of
+// what the load says reaches the overlays at most once per revision
+// interval (minimumStateDuration), however many providers change and
+// however often: the overlays' revisions go to every pod of a gateway,
+// so signals that move every scrape must not make a revision every
+// scrape. A drain, a provider come or gone, acts at once. It returns how
+// soon to come back for a change held back, or 0.
+func (r *networkReconciler) admitProviders(network *v1alpha1.GridNetwork, items []v1alpha1.InferenceProvider,
+	local []render.Provider, remote []render.Remote, now time.Time,
+) time.Duration {
+	policy, interval := admissionPolicy(network)
+	metric := signalMetric(policy.Signal)
+	observe := func(site, provider string, measured []string) admission.Observation {
+		if metric == "" || !slices.Contains(measured, metric) {
+			return admission.Observation{Unmeasured: true}
+		}
+		if r.opts.Signals == nil {
+			return admission.Observation{}
+		}
+		v, at, ok := r.opts.Signals.Load(site, provider, metric)
+		return admission.Observation{Pressure: v, Known: ok, At: at}
+	}
+	own := r.opts.SiteName
+	measures := map[string][]string{}
+	for i := range items {
+		measures[items[i].Name] = measuredLoad(&items[i])
+	}
+	r.admission.mu.Lock()
+	defer r.admission.mu.Unlock()
+	na := r.admission.of(network.Name)
+
+	desired := make(map[string]admission.State, len(local)+len(remote))
+	for _, p := range local {
+		key := own + "/" + p.Name
+		desired[key] = na.memory.Observe(key, policy, observe(own, p.Name, measures[p.Name]), now)
+	}
+	for _, p := range remote {
+		key := p.Site + "/" + p.Name
+		desired[key] = na.memory.Observe(key, policy, observe(p.Site, p.Name, p.Load), now)
+	}
+	keep := make(map[string]bool, len(desired))
+	for k := range desired {
+		keep[k] = true
+	}
+	na.memory.Retain(keep)
+	wait := na.settle(desired, interval, now)
+
+	drains := map[string]bool{}
+	for i := range items {
+		drains[items[i].Name] = drained(&items[i])
+	}
+	for i := range local {
+		local[i].Admission = na.applied[own+"/"+local[i].Name]
+		if drains[local[i].Name] {
+			local[i].Admission = admission.Drain(local[i].Admission)
+		}
+	}
+	for i := range remote {
+		remote[i].Admission = na.applied[remote[i].Site+"/"+remote[i].Name]
+		if remote[i].Drained {
+			remote[i].Admission = admission.Drain(remote[i].Admission)
+		}
+	}
+	return wait
+}
+
+// settle takes the load states desired into those the overlays carry: a
+// provider come or gone at once, changed states all together at most
+// once per interval. It returns how long a change waits, or 0.
+func (na *networkAdmission) settle(desired map[string]admission.State, interval time.Duration, now time.Time) time.Duration {
+	changed := false
+	for k, s := range desired {
+		before, had := na.applied[k]
+		switch {
+		case !had:
+			na.applied[k] = s
+		case before != s:
+			changed = true
+		}
+	}
+	maps.DeleteFunc(na.applied, func(k string, _ admission.State) bool {
+		_, keep := desired[k]
+		return !keep
+	})
+	if !changed {
+		return 0
+	}
+	if since := now.Sub(na.changedAt); !na.changedAt.IsZero() && since < interval {
+		return interval - since
+	}
+	maps.Copy(na.applied, desired)
+	na.changedAt = now
+	return 0
+}
+
+// loadDrivenNetworks names the networks whose overlays follow load
+// signals: the signals loop asks them to be looked at after each round.
+func loadDrivenNetworks(ctx context.Context, c client.Reader) []string {
+	var list v1alpha1.GridNetworkList
+	if c.List(ctx, &list) != nil {
+		return nil
+	}
+	var out []string
+	for i := range list.Items {
+		if loadDriven(&list.Items[i]) {
+			out = append(out, list.Items[i].Name)
+		}
+	}
+	return out
+}
