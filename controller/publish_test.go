@@ -24,6 +24,7 @@ type candidate struct {
 	Credential *envelope.Credential `json:"credential"`
 	StableID   string               `json:"stable_id"`
 	Rank       *int64               `json:"rank"`
+	Admission  string               `json:"admission_state"`
 }
 
 func candidatesOf(t *testing.T, cm *corev1.ConfigMap) []candidate {
@@ -77,8 +78,8 @@ func TestPublishesAnOverlayPerGatewayWithTheContractsNamesAndKeys(t *testing.T) 
 	got := candidatesOf(t, cm)
 	cred := &envelope.Credential{Strategy: "bearer_token", SecretRef: envelope.SecretRef{Name: "east-token", Namespace: e.credNS, Key: "token"}}
 	for i, want := range []candidate{
-		{Kind: "inference_model", Name: "model-a", Site: withToken.Name, Cluster: "sim-east", Fresh: true, Credential: cred},
-		{Kind: "inference_model", Name: "model-b", Site: withToken.Name, Cluster: "sim-east", Fresh: true, Credential: cred},
+		{Kind: "inference_model", Name: "model-a", Site: withToken.Name, Cluster: "sim-east", Fresh: true, Credential: cred, Admission: "new_and_existing"},
+		{Kind: "inference_model", Name: "model-b", Site: withToken.Name, Cluster: "sim-east", Fresh: true, Credential: cred, Admission: "new_and_existing"},
 	} {
 		want.StableID = envelope.StableID(want.Kind, want.Name, want.Site, want.Cluster)
 		rank := int64(i)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
 )
 
@@ -95,6 +98,23 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	}
 	if err := showArrival(output, sent, 4, "east-provider serves qwen-2-72b"); err != nil {
 		return stop, err
+	}
+
+	step("draining west-provider (spec.trafficPolicy.drain): existing_only in the file, after east's candidates; then undrained")
+	for _, drain := range []bool{true, false} {
+		sent, err = updateProvider(ctx, c, west, func(p *v1alpha1.InferenceProvider) {
+			p.Spec.TrafficPolicy = &v1alpha1.TrafficPolicy{Drain: drain}
+		})
+		if err != nil {
+			return stop, err
+		}
+		want := "new_and_existing"
+		if drain {
+			want = "existing_only"
+		}
+		if err := showAdmission(output, sent, west.Name, want); err != nil {
+			return stop, err
+		}
 	}
 
 	step("the credential Secret disappears: at the next resync (10 s here) east-provider is Unavailable and its routes are withdrawn")
@@ -192,6 +212,48 @@ func showArrivalWithin(output string, since time.Time, candidates int, what stri
 		time.Sleep(200 * time.Microsecond)
 	}
 	return fmt.Errorf("%s: the file never held %d candidates", what, candidates)
+}
+
+// showAdmission waits until the sidecar's file lists site's candidates
+// with the admission state want and prints the order and the delay.
+func showAdmission(output string, since time.Time, site, want string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if order, ok := admissionOrder(output, site, want); ok {
+			fmt.Printf("    %s %-22s in the file %.1f ms after the API answered: %s\n", site, want,
+				float64(time.Since(since).Microseconds())/1000, order)
+			return nil
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return fmt.Errorf("%s never became %s in the file", site, want)
+}
+
+// admissionOrder reads the file's candidates ("site/model=state, ...")
+// and whether every candidate of site has the state want.
+func admissionOrder(output, site, want string) (string, bool) {
+	data, err := os.ReadFile(output)
+	if err != nil {
+		return "", false
+	}
+	var doc struct {
+		Overlay envelope.Overlay `json:"overlay"`
+	}
+	if json.Unmarshal(data, &doc) != nil {
+		return "", false
+	}
+	var parts []string
+	ok := false
+	for _, c := range doc.Overlay.Candidates {
+		parts = append(parts, c.Site+"/"+c.Name+"="+c.AdmissionState)
+		if c.Site == site {
+			ok = c.AdmissionState == want
+			if !ok {
+				return "", false
+			}
+		}
+	}
+	return strings.Join(parts, ", "), ok
 }
 
 // waitLeader waits until the agent's /status says it leads, so that the

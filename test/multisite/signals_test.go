@@ -33,7 +33,10 @@ import (
 // and polls the other's over mutual TLS with its site certificate, once
 // the other is trusted (Active). B's provider says it is unhealthy on its
 // own metrics endpoint: A's overlay keeps B's candidate, not fresh, while
-// B's gossip still calls it Available; healthy again, fresh again.
+// B's gossip still calls it Available; healthy again, fresh again. B's
+// queue, normalised at B, reaches A's admission: pressured, B's candidate
+// takes no new sessions at A; recovered, it does again; drained at B, it
+// does not (the drain travels in B's gossiped record).
 func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	ctx := context.Background()
 	key := newKey(t)
@@ -48,10 +51,11 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 
 	// B's provider's metrics endpoint, on loopback (B's probes may go
 	// there: --probe-allow-destinations).
-	var healthy atomic.Int32
+	var healthy, queuePercent atomic.Int32
 	healthy.Store(1)
+	queuePercent.Store(25)
 	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, "# TYPE engine_healthy gauge\nengine_healthy %d\n# TYPE engine_queue gauge\nengine_queue 0.25\n", healthy.Load())
+		fmt.Fprintf(w, "# TYPE engine_healthy gauge\nengine_healthy %d\n# TYPE engine_queue gauge\nengine_queue %.2f\n", healthy.Load(), float64(queuePercent.Load())/100)
 	}))
 	t.Cleanup(metrics.Close)
 
@@ -170,6 +174,31 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 
 	healthy.Store(1)
 	eventually(t, 30*time.Second, "B's candidate fresh again", remoteFresh(true))
+
+	// Admission at A from B's queue, as B normalised it.
+	patch := `{"spec":{"scoringPolicy":{"strategy":"queueDepth"},"admissionPolicy":{"mode":"instantaneous","pressure":` +
+		`{"enterThreshold":0.85,"exitThreshold":0.5,"failureThreshold":1,"successThreshold":1,"minimumStateDuration":"1s","recoveryHoldDown":"1s"}}}}`
+	require.NoError(t, a.admin.Patch(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: "sig"}}, client.RawPatch(types.MergePatchType, []byte(patch))))
+	remoteAdmission := func(want string) func() (bool, string) {
+		return func() (bool, string) {
+			c, ok := a.candidate("sig", "site-b", "model-b")
+			return ok && c.AdmissionState == want, fmt.Sprintf("%+v", c)
+		}
+	}
+	eventually(t, 30*time.Second, "B's candidate admitted at A", remoteAdmission("new_and_existing"))
+	queuePercent.Store(95)
+	eventually(t, 30*time.Second, "B's candidate existing_only at A", remoteAdmission("existing_only"))
+	relayed, err := gw.Do(req.Clone(ctx))
+	require.NoError(t, err)
+	body, _ = io.ReadAll(relayed.Body)
+	_ = relayed.Body.Close()
+	assert.Contains(t, string(body), `grid_provider_queue_depth_ratio{grid_provider="prov-b",grid_site="site-b"} 0.95`, "B's normalised queue, polled")
+	queuePercent.Store(25)
+	eventually(t, 30*time.Second, "B's candidate admitted again at A", remoteAdmission("new_and_existing"))
+
+	drain := `{"spec":{"trafficPolicy":{"drain":true}}}`
+	require.NoError(t, b.admin.Patch(ctx, &v1alpha1.InferenceProvider{ObjectMeta: metav1.ObjectMeta{Name: "prov-b"}}, client.RawPatch(types.MergePatchType, []byte(drain))))
+	eventually(t, 30*time.Second, "B's drained candidate existing_only at A", remoteAdmission("existing_only"))
 }
 
 // candidate finds a candidate in the site's overlay ConfigMap of gateway

@@ -1,0 +1,131 @@
+package controller_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller"
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/signals"
+)
+
+// queueServer is a provider's metrics endpoint whose waiting requests the
+// test sets.
+type queueServer struct {
+	*httptest.Server
+	waiting atomic.Int64
+}
+
+func startQueueServer(t *testing.T) *queueServer {
+	q := &queueServer{}
+	q.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{name=\"pool-a\"} %d\n", q.waiting.Load())
+	}))
+	t.Cleanup(q.Close)
+	return q
+}
+
+// admissions waits until the gateway's overlay lists the providers' sites
+// in this order with these admission states ("site=state ...").
+func (e *env) admissions(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGateway, want string) {
+	e.t.Helper()
+	var got string
+	e.eventually("admission "+want, func() (bool, string) {
+		cm, _ := e.overlayOf(network, gw, anyRevision)
+		var parts []string
+		for _, c := range candidatesOf(e.t, cm) {
+			parts = append(parts, c.Site+"="+c.Admission)
+		}
+		got = strings.Join(parts, " ")
+		return got == want, got
+	})
+}
+
+// A provider whose queue crosses the enter threshold stops taking new
+// sessions in the overlays (existing_only, after the candidates that take
+// them) once the pressure repeats, and takes them again after its
+// recovery; a provider that measures nothing is never restricted by load;
+// a drain restricts at once and the provider's status says so.
+func TestPressureAndDrainReachTheOverlay(t *testing.T) {
+	e := newEnv(t)
+	store := signals.NewStore(nil)
+	queue := startQueueServer(t)
+	queue.waiting.Store(1)
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	network.Spec.ScoringPolicy = &v1alpha1.ScoringPolicy{Strategy: v1alpha1.ScoringQueueDepth}
+	network.Spec.AdmissionPolicy = &v1alpha1.AdmissionPolicy{Mode: v1alpha1.AdmissionStabilized, Pressure: &v1alpha1.PressurePolicy{
+		EnterThreshold: 0.85, ExitThreshold: 0.5, FailureThreshold: 2, SuccessThreshold: 2,
+		MinimumStateDuration: "1s", RecoveryHoldDown: "1s",
+	}}
+	e.create(network)
+	capacity := int32(10)
+	busy := e.provider("a-busy", network.Name, "m1")
+	busy.Spec.MetricsConfig = &v1alpha1.MetricsConfig{MetricsEndpoint: queue.URL, Timeout: "300ms", PoolName: "pool-a",
+		QueueCapacity: &capacity, SignalNames: v1alpha1.MetricSignalNames{QueueDepth: "vllm:num_requests_waiting"}}
+	e.create(busy)
+	steady := e.provider("b-steady", network.Name, "m1")
+	e.create(steady)
+	e.startAgent(withSignals(store), withLoopbackScrapes(64<<10))
+
+	state := func(first *v1alpha1.InferenceProvider, a string, second *v1alpha1.InferenceProvider, b string) string {
+		return first.Name + "=" + a + " " + second.Name + "=" + b
+	}
+	const admitted, existingOnly = "new_and_existing", "existing_only"
+	e.admissions(network, gw, state(busy, admitted, steady, admitted))
+	queue.waiting.Store(9) // 0.9 of its capacity
+	e.admissions(network, gw, state(steady, admitted, busy, existingOnly))
+	queue.waiting.Store(2)
+	e.admissions(network, gw, state(busy, admitted, steady, admitted))
+
+	e.patchProvider(steady, func(p *v1alpha1.InferenceProvider) {
+		p.Spec.TrafficPolicy = &v1alpha1.TrafficPolicy{Drain: true}
+	})
+	e.admissions(network, gw, state(busy, admitted, steady, existingOnly))
+	e.draining(steady, true)
+	e.patchProvider(steady, func(p *v1alpha1.InferenceProvider) { p.Spec.TrafficPolicy = nil })
+	e.admissions(network, gw, state(busy, admitted, steady, admitted))
+	e.draining(steady, false)
+
+	// The overlays on the way passed the gateway's contract (overlayOf
+	// validates each).
+	_, res := e.overlayOf(network, gw, anyRevision)
+	assert.Equal(t, 2, res.CandidateCount)
+}
+
+// draining waits for the provider's Draining condition to be there (True)
+// or not.
+func (e *env) draining(p *v1alpha1.InferenceProvider, want bool) {
+	e.t.Helper()
+	e.eventually(fmt.Sprintf("%s draining=%v", p.Name, want), func() (bool, string) {
+		var got v1alpha1.InferenceProvider
+		if err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionDraining)
+		if !want {
+			return c == nil, fmt.Sprintf("%+v", c)
+		}
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == controller.ReasonDrainRequested, fmt.Sprintf("%+v", c)
+	})
+}
+
+// patchProvider reads the provider, applies change and patches it.
+func (e *env) patchProvider(p *v1alpha1.InferenceProvider, change func(*v1alpha1.InferenceProvider)) {
+	e.t.Helper()
+	var got v1alpha1.InferenceProvider
+	require.NoError(e.t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(p), &got))
+	orig := got.DeepCopy()
+	change(&got)
+	require.NoError(e.t, e.admin.Patch(e.ctx, &got, client.MergeFrom(orig)))
+}
