@@ -9,11 +9,8 @@ import (
 	"os"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/sitetrust"
-	"github.com/gridsync/gridsync/shared/kubeconfig"
 )
 
 // enrollTokenCommand creates a one-time enrolment token at the issuer.
@@ -46,12 +43,7 @@ func enrollToken(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)
 		return 2
 	}
-	rc, err := kubeconfig.Load(*kubecfg, binary+"/"+version)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)
-		return 1
-	}
-	c, err := client.New(rc, client.Options{})
+	c, err := operatorClient(*kubecfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)
 		return 1

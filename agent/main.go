@@ -56,6 +56,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == enrollTokenCommand {
 		os.Exit(enrollToken(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == drainCommand {
+		os.Exit(drainProvider(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == convertCommand {
 		os.Exit(convertManifests(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}

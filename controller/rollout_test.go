@@ -101,6 +101,16 @@ func (e *env) startReportListener(agg *rollout.Aggregator, apis ...*signalsapi.A
 	return rl
 }
 
+// watchedReports is an aggregator that marks pods silent after 3 s, its
+// watch running until the test ends.
+func (e *env) watchedReports() *rollout.Aggregator {
+	agg := rollout.New(rollout.Options{SilentAfter: 3 * time.Second, Registerer: prometheus.NewRegistry()})
+	stop := make(chan struct{})
+	e.t.Cleanup(func() { close(stop) })
+	go agg.Watch(stop)
+	return agg
+}
+
 // reportingNetwork is a network with one gateway and one provider, the
 // agent folding reports into its status, and its listener taking them.
 func (e *env) reportingNetwork(agg *rollout.Aggregator) (v1alpha1.ConsumerGateway, *v1alpha1.GridNetwork, *v1alpha1.InferenceProvider, *reportListener) {
@@ -196,11 +206,7 @@ func (e *env) delivery(network *v1alpha1.GridNetwork, gateway string, ok func(v1
 // and never takes a report for another namespace's gateway.
 func TestGatewayPodsReportTheirDeliveriesIntoTheNetworkStatus(t *testing.T) {
 	e := newEnv(t)
-	agg := rollout.New(rollout.Options{SilentAfter: 3 * time.Second, Registerer: prometheus.NewRegistry()})
-	gw, network, provider, listener := e.reportingNetwork(agg)
-	stopWatch := make(chan struct{})
-	defer close(stopWatch)
-	go agg.Watch(stopWatch)
+	gw, network, provider, listener := e.reportingNetwork(e.watchedReports())
 
 	pods := []*pod{e.startPod(network, gw, "edge-a", listener), e.startPod(network, gw, "edge-b", listener), e.startPod(network, gw, "edge-c", listener)}
 	_, res := e.overlayOf(network, gw, anyRevision)
