@@ -28,12 +28,17 @@ func (r *networkReconciler) remoteProviders(ctx context.Context, network *v1alph
 		return nil, err
 	}
 	expired := expiredSites(network, view, r.opts.Now())
+	where := make(map[string]sites.Site, len(view.Sites))
+	for _, s := range view.Sites {
+		where[s.Name] = s
+	}
 	var out []render.Remote
 	for _, p := range view.Providers {
 		if !trusted[p.Site] || expired[p.Site] {
 			continue
 		}
-		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale, Drained: p.Drained, Load: p.Load}
+		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale, Drained: p.Drained, Load: p.Load,
+			Region: where[p.Site].Region, Zone: where[p.Site].Zone}
 		if r.opts.Signals != nil {
 			// Its site says the provider cannot serve now: not fresh,
 			// whatever the gossiped phase.
@@ -85,7 +90,12 @@ func gateways(n *v1alpha1.GridNetwork) []render.Gateway {
 		if site == "" {
 			site = n.Name
 		}
-		out = append(out, render.Gateway{Name: g.Name, Namespace: g.Namespace, Site: site, Policy: policy})
+		gw := render.Gateway{Name: g.Name, Namespace: g.Namespace, Site: site, Policy: policy,
+			Region: n.Spec.Region, Zone: n.Spec.Zone, ScoreFirst: n.Spec.RoutingPolicy == v1alpha1.RoutingScoreFirst}
+		if sp := n.Spec.SelectionPolicy; sp != nil {
+			gw.Selection = sp.Mode
+		}
+		out = append(out, gw)
 	}
 	return out
 }

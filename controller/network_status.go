@@ -146,15 +146,13 @@ const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
 
 // unsupportedFields lists the paths of the fields a network sets that
 // this release does not act on yet (the embedded gateway's provider-hop
-// endpoints, delegated mount reconciliation, upstream's budget policy,
-// routing policy and metrics interval, a key named in a TLS Secret
-// reference).
+// endpoints, delegated mount reconciliation, upstream's budget policy
+// and metrics interval, a key named in a TLS Secret reference).
 func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 	var out []string
 	s := &n.Spec
 	for path, set := range map[string]bool{
 		"spec.budgetPolicy":           s.BudgetPolicy != nil,
-		"spec.routingPolicy":          s.RoutingPolicy != "",
 		"spec.metricsRefreshInterval": s.MetricsRefreshInterval != "",
 		"spec.tls.caSecretRef.key":    s.TLS != nil && s.TLS.CASecretRef != nil && s.TLS.CASecretRef.Key != "",
 		"spec.tls.siteSecretRef.key":  s.TLS != nil && s.TLS.SiteSecretRef != nil && s.TLS.SiteSecretRef.Key != "",

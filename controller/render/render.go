@@ -24,6 +24,15 @@ type Gateway struct {
 	Site string
 	// Policy is the network's site-to-site policy.
 	Policy SitePolicy
+	// Region and Zone are where the gateway's site runs (the network's
+	// spec.region and spec.zone), for the candidates' locality tiers.
+	Region, Zone string
+	// ScoreFirst orders by freshness before locality, and groups fresh
+	// admitted candidates of every tier together (routingPolicy
+	// scoreFirst); otherwise geographyFirst.
+	ScoreFirst bool
+	// Selection is the overlay's selection_policy mode; empty for none.
+	Selection string
 }
 
 // SitePolicy is a network's networkPolicy. The zero value lets every site
@@ -85,6 +94,8 @@ type Remote struct {
 	// series it publishes. The admission stage folds both into Admission.
 	Drained bool
 	Load    []string
+	// Region and Zone are where its site runs, as the site signed them.
+	Region, Zone string
 }
 
 // Admits reports whether the provider's access policy lets gw use it.
@@ -106,10 +117,36 @@ func routable(phase v1alpha1.ProviderPhase) bool {
 	return phase == v1alpha1.ProviderAvailable || phase == v1alpha1.ProviderDegraded
 }
 
-// candidate is one model's candidate, with its stable ID and admission.
-func candidate(model, site, cluster string, fresh bool, admitted admission.State) envelope.Candidate {
+// Locality tiers, nearest first: a candidate's selection_tier.
+const (
+	TierSameSite    = "same_site"
+	TierSameZone    = "same_zone"
+	TierSameRegion  = "same_region"
+	TierCrossRegion = "cross_region"
+	TierUnknown     = "unknown"
+)
+
+var tierRank = map[string]int{TierSameSite: 0, TierSameZone: 1, TierSameRegion: 2, TierCrossRegion: 3, TierUnknown: 4}
+
+// tier is the locality of a provider site seen from the gateway's. A zone
+// counts only within its region: zone names are not unique across them.
+func tier(gw Gateway, region, zone string) string {
+	switch {
+	case gw.Region == "" || region == "":
+		return TierUnknown
+	case gw.Region != region:
+		return TierCrossRegion
+	case gw.Zone != "" && gw.Zone == zone:
+		return TierSameZone
+	}
+	return TierSameRegion
+}
+
+// candidate is one model's candidate, with its stable ID, admission and
+// locality tier.
+func candidate(model, site, cluster string, fresh bool, admitted admission.State, locality string) envelope.Candidate {
 	c := envelope.Candidate{Kind: envelope.CandidateKindInferenceModel, Name: model, Site: site, Cluster: cluster, Fresh: fresh,
-		AdmissionState: string(admitted)}
+		AdmissionState: string(admitted), SelectionTier: locality}
 	c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
 	return c
 }
@@ -141,11 +178,22 @@ func admissionOf(s admission.State) admission.State {
 // out. A remote candidate standing for several providers takes the least
 // restrictive of their states.
 //
+// Every candidate carries its locality tier (selection_tier): same_site
+// for this site's providers; for a remote site's, same_zone, same_region
+// or cross_region from the two sites' region and zone, unknown when
+// either has no region.
+//
 // The order is semantic (it is digested, and the gateway prefers lower
-// ranks): candidates taking new sessions before those that do not, fresh
-// ones (Available providers) before stale ones (Degraded), then by site
-// (provider name), model and cluster. Rank is the position in that order.
-// Inputs in any order give the same overlay.
+// ranks): candidates taking new sessions before those that do not; then,
+// geographyFirst (the default), nearer tiers before farther ones and
+// fresh candidates (Available providers) before stale ones (Degraded),
+// or, scoreFirst, freshness before tier; then by site (provider name),
+// model and cluster. Rank is the position in that order. Candidates equal
+// in what orders them before the tie-break form one selection group
+// (selection_group, from 0): geographyFirst admission, tier and
+// freshness, scoreFirst admission and freshness. The gateway chooses
+// within the first viable group as the selection policy says (none:
+// deterministically). Inputs in any order give the same overlay.
 func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote) envelope.Overlay {
 	candidates := []envelope.Candidate{}
 	for _, p := range providers {
@@ -154,7 +202,7 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 			continue
 		}
 		for _, model := range p.Models {
-			c := candidate(model, p.Name, p.Cluster, p.Phase == v1alpha1.ProviderAvailable, admitted)
+			c := candidate(model, p.Name, p.Cluster, p.Phase == v1alpha1.ProviderAvailable, admitted, TierSameSite)
 			if p.Credential != nil {
 				credential := *p.Credential
 				c.Credential = &credential
@@ -172,7 +220,7 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 			continue
 		}
 		for _, model := range p.Models {
-			c := candidate(model, p.Site, p.Site, p.Phase == v1alpha1.ProviderAvailable && !p.Stale, admitted)
+			c := candidate(model, p.Site, p.Site, p.Phase == v1alpha1.ProviderAvailable && !p.Stale, admitted, tier(gw, p.Region, p.Zone))
 			if i, seen := hop[c.StableID]; seen {
 				candidates[i].Fresh = candidates[i].Fresh || c.Fresh
 				candidates[i].AdmissionState = string(admission.Least(admission.State(candidates[i].AdmissionState), admitted))
@@ -182,27 +230,49 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 			candidates = append(candidates, c)
 		}
 	}
-	slices.SortFunc(candidates, compareCandidates)
+	slices.SortFunc(candidates, func(a, b envelope.Candidate) int {
+		// scoreFirst orders by tier within a group (geographyFirst
+		// already did).
+		return cmp.Or(comparePreference(gw, a, b), compareTier(a, b),
+			cmp.Compare(a.Site, b.Site), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Cluster, b.Cluster))
+	})
+	group := int64(0)
 	for i := range candidates {
-		rank := int64(i)
-		candidates[i].Rank = &rank
+		if i > 0 && comparePreference(gw, candidates[i-1], candidates[i]) != 0 {
+			group++
+		}
+		rank, g := int64(i), group
+		candidates[i].Rank, candidates[i].SelectionGroup = &rank, &g
 	}
-	return envelope.Overlay{Network: network, LocalSite: gw.Site, Candidates: candidates}
+	o := envelope.Overlay{Network: network, LocalSite: gw.Site, Candidates: candidates}
+	if gw.Selection != "" {
+		o.SelectionPolicy = &envelope.SelectionPolicy{Mode: gw.Selection}
+	}
+	return o
 }
 
-func compareCandidates(a, b envelope.Candidate) int {
-	if ra, rb := admission.Rank(admission.State(a.AdmissionState)), admission.Rank(admission.State(b.AdmissionState)); ra != rb {
-		return cmp.Compare(ra, rb)
+// comparePreference orders candidates by what makes one preferred to
+// another, before the tie-break: 0 means equally preferred (one selection
+// group).
+func comparePreference(gw Gateway, a, b envelope.Candidate) int {
+	admitted := cmp.Compare(admission.Rank(admission.State(a.AdmissionState)), admission.Rank(admission.State(b.AdmissionState)))
+	fresh := compareFresh(a.Fresh, b.Fresh)
+	if gw.ScoreFirst {
+		return cmp.Or(admitted, fresh)
 	}
-	if a.Fresh != b.Fresh {
-		if a.Fresh {
-			return -1
-		}
-		return 1
+	return cmp.Or(admitted, compareTier(a, b), fresh)
+}
+
+func compareTier(a, b envelope.Candidate) int {
+	return cmp.Compare(tierRank[a.SelectionTier], tierRank[b.SelectionTier])
+}
+
+func compareFresh(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
 	}
-	return cmp.Or(
-		cmp.Compare(a.Site, b.Site),
-		cmp.Compare(a.Name, b.Name),
-		cmp.Compare(a.Cluster, b.Cluster),
-	)
+	return 1
 }

@@ -268,3 +268,67 @@ func TestRemoteCandidateTakesTheLeastRestrictiveAdmission(t *testing.T) {
 	o := render.Overlay("net", east, nil, remote("p0", admission.None), remote("p1", admission.None))
 	assert.Empty(t, o.Candidates, "no provider of the site admits anything")
 }
+
+// Each routing policy's order, tiers and selection groups, checked
+// against a table; the overlay carries the selection policy asked for and
+// passes the gateway's contract.
+func TestRoutingPoliciesOrderAndGroupCandidates(t *testing.T) {
+	gw := render.Gateway{Name: "edge", Namespace: "grid-system", Site: "east", Region: "us-east", Zone: "us-east-1a"}
+	local := func(name string, phase v1alpha1.ProviderPhase, state admission.State) render.Provider {
+		p := provider(name, phase, "m")
+		p.Admission = state
+		return p
+	}
+	remote := func(site, region, zone string) render.Remote {
+		return render.Remote{Site: site, Name: "p", Models: []string{"m"}, Phase: v1alpha1.ProviderAvailable, Region: region, Zone: zone}
+	}
+	providers := []render.Provider{
+		local("l1-fresh", v1alpha1.ProviderAvailable, ""),
+		local("l2-stale", v1alpha1.ProviderDegraded, ""),
+		local("l3-pressured", v1alpha1.ProviderAvailable, admission.ExistingOnly),
+	}
+	remotes := []render.Remote{
+		remote("r1-zone", "us-east", "us-east-1a"), remote("r2-region", "us-east", "us-east-1b"),
+		remote("r3-cross", "eu-west", "eu-west-1a"), remote("r4-unknown", "", ""),
+	}
+	type row struct {
+		site, tier string
+		group      int64
+	}
+	for _, tt := range []struct {
+		name       string
+		scoreFirst bool
+		want       []row
+	}{
+		{"geographyFirst", false, []row{
+			{"l1-fresh", "same_site", 0}, {"l2-stale", "same_site", 1}, {"r1-zone", "same_zone", 2}, {"r2-region", "same_region", 3},
+			{"r3-cross", "cross_region", 4}, {"r4-unknown", "unknown", 5}, {"l3-pressured", "same_site", 6},
+		}},
+		{"scoreFirst", true, []row{
+			{"l1-fresh", "same_site", 0}, {"r1-zone", "same_zone", 0}, {"r2-region", "same_region", 0}, {"r3-cross", "cross_region", 0},
+			{"r4-unknown", "unknown", 0}, {"l2-stale", "same_site", 1}, {"l3-pressured", "same_site", 2},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := gw
+			g.ScoreFirst, g.Selection = tt.scoreFirst, envelope.SelectionRoundRobin
+			o := render.Overlay("net", g, providers, remotes...)
+			var got []row
+			for i, c := range o.Candidates {
+				require.Equal(t, int64(i), *c.Rank)
+				got = append(got, row{c.Site, c.SelectionTier, *c.SelectionGroup})
+			}
+			assert.Equal(t, tt.want, got)
+			require.NotNil(t, o.SelectionPolicy)
+			assert.Equal(t, "roundRobin", o.SelectionPolicy.Mode)
+			scope := envelope.Scope{Network: "net", Gateway: g.Name, Namespace: g.Namespace, LocalSite: g.Site}
+			doc, revision, err := envelope.Build(o, scope, envelope.Provenance{Producer: "test"})
+			require.NoError(t, err)
+			res, err := envelope.Validate(doc, envelope.Options{Expect: scope})
+			require.NoError(t, err)
+			assert.Equal(t, revision, res.Revision)
+		})
+	}
+	o := render.Overlay("net", gw, providers)
+	assert.Nil(t, o.SelectionPolicy, "no selection policy asked for: none in the overlay")
+}

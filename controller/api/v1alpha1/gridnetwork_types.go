@@ -86,13 +86,22 @@ type GridNetworkSpec struct {
 	// +optional
 	// +nullable
 	ScoringPolicy *ScoringPolicy `json:"scoringPolicy,omitempty"`
-	// RoutingPolicy is upstream's candidate ordering by geography or
-	// score; kept and reported as not supported by this release.
+	// RoutingPolicy orders candidates after admission: geographyFirst
+	// (the default: locality tier, then freshness; each tier a selection
+	// group of its own) or scoreFirst (freshness, then locality; fresh
+	// admitted candidates of every site in one group).
 	//
 	// +optional
 	// +nullable
 	// +kubebuilder:validation:Enum=geographyFirst;scoreFirst
 	RoutingPolicy string `json:"routingPolicy,omitempty"`
+	// SelectionPolicy is how the gateway chooses among the candidates of
+	// the first viable selection group; unset, the overlay carries none
+	// and the gateway chooses deterministically (the lowest rank).
+	//
+	// +optional
+	// +nullable
+	SelectionPolicy *SelectionPolicy `json:"selectionPolicy,omitempty"`
 	// MetricsRefreshInterval is upstream's; kept and reported as not
 	// supported by this release (the agent's --signals-interval rules).
 	//
@@ -253,6 +262,20 @@ type PressurePolicy struct {
 	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*s$`
 	RecoveryHoldDown string `json:"recoveryHoldDown"`
 }
+
+// SelectionPolicy is upstream's local request distribution policy.
+type SelectionPolicy struct {
+	// Mode: deterministic, roundRobin or random.
+	//
+	// +kubebuilder:validation:Enum=deterministic;roundRobin;random
+	Mode string `json:"mode"`
+}
+
+// Routing policies.
+const (
+	RoutingGeographyFirst = "geographyFirst"
+	RoutingScoreFirst     = "scoreFirst"
+)
 
 // ScoringPolicy is upstream's scoring policy.
 type ScoringPolicy struct {
