@@ -129,3 +129,25 @@ func (e *env) patchProvider(p *v1alpha1.InferenceProvider, change func(*v1alpha1
 	change(&got)
 	require.NoError(e.t, e.admin.Patch(e.ctx, &got, client.MergeFrom(orig)))
 }
+
+// An agent that collects no signals cannot judge load: a network asking
+// for it says so in Ready, and its measured providers are not restricted
+// as if their signal were missing.
+func TestAdmissionByLoadWithoutSignalsSaysSoAndRestrictsNothing(t *testing.T) {
+	e := newEnv(t)
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	network.Spec.ScoringPolicy = &v1alpha1.ScoringPolicy{Strategy: v1alpha1.ScoringQueueDepth}
+	network.Spec.AdmissionPolicy = &v1alpha1.AdmissionPolicy{MissingMetrics: v1alpha1.MissingMetricsExcluded}
+	e.create(network)
+	p := e.provider("measured", network.Name, "m1")
+	p.Spec.MetricsConfig = &v1alpha1.MetricsConfig{MetricsEndpoint: "http://127.0.0.1:9/", SignalNames: v1alpha1.MetricSignalNames{QueueDepth: "q"}}
+	e.create(p)
+	e.startAgent() // no signals store
+	e.admissions(network, gw, p.Name+"=new_and_existing")
+	got := e.networkStatus(network, "Ready says why", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := meta.FindStatusCondition(n.Status.Conditions, "Ready")
+		return c != nil && c.Reason == controller.ReasonSignalsNotCollected, fmt.Sprintf("%+v", c)
+	})
+	assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, "Ready").Message, "--signals-addr")
+}

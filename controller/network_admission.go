@@ -15,6 +15,10 @@ import (
 	"github.com/gridsync/gridsync/controller/signals"
 )
 
+// ReasonSignalsNotCollected: a network asks for admission by load from an
+// agent that collects no signals.
+const ReasonSignalsNotCollected = "SignalsNotCollected"
+
 // defaultRevisionInterval is the least time between two revisions an
 // overlay gets from load signals when the network's admission policy sets
 // no minimumStateDuration (no policy at all): the CRD's default.
@@ -153,11 +157,11 @@ func (r *networkReconciler) admitProviders(network *v1alpha1.GridNetwork, items 
 	policy, interval := admissionPolicy(network)
 	metric := signalMetric(policy.Signal)
 	observe := func(site, provider string, measured []string) admission.Observation {
-		if metric == "" || !slices.Contains(measured, metric) {
+		// Without a signals store nothing is ever measured here: that is
+		// the agent's configuration (said in Ready), not a provider's
+		// missing signal.
+		if metric == "" || !slices.Contains(measured, metric) || r.opts.Signals == nil {
 			return admission.Observation{Unmeasured: true}
-		}
-		if r.opts.Signals == nil {
-			return admission.Observation{}
 		}
 		v, at, ok := r.opts.Signals.Load(site, provider, metric)
 		return admission.Observation{Pressure: v, Known: ok, At: at}

@@ -74,6 +74,17 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 			ready.Message += "; " + swim.condition.message
 		}
 	}
+	// Admission by load on an agent that collects no signals would see
+	// every measured provider's signal missing: the load restricts
+	// nothing there (admitProviders), and Ready says why.
+	if loadDriven(network) && r.opts.Signals == nil {
+		msg := "spec.scoringPolicy judges providers by load, but this agent collects no signals (--signals-addr): load restricts no provider"
+		if ready.Status == metav1.ConditionTrue {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonSignalsNotCollected, msg+"; "+ready.Message
+		} else {
+			ready.Message += "; " + msg
+		}
+	}
 	// A site identity that is configured and not in effect is said in
 	// Ready: nothing it secures (probes of other sites) works.
 	if !identity.condition.ok && ready.Status == metav1.ConditionTrue {
