@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,21 +44,44 @@ const maxConfigMapData = 1 << 20
 // (those left in its previous status) withdrawn, or deleted when asked. It
 // returns the gateways' overlay statuses; an error of one gateway is
 // returned after the others were done.
+// publishesAtOnce bounds the ConfigMap writes of one reconcile in flight.
+const publishesAtOnce = 8
+
 func (r *networkReconciler) publishOverlays(ctx context.Context, network *v1alpha1.GridNetwork, overlays []gatewayOverlay) ([]v1alpha1.GatewayOverlayStatus, error) {
 	previous := map[types.NamespacedName]v1alpha1.GatewayOverlayStatus{}
 	for _, s := range network.Status.OverlayStatus {
 		previous[types.NamespacedName{Namespace: s.Namespace, Name: s.GatewayName}] = s
 	}
+	// The gateways' ConfigMaps are written several at once: one after
+	// another, the last of twenty gateways got a change a second after
+	// the first. Results are taken in the gateways' order.
+	type result struct {
+		st  v1alpha1.GatewayOverlayStatus
+		err error
+	}
+	results := make([]result, len(overlays))
+	sem := make(chan struct{}, publishesAtOnce)
+	var wg sync.WaitGroup
+	for i, o := range overlays {
+		key := types.NamespacedName{Namespace: o.gateway.Namespace, Name: o.gateway.Name}
+		prev := previous[key]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			st, err := r.publish(ctx, network, o.gateway, o.overlay, o.hold, o.renderTime, prev)
+			results[i] = result{st, err}
+		}()
+	}
+	wg.Wait()
 	statuses := make([]v1alpha1.GatewayOverlayStatus, 0, len(overlays))
 	var firstErr error
-	for _, o := range overlays {
-		key := types.NamespacedName{Namespace: o.gateway.Namespace, Name: o.gateway.Name}
-		st, err := r.publish(ctx, network, o.gateway, o.overlay, o.hold, o.renderTime, previous[key])
-		if err != nil && firstErr == nil {
+	for i, o := range overlays {
+		if err := results[i].err; err != nil && firstErr == nil {
 			firstErr = err
 		}
-		statuses = append(statuses, st)
-		delete(previous, key)
+		statuses = append(statuses, results[i].st)
+		delete(previous, types.NamespacedName{Namespace: o.gateway.Namespace, Name: o.gateway.Name})
 	}
 	for _, prev := range previous {
 		if err := r.withdraw(ctx, network.Name, prev.GatewayName, prev.Namespace); err != nil {
