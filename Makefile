@@ -122,7 +122,7 @@ golden: $(HELM) ## rewrite the charts' golden files from what they render now (r
 	$(GO) test ./test/charts -count=1 -update
 
 .PHONY: bench
-bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership, site trust, provider scrapes, rollout evidence, pods on a real node
+bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership, site trust, provider scrapes, admission, rollout evidence, pods on a real node
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./shared/...
 	@# Delivery first, on a control plane of its own: the controller case
 	@# leaves a thousand objects behind for the API server to keep busy with.
@@ -138,6 +138,8 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	$(GO) test -run '^$$' -bench 'Trust|Enrol' -benchtime 1x -timeout 30m ./test/bench/trust
 	@# Scrapes of 200 providers, plaintext and behind mutual TLS.
 	$(GO) test -run '^$$' -bench Scrape -benchtime 1x -timeout 30m ./test/bench/scrape
+	@# Admission: 200 providers' load reaching 20 gateways' sidecars, and the write budget.
+	$(GO) test -run '^$$' -bench Admission -benchtime 1x -timeout 30m ./test/bench/admission
 	@# Rollout evidence: 1,000 sidecars reporting over QUIC; the listener under a flood.
 	$(GO) test -run '^$$' -bench Rollout -benchtime 1x -timeout 30m ./test/bench/rollout
 	@# A real node: twenty gateway pods from apply to Ready, and an update to every pod's file.
