@@ -3,6 +3,7 @@ package multisite
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"net"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
@@ -100,10 +102,11 @@ func TestThreeSiteMesh(t *testing.T) {
 	b.networkStatus("mesh", 30*time.Second, counts(v1alpha1.NetworkActive, 1, 1))
 	// C has no seed yet... unless the other network's seed joined it.
 	// Adding the seed to mesh joins without a restart either way.
-	var n v1alpha1.GridNetwork
-	require.NoError(t, c.admin.Get(ctx, types.NamespacedName{Name: "mesh"}, &n))
-	n.Spec.Seeds = []string{b.swimAddr}
-	require.NoError(t, c.admin.Update(ctx, &n))
+	// A merge patch: the agent may be writing the object (its finalizer)
+	// at the same moment, which would make an update conflict.
+	seeds, err := json.Marshal(map[string]any{"spec": map[string]any{"seeds": []string{b.swimAddr}}})
+	require.NoError(t, err)
+	require.NoError(t, c.admin.Patch(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: "mesh"}}, client.RawPatch(types.MergePatchType, seeds)))
 
 	for _, s := range members {
 		got := s.networkStatus("mesh", 30*time.Second, counts(v1alpha1.NetworkActive, 2, 2))
