@@ -195,14 +195,15 @@ func Drain(s State) State {
 func Least(states ...State) State {
 	least := None
 	for _, s := range states {
-		if rank(s) < rank(least) {
+		if Rank(s) < Rank(least) {
 			least = s
 		}
 	}
 	return least
 }
 
-func rank(s State) int {
+// Rank orders states for the overlay: admitted candidates first.
+func Rank(s State) int {
 	switch s {
 	case ExistingOnly:
 		return 1
@@ -211,6 +212,3 @@ func rank(s State) int {
 	}
 	return 0
 }
-
-// Rank orders states for the overlay: admitted candidates first.
-func Rank(s State) int { return rank(s) }
