@@ -151,3 +151,60 @@ func TestAdmissionByLoadWithoutSignalsSaysSoAndRestrictsNothing(t *testing.T) {
 	})
 	assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, "Ready").Message, "--signals-addr")
 }
+
+// scores waits until the gateway's overlay lists the providers' sites in
+// this order with these scores ("site=score ...").
+func (e *env) scores(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGateway, want string) {
+	e.t.Helper()
+	e.eventually("scores "+want, func() (bool, string) {
+		cm, _ := e.overlayOf(network, gw, anyRevision)
+		var parts []string
+		for _, c := range candidatesOf(e.t, cm) {
+			score := "none"
+			if c.Score != nil {
+				score = fmt.Sprint(*c.Score)
+			}
+			parts = append(parts, c.Site+"="+score)
+		}
+		got := strings.Join(parts, " ")
+		return got == want, got
+	})
+}
+
+// Under queueDepth scoring the candidates carry their scores (1 - queue
+// fill, quantised) and the less loaded provider goes first, and the order
+// follows the load as it changes; a provider measuring nothing scores
+// neutral.
+func TestScoresFollowLoadIntoTheOverlay(t *testing.T) {
+	e := newEnv(t)
+	store := signals.NewStore(nil)
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	network.Spec.ScoringPolicy = &v1alpha1.ScoringPolicy{Strategy: v1alpha1.ScoringQueueDepth}
+	network.Spec.RoutingPolicy = v1alpha1.RoutingScoreFirst
+	network.Spec.AdmissionPolicy = &v1alpha1.AdmissionPolicy{Mode: v1alpha1.AdmissionInstantaneous, Pressure: &v1alpha1.PressurePolicy{
+		EnterThreshold: 0.95, ExitThreshold: 0.9, FailureThreshold: 1, SuccessThreshold: 1,
+		MinimumStateDuration: "1s", RecoveryHoldDown: "1s",
+	}}
+	e.create(network)
+	capacity := int32(10)
+	measured := func(name string, q *queueServer) *v1alpha1.InferenceProvider {
+		p := e.provider(name, network.Name, "m1")
+		p.Spec.MetricsConfig = &v1alpha1.MetricsConfig{MetricsEndpoint: q.URL, Timeout: "300ms", PoolName: "pool-a",
+			QueueCapacity: &capacity, SignalNames: v1alpha1.MetricSignalNames{QueueDepth: "vllm:num_requests_waiting"}}
+		return p
+	}
+	qa, qb := startQueueServer(t), startQueueServer(t)
+	qa.waiting.Store(8)
+	qb.waiting.Store(1)
+	a, b, c := measured("a", qa), measured("b", qb), e.provider("c-unmeasured", network.Name, "m1")
+	e.create(a)
+	e.create(b)
+	e.create(c)
+	e.startAgent(withSignals(store), withLoopbackScrapes(64<<10))
+
+	e.scores(network, gw, fmt.Sprintf("%s=0.9 %s=0.5 %s=0.2", b.Name, c.Name, a.Name))
+	qa.waiting.Store(0)
+	qb.waiting.Store(6)
+	e.scores(network, gw, fmt.Sprintf("%s=1 %s=0.5 %s=0.4", a.Name, c.Name, b.Name))
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/gridsync/gridsync/controller/admission"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/controller/scoring"
 	"github.com/gridsync/gridsync/controller/signals"
 )
 
@@ -31,12 +32,19 @@ type admissionBook struct {
 }
 
 // networkAdmission is one network's: what the load signals say of each
-// provider (memory), and the states its overlays carry (applied), which
+// provider (memory), and the verdicts its overlays carry (applied), which
 // follow the memory at most once per revision interval.
 type networkAdmission struct {
 	memory    *admission.Memory
-	applied   map[string]admission.State
+	applied   map[string]verdict
 	changedAt time.Time
+}
+
+// verdict is what the load signals make of one provider: its admission
+// and its published score (quantised: scoring.Settle).
+type verdict struct {
+	state admission.State
+	score float64
 }
 
 func (b *admissionBook) of(network string) *networkAdmission {
@@ -45,7 +53,7 @@ func (b *admissionBook) of(network string) *networkAdmission {
 	}
 	na, ok := b.networks[network]
 	if !ok {
-		na = &networkAdmission{memory: admission.NewMemory(), applied: map[string]admission.State{}}
+		na = &networkAdmission{memory: admission.NewMemory(), applied: map[string]verdict{}}
 		b.networks[network] = na
 	}
 	return na
@@ -175,14 +183,19 @@ func (r *networkReconciler) admitProviders(network *v1alpha1.GridNetwork, items 
 	defer r.admission.mu.Unlock()
 	na := r.admission.of(network.Name)
 
-	desired := make(map[string]admission.State, len(local)+len(remote))
+	desired := make(map[string]verdict, len(local)+len(remote))
+	judge := func(key string, o admission.Observation) {
+		before, had := na.applied[key]
+		desired[key] = verdict{
+			state: na.memory.Observe(key, policy, o, now),
+			score: scoring.Settle(before.score, had, scoring.Raw(policy.Signal, o)),
+		}
+	}
 	for _, p := range local {
-		key := own + "/" + p.Name
-		desired[key] = na.memory.Observe(key, policy, observe(own, p.Name, measures[p.Name]), now)
+		judge(own+"/"+p.Name, observe(own, p.Name, measures[p.Name]))
 	}
 	for _, p := range remote {
-		key := p.Site + "/" + p.Name
-		desired[key] = na.memory.Observe(key, policy, observe(p.Site, p.Name, p.Load), now)
+		judge(p.Site+"/"+p.Name, observe(p.Site, p.Name, p.Load))
 	}
 	keep := make(map[string]bool, len(desired))
 	for k := range desired {
@@ -196,13 +209,15 @@ func (r *networkReconciler) admitProviders(network *v1alpha1.GridNetwork, items 
 		drains[items[i].Name] = drained(&items[i])
 	}
 	for i := range local {
-		local[i].Admission = na.applied[own+"/"+local[i].Name]
+		v := na.applied[own+"/"+local[i].Name]
+		local[i].Admission, local[i].Score = v.state, v.score
 		if drains[local[i].Name] {
 			local[i].Admission = admission.Drain(local[i].Admission)
 		}
 	}
 	for i := range remote {
-		remote[i].Admission = na.applied[remote[i].Site+"/"+remote[i].Name]
+		v := na.applied[remote[i].Site+"/"+remote[i].Name]
+		remote[i].Admission, remote[i].Score = v.state, v.score
 		if remote[i].Drained {
 			remote[i].Admission = admission.Drain(remote[i].Admission)
 		}
@@ -210,10 +225,10 @@ func (r *networkReconciler) admitProviders(network *v1alpha1.GridNetwork, items 
 	return wait
 }
 
-// settle takes the load states desired into those the overlays carry: a
-// provider come or gone at once, changed states all together at most
-// once per interval. It returns how long a change waits, or 0.
-func (na *networkAdmission) settle(desired map[string]admission.State, interval time.Duration, now time.Time) time.Duration {
+// settle takes the verdicts desired into those the overlays carry: a
+// provider come or gone at once, changed states and scores all together
+// at most once per interval. It returns how long a change waits, or 0.
+func (na *networkAdmission) settle(desired map[string]verdict, interval time.Duration, now time.Time) time.Duration {
 	changed := false
 	for k, s := range desired {
 		before, had := na.applied[k]
@@ -224,7 +239,7 @@ func (na *networkAdmission) settle(desired map[string]admission.State, interval 
 			changed = true
 		}
 	}
-	maps.DeleteFunc(na.applied, func(k string, _ admission.State) bool {
+	maps.DeleteFunc(na.applied, func(k string, _ verdict) bool {
 		_, keep := desired[k]
 		return !keep
 	})

@@ -15,13 +15,22 @@ const (
 	existingOnly = admission.ExistingOnly
 )
 
+// states reads verdicts of states alone (scores 0).
+func states(m map[string]admission.State) map[string]verdict {
+	out := make(map[string]verdict, len(m))
+	for k, s := range m {
+		out[k] = verdict{state: s}
+	}
+	return out
+}
+
 // Changed load states reach the overlays together, at most once per
 // interval; a provider that comes or goes does at once; a change undone
 // within the interval makes no revision at all.
 func TestAdmissionChangesAreCoalescedPerInterval(t *testing.T) {
 	t0 := time.Unix(1.8e9, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	na := &networkAdmission{memory: admission.NewMemory(), applied: map[string]admission.State{}}
+	na := &networkAdmission{memory: admission.NewMemory(), applied: map[string]verdict{}}
 	const interval = 10 * time.Second
 	steps := []struct {
 		at      int
@@ -37,8 +46,8 @@ func TestAdmissionChangesAreCoalescedPerInterval(t *testing.T) {
 		{11, map[string]admission.State{"a": admitted, "c": admitted}, map[string]admission.State{"a": admitted, "c": admitted}, 0},
 	}
 	for _, s := range steps {
-		wait := na.settle(s.desired, interval, at(s.at))
-		assert.Equal(t, s.applied, na.applied, "at %ds", s.at)
+		wait := na.settle(states(s.desired), interval, at(s.at))
+		assert.Equal(t, states(s.applied), na.applied, "at %ds", s.at)
 		assert.Equal(t, s.wait, wait, "at %ds", s.at)
 	}
 }
@@ -47,16 +56,16 @@ func TestAdmissionChangesAreCoalescedPerInterval(t *testing.T) {
 // most once per interval.
 func TestAFlappingStateIsBoundedByTheInterval(t *testing.T) {
 	t0 := time.Unix(1.8e9, 0)
-	na := &networkAdmission{memory: admission.NewMemory(), applied: map[string]admission.State{}}
+	na := &networkAdmission{memory: admission.NewMemory(), applied: map[string]verdict{}}
 	const interval = 10 * time.Second
 	revisions := 0
-	last := map[string]admission.State{}
+	last := map[string]verdict{}
 	for s := range 120 {
 		state := admitted
 		if s%2 == 1 {
 			state = existingOnly
 		}
-		na.settle(map[string]admission.State{"a": state, "b": admission.Least(state, existingOnly)}, interval, t0.Add(time.Duration(s)*time.Second))
+		na.settle(states(map[string]admission.State{"a": state, "b": admission.Least(state, existingOnly)}), interval, t0.Add(time.Duration(s)*time.Second))
 		if !maps.Equal(last, na.applied) {
 			revisions++
 			last = maps.Clone(na.applied)
@@ -64,4 +73,21 @@ func TestAFlappingStateIsBoundedByTheInterval(t *testing.T) {
 	}
 	assert.LessOrEqual(t, revisions, 120/10+1)
 	assert.Positive(t, revisions)
+}
+
+// A score that changes waits for the interval like a state, and goes
+// together with the states changed meanwhile.
+func TestScoreChangesAreCoalescedWithStates(t *testing.T) {
+	t0 := time.Unix(1.8e9, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	na := &networkAdmission{memory: admission.NewMemory(), applied: map[string]verdict{}}
+	const interval = 10 * time.Second
+	na.settle(map[string]verdict{"a": {admitted, 0.9}, "b": {admitted, 0.9}}, interval, at(0))
+	na.settle(map[string]verdict{"a": {admitted, 0.5}, "b": {admitted, 0.9}}, interval, at(1))
+	assert.Equal(t, map[string]verdict{"a": {admitted, 0.5}, "b": {admitted, 0.9}}, na.applied, "the first change goes at once")
+	wait := na.settle(map[string]verdict{"a": {admitted, 0.4}, "b": {existingOnly, 0.9}}, interval, at(4))
+	assert.Equal(t, 7*time.Second, wait)
+	assert.Equal(t, map[string]verdict{"a": {admitted, 0.5}, "b": {admitted, 0.9}}, na.applied, "held back")
+	na.settle(map[string]verdict{"a": {admitted, 0.4}, "b": {existingOnly, 0.9}}, interval, at(11))
+	assert.Equal(t, map[string]verdict{"a": {admitted, 0.4}, "b": {existingOnly, 0.9}}, na.applied, "both, together")
 }

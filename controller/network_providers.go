@@ -95,6 +95,10 @@ func gateways(n *v1alpha1.GridNetwork) []render.Gateway {
 		if sp := n.Spec.SelectionPolicy; sp != nil {
 			gw.Selection = sp.Mode
 		}
+		if n.Spec.ScoringPolicy != nil {
+			policy, _ := admissionPolicy(n)
+			gw.Scored, gw.Signal = true, policy.Signal
+		}
 		out = append(out, gw)
 	}
 	return out

@@ -25,6 +25,7 @@ type candidate struct {
 	StableID   string               `json:"stable_id"`
 	Rank       *int64               `json:"rank"`
 	Admission  string               `json:"admission_state"`
+	Score      *float64             `json:"score"`
 }
 
 func candidatesOf(t *testing.T, cm *corev1.ConfigMap) []candidate {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gridsync/gridsync/controller/admission"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/scoring"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
@@ -33,6 +34,12 @@ type Gateway struct {
 	ScoreFirst bool
 	// Selection is the overlay's selection_policy mode; empty for none.
 	Selection string
+	// Scored: the network names a scoring strategy, so every candidate
+	// carries its score and score_breakdown (Signal's contribution), and
+	// scores order candidates within a selection group. Without one the
+	// overlay carries no scores.
+	Scored bool
+	Signal admission.Signal
 }
 
 // SitePolicy is a network's networkPolicy. The zero value lets every site
@@ -71,6 +78,9 @@ type Provider struct {
 	// Admission is whether the provider takes new sessions (the
 	// admission stage's verdict); empty is new_and_existing.
 	Admission admission.State
+	// Score is the provider's published score (the admission stage's,
+	// quantised), used when the gateway is Scored.
+	Score float64
 }
 
 // Remote is a provider of another site, as its site gossiped it. Only the
@@ -88,8 +98,9 @@ type Remote struct {
 	Stale bool
 	// Sites is the provider's access policy; nil admits every site.
 	Sites labels.Selector
-	// Admission is as for Provider.
+	// Admission and Score are as for Provider.
 	Admission admission.State
+	Score     float64
 	// Drained: its site says its owner drains it; Load names the load
 	// series it publishes. The admission stage folds both into Admission.
 	Drained bool
@@ -144,11 +155,28 @@ func tier(gw Gateway, region, zone string) string {
 
 // candidate is one model's candidate, with its stable ID, admission and
 // locality tier.
-func candidate(model, site, cluster string, fresh bool, admitted admission.State, locality string) envelope.Candidate {
+func candidate(gw Gateway, model, site, cluster string, fresh bool, admitted admission.State, locality string, score float64) envelope.Candidate {
 	c := envelope.Candidate{Kind: envelope.CandidateKindInferenceModel, Name: model, Site: site, Cluster: cluster, Fresh: fresh,
 		AdmissionState: string(admitted), SelectionTier: locality}
 	c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
+	if gw.Scored {
+		setScore(gw, &c, score)
+	}
 	return c
+}
+
+// setScore gives c its score and the breakdown that explains it.
+func setScore(gw Gateway, c *envelope.Candidate, score float64) {
+	b := scoring.Breakdown(gw.Signal, score)
+	c.Score, c.ScoreBreakdown = &b.Total, &b
+}
+
+// scoreOf is a candidate's score; 0 when it carries none.
+func scoreOf(c envelope.Candidate) float64 {
+	if c.Score == nil {
+		return 0
+	}
+	return *c.Score
 }
 
 // admissionOf reads an Admission field: empty is new_and_existing.
@@ -187,11 +215,14 @@ func admissionOf(s admission.State) admission.State {
 // ranks): candidates taking new sessions before those that do not; then,
 // geographyFirst (the default), nearer tiers before farther ones and
 // fresh candidates (Available providers) before stale ones (Degraded),
-// or, scoreFirst, freshness before tier; then by site (provider name),
-// model and cluster. Rank is the position in that order. Candidates equal
-// in what orders them before the tie-break form one selection group
-// (selection_group, from 0): geographyFirst admission, tier and
-// freshness, scoreFirst admission and freshness. The gateway chooses
+// or, scoreFirst, freshness before tier; then, when the network scores,
+// the higher score (scoreFirst: before the tier); then by site (provider
+// name), model and cluster. Rank is the position in that order.
+// Candidates equal in what orders them before score and tie-break form
+// one selection group (selection_group, from 0): geographyFirst
+// admission, tier and freshness, scoreFirst admission and freshness. A
+// score orders a group and never splits it. A remote candidate standing
+// for several providers takes the best of their scores. The gateway chooses
 // within the first viable group as the selection policy says (none:
 // deterministically). Inputs in any order give the same overlay.
 func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote) envelope.Overlay {
@@ -202,7 +233,7 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 			continue
 		}
 		for _, model := range p.Models {
-			c := candidate(model, p.Name, p.Cluster, p.Phase == v1alpha1.ProviderAvailable, admitted, TierSameSite)
+			c := candidate(gw, model, p.Name, p.Cluster, p.Phase == v1alpha1.ProviderAvailable, admitted, TierSameSite, p.Score)
 			if p.Credential != nil {
 				credential := *p.Credential
 				c.Credential = &credential
@@ -220,10 +251,13 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 			continue
 		}
 		for _, model := range p.Models {
-			c := candidate(model, p.Site, p.Site, p.Phase == v1alpha1.ProviderAvailable && !p.Stale, admitted, tier(gw, p.Region, p.Zone))
+			c := candidate(gw, model, p.Site, p.Site, p.Phase == v1alpha1.ProviderAvailable && !p.Stale, admitted, tier(gw, p.Region, p.Zone), p.Score)
 			if i, seen := hop[c.StableID]; seen {
 				candidates[i].Fresh = candidates[i].Fresh || c.Fresh
 				candidates[i].AdmissionState = string(admission.Least(admission.State(candidates[i].AdmissionState), admitted))
+				if gw.Scored && p.Score > scoreOf(candidates[i]) {
+					setScore(gw, &candidates[i], p.Score)
+				}
 				continue
 			}
 			hop[c.StableID] = len(candidates)
@@ -231,9 +265,9 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 		}
 	}
 	slices.SortFunc(candidates, func(a, b envelope.Candidate) int {
-		// scoreFirst orders by tier within a group (geographyFirst
-		// already did).
-		return cmp.Or(comparePreference(gw, a, b), compareTier(a, b),
+		// Within a group the higher score first; then, scoreFirst, the
+		// nearer tier (geographyFirst already ordered by it).
+		return cmp.Or(comparePreference(gw, a, b), cmp.Compare(scoreOf(b), scoreOf(a)), compareTier(a, b),
 			cmp.Compare(a.Site, b.Site), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Cluster, b.Cluster))
 	})
 	group := int64(0)

@@ -321,14 +321,81 @@ func TestRoutingPoliciesOrderAndGroupCandidates(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 			require.NotNil(t, o.SelectionPolicy)
 			assert.Equal(t, "roundRobin", o.SelectionPolicy.Mode)
-			scope := envelope.Scope{Network: "net", Gateway: g.Name, Namespace: g.Namespace, LocalSite: g.Site}
-			doc, revision, err := envelope.Build(o, scope, envelope.Provenance{Producer: "test"})
-			require.NoError(t, err)
-			res, err := envelope.Validate(doc, envelope.Options{Expect: scope})
-			require.NoError(t, err)
-			assert.Equal(t, revision, res.Revision)
+			passesTheContract(t, g, o)
 		})
 	}
 	o := render.Overlay("net", gw, providers)
 	assert.Nil(t, o.SelectionPolicy, "no selection policy asked for: none in the overlay")
+}
+
+// With a scoring strategy every candidate carries its score and the
+// breakdown that explains it; the higher score goes first within a group
+// (scoreFirst: before the tier), and scores never split a group.
+func TestScoresOrderWithinGroupsByPolicy(t *testing.T) {
+	gw := render.Gateway{Name: "edge", Namespace: "grid-system", Site: "east", Region: "us-east", Zone: "us-east-1a",
+		Scored: true, Signal: admission.QueueDepth}
+	scored := func(name string, score float64) render.Provider {
+		p := provider(name, v1alpha1.ProviderAvailable, "m")
+		p.Score = score
+		return p
+	}
+	remote := func(site, name, region string, score float64) render.Remote {
+		return render.Remote{Site: site, Name: name, Models: []string{"m"}, Phase: v1alpha1.ProviderAvailable,
+			Region: region, Zone: region + "-1b", Score: score}
+	}
+	providers := []render.Provider{scored("a-busy", 0.2), scored("b-idle", 0.9), scored("c-half", 0.5)}
+	remotes := []render.Remote{
+		remote("r-near", "p1", "us-east", 0.3), remote("r-near", "p2", "us-east", 0.95), // one candidate: the best score
+		remote("r-far", "p", "eu-west", 1),
+	}
+	type row struct {
+		site  string
+		score float64
+		group int64
+	}
+	for _, tt := range []struct {
+		name       string
+		scoreFirst bool
+		want       []row
+	}{
+		{"geographyFirst", false, []row{
+			{"b-idle", 0.9, 0}, {"c-half", 0.5, 0}, {"a-busy", 0.2, 0}, {"r-near", 0.95, 1}, {"r-far", 1, 2},
+		}},
+		{"scoreFirst", true, []row{
+			{"r-far", 1, 0}, {"r-near", 0.95, 0}, {"b-idle", 0.9, 0}, {"c-half", 0.5, 0}, {"a-busy", 0.2, 0},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := gw
+			g.ScoreFirst = tt.scoreFirst
+			o := render.Overlay("net", g, providers, remotes...)
+			var got []row
+			for _, c := range o.Candidates {
+				require.NotNil(t, c.Score)
+				require.NotNil(t, c.ScoreBreakdown)
+				assert.Equal(t, envelope.ScoreBreakdown{QueueDepth: *c.Score, Total: *c.Score}, *c.ScoreBreakdown)
+				got = append(got, row{c.Site, *c.Score, *c.SelectionGroup})
+			}
+			assert.Equal(t, tt.want, got)
+			passesTheContract(t, g, o)
+		})
+	}
+	unscored := gw
+	unscored.Scored = false
+	for _, c := range render.Overlay("net", unscored, providers, remotes...).Candidates {
+		assert.Nil(t, c.Score, "no strategy asked for: no score")
+		assert.Nil(t, c.ScoreBreakdown)
+	}
+}
+
+// passesTheContract builds o as gw's envelope and validates it by the
+// gateway's contract rules.
+func passesTheContract(t *testing.T, gw render.Gateway, o envelope.Overlay) {
+	t.Helper()
+	scope := envelope.Scope{Network: o.Network, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.Site}
+	doc, revision, err := envelope.Build(o, scope, envelope.Provenance{Producer: "test"})
+	require.NoError(t, err)
+	res, err := envelope.Validate(doc, envelope.Options{Expect: scope})
+	require.NoError(t, err)
+	assert.Equal(t, revision, res.Revision)
 }
