@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/shared/envelope"
 )
 
 // queueServer is a provider's metrics endpoint whose waiting requests the
@@ -207,4 +209,57 @@ func TestScoresFollowLoadIntoTheOverlay(t *testing.T) {
 	qa.waiting.Store(0)
 	qb.waiting.Store(6)
 	e.scores(network, gw, fmt.Sprintf("%s=1 %s=0.5 %s=0.4", a.Name, c.Name, b.Name))
+}
+
+// A network asking for weightedRandom gets overlays the gateway executes
+// (random within a group) with each candidate's capacity weight beside
+// it, and a Selection condition saying so while Ready holds; asking for
+// another mode again takes the condition away.
+func TestWeightedSelectionIsDeliveredAsRandomWithWeightsAndSaysSo(t *testing.T) {
+	e := newEnv(t)
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	network.Spec.SelectionPolicy = &v1alpha1.SelectionPolicy{Mode: v1alpha1.SelectionWeightedRandom}
+	e.create(network)
+	big := e.provider("big", network.Name, "m1")
+	big.Spec.PlacementPolicy = &v1alpha1.PlacementPolicy{CapacityWeight: 4}
+	e.create(big)
+	small := e.provider("small", network.Name, "m1")
+	e.create(small)
+	e.startAgent()
+
+	e.eventually("weights in the overlay", func() (bool, string) {
+		cm, _ := e.overlayOf(network, gw, anyRevision)
+		var doc struct {
+			Overlay struct {
+				SelectionPolicy struct{ Mode string } `json:"selection_policy"`
+			} `json:"overlay"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(cm.Data[envelope.DataKeyEnvelope]), &doc))
+		var parts []string
+		for _, c := range candidatesOf(e.t, cm) {
+			w := "none"
+			if c.Weight != nil {
+				w = fmt.Sprint(*c.Weight)
+			}
+			parts = append(parts, c.Site+"="+w)
+		}
+		got := strings.Join(parts, " ") + " mode=" + doc.Overlay.SelectionPolicy.Mode
+		return got == big.Name+"=4 "+small.Name+"=1 mode=random", got
+	})
+	got := e.networkStatus(network, "Selection says what is done", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := meta.FindStatusCondition(n.Status.Conditions, controller.ConditionSelection)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonWeightsNotInContract, fmt.Sprintf("%+v", c)
+	})
+	assert.Equal(t, metav1.ConditionTrue, meta.FindStatusCondition(got.Status.Conditions, "Ready").Status)
+
+	var live v1alpha1.GridNetwork
+	require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &live))
+	orig := live.DeepCopy()
+	live.Spec.SelectionPolicy.Mode = "roundRobin"
+	require.NoError(t, e.admin.Patch(e.ctx, &live, client.MergeFrom(orig)))
+	e.networkStatus(network, "no Selection condition", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := meta.FindStatusCondition(n.Status.Conditions, controller.ConditionSelection)
+		return c == nil, fmt.Sprintf("%+v", c)
+	})
 }

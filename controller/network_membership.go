@@ -282,6 +282,7 @@ func gossipProviders(items []v1alpha1.InferenceProvider, assessed []render.Provi
 			Credentialed: a.Credential != nil,
 			Drained:      drained(p),
 			Load:         measuredLoad(p),
+			Weight:       capacityWeight(p),
 		}
 		if a.Sites != nil {
 			mp.Sites = a.Sites.String()

@@ -37,7 +37,7 @@ func (r *networkReconciler) remoteProviders(ctx context.Context, network *v1alph
 		if !trusted[p.Site] || expired[p.Site] {
 			continue
 		}
-		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale, Drained: p.Drained, Load: p.Load,
+		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale, Drained: p.Drained, Load: p.Load, Weight: p.Weight,
 			Region: where[p.Site].Region, Zone: where[p.Site].Zone}
 		if r.opts.Signals != nil {
 			// Its site says the provider cannot serve now: not fresh,
@@ -95,6 +95,7 @@ func gateways(n *v1alpha1.GridNetwork) []render.Gateway {
 		if sp := n.Spec.SelectionPolicy; sp != nil {
 			gw.Selection = sp.Mode
 		}
+		gw.Weighted = weighted(n)
 		if n.Spec.ScoringPolicy != nil {
 			policy, _ := admissionPolicy(n)
 			gw.Scored, gw.Signal = true, policy.Signal
@@ -152,6 +153,7 @@ func (r *networkReconciler) assessProviders(ctx context.Context, network *v1alph
 		if err != nil {
 			return nil, nil, err
 		}
+		v.Provider.Weight = capacityWeight(p)
 		out = append(out, v.Provider)
 	}
 	return out, list.Items, nil
@@ -163,4 +165,13 @@ func (c *common) assess(p *v1alpha1.InferenceProvider, secrets assess.Secrets) (
 		SecretNamespaceWatched: c.opts.watches,
 		Health:                 c.prober.Health(p.Name),
 	})
+}
+
+// capacityWeight is a provider's placementPolicy.capacityWeight; 0 when
+// unset (the overlay counts it as 1).
+func capacityWeight(p *v1alpha1.InferenceProvider) int32 {
+	if pp := p.Spec.PlacementPolicy; pp != nil {
+		return pp.CapacityWeight
+	}
+	return 0
 }

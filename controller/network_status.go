@@ -106,6 +106,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 		membershipCond.Status = metav1.ConditionFalse
 	}
 	meta.SetStatusCondition(&next.Conditions, membershipCond)
+	setSelectionCondition(network, next)
 	before := meta.FindStatusCondition(network.Status.Conditions, "Ready")
 	changed := before == nil || before.Status != ready.Status || before.Reason != ready.Reason
 	meta.SetStatusCondition(&next.Conditions, ready)
@@ -146,6 +147,31 @@ func networkPhase(swim membershipOutcome) (v1alpha1.NetworkPhase, int32, int32) 
 	default:
 		return v1alpha1.NetworkDegraded, connected, remote
 	}
+}
+
+// ConditionSelection is there while the network asks for a selection the
+// gateway contract cannot carry as asked.
+const ConditionSelection = "Selection"
+
+// ReasonWeightsNotInContract: weightedRandom is published as random with
+// each candidate's weight beside it.
+const ReasonWeightsNotInContract = "WeightsNotInContract"
+
+// weighted reports whether the network asks for weightedRandom selection.
+func weighted(n *v1alpha1.GridNetwork) bool {
+	return n.Spec.SelectionPolicy != nil && n.Spec.SelectionPolicy.Mode == v1alpha1.SelectionWeightedRandom
+}
+
+// setSelectionCondition says, while the network asks for weightedRandom,
+// what its gateways do instead: the overlay contract (1.0.0) knows
+// deterministic, roundRobin and random only, and a mode the gateway does
+// not know would have it refuse every revision. Ready is unaffected:
+// routes are delivered.
+func setSelectionCondition(network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus) {
+	setConditionWhile(&next.Conditions, weighted(network), metav1.Condition{Type: ConditionSelection, Status: metav1.ConditionFalse,
+		Reason: ReasonWeightsNotInContract, ObservedGeneration: network.Generation,
+		Message: "weightedRandom is not a mode of the overlay contract 1.0.0: the overlays ask the gateway for random selection within a group, " +
+			"and each candidate carries its capacityWeight as selection_weight for a gateway that weighs by it"})
 }
 
 // ReasonFieldNotSupported is the Ready condition's reason while a network

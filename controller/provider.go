@@ -122,13 +122,19 @@ const (
 // setDrainingCondition says so while the provider is drained; otherwise
 // the condition is absent.
 func setDrainingCondition(p *v1alpha1.InferenceProvider, next *v1alpha1.InferenceProviderStatus) {
-	if !drained(p) {
-		meta.RemoveStatusCondition(&next.Conditions, ConditionDraining)
-		return
-	}
-	meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: ConditionDraining, Status: metav1.ConditionTrue,
+	setConditionWhile(&next.Conditions, drained(p), metav1.Condition{Type: ConditionDraining, Status: metav1.ConditionTrue,
 		Reason: ReasonDrainRequested, ObservedGeneration: p.Generation,
 		Message: "trafficPolicy.drain: every overlay lists the provider existing_only; sessions on it continue, new ones go elsewhere"})
+}
+
+// setConditionWhile sets c while there is a reason to (while), and
+// removes a condition of its type otherwise.
+func setConditionWhile(conditions *[]metav1.Condition, while bool, c metav1.Condition) {
+	if !while {
+		meta.RemoveStatusCondition(conditions, c.Type)
+		return
+	}
+	meta.SetStatusCondition(conditions, c)
 }
 
 // setScrapedCondition says whether the provider's metrics are scraped

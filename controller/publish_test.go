@@ -26,6 +26,7 @@ type candidate struct {
 	Rank       *int64               `json:"rank"`
 	Admission  string               `json:"admission_state"`
 	Score      *float64             `json:"score"`
+	Weight     *int64               `json:"selection_weight"`
 }
 
 func candidatesOf(t *testing.T, cm *corev1.ConfigMap) []candidate {

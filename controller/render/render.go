@@ -40,6 +40,11 @@ type Gateway struct {
 	// overlay carries no scores.
 	Scored bool
 	Signal admission.Signal
+	// Weighted: the network asks for weightedRandom selection. Contract
+	// 1.0.0 has no such mode, so the overlay's selection_policy is random,
+	// the nearest the gateway executes, and every candidate carries its
+	// capacity as selection_weight for a gateway that reads it.
+	Weighted bool
 }
 
 // SitePolicy is a network's networkPolicy. The zero value lets every site
@@ -81,6 +86,9 @@ type Provider struct {
 	// Score is the provider's published score (the admission stage's,
 	// quantised), used when the gateway is Scored.
 	Score float64
+	// Weight is its placementPolicy.capacityWeight (1 to 1000; 0 is 1),
+	// used when the gateway is Weighted.
+	Weight int32
 }
 
 // Remote is a provider of another site, as its site gossiped it. Only the
@@ -98,9 +106,10 @@ type Remote struct {
 	Stale bool
 	// Sites is the provider's access policy; nil admits every site.
 	Sites labels.Selector
-	// Admission and Score are as for Provider.
+	// Admission, Score and Weight are as for Provider.
 	Admission admission.State
 	Score     float64
+	Weight    int32
 	// Drained: its site says its owner drains it; Load names the load
 	// series it publishes. The admission stage folds both into Admission.
 	Drained bool
@@ -155,14 +164,28 @@ func tier(gw Gateway, region, zone string) string {
 
 // candidate is one model's candidate, with its stable ID, admission and
 // locality tier.
-func candidate(gw Gateway, model, site, cluster string, fresh bool, admitted admission.State, locality string, score float64) envelope.Candidate {
+func candidate(gw Gateway, model, site, cluster string, fresh bool, admitted admission.State, locality string, score float64, weight int32) envelope.Candidate {
 	c := envelope.Candidate{Kind: envelope.CandidateKindInferenceModel, Name: model, Site: site, Cluster: cluster, Fresh: fresh,
 		AdmissionState: string(admitted), SelectionTier: locality}
 	c.StableID = envelope.StableID(c.Kind, c.Name, c.Site, c.Cluster)
 	if gw.Scored {
 		setScore(gw, &c, score)
 	}
+	if gw.Weighted {
+		w := int64(Weight(weight))
+		c.SelectionWeight = &w
+	}
 	return c
+}
+
+// MaxWeight bounds a provider's capacityWeight, as the schema does; a
+// weight gossiped by another site is held to it too.
+const MaxWeight = 1000
+
+// Weight is a capacityWeight as the overlay counts it: unset is 1, and
+// it is held within 1 to MaxWeight.
+func Weight(w int32) int32 {
+	return min(max(w, 1), MaxWeight)
 }
 
 // setScore gives c its score and the breakdown that explains it.
@@ -233,7 +256,7 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 			continue
 		}
 		for _, model := range p.Models {
-			c := candidate(gw, model, p.Name, p.Cluster, p.Phase == v1alpha1.ProviderAvailable, admitted, TierSameSite, p.Score)
+			c := candidate(gw, model, p.Name, p.Cluster, p.Phase == v1alpha1.ProviderAvailable, admitted, TierSameSite, p.Score, p.Weight)
 			if p.Credential != nil {
 				credential := *p.Credential
 				c.Credential = &credential
@@ -251,12 +274,15 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 			continue
 		}
 		for _, model := range p.Models {
-			c := candidate(gw, model, p.Site, p.Site, p.Phase == v1alpha1.ProviderAvailable && !p.Stale, admitted, tier(gw, p.Region, p.Zone), p.Score)
+			c := candidate(gw, model, p.Site, p.Site, p.Phase == v1alpha1.ProviderAvailable && !p.Stale, admitted, tier(gw, p.Region, p.Zone), p.Score, p.Weight)
 			if i, seen := hop[c.StableID]; seen {
 				candidates[i].Fresh = candidates[i].Fresh || c.Fresh
 				candidates[i].AdmissionState = string(admission.Least(admission.State(candidates[i].AdmissionState), admitted))
 				if gw.Scored && p.Score > scoreOf(candidates[i]) {
 					setScore(gw, &candidates[i], p.Score)
+				}
+				if gw.Weighted { // the site's providers' capacities add up
+					*candidates[i].SelectionWeight += *c.SelectionWeight
 				}
 				continue
 			}
@@ -279,7 +305,10 @@ func Overlay(network string, gw Gateway, providers []Provider, remote ...Remote)
 		candidates[i].Rank, candidates[i].SelectionGroup = &rank, &g
 	}
 	o := envelope.Overlay{Network: network, LocalSite: gw.Site, Candidates: candidates}
-	if gw.Selection != "" {
+	switch {
+	case gw.Weighted:
+		o.SelectionPolicy = &envelope.SelectionPolicy{Mode: envelope.SelectionRandom}
+	case gw.Selection != "":
 		o.SelectionPolicy = &envelope.SelectionPolicy{Mode: gw.Selection}
 	}
 	return o

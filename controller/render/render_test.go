@@ -399,3 +399,35 @@ func passesTheContract(t *testing.T, gw render.Gateway, o envelope.Overlay) {
 	require.NoError(t, err)
 	assert.Equal(t, revision, res.Revision)
 }
+
+// weightedRandom asks the gateway for random selection (the nearest mode
+// of the contract) and gives every candidate its capacity weight: unset
+// is 1, a site's providers of one model add up, and a gossiped weight is
+// held to the schema's bound.
+func TestWeightedSelectionCarriesCapacityWeights(t *testing.T) {
+	gw := east
+	gw.Weighted, gw.Selection = true, "weightedRandom"
+	heavy := provider("heavy", v1alpha1.ProviderAvailable, "m")
+	heavy.Weight = 3
+	light := provider("light", v1alpha1.ProviderAvailable, "m")
+	remotes := []render.Remote{
+		{Site: "west", Name: "p1", Models: []string{"m"}, Phase: v1alpha1.ProviderAvailable, Weight: 2},
+		{Site: "west", Name: "p2", Models: []string{"m"}, Phase: v1alpha1.ProviderAvailable, Weight: 5},
+		{Site: "boastful", Name: "p", Models: []string{"m"}, Phase: v1alpha1.ProviderAvailable, Weight: 5000},
+	}
+	o := render.Overlay("net", gw, []render.Provider{heavy, light}, remotes...)
+	require.NotNil(t, o.SelectionPolicy)
+	assert.Equal(t, envelope.SelectionRandom, o.SelectionPolicy.Mode)
+	got := map[string]int64{}
+	for _, c := range o.Candidates {
+		require.NotNil(t, c.SelectionWeight, c.Site)
+		got[c.Site] = *c.SelectionWeight
+	}
+	assert.Equal(t, map[string]int64{"heavy": 3, "light": 1, "west": 7, "boastful": render.MaxWeight}, got)
+	passesTheContract(t, gw, o)
+
+	plain := east
+	for _, c := range render.Overlay("net", plain, []render.Provider{heavy}).Candidates {
+		assert.Nil(t, c.SelectionWeight, "no weighted selection asked for: no weight")
+	}
+}

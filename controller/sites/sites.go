@@ -154,6 +154,10 @@ type Provider struct {
 	// (grid_provider_queue_depth_ratio, …): a peer reads a missing one as
 	// a failed scrape, not as a provider that measures nothing.
 	Load []string `json:"load,omitempty"`
+	// Weight is its placementPolicy.capacityWeight (0: unset). A reader
+	// holds it within the schema's bounds: a site's word on its own
+	// capacity reaches no further.
+	Weight int32 `json:"weight,omitempty"`
 }
 
 // SeedResult is what announcing a network's seeds did.

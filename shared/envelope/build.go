@@ -75,6 +75,11 @@ type Candidate struct {
 	ScoreBreakdown *ScoreBreakdown `json:"score_breakdown,omitempty"`
 	Rank           *int64          `json:"rank,omitempty"`
 	SelectionGroup *int64          `json:"selection_group,omitempty"`
+	// SelectionWeight is the candidate's capacity weight under the
+	// weightedRandom selection the network asked for: a field of this
+	// producer, additive to contract 1.0.0 (whose selection modes carry no
+	// weight), so a gateway that does not read it ignores it.
+	SelectionWeight *int64 `json:"selection_weight,omitempty"`
 }
 
 // Credential references the Secret that holds a provider's bearer token.

@@ -45,7 +45,7 @@ func candidateMember(name []byte) (field candidateField, required uint8, known b
 		return fieldString, 0, true
 	case "score":
 		return fieldNumber, 0, true
-	case "rank", "selection_group":
+	case "rank", "selection_group", "selection_weight":
 		return fieldInteger, 0, true
 	}
 	return 0, 0, false

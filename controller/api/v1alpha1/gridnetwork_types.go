@@ -265,11 +265,16 @@ type PressurePolicy struct {
 
 // SelectionPolicy is upstream's local request distribution policy.
 type SelectionPolicy struct {
-	// Mode: deterministic, roundRobin or random.
+	// Mode: deterministic, roundRobin, random or weightedRandom (random
+	// in proportion to the candidates' placementPolicy.capacityWeight).
 	//
-	// +kubebuilder:validation:Enum=deterministic;roundRobin;random
+	// +kubebuilder:validation:Enum=deterministic;roundRobin;random;weightedRandom
 	Mode string `json:"mode"`
 }
+
+// SelectionWeightedRandom is the selection mode that weighs candidates by
+// their providers' capacityWeight.
+const SelectionWeightedRandom = "weightedRandom"
 
 // Routing policies.
 const (

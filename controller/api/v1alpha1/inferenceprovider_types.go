@@ -111,6 +111,13 @@ type InferenceProviderSpec struct {
 	// +optional
 	// +nullable
 	TrafficPolicy *TrafficPolicy `json:"trafficPolicy,omitempty"`
+	// PlacementPolicy is the provider's share of new sessions against the
+	// other candidates of its selection group, for networks whose
+	// selectionPolicy is weightedRandom.
+	//
+	// +optional
+	// +nullable
+	PlacementPolicy *PlacementPolicy `json:"placementPolicy,omitempty"`
 
 	// Auth says how the gateway authenticates to the provider.
 	//
@@ -244,6 +251,28 @@ type TrafficPolicy struct {
 	//
 	// +optional
 	Drain bool `json:"drain,omitempty"`
+}
+
+// Placement modes.
+const PlacementStatic = "static"
+
+// PlacementPolicy is a provider's share of new sessions.
+type PlacementPolicy struct {
+	// Mode: static, a capacity the owner declares.
+	//
+	// +optional
+	// +kubebuilder:default=static
+	// +kubebuilder:validation:Enum=static
+	Mode string `json:"mode,omitempty"`
+	// CapacityWeight is the provider's capacity relative to the other
+	// providers of its group: with weights 1 and 3 the second is meant to
+	// take three new sessions in four.
+	//
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	CapacityWeight int32 `json:"capacityWeight,omitempty"`
 }
 
 // ProviderCost is what the provider charges, in US dollars.
