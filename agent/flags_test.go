@@ -151,6 +151,8 @@ func TestSignalsFlags(t *testing.T) {
 	assert.True(t, c.signals.spiffe)
 	assert.Equal(t, 4, c.signals.perSite)
 	assert.Equal(t, "127.0.0.3", c.signals.podIP)
+	assert.Equal(t, "sig-gridsync-agent-signals.grid-system.svc:9443", signalsServiceAddress(c),
+		"what an embedded gateway's serving config polls by default")
 
 	for name, args := range map[string][]string{
 		"no identity":    {"--signals-addr=:9443"},

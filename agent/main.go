@@ -151,6 +151,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			Signals:             store,
 			SignalsPeerPort:     cmp.Or(cfg.signals.peerPort, signalsPort(cfg.signals.addr)),
 			SignalsInterval:     cfg.signals.interval,
+			SignalsAddress:      signalsServiceAddress(cfg),
 			Directory:           directory,
 			SwimKeyPollInterval: cfg.swim.keyPollInterval,
 			SiteName:            cfg.swim.site,
@@ -276,4 +277,15 @@ func signalsPort(addr string) int {
 	}
 	p, _ := strconv.Atoi(port)
 	return p
+}
+
+// signalsServiceAddress is where this site's gateways reach the leader's
+// signals listener: its Service, in the agent's namespace, on the
+// listener's port; empty without one.
+func signalsServiceAddress(cfg *config) string {
+	port := signalsPort(cfg.signals.addr)
+	if cfg.signals.serviceName == "" || port == 0 {
+		return ""
+	}
+	return net.JoinHostPort(cfg.signals.serviceName+"."+cfg.leaderElectionNamespace+".svc", strconv.Itoa(port))
 }

@@ -114,6 +114,10 @@ type Options struct {
 	// mode): this site's own signals port, as every site of a grid runs
 	// the same chart.
 	SignalsPeerPort int
+	// SignalsAddress is where this site's gateways reach its signals
+	// listener (host:port): the default peer of an embedded gateway's
+	// serving config (gridServing).
+	SignalsAddress string
 
 	// Directory, when set, is filled in to answer the provider discovery
 	// API.

@@ -140,7 +140,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if swim.keyFailed {
 		// The reconcile stops at the key: nothing announced, nothing
 		// published, the overlays keep what they had.
-		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, swim, identity)
+		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, swim, identity)
 	}
 	remote, err := r.remoteProviders(ctx, network, swim.view)
 	if err != nil {
@@ -153,11 +153,13 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	overlays, praxis, firstErr := r.reconcilePraxisConfigs(ctx, network, items, overlays)
 	statuses, err := r.publishOverlays(ctx, network, overlays)
 	firstErr = cmp.Or(firstErr, err)
+	serving, err := r.reconcileServing(ctx, network, overlays)
+	firstErr = cmp.Or(firstErr, err)
 	r.rollIdentity(ctx, network, identity.gossipCert, statuses)
 	firstErr = cmp.Or(firstErr, r.syncGridSites(ctx, network, swim.view))
 
 	r.summariseDeliveries(network.Name, gws, statuses)
-	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, swim, identity))
+	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, serving, swim, identity))
 	var again time.Duration
 	if identity.renewIn > 0 && identity.renewIn < r.opts.ResyncPeriod {
 		again = identity.renewIn + time.Second/10 // just past the renewal point

@@ -340,6 +340,9 @@ const AnnotationOrphaned = "grid.praxis.fast/orphaned"
 // last routes). Only a ConfigMap this agent manages for that network and
 // gateway is touched.
 func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, namespace string) error {
+	if err := r.withdrawServing(ctx, network, gateway, namespace); err != nil {
+		return err
+	}
 	key := types.NamespacedName{Namespace: namespace, Name: envelope.ConfigMapName(network, gateway)}
 	var cm corev1.ConfigMap
 	switch err := r.api.Get(ctx, key, &cm); {

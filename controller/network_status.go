@@ -21,13 +21,14 @@ import (
 
 // writeStatus writes the network's status when it differs.
 func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
-	praxis []v1alpha1.PraxisConfigStatus, swim membershipOutcome, identity identityOutcome,
+	praxis, serving []v1alpha1.PraxisConfigStatus, swim membershipOutcome, identity identityOutcome,
 ) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
 	next.OverlayStatus = overlays
 	next.PraxisConfigStatus = praxis
 	next.ConsumerConfigStatus = praxis // upstream's name for the same entries
+	next.ServingConfigStatus = serving
 	next.GatewayCount = int32(len(overlays))
 	next.DistributedCount = 0
 	next.Delivered = deliveredSummary(overlays)
@@ -45,14 +46,23 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 			failing = append(failing, p.Namespace+"/"+p.GatewayName+" praxisConfig: "+p.Reason)
 		}
 	}
+	praxisFailing := len(failing)
+	for _, s := range serving {
+		if s.Phase != praxisRendered {
+			failing = append(failing, s.Namespace+"/"+s.GatewayName+" gridServing: "+s.Message)
+		}
+	}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllOverlaysDistributed",
 		Message: fmt.Sprintf("%d of %d gateway overlays distributed", next.DistributedCount, next.GatewayCount), ObservedGeneration: network.Generation}
 	switch {
 	case overlaysFailing > 0:
 		ready.Status, ready.Reason = metav1.ConditionFalse, "OverlaysNotDistributed"
 		ready.Message += "; " + joinLimited(failing, 5)
-	case len(failing) > 0:
+	case praxisFailing > overlaysFailing:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonPraxisConfigsNotRendered
+		ready.Message += "; " + joinLimited(failing, 5)
+	case len(failing) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonServingConfigFailed
 		ready.Message += "; " + joinLimited(failing, 5)
 	}
 	// A field this release does not act on is said, never silently
@@ -182,8 +192,7 @@ const ReasonFieldNotSupported = "FieldNotSupported"
 const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
 
 // unsupportedFields lists the paths of the fields a network sets that
-// this release does not act on yet (the embedded gateway's provider-hop
-// endpoints, delegated mount reconciliation, upstream's budget policy
+// this release does not act on yet (delegated mount reconciliation, upstream's budget policy
 // and metrics interval, a key named in a TLS Secret reference).
 func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 	var out []string
@@ -200,9 +209,6 @@ func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 	}
 	for _, g := range n.Spec.ConsumerGateways {
 		at := fmt.Sprintf("spec.consumerGateways[%s/%s]", g.Namespace, g.Name)
-		if len(g.ProviderHopEndpoints) > 0 {
-			out = append(out, at+".providerHopEndpoints")
-		}
 		if pc := g.PraxisConfig; pc != nil && pc.MountReconciliation != nil && mountReconciliationEnabled(pc.MountReconciliation.Raw) {
 			out = append(out, at+".praxisConfig.mountReconciliation.enabled")
 		}

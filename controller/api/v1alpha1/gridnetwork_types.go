@@ -377,8 +377,18 @@ type ConsumerGateway struct {
 	// +optional
 	IdentityRollout *IdentityRollout `json:"identityRollout,omitempty"`
 
+	// GridServing renders the serving config of a gateway that runs
+	// upstream's embedded grid-gateway: serving-config.json in the
+	// ConfigMap grid-serving-<network>-<gateway>, with the gateway's
+	// candidates and admission states, this site's agent as the one peer
+	// it polls for load, and the provider-hop allowlist.
+	//
+	// +optional
+	GridServing *GridServing `json:"gridServing,omitempty"`
+
 	// ProviderHopEndpoints are the mutual-TLS endpoints an embedded
-	// gateway may send provider-hop context to.
+	// gateway may send provider-hop context to: its allowlist, carried in
+	// the serving config (gridServing).
 	//
 	// +optional
 	// +listType=map
@@ -386,6 +396,27 @@ type ConsumerGateway struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:XValidation:rule="has(self.transport) && self.transport.mode == 'mutual_tls' && has(self.transport.sni) && self.transport.sni.size() > 0",message="a provider-hop endpoint needs transport.mode mutual_tls and a nonblank sni"
 	ProviderHopEndpoints []ClusterEndpoint `json:"providerHopEndpoints,omitempty"`
+}
+
+// GridServing is an embedded grid-gateway's serving config.
+type GridServing struct {
+	// Enabled renders it.
+	//
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// SignalsAddress is this site's agent signals listener as the gateway
+	// dials it (host:port). Defaults to the agent's signals Service.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=260
+	SignalsAddress string `json:"signalsAddress,omitempty"`
+	// TLSMountPath is where the gateway mounts the grid CA (ca.crt) and
+	// this site's identity (tls.crt, tls.key) its pollers present.
+	//
+	// +optional
+	// +kubebuilder:default="/etc/praxis/tls"
+	// +kubebuilder:validation:MaxLength=255
+	TLSMountPath string `json:"tlsMountPath,omitempty"`
 }
 
 // IdentityRollout names the gateway Deployment rolled on a new site
@@ -499,6 +530,14 @@ type GridNetworkStatus struct {
 	// +listMapKey=gatewayName
 	// +listMapKey=namespace
 	ConsumerConfigStatus []PraxisConfigStatus `json:"consumerConfigStatus,omitempty"`
+	// ServingConfigStatus is each gridServing gateway's serving config:
+	// its ConfigMap, and Rendered or Error with why.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=gatewayName
+	// +listMapKey=namespace
+	ServingConfigStatus []PraxisConfigStatus `json:"servingConfigStatus,omitempty"`
 
 	// GatewayCount and DistributedCount summarise OverlayStatus.
 	//
