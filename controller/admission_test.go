@@ -125,11 +125,23 @@ func (e *env) draining(p *v1alpha1.InferenceProvider, want bool) {
 // patchProvider reads the provider, applies change and patches it.
 func (e *env) patchProvider(p *v1alpha1.InferenceProvider, change func(*v1alpha1.InferenceProvider)) {
 	e.t.Helper()
-	var got v1alpha1.InferenceProvider
-	require.NoError(e.t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(p), &got))
-	orig := got.DeepCopy()
-	change(&got)
-	require.NoError(e.t, e.admin.Patch(e.ctx, &got, client.MergeFrom(orig)))
+	patchLive(e, p.DeepCopy(), change)
+}
+
+// patchNetwork reads the network, applies change and patches it.
+func (e *env) patchNetwork(n *v1alpha1.GridNetwork, change func(*v1alpha1.GridNetwork)) {
+	e.t.Helper()
+	patchLive(e, n.DeepCopy(), change)
+}
+
+// patchLive reads obj's live state into obj, applies change and merge
+// patches the difference.
+func patchLive[T client.Object](e *env, obj T, change func(T)) {
+	e.t.Helper()
+	require.NoError(e.t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(obj), obj))
+	orig := obj.DeepCopyObject().(client.Object)
+	change(obj)
+	require.NoError(e.t, e.admin.Patch(e.ctx, obj, client.MergeFrom(orig)))
 }
 
 // An agent that collects no signals cannot judge load: a network asking

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
@@ -123,14 +122,4 @@ func TestServingConfigForTheEmbeddedGateway(t *testing.T) {
 
 	e.patchNetwork(network, func(n *v1alpha1.GridNetwork) { n.Spec.ConsumerGateways[0].GridServing.Enabled = false })
 	e.serving(network, embedded, "withdrawn once the gateway stops asking", func(d servingDoc) bool { return d.Candidates != nil && len(d.Candidates) == 0 })
-}
-
-// patchNetwork reads the network, applies change and patches it.
-func (e *env) patchNetwork(n *v1alpha1.GridNetwork, change func(*v1alpha1.GridNetwork)) {
-	e.t.Helper()
-	var got v1alpha1.GridNetwork
-	require.NoError(e.t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(n), &got))
-	orig := got.DeepCopy()
-	change(&got)
-	require.NoError(e.t, e.admin.Patch(e.ctx, &got, client.MergeFrom(orig)))
 }
