@@ -91,3 +91,12 @@ states it; the chart tests compare the two.
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end -}}
+
+{{/* The agent's image: the digest when set, else the tag, else the chart's appVersion. */}}
+{{- define "gridsync-agent.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}

@@ -62,9 +62,14 @@ and no chart version, so that a chart upgrade alone does not roll the pods.
 {{/* gridsync's release that this chart was tested with. */}}
 {{- define "praxis-gateway.gridsyncVersion" -}}0.1.0{{- end -}}
 
-{{/* The sidecar's image: its tag, else gridsync's tested release. */}}
+{{/* The sidecar's image: its digest when set, else its tag, else gridsync's tested release. */}}
 {{- define "praxis-gateway.syncImage" -}}
-{{- printf "%s:%s" .Values.overlay.sidecar.image.repository (.Values.overlay.sidecar.image.tag | default (include "praxis-gateway.gridsyncVersion" .)) -}}
+{{- $image := .Values.overlay.sidecar.image -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository ($image.tag | default (include "praxis-gateway.gridsyncVersion" .)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The gateway's name in its GridNetwork (the overlay's scope.gateway). */}}
