@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,20 +38,39 @@ func startQueueServer(t *testing.T) *queueServer {
 	return q
 }
 
+// candidateRow is the gateway's overlay as "site=cell ...", in order.
+func candidateRow(t *testing.T, cm *corev1.ConfigMap, cell func(candidate) string) string {
+	var parts []string
+	for _, c := range candidatesOf(t, cm) {
+		parts = append(parts, c.Site+"="+cell(c))
+	}
+	return strings.Join(parts, " ")
+}
+
+// overlayRow waits until the gateway's overlay reads want as a
+// candidateRow of cell.
+func (e *env) overlayRow(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGateway, what, want string, cell func(candidate) string) {
+	e.t.Helper()
+	e.eventually(what+" "+want, func() (bool, string) {
+		cm, _ := e.overlayOf(network, gw, anyRevision)
+		got := candidateRow(e.t, cm, cell)
+		return got == want, got
+	})
+}
+
+// orNone prints a number the candidate may not carry.
+func orNone[N int64 | float64](v *N) string {
+	if v == nil {
+		return "none"
+	}
+	return fmt.Sprint(*v)
+}
+
 // admissions waits until the gateway's overlay lists the providers' sites
 // in this order with these admission states ("site=state ...").
 func (e *env) admissions(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGateway, want string) {
 	e.t.Helper()
-	var got string
-	e.eventually("admission "+want, func() (bool, string) {
-		cm, _ := e.overlayOf(network, gw, anyRevision)
-		var parts []string
-		for _, c := range candidatesOf(e.t, cm) {
-			parts = append(parts, c.Site+"="+c.Admission)
-		}
-		got = strings.Join(parts, " ")
-		return got == want, got
-	})
+	e.overlayRow(network, gw, "admission", want, func(c candidate) string { return c.Admission })
 }
 
 // A provider whose queue crosses the enter threshold stops taking new
@@ -170,19 +190,7 @@ func TestAdmissionByLoadWithoutSignalsSaysSoAndRestrictsNothing(t *testing.T) {
 // this order with these scores ("site=score ...").
 func (e *env) scores(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGateway, want string) {
 	e.t.Helper()
-	e.eventually("scores "+want, func() (bool, string) {
-		cm, _ := e.overlayOf(network, gw, anyRevision)
-		var parts []string
-		for _, c := range candidatesOf(e.t, cm) {
-			score := "none"
-			if c.Score != nil {
-				score = fmt.Sprint(*c.Score)
-			}
-			parts = append(parts, c.Site+"="+score)
-		}
-		got := strings.Join(parts, " ")
-		return got == want, got
-	})
+	e.overlayRow(network, gw, "scores", want, func(c candidate) string { return orNone(c.Score) })
 }
 
 // Under queueDepth scoring the candidates carry their scores (1 - queue
@@ -248,15 +256,7 @@ func TestWeightedSelectionIsDeliveredAsRandomWithWeightsAndSaysSo(t *testing.T) 
 			} `json:"overlay"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(cm.Data[envelope.DataKeyEnvelope]), &doc))
-		var parts []string
-		for _, c := range candidatesOf(e.t, cm) {
-			w := "none"
-			if c.Weight != nil {
-				w = fmt.Sprint(*c.Weight)
-			}
-			parts = append(parts, c.Site+"="+w)
-		}
-		got := strings.Join(parts, " ") + " mode=" + doc.Overlay.SelectionPolicy.Mode
+		got := candidateRow(t, cm, func(c candidate) string { return orNone(c.Weight) }) + " mode=" + doc.Overlay.SelectionPolicy.Mode
 		return got == big.Name+"=4 "+small.Name+"=1 mode=random", got
 	})
 	got := e.networkStatus(network, "Selection says what is done", func(n *v1alpha1.GridNetwork) (bool, string) {

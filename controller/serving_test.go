@@ -70,7 +70,7 @@ func TestServingConfigForTheEmbeddedGateway(t *testing.T) {
 	sni := "west.grid.internal"
 	embedded := e.gateway("embedded", "east")
 	embedded.GridServing = &v1alpha1.GridServing{Enabled: true} // no address yet: the agent has none either
-	embedded.ProviderHopEndpoints = []v1alpha1.ClusterEndpoint{{Cluster: "west", Address: "10.0.0.7:8443",
+	embedded.ProviderHopEndpoints = []v1alpha1.ClusterEndpoint{{Cluster: "west", Address: "west-gateway.grid.example:8443",
 		Transport: &v1alpha1.EndpointTransport{Mode: "mutual_tls", SNI: &sni}}}
 	plain := e.gateway("plain", "east")
 	network := e.network(embedded, plain)
@@ -99,7 +99,7 @@ func TestServingConfigForTheEmbeddedGateway(t *testing.T) {
 	assert.Equal(t, []string{"/etc/praxis/tls/ca.crt", "/etc/praxis/tls/tls.crt", "/etc/praxis/tls/tls.key"}, []string{p.CA, p.Cert, p.Key})
 	assert.Empty(t, p.Pins)
 	require.Len(t, doc.Hops, 1)
-	assert.Equal(t, []string{"west", "10.0.0.7:8443", sni}, []string{doc.Hops[0].Cluster, doc.Hops[0].Address, doc.Hops[0].ServerName})
+	assert.Equal(t, []string{"west", "west-gateway.grid.example:8443", sni}, []string{doc.Hops[0].Cluster, doc.Hops[0].Address, doc.Hops[0].ServerName})
 	noServing := types.NamespacedName{Namespace: plain.Namespace, Name: servingconfig.ConfigMapName(network.Name, plain.Name)}
 	assert.True(t, apierrors.IsNotFound(e.admin.Get(e.ctx, noServing, &corev1.ConfigMap{})), "a gateway without gridServing gets none")
 
