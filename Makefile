@@ -53,7 +53,7 @@ demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, the
 	$(GO) run ./test/demo --bin $(BIN_DIR)
 
 .PHONY: tools
-tools: $(HELM) ## build the pinned kube-apiserver, etcd, helm and the node (kubelet, controller manager, scheduler, containerd, CNI plugins; runc from Debian) (cached; many minutes when cold)
+tools: $(HELM) ## build the pinned kube-apiserver, etcd, helm and the node (kubelet, controller manager, scheduler, containerd, CNI plugins; runc from Debian) and promtool (cached; many minutes when cold)
 	@GRIDSYNC_TOOLS_DIR=$(TOOLS_DIR) test/tools/build.sh
 
 $(HELM):

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -156,21 +157,27 @@ func TestAnEnrolledSiteObtainsAndRenewsItsCertificate(t *testing.T) {
 // any when empty.
 func counterOf(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if label == "" || l.GetValue() == label {
-					return m.GetCounter().GetValue() + m.GetGauge().GetValue()
-				}
+	for _, m := range gathered(t, reg, name) {
+		for _, l := range m.GetLabel() {
+			if label == "" || l.GetValue() == label {
+				return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
 	return 0
+}
+
+// gathered is every series of the metric name in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) []*dto.Metric {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()
+		}
+	}
+	return nil
 }
 
 // The issuer's refusals, each for its reason: a reused or expired token,

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -230,7 +231,8 @@ func TestProvidersBehindAPrivateCAAreCheckedWithItsTrustOnly(t *testing.T) {
 		e.create(p)
 	}
 	store := signals.NewStore(nil)
-	e.startAgent(withSignals(store), withLoopbackScrapes(64<<10))
+	reg := prometheus.NewRegistry()
+	e.startAgent(withSignals(store), withLoopbackScrapes(64<<10), func(o *controller.ManagerOptions) { o.Registerer = reg })
 
 	for _, p := range []*v1alpha1.InferenceProvider{mutual, perFeature} {
 		e.providerPhase(p, v1alpha1.ProviderAvailable, "Ready")
@@ -246,6 +248,12 @@ func TestProvidersBehindAPrivateCAAreCheckedWithItsTrustOnly(t *testing.T) {
 	}
 	assert.Equal(t, []string{"agent"}, keys(srv.clients()), "every request the server answered carried the configured identity")
 	assert.NotContains(t, rendered(store), `grid_provider="`+anonymous.Name+`",grid_site="east",name=`)
+	// The same outcomes, per provider, for the chart's scrape alert.
+	scrapedNow := map[string]float64{}
+	for _, m := range gathered(t, reg, "gridsync_signals_provider_scraped") {
+		scrapedNow[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+	}
+	assert.Equal(t, map[string]float64{mutual.Name: 1, perFeature.Name: 1, anonymous.Name: 0, other.Name: 0, systemRoots.Name: 0}, scrapedNow)
 	e.assertNothingSecretIn(pki.agentKey, pki.otherKey)
 }
 

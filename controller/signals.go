@@ -49,7 +49,7 @@ func newSignalCollector(c *common) *signalCollector {
 		Name: "grid_provider_scrape_total",
 		Help: "Scrapes of providers' metrics (upstream's name; the outcomes of gridsync_signals_scrapes_total).",
 	}, []string{"outcome"})
-	c.opts.Registerer.MustRegister(s.scrapes, s.upstreamScrapes)
+	c.opts.Registerer.MustRegister(s.scrapes, s.upstreamScrapes, scrapedCollector{c.scrapeStatus})
 	return s
 }
 
@@ -414,6 +414,28 @@ func (s *scrapeStatus) set(provider string, r scrapeResult) bool {
 		s.changed(provider)
 	}
 	return true
+}
+
+var providerScrapedDesc = prometheus.NewDesc("gridsync_signals_provider_scraped",
+	"1 when the provider's last metrics scrape succeeded, 0 when it failed or could not be sent (its MetricsScraped condition says why); one series per provider with spec.metricsConfig.",
+	[]string{"provider"}, nil)
+
+// scrapedCollector exports each provider's last scrape outcome, so that an
+// alert can name the provider whose load the agent no longer reads.
+type scrapedCollector struct{ s *scrapeStatus }
+
+func (c scrapedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- providerScrapedDesc }
+
+func (c scrapedCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	for provider, r := range c.s.last {
+		v := 0.0
+		if r.ok {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(providerScrapedDesc, prometheus.GaugeValue, v, provider)
+	}
 }
 
 func (s *scrapeStatus) get(provider string) (scrapeResult, bool) {

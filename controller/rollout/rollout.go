@@ -388,17 +388,22 @@ func mostCommon(counts map[string]int) string {
 type podCollector struct{ a *Aggregator }
 
 var podsDesc = prometheus.NewDesc("gridsync_rollout_pods",
-	"Reporting gateway pods by delivery state against their gateway's rendered revision (delivered, OlderRevision, Rejecting, Cold, Silent).",
-	[]string{"state"}, nil)
+	"Reporting gateway pods by gateway and delivery state against the gateway's rendered revision (delivered, OlderRevision, Rejecting, Cold, Silent); every state of a known gateway is exported, 0 included.",
+	[]string{"gateway_namespace", "gateway", "state"}, nil)
 
 func (c *podCollector) Describe(ch chan<- *prometheus.Desc) { ch <- podsDesc }
 
+// Collect exports one series per gateway and state: a gateway whose pods
+// all lag shows 0 delivered rather than no series, so that an alert can
+// tell a lagging gateway from one nobody reports for. The label count is
+// bounded by the gateways the networks name.
 func (c *podCollector) Collect(ch chan<- prometheus.Metric) {
 	a := c.a
 	now := a.opts.Now()
-	counts := map[string]int{"delivered": 0, LagOlderRevision: 0, LagRejecting: 0, LagCold: 0, LagSilent: 0}
 	a.mu.Lock()
-	for _, g := range a.gateways {
+	counts := make(map[types.NamespacedName]map[string]int, len(a.gateways))
+	for key, g := range a.gateways {
+		n := map[string]int{"delivered": 0, LagOlderRevision: 0, LagRejecting: 0, LagCold: 0, LagSilent: 0}
 		for _, p := range g.pods {
 			if now.Sub(p.receivedAt) > a.opts.ForgetAfter {
 				continue
@@ -407,11 +412,14 @@ func (c *podCollector) Collect(ch chan<- prometheus.Metric) {
 			if lag == "" {
 				lag = "delivered"
 			}
-			counts[lag]++
+			n[lag]++
 		}
+		counts[key] = n
 	}
 	a.mu.Unlock()
-	for state, n := range counts {
-		ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(n), state)
+	for key, n := range counts {
+		for state, v := range n {
+			ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(v), key.Namespace, key.Name, state)
+		}
 	}
 }

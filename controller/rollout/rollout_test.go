@@ -147,3 +147,55 @@ func TestChangesAreToldAtMostOncePerInterval(t *testing.T) {
 	mu.Lock()
 	assert.Len(t, told, before)
 }
+
+// gridsync_rollout_pods names the gateway, and a gateway's states are all
+// exported, so that an alert on a lagging gateway has its name and a
+// gateway whose pods all caught up reads 0, not nothing.
+func TestPodsMetricIsPerGatewayWithEveryState(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	reg := prometheus.NewRegistry()
+	a := New(Options{SilentAfter: 10 * time.Second, ForgetAfter: time.Minute, MaxPods: 10, Now: c.Now, Registerer: reg})
+	a.SetGateways("net", []types.NamespacedName{{Namespace: "gw", Name: "edge"}, {Namespace: "gw", Name: "quiet"}})
+	require.NoError(t, a.Observe(report("p1", revB, "ready", "")))
+	require.NoError(t, a.Observe(report("p2", revA, "ready_degraded", "malformed_structure")))
+	require.NoError(t, a.Observe(report("p3", revA, "ready", "")))
+	a.Summary("gw", "edge", revB, c.Now())
+
+	const help = "# HELP gridsync_rollout_pods Reporting gateway pods by gateway and delivery state against the gateway's rendered revision (delivered, OlderRevision, Rejecting, Cold, Silent); every state of a known gateway is exported, 0 included.\n# TYPE gridsync_rollout_pods gauge\n"
+	var want strings.Builder
+	want.WriteString(help)
+	for _, row := range []struct {
+		gateway, state string
+		n              int
+	}{
+		{"edge", LagCold, 0}, {"edge", LagOlderRevision, 1}, {"edge", LagRejecting, 1}, {"edge", LagSilent, 0}, {"edge", "delivered", 1},
+		{"quiet", LagCold, 0}, {"quiet", LagOlderRevision, 0}, {"quiet", LagRejecting, 0}, {"quiet", LagSilent, 0}, {"quiet", "delivered", 0},
+	} {
+		fmt.Fprintf(&want, "gridsync_rollout_pods{gateway=%q,gateway_namespace=\"gw\",state=%q} %d\n", row.gateway, row.state, row.n)
+	}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want.String()), "gridsync_rollout_pods"))
+
+	c.add(11 * time.Second)
+	assert.Equal(t, 3.0, podsSeries(t, reg)["edge/"+LagSilent], "no report for longer than SilentAfter")
+}
+
+// podsSeries reads gridsync_rollout_pods by gateway/state.
+func podsSeries(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "gridsync_rollout_pods" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out[labels["gateway"]+"/"+labels["state"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}

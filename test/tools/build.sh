@@ -4,7 +4,8 @@
 # and for the node tests the kubelet, kube-controller-manager and
 # kube-scheduler (this folder's module, the same k8s.io/kubernetes as the API
 # server), containerd with its runc shim and ctr (node/), and the CNI plugins
-# of the pod network (cni/). Nothing is downloaded but Go modules; the OCI
+# of the pod network (cni/), and promtool, which unit-tests the agent
+# chart's alert rules (prometheus/). Nothing is downloaded but Go modules; the OCI
 # runtime, runc, comes from Debian (see node_packages below).
 #
 # Idempotent: each group is rebuilt only when its module, this script or the
@@ -99,6 +100,17 @@ build_cni() {
 	echo "tools: built the CNI plugins bridge and host-local"
 }
 
+build_prometheus() {
+	# remove_all_sd leaves out Prometheus's service discovery plugins (the
+	# cloud SDKs): rule tests discover nothing, and the build is minutes
+	# shorter.
+	local version
+	version="$(go list -m -f '{{.Version}}' github.com/prometheus/prometheus)"
+	go build -tags remove_all_sd -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=$version" -o "$out/promtool.tmp" github.com/prometheus/prometheus/cmd/promtool
+	mv "$out/promtool.tmp" "$out/promtool"
+	"$out/promtool" --version | sed -n 1p
+}
+
 # node_packages says what the node tests need from the machine beyond Go
 # modules: runc (the OCI runtime containerd's shim runs containers with),
 # ip (iproute2, for the node's network namespace) and nsenter (util-linux,
@@ -123,5 +135,6 @@ node_packages() {
 group kubernetes "$here" etcd kube-apiserver kubelet kube-controller-manager kube-scheduler
 group containerd "$here/node" containerd containerd-shim-runc-v2 ctr
 group cni "$here/cni" cni/bridge cni/host-local
+group prometheus "$here/prometheus" promtool
 node_packages
 echo "tools: ready in $out"
