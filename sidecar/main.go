@@ -13,6 +13,8 @@ package main
 import (
 	"io"
 	"os"
+
+	"github.com/gridsync/gridsync/shared/health"
 )
 
 // version is stamped by the build (make build).
@@ -35,7 +37,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runValidate(args[1:], stdin, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "probe" {
-		return runProbe(args[1:], stdout, stderr)
+		return health.Probe(binary, args[1:], stdout, stderr)
 	}
 	return runSidecar(args, stderr)
 }

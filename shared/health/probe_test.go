@@ -1,4 +1,4 @@
-package main
+package health
 
 import (
 	"bytes"
@@ -19,9 +19,9 @@ func TestProbeExitsZeroOnlyOn2xx(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out, errOut bytes.Buffer
-	assert.Equal(t, exitOK, run([]string{"probe", srv.URL + "/startupz"}, nil, &out, &errOut))
+	assert.Equal(t, ProbeOK, Probe("gridsync-sidecar", []string{srv.URL + "/startupz"}, &out, &errOut))
 	assert.Contains(t, out.String(), "200 ok")
-	assert.Equal(t, exitFailure, run([]string{"probe", srv.URL + "/readyz"}, nil, &out, &errOut))
-	assert.Equal(t, exitFailure, run([]string{"probe", "--timeout", "1s", "http://127.0.0.1:1/"}, nil, &out, &errOut))
-	assert.Equal(t, exitUsage, run([]string{"probe"}, nil, &out, &errOut))
+	assert.Equal(t, ProbeFailed, Probe("gridsync-sidecar", []string{srv.URL + "/readyz"}, &out, &errOut))
+	assert.Equal(t, ProbeFailed, Probe("gridsync-sidecar", []string{"--timeout", "1s", "http://127.0.0.1:1/"}, &out, &errOut))
+	assert.Equal(t, ProbeMisused, Probe("gridsync-sidecar", nil, &out, &errOut))
 }
