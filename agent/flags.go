@@ -46,7 +46,19 @@ type config struct {
 	gateway                 gatewayConfig
 	trust                   trustConfig
 	signals                 signalsConfig
+	metricsTLS              metricsTLSConfig
 }
+
+// metricsTLSConfig serves /metrics over HTTPS on a port of its own, from a
+// mounted Secret's tls.crt and tls.key (the site identity or another),
+// reloaded when it rotates; with clientAuth a scraper must present a
+// certificate that verifies to the same Secret's ca.crt.
+type metricsTLSConfig struct {
+	dir, addr  string
+	clientAuth bool
+}
+
+func (c metricsTLSConfig) enabled() bool { return c.dir != "" }
 
 // signalsConfig is the signals listener: its address (TCP and UDP, one
 // port), the site identity it serves with, its caps, and the delivery
@@ -136,7 +148,10 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.DurationVar(&c.resyncPeriod, "resync-period", 300*time.Second, "reconcile everything this often: Secrets and ConfigMaps are not watched, so a rotated Secret or a hand edit is noticed within it"+note("resync-period"))
 	fs.BoolVar(&c.deleteOrphans, "delete-orphaned-overlays", false, "delete the overlay ConfigMap of a removed gateway or deleted network (needs the delete verb) instead of publishing an empty overlay there"+note("delete-orphaned-overlays"))
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file for out-of-cluster use (default: in-cluster, then $KUBECONFIG)")
-	fs.StringVar(&c.healthAddr, "health-addr", ":8081", "address of /livez, /readyz, /status and /metrics"+note("health-addr"))
+	fs.StringVar(&c.healthAddr, "health-addr", ":8081", "address of /livez, /readyz, /status and (without --metrics-tls) /metrics"+note("health-addr"))
+	fs.StringVar(&c.metricsTLS.dir, "metrics-tls", "", "a folder holding tls.crt and tls.key (a mounted Secret: the site identity or another): /metrics is then served over HTTPS on --metrics-addr only, with that identity, reloaded when it rotates (empty: plain HTTP on --health-addr)"+note("metrics-tls"))
+	fs.StringVar(&c.metricsTLS.addr, "metrics-addr", ":8443", "address of /metrics over HTTPS, with --metrics-tls"+note("metrics-addr"))
+	fs.BoolVar(&c.metricsTLS.clientAuth, "metrics-client-auth", false, "with --metrics-tls, serve /metrics only to a client certificate that verifies to the folder's ca.crt"+note("metrics-client-auth"))
 	fs.BoolVar(&c.leaderElect, "leader-elect", true, "run as one of several replicas, one active at a time"+note("leader-elect"))
 	fs.StringVar(&c.leaderElectionNamespace, "leader-election-namespace", electionNamespace, "namespace of the election's Lease (default: $POD_NAMESPACE, else grid-system)"+note("leader-election-namespace"))
 	fs.StringVar(&c.leaderElectionID, "leader-election-id", "gridsync-agent", "name of the election's Lease"+note("leader-election-id"))
@@ -217,6 +232,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 		c.signals.spiffe = true
 	default:
 		return nil, envflag.UsageError(fs, "--signals-peer-naming must be organization or spiffe, got %q", *naming)
+	}
+	if c.metricsTLS.clientAuth && !c.metricsTLS.enabled() {
+		return nil, envflag.UsageError(fs, "--metrics-client-auth needs --metrics-tls: client certificates are asked for only over TLS")
 	}
 	if c.signals.enabled() {
 		if c.signals.certFile == "" || c.signals.keyFile == "" || c.signals.caFile == "" {

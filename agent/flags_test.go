@@ -169,3 +169,22 @@ func TestSignalsFlags(t *testing.T) {
 		assert.Error(t, err, name)
 	}
 }
+
+// --metrics-tls moves /metrics to a TLS port of its own; client
+// certificates are asked for only there.
+func TestMetricsTLSFlags(t *testing.T) {
+	var out bytes.Buffer
+	none := func(string) string { return "" }
+	c, err := parseFlags([]string{"--metrics-tls=/etc/gridsync/metrics-tls", "--metrics-addr=:9444", "--metrics-client-auth"}, none, &out)
+	require.NoError(t, err)
+	assert.Equal(t, metricsTLSConfig{dir: "/etc/gridsync/metrics-tls", addr: ":9444", clientAuth: true}, c.metricsTLS)
+	assert.True(t, c.metricsTLS.enabled())
+
+	c, err = parseFlags(nil, none, &out)
+	require.NoError(t, err)
+	assert.False(t, c.metricsTLS.enabled(), "plain /metrics on the health port by default")
+
+	_, err = parseFlags([]string{"--metrics-client-auth"}, none, &out)
+	require.Error(t, err)
+	assert.Contains(t, out.String(), "--metrics-client-auth needs --metrics-tls")
+}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -94,31 +93,9 @@ func (s *signalsListener) reviewBudget() reports.ReviewBudget {
 	return b
 }
 
-// identityWait is how often the site certificate is looked for before
-// the listener starts.
-const identityWait = 5 * time.Second
-
 // waitIdentity loads the site identity, waiting while it is not there
-// yet: the agent issues the site certificate itself, and the kubelet
-// projects the Secret a while after. The listener never serves without
-// a valid identity.
+// yet: the agent issues the site certificate itself.
 func (s *signalsListener) waitIdentity(ctx context.Context) (*tlsidentity.Reloader, error) {
-	opts := tlsidentity.Options{CertFile: s.cfg.certFile, KeyFile: s.cfg.keyFile, CAFile: s.cfg.caFile,
-		RequireServerAuth: true, Logger: s.log, Registerer: s.reg}
-	logged := false
-	for {
-		id, err := tlsidentity.New(opts)
-		if err == nil {
-			return id, nil
-		}
-		if !logged {
-			s.log.Warn("signals_identity_waiting", "error", err)
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(identityWait):
-		}
-	}
+	return waitIdentity(ctx, tlsidentity.Options{CertFile: s.cfg.certFile, KeyFile: s.cfg.keyFile, CAFile: s.cfg.caFile,
+		RequireServerAuth: true, Logger: s.log, Registerer: s.reg}, s.log, "signals_identity_waiting")
 }

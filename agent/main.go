@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -59,6 +60,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == drainCommand {
 		os.Exit(drainProvider(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		// The chart's helm test asks /readyz with it: the image has no
+		// shell or curl.
+		os.Exit(health.Probe(binary, os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == convertCommand {
 		os.Exit(convertManifests(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
@@ -90,6 +96,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	ln, err := health.Listen(ctx, cfg.healthAddr)
 	if err != nil {
 		return fail("health_bind_failed", err)
+	}
+	var metricsLn net.Listener
+	if cfg.metricsTLS.enabled() {
+		if metricsLn, err = listenMetricsTLS(ctx, cfg.metricsTLS); err != nil {
+			return fail("metrics_bind_failed", err)
+		}
 	}
 	restConfig, err := kubeconfig.Load(cfg.kubeconfig, binary+"/"+version)
 	if err != nil {
@@ -240,6 +252,22 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		case <-ctx.Done():
 		}
 	}()
+	// With --metrics-tls, /metrics is served over HTTPS alone: the health
+	// port keeps the probes, which the kubelet sends in plaintext.
+	var plainMetrics prometheus.Gatherer = reg
+	if metricsLn != nil {
+		plainMetrics = nil
+		// The identity's reload and expiry series are the signals
+		// listener's when it runs (a second reloader would register them
+		// twice); the site identity's expiry is grid_site_identity_expiry.
+		var identityReg prometheus.Registerer = reg
+		if cfg.signals.enabled() {
+			identityReg = nil
+		}
+		if err := mgr.Add(&metricsListener{cfg: cfg.metricsTLS, ln: metricsLn, gatherer: reg, log: log, reg: identityReg}); err != nil {
+			return fail("metrics_listener_failed", err)
+		}
+	}
 	handler := health.Handler(health.Checks{
 		// A passive replica is ready: it is healthy and waits its turn.
 		Ready: func() (bool, string) {
@@ -258,7 +286,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			}
 			return st
 		},
-	}, reg)
+	}, plainMetrics)
 
 	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect, "memory_limit_bytes", memoryLimit,
 		"swim_bind_addr", cfg.swim.bindAddr, "site", cfg.swim.site)

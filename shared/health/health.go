@@ -55,7 +55,8 @@ func RegisterBuildInfo(reg prometheus.Registerer, binary, version string) {
 	reg.MustRegister(info)
 }
 
-// Handler routes the endpoints.
+// Handler routes the endpoints; /metrics only with a gatherer (nil when the
+// metrics are served on a port of their own, over TLS).
 func Handler(checks Checks, gatherer prometheus.Gatherer) http.Handler {
 	mux := probeMux(checks)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
@@ -68,9 +69,18 @@ func Handler(checks Checks, gatherer prometheus.Gatherer) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write(append(body, '\n'))
 	})
-	// A render holds a copy of every series: a few at a time is plenty
-	// for Prometheus and the kubelet, and more would let anyone who can
-	// reach the port grow the process past its memory limit.
+	if gatherer != nil {
+		mux.Handle("GET /metrics", MetricsHandler(gatherer))
+	}
+	return mux
+}
+
+// MetricsHandler serves /metrics from gatherer. A render holds a copy of
+// every series: a few at a time is plenty for Prometheus and the kubelet,
+// and more would let anyone who can reach the port grow the process past
+// its memory limit.
+func MetricsHandler(gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{MaxRequestsInFlight: MaxMetricsInFlight}))
 	return mux
 }
