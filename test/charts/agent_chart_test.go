@@ -2,6 +2,9 @@ package charts
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
@@ -51,6 +55,21 @@ var agentCases = []valueCase{
 		// The issuer site: it answers enrolments on the signals listener.
 		"trust": map[string]any{"enrollment": map[string]any{"issuer": true}},
 	}},
+	// Everything monitoring: /metrics over TLS from the site identity with
+	// client certificates, the ServiceMonitor that follows, the alerts,
+	// the dashboard and the NetworkPolicy.
+	{name: "monitoring", release: "mon", namespace: "mon-system", values: map[string]any{
+		"resourceNamespaces": []string{"gateways-m"},
+		"swim":               map[string]any{"enabled": true, "siteName": "site-m"},
+		"signals":            map[string]any{"enabled": true, "siteSecretName": "grid-site-cert"},
+		"metrics": map[string]any{
+			"tls":            map[string]any{"enabled": true, "clientAuth": map[string]any{"enabled": true, "clientSecretName": "prometheus-client"}},
+			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
+			"prometheusRule": map[string]any{"enabled": true},
+			"dashboard":      map[string]any{"enabled": true},
+		},
+		"networkPolicy": map[string]any{"enabled": true, "peersFrom": []map[string]any{{"ipBlock": map[string]any{"cidr": "198.51.100.0/24"}}}},
+	}},
 	{name: "long-release-name", release: "a-release-name-long-enough-that-its-full-name-is-cut", namespace: "long-ns", values: map[string]any{
 		"namespaces": []string{"gateways-d"}, "logLevel": "debug",
 		"probes": map[string]any{"allowDestinations": []string{"198.51.100.0/24", "models.example.com"}, "secretSelector": "grid.praxis.fast/probe-credential=true"},
@@ -68,16 +87,18 @@ func TestAgentChartLintsAndMatchesItsGoldenFiles(t *testing.T) {
 
 func TestAgentChartRefusesValuesOutsideItsSchema(t *testing.T) {
 	for name, values := range map[string]map[string]any{
-		"bad namespace":     {"namespaces": []string{"Not_A_Namespace"}},
-		"no namespace":      {"resourceNamespaces": []string{}},
-		"unknown value":     {"replicas": 2},
-		"bad log level":     {"logLevel": "loud"},
-		"no replicas":       {"replicaCount": 0},
-		"bad lease setting": {"leaderElection": map[string]any{"leaseDuration": "soon"}},
-		"unknown probe key": {"probes": map[string]any{"allowList": []string{"198.51.100.0/24"}}},
-		"swim without site": {"swim": map[string]any{"enabled": true}},
-		"swim bad site":     {"swim": map[string]any{"enabled": true, "siteName": "Site_A"}},
-		"swim bad service":  {"swim": map[string]any{"service": map[string]any{"type": "Headless"}}},
+		"bad namespace":      {"namespaces": []string{"Not_A_Namespace"}},
+		"no namespace":       {"resourceNamespaces": []string{}},
+		"unknown value":      {"replicas": 2},
+		"bad log level":      {"logLevel": "loud"},
+		"no replicas":        {"replicaCount": 0},
+		"bad lease setting":  {"leaderElection": map[string]any{"leaseDuration": "soon"}},
+		"unknown probe key":  {"probes": map[string]any{"allowList": []string{"198.51.100.0/24"}}},
+		"swim without site":  {"swim": map[string]any{"enabled": true}},
+		"swim bad site":      {"swim": map[string]any{"enabled": true, "siteName": "Site_A"}},
+		"swim bad service":   {"swim": map[string]any{"service": map[string]any{"type": "Headless"}}},
+		"bad metrics source": {"metrics": map[string]any{"tls": map[string]any{"source": "vault"}}},
+		"bad alert duration": {"metrics": map[string]any{"prometheusRule": map[string]any{"siteNotActiveFor": "ten minutes"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := runHelm(t, values, "template", "x", chartDir(agentChart), "--kube-version", kubeVersion)
@@ -90,6 +111,7 @@ func TestAgentChartRefusesValuesOutsideItsSchema(t *testing.T) {
 // Every rendered object is accepted by the API server: first a
 // server-side dry run, then for real.
 func TestAgentChartObjectsAreAcceptedByTheAPIServer(t *testing.T) {
+	installMonitoringCRDs(t)
 	c := adminClient(t)
 	for _, vc := range agentCases {
 		t.Run(vc.name, func(t *testing.T) {
@@ -455,4 +477,37 @@ func TestAgentChartScraperMayGetMetricsOnly(t *testing.T) {
 	off := render(t, agentChart, valueCase{name: "no-scraper", release: "scr", namespace: "scr-system",
 		values: map[string]any{"probes": map[string]any{"scraper": map[string]any{"enabled": false}}}})
 	assert.NotContains(t, off, "scraper")
+}
+
+// The kustomize base (generated from the chart's defaults; make lint keeps
+// it current) lists every file it holds, and the API server takes every
+// object in it.
+func TestKustomizeBaseIsAcceptedByTheAPIServer(t *testing.T) {
+	dir := filepath.Join("..", "..", "deploy", "kustomize", "gridsync-agent")
+	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	require.NoError(t, err)
+	var k struct {
+		Namespace string   `json:"namespace"`
+		Resources []string `json:"resources"`
+	}
+	require.NoError(t, sigsyaml.Unmarshal(data, &k))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var files []string
+	for _, e := range entries {
+		if e.Name() != "kustomization.yaml" {
+			files = append(files, e.Name())
+		}
+	}
+	assert.ElementsMatch(t, files, k.Resources)
+	var all []string
+	for _, r := range k.Resources {
+		data, err := os.ReadFile(filepath.Join(dir, r))
+		require.NoError(t, err)
+		all = append(all, string(data))
+	}
+	rendered := strings.Join(all, "\n---\n")
+	assert.NotContains(t, rendered, "helm.sh/chart", "kustomize, not Helm, manages these")
+	require.NotEmpty(t, ofKind(objects(t, rendered), "Deployment"))
+	applyRendered(t, adminClient(t), valueCase{namespace: k.Namespace}, rendered)
 }

@@ -68,11 +68,31 @@ func findUp(rel string) (string, bool) {
 // Render runs helm template for chart with the values files and values
 // (the later win) and returns the objects.
 func Render(ctx context.Context, chart, release, namespace string, valueFiles []string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	return render(ctx, chart, release, namespace, valueFiles, values, "--skip-tests")
+}
+
+// RenderTests renders the chart's `helm test` objects alone (those with
+// the helm.sh/hook: test annotation), to be applied once the release runs.
+func RenderTests(ctx context.Context, chart, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	objs, err := render(ctx, chart, release, namespace, nil, values)
+	if err != nil {
+		return nil, err
+	}
+	var tests []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetAnnotations()["helm.sh/hook"] == "test" {
+			tests = append(tests, o)
+		}
+	}
+	return tests, nil
+}
+
+func render(ctx context.Context, chart, release, namespace string, valueFiles []string, values map[string]any, extra ...string) ([]*unstructured.Unstructured, error) {
 	helm, err := Helm()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"template", release, chart, "--namespace", namespace, "--kube-version", KubeVersion, "--skip-tests"}
+	args := append([]string{"template", release, chart, "--namespace", namespace, "--kube-version", KubeVersion}, extra...)
 	for _, f := range valueFiles {
 		args = append(args, "--values", f)
 	}

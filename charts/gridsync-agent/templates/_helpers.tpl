@@ -100,3 +100,23 @@ states it; the chart tests compare the two.
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret /metrics is served with over TLS: the site certificate or one of the user's. */}}
+{{- define "gridsync-agent.metricsTLSSecret" -}}
+{{- if eq .Values.metrics.tls.source "site" -}}
+{{- required "metrics.tls.source site serves with the site certificate: set signals.siteSecretName" .Values.signals.siteSecretName -}}
+{{- else -}}
+{{- required "metrics.tls.source secret needs metrics.tls.secretName" .Values.metrics.tls.secretName -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The name a scraper checks the metrics certificate for. */}}
+{{- define "gridsync-agent.metricsServerName" -}}
+{{- if .Values.metrics.tls.serverName -}}
+{{- .Values.metrics.tls.serverName -}}
+{{- else if eq .Values.metrics.tls.source "site" -}}
+{{- required "metrics.tls.source site: the certificate names the site, set swim.siteName" .Values.swim.siteName }}.grid.internal
+{{- else -}}
+{{- include "gridsync-agent.fullname" . }}.{{ .Release.Namespace }}.svc
+{{- end -}}
+{{- end -}}
