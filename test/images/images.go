@@ -2,13 +2,16 @@
 // engine: OCI images of static binaries on a base that carries what
 // gcr.io/distroless/static's nonroot image carries for them (the CA bundle,
 // /etc/passwd and /etc/group naming nonroot 65532, /tmp and the home
-// folders), written as OCI layouts and as the archive `ctr images import`
-// reads.
+// folders; no shell), one per platform under an image index that carries
+// the OCI labels and, attached to it, an SPDX SBOM of the Go modules in
+// the binaries; written as OCI layouts and as the archive `ctr images
+// import` reads.
 //
 // The images are reproducible: every entry of a layer has the same owner,
 // mode and time (SOURCE_DATE_EPOCH, or the Unix epoch), entries are
-// sorted, and gzip is deterministic, so the same binaries give the same
-// digests.
+// sorted, gzip is deterministic and nothing else varies (the SBOM's time
+// and namespace come from the same inputs), so the same binaries give the
+// same digests.
 package images
 
 import (
@@ -19,7 +22,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"time"
@@ -71,8 +73,34 @@ var (
 // Ref is the reference an image is loaded under.
 func (s Spec) Ref(tag string) string { return Registry + "/" + s.Name + ":" + tag }
 
-// Build makes the image from the binaries in binDir.
-func Build(s Spec, binDir string) (v1.Image, error) {
+// Meta is what the labels say of a build.
+type Meta struct {
+	// Version is the project's version (git describe).
+	Version string
+	// Revision is the source's commit.
+	Revision string
+	// Source is the URL of the source repository.
+	Source string
+}
+
+// labels are the OCI annotations of an image built from s with m, set as
+// the image configs' labels and the manifests' and index's annotations.
+func (m Meta) labels(s Spec, created time.Time) map[string]string {
+	l := map[string]string{
+		"org.opencontainers.image.title":   s.Name,
+		"org.opencontainers.image.created": created.Format(time.RFC3339),
+	}
+	for k, v := range map[string]string{"source": m.Source, "revision": m.Revision, "version": m.Version} {
+		if v != "" {
+			l["org.opencontainers.image."+k] = v
+		}
+	}
+	return l
+}
+
+// Build makes the image of one architecture (linux/arch) from the
+// binaries in binDir, built for it.
+func Build(s Spec, binDir, arch string, m Meta) (v1.Image, error) {
 	created := buildTime()
 	base, err := layer(baseFiles(), created)
 	if err != nil {
@@ -92,10 +120,11 @@ func Build(s Spec, binDir string) (v1.Image, error) {
 	}
 	user := strconv.Itoa(NonRoot) + ":" + strconv.Itoa(NonRoot)
 	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
-		Architecture: runtime.GOARCH,
+		Architecture: arch,
 		OS:           "linux",
 		Created:      v1.Time{Time: created},
 		Config: v1.Config{
+			Labels:     m.labels(s, created),
 			User:       user,
 			Entrypoint: s.Entrypoint,
 			WorkingDir: "/",
@@ -111,10 +140,14 @@ func Build(s Spec, binDir string) (v1.Image, error) {
 	}
 	img = mutate.MediaType(img, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	return mutate.Append(img,
+	img, err = mutate.Append(img,
 		mutate.Addendum{Layer: base, History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "gridsync base: CA bundle, passwd, group, tmp"}},
 		mutate.Addendum{Layer: app, History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "COPY " + path.Join(s.Binaries...) + " /usr/local/bin/"}},
 	)
+	if err != nil {
+		return nil, err
+	}
+	return mutate.Annotations(img, m.labels(s, created)).(v1.Image), nil
 }
 
 // buildTime is SOURCE_DATE_EPOCH when set (the reproducible-builds

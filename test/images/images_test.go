@@ -9,6 +9,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,7 +77,7 @@ type entry struct {
 // tree reads the files of an image, all layers applied.
 func tree(t *testing.T, s Spec, binDir string) (map[string]entry, Spec) {
 	t.Helper()
-	img, err := Build(s, binDir)
+	img, err := Build(s, binDir, runtime.GOARCH, Meta{})
 	require.NoError(t, err)
 	rc := mutate.Extract(img)
 	defer rc.Close()
@@ -155,7 +157,7 @@ func TestImagesHaveTheDockerfilesTree(t *testing.T) {
 				assert.Contains(t, files, p)
 			}
 
-			img, err := Build(spec, bins)
+			img, err := Build(spec, bins, runtime.GOARCH, Meta{})
 			require.NoError(t, err)
 			cfg, err := img.ConfigFile()
 			require.NoError(t, err)
@@ -184,9 +186,9 @@ func TestImagesNameTheirUser(t *testing.T) {
 // config and the manifest have the same digests.
 func TestImagesAreReproducible(t *testing.T) {
 	bins := fakeBinaries(t)
-	a, err := Build(Sidecar, bins)
+	a, err := Build(Sidecar, bins, "arm64", testMeta)
 	require.NoError(t, err)
-	b, err := Build(Sidecar, bins)
+	b, err := Build(Sidecar, bins, "arm64", testMeta)
 	require.NoError(t, err)
 	da, err := a.Digest()
 	require.NoError(t, err)
@@ -196,29 +198,117 @@ func TestImagesAreReproducible(t *testing.T) {
 
 	// And a changed binary changes it.
 	require.NoError(t, os.WriteFile(filepath.Join(bins, "gridsync-sidecar"), []byte("another"), 0o755))
-	c, err := Build(Sidecar, bins)
+	c, err := Build(Sidecar, bins, "arm64", testMeta)
 	require.NoError(t, err)
 	dc, err := c.Digest()
 	require.NoError(t, err)
 	assert.NotEqual(t, da, dc)
 }
 
-// The layout names the image the way ctr import reads it.
-func TestLayoutNamesTheImage(t *testing.T) {
-	bins := fakeBinaries(t)
+var testMeta = Meta{Version: "v1.2.3", Revision: strings.Repeat("ab", 20), Source: "https://github.com/gridsync/gridsync"}
+
+// goBinary is a folder whose binaries of spec are copies of this test's
+// own executable: a real Go binary, with build information to read.
+func goBinary(t *testing.T, spec Spec) string {
+	t.Helper()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	data, err := os.ReadFile(self)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	for _, b := range spec.Binaries {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, b), data, 0o755))
+	}
+	return dir
+}
+
+// The layout holds one image index, named the way ctr import reads it,
+// with an image per platform and the OCI labels on the index, the
+// manifests and the configs; beside it the SPDX SBOM, an artifact whose
+// subject is the index, listing the Go modules the binaries are built
+// from.
+func TestLayoutHoldsTheIndexItsLabelsAndTheSBOM(t *testing.T) {
+	bins := goBinary(t, Agent)
 	out := t.TempDir()
-	digest, err := Write(Agent, bins, out, "v1")
+	digest, err := Write(Agent, map[string]string{"amd64": bins, "arm64": bins}, out, Agent.Ref("v1"), testMeta)
 	require.NoError(t, err)
 	p, err := layout.FromPath(filepath.Join(out, Agent.Name))
 	require.NoError(t, err)
-	idx, err := p.ImageIndex()
+	top, err := p.ImageIndex()
 	require.NoError(t, err)
-	m, err := idx.IndexManifest()
+	m, err := top.IndexManifest()
 	require.NoError(t, err)
-	require.Len(t, m.Manifests, 1)
-	assert.Equal(t, digest, m.Manifests[0].Digest.String())
-	assert.Equal(t, "gridsync.local/gridsync-agent:v1", m.Manifests[0].Annotations["io.containerd.image.name"])
-	assert.Equal(t, "gridsync.local/gridsync-agent:v1", m.Manifests[0].Annotations["org.opencontainers.image.ref.name"])
+	require.Len(t, m.Manifests, 2, "the image index and its SBOM")
+	named, sbomDesc := m.Manifests[0], m.Manifests[1]
+	assert.Equal(t, digest, named.Digest.String())
+	assert.Equal(t, "gridsync.local/gridsync-agent:v1", named.Annotations["io.containerd.image.name"])
+	assert.Equal(t, "gridsync.local/gridsync-agent:v1", named.Annotations["org.opencontainers.image.ref.name"])
+	assert.Equal(t, SBOMMediaType, sbomDesc.ArtifactType)
 	_, err = os.Stat(filepath.Join(out, Agent.Name+".tar"))
 	assert.NoError(t, err)
+
+	wantLabels := map[string]string{
+		"org.opencontainers.image.title": "gridsync-agent", "org.opencontainers.image.version": "v1.2.3",
+		"org.opencontainers.image.revision": testMeta.Revision, "org.opencontainers.image.source": testMeta.Source,
+		"org.opencontainers.image.created": "1970-01-01T00:00:00Z",
+	}
+	idx, err := top.ImageIndex(named.Digest)
+	require.NoError(t, err)
+	im, err := idx.IndexManifest()
+	require.NoError(t, err)
+	assert.Equal(t, wantLabels, im.Annotations)
+	var platforms []string
+	for _, d := range im.Manifests {
+		platforms = append(platforms, d.Platform.String())
+		img, err := idx.Image(d.Digest)
+		require.NoError(t, err)
+		manifest, err := img.Manifest()
+		require.NoError(t, err)
+		assert.Equal(t, wantLabels, manifest.Annotations)
+		cfg, err := img.ConfigFile()
+		require.NoError(t, err)
+		assert.Equal(t, wantLabels, cfg.Config.Labels)
+		assert.Equal(t, d.Platform.Architecture, cfg.Architecture)
+		assert.Equal(t, "65532:65532", cfg.Config.User)
+	}
+	assert.Equal(t, []string{"linux/amd64", "linux/arm64"}, platforms)
+
+	// The SBOM artifact: its subject is the index, its one layer SPDX.
+	raw, err := os.ReadFile(filepath.Join(out, Agent.Name, "blobs", "sha256", sbomDesc.Digest.Hex))
+	require.NoError(t, err)
+	var artifact struct {
+		ArtifactType string `json:"artifactType"`
+		Config       struct{ MediaType string }
+		Layers       []struct{ MediaType, Digest string }
+		Subject      struct{ Digest string }
+	}
+	require.NoError(t, json.Unmarshal(raw, &artifact))
+	assert.Equal(t, digest, artifact.Subject.Digest)
+	assert.Equal(t, "application/vnd.oci.empty.v1+json", artifact.Config.MediaType)
+	require.Len(t, artifact.Layers, 1)
+	assert.Equal(t, SBOMMediaType, artifact.Layers[0].MediaType)
+	doc, err := os.ReadFile(filepath.Join(out, Agent.Name, "blobs", "sha256", strings.TrimPrefix(artifact.Layers[0].Digest, "sha256:")))
+	require.NoError(t, err)
+	var spdx struct {
+		SPDXVersion string `json:"spdxVersion"`
+		Packages    []struct {
+			Name, VersionInfo string
+			ExternalRefs      []struct{ ReferenceLocator string }
+		}
+	}
+	require.NoError(t, json.Unmarshal(doc, &spdx))
+	assert.Equal(t, "SPDX-2.3", spdx.SPDXVersion)
+	info, ok := debug.ReadBuildInfo()
+	require.True(t, ok)
+	versions := map[string]string{}
+	for _, p := range spdx.Packages {
+		versions[p.Name] = p.VersionInfo
+	}
+	for _, d := range info.Deps {
+		if d.Replace != nil {
+			d = d.Replace
+		}
+		assert.Equal(t, d.Version, versions[d.Path], "the SBOM lists %s at the version built in", d.Path)
+	}
+	assert.Contains(t, versions, "stdlib")
 }

@@ -2,6 +2,7 @@ package images
 
 import (
 	"archive/tar"
+	"bytes"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,6 +13,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // The annotations that name an image in an OCI layout: the OCI one, and
@@ -21,8 +24,9 @@ const (
 	containerdAnnotation = "io.containerd.image.name"
 )
 
-// WriteLayout writes img into a new OCI layout folder dir, named ref.
-func WriteLayout(dir string, img v1.Image, ref string) error {
+// WriteLayout writes the index idx into a new OCI layout folder dir,
+// named ref, and sbom beside it as an artifact whose subject is the index.
+func WriteLayout(dir string, idx v1.ImageIndex, ref string, sbom []byte, s Spec, m Meta) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -30,10 +34,34 @@ func WriteLayout(dir string, img v1.Image, ref string) error {
 	if err != nil {
 		return err
 	}
-	return p.AppendImage(img, layout.WithAnnotations(map[string]string{
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
 		refNameAnnotation:    ref,
 		containerdAnnotation: ref,
-	}))
+	})); err != nil {
+		return err
+	}
+	subject, err := partial.Descriptor(idx)
+	if err != nil {
+		return err
+	}
+	manifest, err := sbomManifest(sbom, *subject, s, m)
+	if err != nil {
+		return err
+	}
+	for _, b := range [][]byte{emptyConfig, sbom, manifest} {
+		h, _, err := v1.SHA256(bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		if err := p.WriteBlob(h, blob(b)); err != nil {
+			return err
+		}
+	}
+	h, size, err := v1.SHA256(bytes.NewReader(manifest))
+	if err != nil {
+		return err
+	}
+	return p.AppendDescriptor(v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: size, Digest: h, ArtifactType: SBOMMediaType})
 }
 
 // WriteArchive writes the OCI layout folder dir as the tar archive that
@@ -74,16 +102,17 @@ func WriteArchive(dir string, w io.Writer) error {
 	return tw.Close()
 }
 
-// Write builds s from the binaries in binDir and writes its layout folder
-// out/<name> and its archive out/<name>.tar, and returns its manifest
+// Write builds s for the architectures in bins (architecture → the folder
+// of its binaries) and writes its layout folder out/<name>, naming the
+// image ref, and its archive out/<name>.tar, and returns the index's
 // digest.
-func Write(s Spec, binDir, out, tag string) (string, error) {
-	img, err := Build(s, binDir)
+func Write(s Spec, bins map[string]string, out, ref string, m Meta) (string, error) {
+	idx, sbom, err := Index(s, bins, m)
 	if err != nil {
 		return "", err
 	}
 	dir := filepath.Join(out, s.Name)
-	if err := WriteLayout(dir, img, s.Ref(tag)); err != nil {
+	if err := WriteLayout(dir, idx, ref, sbom, s, m); err != nil {
 		return "", fmt.Errorf("%s: layout: %w", s.Name, err)
 	}
 	f, err := os.Create(dir + ".tar")
@@ -97,7 +126,7 @@ func Write(s Spec, binDir, out, tag string) (string, error) {
 	if err := f.Close(); err != nil {
 		return "", err
 	}
-	digest, err := img.Digest()
+	digest, err := idx.Digest()
 	if err != nil {
 		return "", err
 	}

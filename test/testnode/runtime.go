@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -186,7 +187,9 @@ func (n *Node) loadImages(ctx context.Context) error {
 		return err
 	}
 	for _, s := range images.All {
-		if _, err := images.Write(s, bins, n.path("images"), ImageTag); err != nil {
+		// The index `make images` writes, with the node's platform only:
+		// ctr imports and unpacks the image for the node's platform.
+		if _, err := images.Write(s, map[string]string{runtime.GOARCH: bins}, n.path("images"), s.Ref(ImageTag), images.Meta{Version: ImageTag}); err != nil {
 			return err
 		}
 		out, err := exec.CommandContext(ctx, filepath.Join(n.binDir, "ctr"), "--address", n.path("containerd.sock"),

@@ -1,0 +1,197 @@
+package images
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"debug/buildinfo"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// Index builds s for every architecture in bins (architecture → the
+// folder of the binaries built for linux/that architecture) under one OCI
+// image index, and the SPDX SBOM of the Go modules those binaries are
+// built from.
+func Index(s Spec, bins map[string]string, m Meta) (v1.ImageIndex, []byte, error) {
+	archs := make([]string, 0, len(bins))
+	for arch := range bins {
+		archs = append(archs, arch)
+	}
+	sort.Strings(archs) // the index lists them in a stable order
+	created := buildTime()
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	var files []string
+	for _, arch := range archs {
+		img, err := Build(s, bins[arch], arch, m)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s linux/%s: %w", s.Name, arch, err)
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
+			MediaType: types.OCIManifestSchema1, Platform: &v1.Platform{OS: "linux", Architecture: arch},
+		}})
+		for _, b := range s.Binaries {
+			files = append(files, filepath.Join(bins[arch], b))
+		}
+	}
+	idx = mutate.Annotations(idx, m.labels(s, created)).(v1.ImageIndex)
+	sbom, err := SBOM(s, m, files)
+	if err != nil {
+		return nil, nil, err
+	}
+	return idx, sbom, nil
+}
+
+// The SBOM's media type, as OCI artifacts name SPDX documents.
+const SBOMMediaType = "application/spdx+json"
+
+// SBOM is an SPDX 2.3 document of the Go modules compiled into files (the
+// image's binaries, every architecture's), read from each binary's build
+// information as `go version -m` prints it: what the image runs, not what
+// go.mod lists.
+func SBOM(s Spec, m Meta, files []string) ([]byte, error) {
+	type ref struct {
+		Category string `json:"referenceCategory"`
+		Type     string `json:"referenceType"`
+		Locator  string `json:"referenceLocator"`
+	}
+	type pkg struct {
+		Name             string `json:"name"`
+		SPDXID           string `json:"SPDXID"`
+		VersionInfo      string `json:"versionInfo,omitempty"`
+		DownloadLocation string `json:"downloadLocation"`
+		FilesAnalyzed    bool   `json:"filesAnalyzed"`
+		ExternalRefs     []ref  `json:"externalRefs,omitempty"`
+		PrimaryPurpose   string `json:"primaryPackagePurpose,omitempty"`
+	}
+	type rel struct {
+		Element string `json:"spdxElementId"`
+		Type    string `json:"relationshipType"`
+		Related string `json:"relatedSpdxElement"`
+	}
+	purl := func(path, version string) []ref {
+		return []ref{{Category: "PACKAGE-MANAGER", Type: "purl", Locator: "pkg:golang/" + path + "@" + version}}
+	}
+	var packages []pkg
+	var rels []rel
+	modules := map[string]string{} // path → version, every binary's
+	var goVersions []string
+	for _, f := range files {
+		info, err := buildinfo.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: build information: %w", f, err)
+		}
+		id := "SPDXRef-Binary-" + spdxID(filepath.Base(filepath.Dir(f))+"-"+filepath.Base(f))
+		packages = append(packages, pkg{Name: filepath.Base(f), SPDXID: id, VersionInfo: m.Version, DownloadLocation: "NOASSERTION",
+			ExternalRefs: purl(info.Main.Path, m.Version), PrimaryPurpose: "APPLICATION"})
+		rels = append(rels, rel{"SPDXRef-DOCUMENT", "DESCRIBES", id})
+		for _, d := range info.Deps {
+			if d.Replace != nil {
+				d = d.Replace
+			}
+			modules[d.Path] = d.Version
+			rels = append(rels, rel{id, "DEPENDS_ON", "SPDXRef-Module-" + spdxID(d.Path)})
+		}
+		rels = append(rels, rel{id, "DEPENDS_ON", "SPDXRef-Module-stdlib"})
+		goVersions = append(goVersions, info.GoVersion)
+	}
+	paths := make([]string, 0, len(modules))
+	for p := range modules {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		packages = append(packages, pkg{Name: p, SPDXID: "SPDXRef-Module-" + spdxID(p), VersionInfo: modules[p],
+			DownloadLocation: "https://proxy.golang.org/" + p + "/@v/" + modules[p] + ".zip", ExternalRefs: purl(p, modules[p]), PrimaryPurpose: "LIBRARY"})
+	}
+	goVersion := strings.TrimPrefix(firstOf(goVersions), "go")
+	packages = append(packages, pkg{Name: "stdlib", SPDXID: "SPDXRef-Module-stdlib", VersionInfo: goVersion,
+		DownloadLocation: "NOASSERTION",
+		ExternalRefs:     purl("stdlib", goVersion), PrimaryPurpose: "LIBRARY"})
+	sort.Slice(rels, func(i, j int) bool {
+		return rels[i].Element+rels[i].Related < rels[j].Element+rels[j].Related
+	})
+	doc := map[string]any{
+		"spdxVersion":       "SPDX-2.3",
+		"dataLicense":       "CC0-1.0",
+		"SPDXID":            "SPDXRef-DOCUMENT",
+		"name":              s.Name + "-" + m.Version,
+		"documentNamespace": "",
+		"creationInfo": map[string]any{
+			"created":  buildTime().Format("2006-01-02T15:04:05Z"),
+			"creators": []string{"Tool: gridsync-images"},
+		},
+		"packages":      packages,
+		"relationships": rels,
+	}
+	// The namespace must be unique per document: the hash of everything
+	// else in it, so that the same build gives the same document.
+	body, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(body)
+	source := strings.TrimSuffix(m.Source, "/")
+	if source == "" {
+		source = "https://gridsync.local"
+	}
+	doc["documentNamespace"] = source + "/spdx/" + s.Name + "-" + hex.EncodeToString(sum[:8])
+	return json.MarshalIndent(doc, "", "  ")
+}
+
+// spdxID makes an SPDX identifier of s: letters, digits, dots and dashes.
+func spdxID(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+func firstOf(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// emptyConfig is the OCI empty descriptor's content, the config of an
+// artifact that has none.
+var emptyConfig = []byte("{}")
+
+// sbomManifest is the OCI 1.1 artifact manifest carrying sbom, whose
+// subject is the image index: registries that keep referrers list it
+// under the index's digest, and `oras discover` or `cosign tree` find it.
+func sbomManifest(sbom []byte, subject v1.Descriptor, s Spec, m Meta) ([]byte, error) {
+	digest := func(b []byte) string { sum := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(sum[:]) }
+	manifest := map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     string(types.OCIManifestSchema1),
+		"artifactType":  SBOMMediaType,
+		"config": map[string]any{
+			"mediaType": "application/vnd.oci.empty.v1+json", "digest": digest(emptyConfig), "size": len(emptyConfig), "data": "e30=",
+		},
+		"layers": []any{map[string]any{
+			"mediaType": SBOMMediaType, "digest": digest(sbom), "size": len(sbom),
+			"annotations": map[string]string{"org.opencontainers.image.title": s.Name + ".spdx.json"},
+		}},
+		"subject": map[string]any{
+			"mediaType": string(subject.MediaType), "digest": subject.Digest.String(), "size": subject.Size,
+		},
+		"annotations": map[string]string{"org.opencontainers.image.created": m.labels(s, buildTime())["org.opencontainers.image.created"]},
+	}
+	return json.Marshal(manifest)
+}
+
+// blob is a byte slice for layout.WriteBlob.
+func blob(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
