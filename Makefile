@@ -6,6 +6,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 GO        ?= go
+comma     := ,
 TOOLS_DIR := $(CURDIR)/.tools
 BIN_DIR   := $(CURDIR)/bin
 
@@ -44,9 +45,47 @@ build: ## build the binaries into bin/
 	$(BUILD) -o $(BIN_DIR)/gridsync-init ./initcontainer
 	$(BUILD) -o $(BIN_DIR)/gridsync-agent ./agent
 
+# The images: one OCI layout per image in IMAGES_DIR, an image index of
+# IMAGE_PLATFORMS with the OCI labels and an SPDX SBOM attached, built
+# without a container engine from the static binaries. The same sources
+# give the same digests: every time in them is SOURCE_DATE_EPOCH (the last
+# commit's).
+IMAGES_DIR        ?= $(BIN_DIR)/images
+IMAGE_PLATFORMS   := linux/amd64 linux/arm64
+REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE_URL        ?= https://github.com/gridsync/gridsync
+# The registry and folder the images are named under, as the charts'
+# default image repositories name them.
+IMAGE_REGISTRY    ?= ghcr.io/gridsync
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+export SOURCE_DATE_EPOCH
+
 .PHONY: images
-images: build ## the shipped images as OCI layouts (and the archives ctr imports) in images/, built without a container engine
-	$(GO) run ./test/images/build --bin $(BIN_DIR) --out $(CURDIR)/images --tag $(VERSION)
+images: ## the shipped images for linux/amd64 and linux/arm64 as OCI layouts (with SBOM and labels) in IMAGES_DIR (bin/images), reproducibly, without a container engine
+	@for p in $(IMAGE_PLATFORMS); do \
+		dir="$(BIN_DIR)/$${p%/*}-$${p#*/}"; \
+		GOOS=$${p%/*} GOARCH=$${p#*/} $(BUILD) -o "$$dir/gridsync-sidecar" ./sidecar; \
+		GOOS=$${p%/*} GOARCH=$${p#*/} $(BUILD) -o "$$dir/gridsync-init" ./initcontainer; \
+		GOOS=$${p%/*} GOARCH=$${p#*/} $(BUILD) -o "$$dir/gridsync-agent" ./agent; \
+	done
+	$(GO) run ./test/images/build --bin $(BIN_DIR) --platforms "$(subst $(eval) ,$(comma),$(IMAGE_PLATFORMS))" \
+		--out $(IMAGES_DIR) --registry $(IMAGE_REGISTRY) --tag $(VERSION) --version $(VERSION) --revision $(REVISION) --source $(SOURCE_URL)
+
+# The agent's kustomize base, generated from the agent chart's defaults
+# (make lint checks it is current), and the release folder.
+KUSTOMIZE_DIR := deploy/kustomize/gridsync-agent
+RELEASE_DIR   ?= $(BIN_DIR)/release
+
+.PHONY: kustomize
+kustomize: $(HELM) ## rewrite the agent's kustomize base (deploy/kustomize) from the agent chart's default values
+	$(GO) run ./test/release kustomize $(KUSTOMIZE_DIR)
+
+.PHONY: release
+release: $(HELM) ## everything a release ships, in RELEASE_DIR (bin/release): the image layouts, the two charts packaged with the images' digests, the CRDs, the kustomize base, SHA256SUMS
+	rm -rf $(RELEASE_DIR)
+	@$(MAKE) --no-print-directory images IMAGES_DIR=$(RELEASE_DIR)/images
+	$(GO) run ./test/release assemble -images $(RELEASE_DIR)/images -kustomize $(KUSTOMIZE_DIR) -out $(RELEASE_DIR) -version $(VERSION)
+	@echo "release: $(RELEASE_DIR) (SHA256SUMS lists every file)"
 
 .PHONY: demo
 demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, then the agent publishing from Grid resources
@@ -86,7 +125,7 @@ verify-generated: $(CONTROLLER_GEN) ## fail when the committed generated files d
 	diff -ru -x "*.go" $(CRD_DIR) "$$out/crds" || { echo "generated files are stale: run make generate"; exit 1; }
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) verify-generated ## gofmt, go vet, golangci-lint (the layer rules included), generated files and the charts' values tables current
+lint: $(GOLANGCI_LINT) $(HELM) verify-generated ## gofmt, go vet, golangci-lint (the layer rules included), generated files, the charts' values tables and the kustomize base current
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; exit 1; fi
 	@# go vet compiles every dependency for its export data: in the mode
@@ -95,6 +134,7 @@ lint: $(GOLANGCI_LINT) verify-generated ## gofmt, go vet, golangci-lint (the lay
 	CGO_ENABLED=0 $(GO) vet -trimpath ./...
 	$(GOLANGCI_LINT) run ./...
 	$(GO) run ./test/charts/valuesdoc -check $(CHARTS)
+	$(GO) run ./test/release kustomize -check $(KUSTOMIZE_DIR)
 
 .PHONY: test
 test: ## every test, the integration tests against the real kube-apiserver included
