@@ -58,7 +58,6 @@ SOURCE_URL        ?= https://github.com/gridsync/gridsync
 # default image repositories name them.
 IMAGE_REGISTRY    ?= ghcr.io/gridsync
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-export SOURCE_DATE_EPOCH
 
 .PHONY: images
 images: ## the shipped images for linux/amd64 and linux/arm64 as OCI layouts (with SBOM and labels) in IMAGES_DIR (bin/images), reproducibly, without a container engine
@@ -68,7 +67,7 @@ images: ## the shipped images for linux/amd64 and linux/arm64 as OCI layouts (wi
 		GOOS=$${p%/*} GOARCH=$${p#*/} $(BUILD) -o "$$dir/gridsync-init" ./initcontainer; \
 		GOOS=$${p%/*} GOARCH=$${p#*/} $(BUILD) -o "$$dir/gridsync-agent" ./agent; \
 	done
-	$(GO) run ./test/images/build --bin $(BIN_DIR) --platforms "$(subst $(eval) ,$(comma),$(IMAGE_PLATFORMS))" \
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./test/images/build --bin $(BIN_DIR) --platforms "$(subst $(eval) ,$(comma),$(IMAGE_PLATFORMS))" \
 		--out $(IMAGES_DIR) --registry $(IMAGE_REGISTRY) --tag $(VERSION) --version $(VERSION) --revision $(REVISION) --source $(SOURCE_URL)
 
 # The agent's kustomize base, generated from the agent chart's defaults

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -250,7 +251,7 @@ func TestLayoutHoldsTheIndexItsLabelsAndTheSBOM(t *testing.T) {
 	wantLabels := map[string]string{
 		"org.opencontainers.image.title": "gridsync-agent", "org.opencontainers.image.version": "v1.2.3",
 		"org.opencontainers.image.revision": testMeta.Revision, "org.opencontainers.image.source": testMeta.Source,
-		"org.opencontainers.image.created": "1970-01-01T00:00:00Z",
+		"org.opencontainers.image.created": buildTime().Format(time.RFC3339), // SOURCE_DATE_EPOCH, or the epoch
 	}
 	idx, err := top.ImageIndex(named.Digest)
 	require.NoError(t, err)

@@ -90,6 +90,7 @@ func TestAgentMetricsOverTLSAsTheServiceMonitorScrapes(t *testing.T) {
 	require.True(t, pool.AppendCertsFromPEM(secretKey("ca", "secret")))
 	pair, err := tls.X509KeyPair(secretKey("cert", "secret"), secretKey("keySecret"))
 	require.NoError(t, err)
+	var served *x509.Certificate // the certificate the last scrape was served with
 	scrape := func(certs []tls.Certificate) (int, string, error) {
 		client := node.HTTPClient()
 		client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{
@@ -102,6 +103,7 @@ func TestAgentMetricsOverTLSAsTheServiceMonitorScrapes(t *testing.T) {
 			return 0, "", err
 		}
 		defer resp.Body.Close()
+		served = resp.TLS.PeerCertificates[0]
 		body, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body), err
 	}
@@ -116,6 +118,20 @@ func TestAgentMetricsOverTLSAsTheServiceMonitorScrapes(t *testing.T) {
 
 	_, _, err = scrape(nil)
 	require.Error(t, err, "a scraper without a client certificate is refused")
+
+	// The Secret rotates: the kubelet swaps the volume, the agent's
+	// reloader (every 30 s) picks the new certificate for new handshakes.
+	first := served.SerialNumber
+	rotated, rotatedKey := root.Leaf(t, serverName, testpki.Opts{Names: []string{serverName}})
+	s, err := secrets.Get(t.Context(), "agent-metrics-tls", metav1.GetOptions{})
+	require.NoError(t, err)
+	s.Data["tls.crt"], s.Data["tls.key"] = rotated, rotatedKey
+	_, err = secrets.Update(t.Context(), s, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	eventually(t, 90*time.Second, "a scrape served with the rotated certificate", func() bool {
+		code, _, err := scrape([]tls.Certificate{pair})
+		return err == nil && code == http.StatusOK && served.SerialNumber.Cmp(first) != 0
+	})
 	var none struct{}
 	err = getJSON(t, pod.Status.PodIP, 8081, "/metrics", &none)
 	require.Error(t, err)
