@@ -36,10 +36,13 @@ func promtool(t *testing.T) string {
 	return bin
 }
 
-// ruleGroups are the rendered PrometheusRule's groups.
-func ruleGroups(t *testing.T, vc valueCase) []any {
+// ruleGroups are the agent chart's rendered PrometheusRule's groups.
+func ruleGroups(t *testing.T, vc valueCase) []any { return ruleGroupsOf(t, agentChart, vc) }
+
+// ruleGroupsOf are a chart's rendered PrometheusRule's groups.
+func ruleGroupsOf(t *testing.T, chart string, vc valueCase) []any {
 	t.Helper()
-	rules := ofKind(objects(t, render(t, agentChart, vc)), "PrometheusRule")
+	rules := ofKind(objects(t, render(t, chart, vc)), "PrometheusRule")
 	require.Len(t, rules, 1)
 	groups, _, err := unstructured.NestedSlice(rules[0].Object, "spec", "groups")
 	require.NoError(t, err)
@@ -50,8 +53,21 @@ func ruleGroups(t *testing.T, vc valueCase) []any {
 // stays quiet on series that must not, by `promtool test rules`; the rules
 // as rendered, annotations included, pass `promtool check rules`.
 func TestAgentChartAlertRulesFireAndStayQuiet(t *testing.T) {
+	testAlertRules(t, ruleGroups(t, alertsCase), "agent-alerts.test.yaml", 9)
+}
+
+// The gateway chart's alerts on its sidecars, the same way.
+func TestGatewayChartAlertRulesFireAndStayQuiet(t *testing.T) {
+	testAlertRules(t, ruleGroupsOf(t, gatewayChart, gatewayCases[4]), "gateway-alerts.test.yaml", 6)
+}
+
+// testAlertRules runs promtool on groups: `check rules` as rendered, then
+// `test rules` with the test file of testdata, and fails unless each of
+// the alerts (count of them) has a test where it fires and one where it
+// stays quiet.
+func testAlertRules(t *testing.T, groups []any, testFile string, count int) {
+	t.Helper()
 	bin := promtool(t)
-	groups := ruleGroups(t, alertsCase)
 	dir := t.TempDir()
 	write := func(name string, v any) {
 		data, err := sigsyaml.Marshal(v)
@@ -73,10 +89,10 @@ func TestAgentChartAlertRulesFireAndStayQuiet(t *testing.T) {
 		}
 	}
 	write("rules.yaml", map[string]any{"groups": groups})
-	tests, err := os.ReadFile(filepath.Join("testdata", "agent-alerts.test.yaml"))
+	tests, err := os.ReadFile(filepath.Join("testdata", testFile))
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "agent-alerts.test.yaml"), tests, 0o644))
-	cmd := exec.CommandContext(t.Context(), bin, "test", "rules", "agent-alerts.test.yaml")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, testFile), tests, 0o644))
+	cmd := exec.CommandContext(t.Context(), bin, "test", "rules", testFile)
 	cmd.Dir = dir
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, "promtool test rules:\n%s", out)
@@ -105,7 +121,7 @@ func TestAgentChartAlertRulesFireAndStayQuiet(t *testing.T) {
 		assert.True(t, fires[a], "no test where %s fires", a)
 		assert.True(t, quiet[a], "no test where %s stays quiet", a)
 	}
-	assert.Len(t, alerts, 9)
+	assert.Len(t, alerts, count)
 }
 
 // metricName finds the project's series in a PromQL expression.
