@@ -1,7 +1,10 @@
 // Command gridsync-agent is the cluster-side agent of gridsync. It runs the
 // controller that turns GridNetworks and InferenceProviders into overlay
 // ConfigMaps, one replica active at a time, and serves /livez, /readyz,
-// /status and /metrics on one address.
+// /status and /metrics on one address (/metrics over HTTPS on a port of its
+// own with --metrics-tls). `gridsync-agent probe URL` asks an endpoint and
+// exits 0 on a 2xx answer, for the chart's helm test (the image has no
+// shell).
 package main
 
 import (
