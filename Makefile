@@ -46,7 +46,8 @@ build: ## build the binaries into bin/
 	$(BUILD) -o $(BIN_DIR)/gridsync-agent ./agent
 
 # The images: one OCI layout per image in IMAGES_DIR, an image index of
-# IMAGE_PLATFORMS with the OCI labels and an SPDX SBOM attached, built
+# IMAGE_PLATFORMS with the OCI labels, an SPDX SBOM and SLSA provenance
+# attached, built
 # without a container engine from the static binaries. The same sources
 # give the same digests: every time in them is SOURCE_DATE_EPOCH (the last
 # commit's).
@@ -60,7 +61,7 @@ IMAGE_REGISTRY    ?= ghcr.io/gridsync
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 .PHONY: images
-images: ## the shipped images for linux/amd64 and linux/arm64 as OCI layouts (with SBOM and labels) in IMAGES_DIR (bin/images), reproducibly, without a container engine
+images: ## the shipped images for linux/amd64 and linux/arm64 as OCI layouts (with labels, SBOM and provenance) in IMAGES_DIR (bin/images), reproducibly, without a container engine
 	@for p in $(IMAGE_PLATFORMS); do \
 		dir="$(BIN_DIR)/$${p%/*}-$${p#*/}"; \
 		GOOS=$${p%/*} GOARCH=$${p#*/} $(BUILD) -o "$$dir/gridsync-sidecar" ./sidecar; \

@@ -4,8 +4,8 @@
 // /etc/passwd and /etc/group naming nonroot 65532, /tmp and the home
 // folders; no shell), one per platform under an image index that carries
 // the OCI labels and, attached to it, an SPDX SBOM of the Go modules in
-// the binaries; written as OCI layouts and as the archive `ctr images
-// import` reads.
+// the binaries and their SLSA provenance; written as OCI layouts and as the
+// archive `ctr images import` reads.
 //
 // The images are reproducible: every entry of a layer has the same owner,
 // mode and time (SOURCE_DATE_EPOCH, or the Unix epoch), entries are

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/stretchr/testify/assert"
@@ -239,12 +240,13 @@ func TestLayoutHoldsTheIndexItsLabelsAndTheSBOM(t *testing.T) {
 	require.NoError(t, err)
 	m, err := top.IndexManifest()
 	require.NoError(t, err)
-	require.Len(t, m.Manifests, 2, "the image index and its SBOM")
-	named, sbomDesc := m.Manifests[0], m.Manifests[1]
+	require.Len(t, m.Manifests, 3, "the image index, its SBOM and its provenance")
+	named, sbomDesc, provenanceDesc := m.Manifests[0], m.Manifests[1], m.Manifests[2]
 	assert.Equal(t, digest, named.Digest.String())
 	assert.Equal(t, "gridsync.local/gridsync-agent:v1", named.Annotations["io.containerd.image.name"])
 	assert.Equal(t, "gridsync.local/gridsync-agent:v1", named.Annotations["org.opencontainers.image.ref.name"])
 	assert.Equal(t, SBOMMediaType, sbomDesc.ArtifactType)
+	assert.Equal(t, ProvenanceMediaType, provenanceDesc.ArtifactType)
 	_, err = os.Stat(filepath.Join(out, Agent.Name+".tar"))
 	assert.NoError(t, err)
 
@@ -274,22 +276,55 @@ func TestLayoutHoldsTheIndexItsLabelsAndTheSBOM(t *testing.T) {
 	}
 	assert.Equal(t, []string{"linux/amd64", "linux/arm64"}, platforms)
 
-	// The SBOM artifact: its subject is the index, its one layer SPDX.
-	raw, err := os.ReadFile(filepath.Join(out, Agent.Name, "blobs", "sha256", sbomDesc.Digest.Hex))
-	require.NoError(t, err)
-	var artifact struct {
-		ArtifactType string `json:"artifactType"`
-		Config       struct{ MediaType string }
-		Layers       []struct{ MediaType, Digest string }
-		Subject      struct{ Digest string }
+	// The artifacts: their subject is the index, their one layer the
+	// document.
+	attached := func(desc v1.Descriptor, mediaType string) []byte {
+		raw, err := os.ReadFile(filepath.Join(out, Agent.Name, "blobs", "sha256", desc.Digest.Hex))
+		require.NoError(t, err)
+		var artifact struct {
+			ArtifactType string `json:"artifactType"`
+			Config       struct{ MediaType string }
+			Layers       []struct{ MediaType, Digest string }
+			Subject      struct{ Digest string }
+		}
+		require.NoError(t, json.Unmarshal(raw, &artifact))
+		assert.Equal(t, digest, artifact.Subject.Digest)
+		assert.Equal(t, mediaType, artifact.ArtifactType)
+		assert.Equal(t, "application/vnd.oci.empty.v1+json", artifact.Config.MediaType)
+		require.Len(t, artifact.Layers, 1)
+		assert.Equal(t, mediaType, artifact.Layers[0].MediaType)
+		doc, err := os.ReadFile(filepath.Join(out, Agent.Name, "blobs", "sha256", strings.TrimPrefix(artifact.Layers[0].Digest, "sha256:")))
+		require.NoError(t, err)
+		return doc
 	}
-	require.NoError(t, json.Unmarshal(raw, &artifact))
-	assert.Equal(t, digest, artifact.Subject.Digest)
-	assert.Equal(t, "application/vnd.oci.empty.v1+json", artifact.Config.MediaType)
-	require.Len(t, artifact.Layers, 1)
-	assert.Equal(t, SBOMMediaType, artifact.Layers[0].MediaType)
-	doc, err := os.ReadFile(filepath.Join(out, Agent.Name, "blobs", "sha256", strings.TrimPrefix(artifact.Layers[0].Digest, "sha256:")))
-	require.NoError(t, err)
+
+	var provenance struct {
+		Type          string `json:"_type"`
+		PredicateType string `json:"predicateType"`
+		Subject       []struct {
+			Name   string
+			Digest map[string]string
+		}
+		Predicate struct {
+			BuildDefinition struct {
+				ExternalParameters   map[string]any `json:"externalParameters"`
+				ResolvedDependencies []struct {
+					URI    string
+					Digest map[string]string
+				} `json:"resolvedDependencies"`
+			} `json:"buildDefinition"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(attached(provenanceDesc, ProvenanceMediaType), &provenance))
+	assert.Equal(t, "https://slsa.dev/provenance/v1", provenance.PredicateType)
+	require.Len(t, provenance.Subject, 1)
+	assert.Equal(t, "gridsync.local/gridsync-agent", provenance.Subject[0].Name)
+	assert.Equal(t, digest, "sha256:"+provenance.Subject[0].Digest["sha256"])
+	assert.Equal(t, []any{"linux/amd64", "linux/arm64"}, provenance.Predicate.BuildDefinition.ExternalParameters["platforms"])
+	require.Len(t, provenance.Predicate.BuildDefinition.ResolvedDependencies, 1)
+	assert.Equal(t, testMeta.Revision, provenance.Predicate.BuildDefinition.ResolvedDependencies[0].Digest["gitCommit"])
+
+	doc := attached(sbomDesc, SBOMMediaType)
 	var spdx struct {
 		SPDXVersion string `json:"spdxVersion"`
 		Packages    []struct {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -169,28 +170,65 @@ func firstOf(s []string) string {
 // artifact that has none.
 var emptyConfig = []byte("{}")
 
-// sbomManifest is the OCI 1.1 artifact manifest carrying sbom, whose
+// attachment is a document attached to the image index as an OCI 1.1
+// artifact: the SBOM, the provenance.
+type attachment struct {
+	mediaType string // the artifact's type and its one layer's
+	title     string // the layer's file name
+	content   []byte
+}
+
+// artifactManifest is the OCI 1.1 artifact manifest carrying a, whose
 // subject is the image index: registries that keep referrers list it
 // under the index's digest, and `oras discover` or `cosign tree` find it.
-func sbomManifest(sbom []byte, subject v1.Descriptor, s Spec, m Meta) ([]byte, error) {
+func artifactManifest(a attachment, subject v1.Descriptor, created string) ([]byte, error) {
 	digest := func(b []byte) string { sum := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(sum[:]) }
 	manifest := map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     string(types.OCIManifestSchema1),
-		"artifactType":  SBOMMediaType,
+		"artifactType":  a.mediaType,
 		"config": map[string]any{
 			"mediaType": "application/vnd.oci.empty.v1+json", "digest": digest(emptyConfig), "size": len(emptyConfig), "data": "e30=",
 		},
 		"layers": []any{map[string]any{
-			"mediaType": SBOMMediaType, "digest": digest(sbom), "size": len(sbom),
-			"annotations": map[string]string{"org.opencontainers.image.title": s.Name + ".spdx.json"},
+			"mediaType": a.mediaType, "digest": digest(a.content), "size": len(a.content),
+			"annotations": map[string]string{"org.opencontainers.image.title": a.title},
 		}},
 		"subject": map[string]any{
 			"mediaType": string(subject.MediaType), "digest": subject.Digest.String(), "size": subject.Size,
 		},
-		"annotations": map[string]string{"org.opencontainers.image.created": m.labels(s, buildTime())["org.opencontainers.image.created"]},
+		"annotations": map[string]string{"org.opencontainers.image.created": created},
 	}
 	return json.Marshal(manifest)
+}
+
+// ProvenanceMediaType is the media type of an in-toto statement.
+const ProvenanceMediaType = "application/vnd.in-toto+json"
+
+// Provenance is an in-toto statement with a SLSA v1 provenance predicate
+// for the image index named repository with digest: what it was built
+// from (the source at its revision), with which parameters and which Go.
+// It is not signed: the release pipeline that pushes the images signs what
+// it pushes.
+func Provenance(repository string, digest v1.Hash, m Meta, platforms []string) ([]byte, error) {
+	source := strings.TrimSuffix(m.Source, "/")
+	statement := map[string]any{
+		"_type":         "https://in-toto.io/Statement/v1",
+		"subject":       []any{map[string]any{"name": repository, "digest": map[string]string{digest.Algorithm: digest.Hex}}},
+		"predicateType": "https://slsa.dev/provenance/v1",
+		"predicate": map[string]any{
+			"buildDefinition": map[string]any{
+				"buildType":          source + "/make-images/v1",
+				"externalParameters": map[string]any{"source": source, "revision": m.Revision, "version": m.Version, "platforms": platforms},
+				"internalParameters": map[string]any{"goVersion": runtime.Version(), "sourceDateEpoch": buildTime().Unix()},
+				"resolvedDependencies": []any{map[string]any{
+					"uri": "git+" + source + "@" + m.Revision, "digest": map[string]string{"gitCommit": m.Revision},
+				}},
+			},
+			"runDetails": map[string]any{"builder": map[string]any{"id": source + "/make-images"}},
+		},
+	}
+	return json.MarshalIndent(statement, "", "  ")
 }
 
 // blob is a byte slice for layout.WriteBlob.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -25,8 +26,9 @@ const (
 )
 
 // WriteLayout writes the index idx into a new OCI layout folder dir,
-// named ref, and sbom beside it as an artifact whose subject is the index.
-func WriteLayout(dir string, idx v1.ImageIndex, ref string, sbom []byte, s Spec, m Meta) error {
+// named ref, and the attachments beside it, each an artifact whose subject
+// is the index.
+func WriteLayout(dir string, idx v1.ImageIndex, ref string, created string, attached ...attachment) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -44,24 +46,29 @@ func WriteLayout(dir string, idx v1.ImageIndex, ref string, sbom []byte, s Spec,
 	if err != nil {
 		return err
 	}
-	manifest, err := sbomManifest(sbom, *subject, s, m)
-	if err != nil {
-		return err
-	}
-	for _, b := range [][]byte{emptyConfig, sbom, manifest} {
-		h, _, err := v1.SHA256(bytes.NewReader(b))
+	for _, a := range attached {
+		manifest, err := artifactManifest(a, *subject, created)
 		if err != nil {
 			return err
 		}
-		if err := p.WriteBlob(h, blob(b)); err != nil {
+		for _, b := range [][]byte{emptyConfig, a.content, manifest} {
+			h, _, err := v1.SHA256(bytes.NewReader(b))
+			if err != nil {
+				return err
+			}
+			if err := p.WriteBlob(h, blob(b)); err != nil {
+				return err
+			}
+		}
+		h, size, err := v1.SHA256(bytes.NewReader(manifest))
+		if err != nil {
+			return err
+		}
+		if err := p.AppendDescriptor(v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: size, Digest: h, ArtifactType: a.mediaType}); err != nil {
 			return err
 		}
 	}
-	h, size, err := v1.SHA256(bytes.NewReader(manifest))
-	if err != nil {
-		return err
-	}
-	return p.AppendDescriptor(v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: size, Digest: h, ArtifactType: SBOMMediaType})
+	return nil
 }
 
 // WriteArchive writes the OCI layout folder dir as the tar archive that
@@ -111,8 +118,28 @@ func Write(s Spec, bins map[string]string, out, ref string, m Meta) (string, err
 	if err != nil {
 		return "", err
 	}
+	digest, err := idx.Digest()
+	if err != nil {
+		return "", err
+	}
+	archs := make([]string, 0, len(bins))
+	for arch := range bins {
+		archs = append(archs, "linux/"+arch)
+	}
+	sort.Strings(archs)
+	repository := ref // the reference without its tag (a registry's port kept)
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		repository = ref[:i]
+	}
+	provenance, err := Provenance(repository, digest, m, archs)
+	if err != nil {
+		return "", err
+	}
 	dir := filepath.Join(out, s.Name)
-	if err := WriteLayout(dir, idx, ref, sbom, s, m); err != nil {
+	err = WriteLayout(dir, idx, ref, m.labels(s, buildTime())["org.opencontainers.image.created"],
+		attachment{mediaType: SBOMMediaType, title: s.Name + ".spdx.json", content: sbom},
+		attachment{mediaType: ProvenanceMediaType, title: s.Name + ".provenance.json", content: provenance})
+	if err != nil {
 		return "", fmt.Errorf("%s: layout: %w", s.Name, err)
 	}
 	f, err := os.Create(dir + ".tar")
@@ -124,10 +151,6 @@ func Write(s Spec, bins map[string]string, out, ref string, m Meta) (string, err
 		return "", fmt.Errorf("%s: archive: %w", s.Name, err)
 	}
 	if err := f.Close(); err != nil {
-		return "", err
-	}
-	digest, err := idx.Digest()
-	if err != nil {
 		return "", err
 	}
 	return digest.String(), nil
