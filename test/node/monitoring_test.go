@@ -33,7 +33,11 @@ func TestAgentMetricsOverTLSAsTheServiceMonitorScrapes(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, "agent-metrics")
 	root := testpki.NewRoot(t, "monitoring-ca")
-	serverName := "gridsync-agent." + ns + ".svc"
+	// A release name of its own: the agent chart's cluster-scoped objects
+	// (ClusterRoles and their bindings) are named after it, and the node's
+	// other agent test installs its own at the same time.
+	const fullname = "metrics-agent"
+	serverName := fullname + "." + ns + ".svc"
 	cert, key := root.Leaf(t, serverName, testpki.Opts{Names: []string{serverName}})
 	clientCert, clientKey := root.Leaf(t, "prometheus", testpki.Opts{ClientOnly: true})
 	secrets := cp.AdminClient().CoreV1().Secrets(ns)
@@ -46,7 +50,7 @@ func TestAgentMetricsOverTLSAsTheServiceMonitorScrapes(t *testing.T) {
 	}
 
 	values := testnode.Merge(testnode.ImageValues("gridsync-agent"), map[string]any{
-		"fullnameOverride":   "gridsync-agent",
+		"fullnameOverride":   fullname,
 		"replicaCount":       1,
 		"resourceNamespaces": []string{ns},
 		"metrics": map[string]any{
@@ -55,7 +59,7 @@ func TestAgentMetricsOverTLSAsTheServiceMonitorScrapes(t *testing.T) {
 			"serviceMonitor": map[string]any{"enabled": true},
 		},
 	})
-	objs, err := testnode.Render(t.Context(), testnode.Chart("gridsync-agent"), "gridsync-agent", ns, nil, values)
+	objs, err := testnode.Render(t.Context(), testnode.Chart("gridsync-agent"), fullname, ns, nil, values)
 	require.NoError(t, err)
 	// The node's API server has no Prometheus Operator: the
 	// ServiceMonitor is read, not applied.
@@ -140,14 +144,14 @@ func TestAgentMetricsOverTLSAsTheServiceMonitorScrapes(t *testing.T) {
 	// helm test: the chart's test pod, its one change the Service's name
 	// for the pod's address (the node has no cluster DNS or Service
 	// routing).
-	tests, err := testnode.RenderTests(t.Context(), testnode.Chart("gridsync-agent"), "gridsync-agent", ns, values)
+	tests, err := testnode.RenderTests(t.Context(), testnode.Chart("gridsync-agent"), fullname, ns, values)
 	require.NoError(t, err)
 	require.Len(t, tests, 1)
 	var testPod corev1.Pod
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(tests[0].Object, &testPod))
 	args := testPod.Spec.Containers[0].Args
 	require.Equal(t, "probe", args[0])
-	args[1] = strings.Replace(args[1], "gridsync-agent."+ns+".svc", pod.Status.PodIP, 1)
+	args[1] = strings.Replace(args[1], serverName, pod.Status.PodIP, 1)
 	testPod.Namespace = ns
 	_, err = cp.AdminClient().CoreV1().Pods(ns).Create(t.Context(), &testPod, metav1.CreateOptions{})
 	require.NoError(t, err)
