@@ -73,11 +73,18 @@ func Run(ctx context.Context, c client.Client, opts Options) error {
 	}
 	start := time.Now()
 	done := map[string]bool{}
+	var pending []string
 	for {
-		pending, err := pass(ctx, c, p.Name, p.Spec.GridNetworkRef, want, done, start, out)
+		next, err := pass(ctx, c, p.Name, p.Spec.GridNetworkRef, want, done, start, out)
+		if err != nil && ctx.Err() != nil {
+			// The time given ran out during a read: that is the wait
+			// ending, with what was still pending at the last look.
+			return fmt.Errorf("%w: %s", ErrWaiting, strings.Join(orUnknown(pending), "; "))
+		}
 		if err != nil {
 			return err
 		}
+		pending = next
 		if len(pending) == 0 {
 			return nil
 		}
@@ -87,6 +94,14 @@ func Run(ctx context.Context, c client.Client, opts Options) error {
 		case <-time.After(poll):
 		}
 	}
+}
+
+// orUnknown is pending, or a word for not having looked yet.
+func orUnknown(pending []string) []string {
+	if len(pending) == 0 {
+		return []string{"no gateway looked at yet"}
+	}
+	return pending
 }
 
 // pass looks at every gateway not done yet and returns what the others
