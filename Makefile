@@ -62,11 +62,9 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 .PHONY: images
 images: ## the shipped images for linux/amd64 and linux/arm64 as OCI layouts (with labels, SBOM and provenance) in IMAGES_DIR (bin/images), reproducibly, without a container engine
+	@# make build for each platform, into <bin>/<os>-<arch>/.
 	@for p in $(IMAGE_PLATFORMS); do \
-		dir="$(BIN_DIR)/$${p%/*}-$${p#*/}"; \
-		GOOS=$${p%/*} GOARCH=$${p#*/} $(BUILD) -o "$$dir/gridsync-sidecar" ./sidecar; \
-		GOOS=$${p%/*} GOARCH=$${p#*/} $(BUILD) -o "$$dir/gridsync-init" ./initcontainer; \
-		GOOS=$${p%/*} GOARCH=$${p#*/} $(BUILD) -o "$$dir/gridsync-agent" ./agent; \
+		GOOS=$${p%/*} GOARCH=$${p#*/} $(MAKE) --no-print-directory build BIN_DIR="$(BIN_DIR)/$${p%/*}-$${p#*/}" VERSION=$(VERSION); \
 	done
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./test/images/build --bin $(BIN_DIR) --platforms "$(subst $(eval) ,$(comma),$(IMAGE_PLATFORMS))" \
 		--out $(IMAGES_DIR) --registry $(IMAGE_REGISTRY) --tag $(VERSION) --version $(VERSION) --revision $(REVISION) --source $(SOURCE_URL)

@@ -81,19 +81,28 @@ func tree(t *testing.T, s Spec, binDir string) (map[string]entry, Spec) {
 	t.Helper()
 	img, err := Build(s, binDir, runtime.GOARCH, Meta{})
 	require.NoError(t, err)
+	out := map[string]entry{}
+	walkImage(t, img, func(hdr *tar.Header, _ io.Reader) {
+		out["/"+strings.TrimSuffix(hdr.Name, "/")] = entry{mode: hdr.Mode, uid: hdr.Uid, dir: hdr.Typeflag == tar.TypeDir}
+	})
+	return out, s
+}
+
+// walkImage calls fn with every entry of an image's tree, all layers
+// applied, and the entry's content.
+func walkImage(t *testing.T, img v1.Image, fn func(*tar.Header, io.Reader)) {
+	t.Helper()
 	rc := mutate.Extract(img)
 	defer rc.Close()
-	out := map[string]entry{}
 	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return
 		}
 		require.NoError(t, err)
-		out["/"+strings.TrimSuffix(hdr.Name, "/")] = entry{mode: hdr.Mode, uid: hdr.Uid, dir: hdr.Typeflag == tar.TypeDir}
+		fn(hdr, tr)
 	}
-	return out, s
 }
 
 // fakeBinaries writes a small file for each binary the specs name.

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -116,25 +114,19 @@ func filesBelow(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-// contents is every regular file of an image, all layers applied.
+// contents is every regular file and symbolic link of an image, all
+// layers applied, with its content.
 func contents(t *testing.T, img v1.Image) map[string][]byte {
 	t.Helper()
-	rc := mutate.Extract(img)
-	defer rc.Close()
 	out := map[string][]byte{}
-	tr := tar.NewReader(rc)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		require.NoError(t, err)
+	walkImage(t, img, func(hdr *tar.Header, r io.Reader) {
 		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeSymlink {
-			data, err := io.ReadAll(tr)
+			data, err := io.ReadAll(r)
 			require.NoError(t, err)
 			out[hdr.Name] = data
 		}
-	}
+	})
+	return out
 }
 
 // `make release` ships the image layouts, the two charts packaged with the
