@@ -36,9 +36,6 @@ func promtool(t *testing.T) string {
 	return bin
 }
 
-// ruleGroups are the agent chart's rendered PrometheusRule's groups.
-func ruleGroups(t *testing.T, vc valueCase) []any { return ruleGroupsOf(t, agentChart, vc) }
-
 // ruleGroupsOf are a chart's rendered PrometheusRule's groups.
 func ruleGroupsOf(t *testing.T, chart string, vc valueCase) []any {
 	t.Helper()
@@ -53,7 +50,7 @@ func ruleGroupsOf(t *testing.T, chart string, vc valueCase) []any {
 // stays quiet on series that must not, by `promtool test rules`; the rules
 // as rendered, annotations included, pass `promtool check rules`.
 func TestAgentChartAlertRulesFireAndStayQuiet(t *testing.T) {
-	testAlertRules(t, ruleGroups(t, alertsCase), "agent-alerts.test.yaml", 9)
+	testAlertRules(t, ruleGroupsOf(t, agentChart, alertsCase), "agent-alerts.test.yaml", 9)
 }
 
 // The gateway chart's alerts on its sidecars, the same way.
@@ -133,7 +130,7 @@ var metricName = regexp.MustCompile(`\b(grid|gridsync)_[a-z0-9_]+\b`)
 // production.
 func TestAgentChartAlertsAndDashboardNameSeriesTheAgentExports(t *testing.T) {
 	var exprs []string
-	for _, g := range ruleGroups(t, alertsCase) {
+	for _, g := range ruleGroupsOf(t, agentChart, alertsCase) {
 		for _, r := range g.(map[string]any)["rules"].([]any) {
 			exprs = append(exprs, r.(map[string]any)["expr"].(string))
 		}

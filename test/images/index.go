@@ -85,7 +85,7 @@ func SBOM(s Spec, m Meta, files []string) ([]byte, error) {
 	var packages []pkg
 	var rels []rel
 	modules := map[string]string{} // path → version, every binary's
-	var goVersions []string
+	var goVersion string           // the toolchain's, the same for every binary of a build
 	for _, f := range files {
 		info, err := buildinfo.ReadFile(f)
 		if err != nil {
@@ -103,7 +103,7 @@ func SBOM(s Spec, m Meta, files []string) ([]byte, error) {
 			rels = append(rels, rel{id, "DEPENDS_ON", "SPDXRef-Module-" + spdxID(d.Path)})
 		}
 		rels = append(rels, rel{id, "DEPENDS_ON", "SPDXRef-Module-stdlib"})
-		goVersions = append(goVersions, info.GoVersion)
+		goVersion = strings.TrimPrefix(info.GoVersion, "go")
 	}
 	paths := make([]string, 0, len(modules))
 	for p := range modules {
@@ -114,7 +114,6 @@ func SBOM(s Spec, m Meta, files []string) ([]byte, error) {
 		packages = append(packages, pkg{Name: p, SPDXID: "SPDXRef-Module-" + spdxID(p), VersionInfo: modules[p],
 			DownloadLocation: "https://proxy.golang.org/" + p + "/@v/" + modules[p] + ".zip", ExternalRefs: purl(p, modules[p]), PrimaryPurpose: "LIBRARY"})
 	}
-	goVersion := strings.TrimPrefix(firstOf(goVersions), "go")
 	packages = append(packages, pkg{Name: "stdlib", SPDXID: "SPDXRef-Module-stdlib", VersionInfo: goVersion,
 		DownloadLocation: "NOASSERTION",
 		ExternalRefs:     purl("stdlib", goVersion), PrimaryPurpose: "LIBRARY"})
@@ -157,13 +156,6 @@ func spdxID(s string) string {
 		}
 		return '-'
 	}, s)
-}
-
-func firstOf(s []string) string {
-	if len(s) == 0 {
-		return ""
-	}
-	return s[0]
 }
 
 // emptyConfig is the OCI empty descriptor's content, the config of an

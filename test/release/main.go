@@ -28,15 +28,17 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gridsync/gridsync/test/testnode"
 )
 
 // The kustomize base renders the agent chart as release gridsync in
-// namespace gridsync-system, for this Kubernetes version (the chart's
-// Capabilities checks need one; the pinned API server's).
+// namespace gridsync-system, for the pinned API server's Kubernetes
+// version (the chart's Capabilities checks need one).
 const (
 	baseRelease   = "gridsync"
 	baseNamespace = "gridsync-system"
-	kubeVersion   = "1.37.2"
+	kubeVersion   = testnode.KubeVersion
 	agentChart    = "charts/gridsync-agent"
 	gatewayChart  = "charts/praxis-gateway"
 	crdDir        = "charts/gridsync-agent/files/crds"
@@ -393,6 +395,6 @@ func writeSums(dir string) error {
 	if err != nil {
 		return err
 	}
-	sort.Slice(lines, func(i, j int) bool { return lines[i][66:] < lines[j][66:] })
+	// WalkDir goes in lexical order: the lines are sorted by path.
 	return os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte(strings.Join(lines, "\n")+"\n"), 0o644)
 }
