@@ -260,14 +260,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	var plainMetrics prometheus.Gatherer = reg
 	if metricsLn != nil {
 		plainMetrics = nil
-		// The identity's reload and expiry series are the signals
-		// listener's when it runs (a second reloader would register them
-		// twice); the site identity's expiry is grid_site_identity_expiry.
-		var identityReg prometheus.Registerer = reg
-		if cfg.signals.enabled() {
-			identityReg = nil
-		}
-		if err := mgr.Add(&metricsListener{cfg: cfg.metricsTLS, ln: metricsLn, gatherer: reg, log: log, reg: identityReg}); err != nil {
+		if err := mgr.Add(&metricsListener{cfg: cfg.metricsTLS, ln: metricsLn, gatherer: reg, log: log, reg: reg}); err != nil {
 			return fail("metrics_listener_failed", err)
 		}
 	}

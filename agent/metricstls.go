@@ -28,8 +28,7 @@ type metricsListener struct {
 	ln       net.Listener
 	gatherer prometheus.Gatherer
 	log      *slog.Logger
-	// reg receives the identity's reload and expiry metrics; nil when
-	// another reloader of the same process exports them already.
+	// reg receives the identity's reload and expiry metrics.
 	reg prometheus.Registerer
 }
 
@@ -48,7 +47,7 @@ func (m *metricsListener) Start(ctx context.Context) error {
 	defer func() { _ = m.ln.Close() }()
 	opts := tlsidentity.Options{
 		CertFile: filepath.Join(m.cfg.dir, "tls.crt"), KeyFile: filepath.Join(m.cfg.dir, "tls.key"),
-		RequireServerAuth: true, Logger: m.log, Registerer: m.reg,
+		RequireServerAuth: true, Logger: m.log, Registerer: identityRegisterer(m.reg, "metrics"),
 	}
 	if m.cfg.clientAuth {
 		opts.CAFile = filepath.Join(m.cfg.dir, "ca.crt")
@@ -67,6 +66,16 @@ func (m *metricsListener) Start(ctx context.Context) error {
 	// write deadlines, renders in flight) hold here too: the handshake
 	// runs within its read deadline.
 	return health.Serve(ctx, tls.NewListener(m.ln, cfg), health.MetricsHandler(m.gatherer), shutdownGrace)
+}
+
+// identityRegisterer labels a listener's TLS identity series
+// (gridsync_identity_*) with listener: the agent may serve two identities,
+// the signals listener's and the metrics port's, each reloaded on its own.
+func identityRegisterer(reg prometheus.Registerer, listener string) prometheus.Registerer {
+	if reg == nil {
+		return nil
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"listener": listener}, reg)
 }
 
 // identityWait is how often a TLS identity not there yet is looked for.

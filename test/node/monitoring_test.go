@@ -119,6 +119,8 @@ func TestAgentMetricsOverTLSAsTheServiceMonitorScrapes(t *testing.T) {
 	})
 	assert.Contains(t, body, `gridsync_build_info{binary="gridsync-agent"`)
 	assert.Contains(t, body, "leader_election_master_status")
+	assert.Contains(t, body, `gridsync_identity_not_after_timestamp_seconds{listener="metrics",material_type="certificate"}`,
+		"the metrics port's own identity, labelled apart from the signals listener's")
 
 	_, _, err = scrape(nil)
 	require.Error(t, err, "a scraper without a client certificate is refused")
