@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/testproc"
 )
 
 var (
@@ -48,7 +48,7 @@ type env struct {
 	credNS   string // where credential Secrets live
 	admin    client.Client
 	saConfig *rest.Config
-	logs     *lockedBuffer
+	logs     *testproc.Buffer
 }
 
 func newEnv(t *testing.T) *env {
@@ -62,7 +62,7 @@ func newEnv(t *testing.T) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	n := seq.Add(1)
-	e := &env{t: t, ctx: ctx, id: fmt.Sprint(n), logs: &lockedBuffer{}}
+	e := &env{t: t, ctx: ctx, id: fmt.Sprint(n), logs: &testproc.Buffer{}}
 	e.agentNS, e.gwNS, e.credNS = fmt.Sprintf("agent-%d", n), fmt.Sprintf("gw-%d", n), fmt.Sprintf("cred-%d", n)
 	for _, ns := range []string{e.agentNS, e.gwNS, e.credNS} {
 		require.NoError(t, cp.EnsureNamespace(ctx, ns))
@@ -347,22 +347,4 @@ func (e *env) providerPhase(p *v1alpha1.InferenceProvider, phase v1alpha1.Provid
 		return got.Status.Phase == phase && got.Status.Reason == reason, string(got.Status.Phase) + "/" + got.Status.Reason
 	})
 	return &got
-}
-
-// lockedBuffer collects the agent's logs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

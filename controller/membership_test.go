@@ -30,6 +30,7 @@ import (
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/test/testproc"
 )
 
 // A site's SWIM runtime on loopback with a fifth of the reference's
@@ -38,12 +39,12 @@ type swimSite struct {
 	*membership.Runtime
 	cancel context.CancelFunc
 	done   chan struct{}
-	logs   *lockedBuffer
+	logs   *testproc.Buffer
 }
 
 func startSwimSite(t *testing.T, site string, cfg membership.Config) *swimSite {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &testproc.Buffer{}
 	cfg.Site, cfg.BindAddr = site, "127.0.0.1:0"
 	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.GossipInterval, cfg.PushPullInterval = time.Second, 600*time.Millisecond, 50*time.Millisecond, 2*time.Second
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/gridsync/gridsync/controller/swimkeys"
+	"github.com/gridsync/gridsync/test/testproc"
 )
 
 // Fast timings for tests: the same protocol, a fifth of the reference's
@@ -32,24 +33,7 @@ type testSite struct {
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan struct{}
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *testproc.Buffer
 }
 
 type siteOption func(*siteSetup)
@@ -76,7 +60,7 @@ func established() siteOption { return func(c *siteSetup) { c.GridIDSettle = tim
 func startSite(t *testing.T, name string, opts ...siteOption) *testSite {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	logs := &syncBuffer{}
+	logs := &testproc.Buffer{}
 	cfg := siteSetup{Config: Config{
 		Site: name, BindAddr: "127.0.0.1:0",
 		ProbeInterval: testProbe, ProbeTimeout: testTimeout, GossipInterval: 50 * time.Millisecond,
