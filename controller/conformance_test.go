@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller"
@@ -24,7 +23,6 @@ import (
 func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	e := newEnv(t)
 	gw := e.gateway("edge", "east")
-	gw.PraxisConfig = &v1alpha1.PraxisConfig{MountReconciliation: &runtime.RawExtension{Raw: []byte(`{"enabled":true,"deploymentName":"praxis"}`)}}
 	network := e.network(gw)
 	network.Spec.Seeds = []string{"127.0.0.1:7946"}
 	network.Spec.TLS = &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: e.credNS}}
@@ -44,7 +42,7 @@ func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	})
 	ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
 	assert.Equal(t, "False", string(ready.Status))
-	for _, path := range []string{"spec.consumerGateways[" + e.gwNS + "/edge].praxisConfig.mountReconciliation.enabled", "spec.seeds", "spec.tls.swimKeySecretRef"} {
+	for _, path := range []string{"spec.seeds", "spec.tls.swimKeySecretRef"} {
 		assert.Contains(t, ready.Message, path)
 	}
 	swim := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionMembership)

@@ -40,6 +40,7 @@ type metrics struct {
 	phaseTransitions     *prometheus.CounterVec
 	// Generated Praxis configs.
 	praxisWrites         *prometheus.CounterVec
+	mountPatches         *prometheus.CounterVec
 	praxisRenderDuration prometheus.Histogram
 }
 
@@ -98,6 +99,10 @@ func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error
 			Name: "gridsync_controller_praxis_config_writes_total",
 			Help: "Generated praxis.yaml ConfigMap writes by outcome: applied, unchanged (the same bytes already stored), failed, refused (not rendered or not ours to write).",
 		}, []string{"outcome"}),
+		mountPatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gridsync_controller_mount_patches_total",
+			Help: "Pod-template patches of delegated gateway Deployments by kind (switch: the config slot, Secret projections and revisions in one patch; prune: obsolete projections removed after a rollout) and outcome (applied, failed, refused).",
+		}, []string{"kind", "outcome"}),
 		praxisRenderDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gridsync_controller_praxis_config_render_duration_seconds",
 			Help:    "Time to render one gateway's praxis.yaml.",
@@ -110,6 +115,11 @@ func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error
 	for _, o := range []string{publishApplied, publishUnchanged, publishFailed, publishRefused} {
 		m.praxisWrites.WithLabelValues(o)
 	}
+	for _, k := range []string{"switch", "prune"} {
+		for _, o := range []string{publishApplied, publishFailed, publishRefused} {
+			m.mountPatches.WithLabelValues(k, o)
+		}
+	}
 	for _, r := range []string{rotationEnrolled, rotationRotated, rotationRefused, rotationFailed, rotationExpired} {
 		m.identityRotations.WithLabelValues(r)
 	}
@@ -117,7 +127,7 @@ func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error
 		m.statusWrites.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.publishes, m.statusWrites, m.renderDuration,
-		m.siteCertificates, m.identityExpiry, m.identityRotations, m.siteProbes, m.probeDuration, sitePhases{sites}, m.praxisWrites, m.praxisRenderDuration,
+		m.siteCertificates, m.identityExpiry, m.identityRotations, m.siteProbes, m.probeDuration, sitePhases{sites}, m.praxisWrites, m.mountPatches, m.praxisRenderDuration,
 		m.gatewayProbes, m.gatewayProbeDuration, m.phaseTransitions} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError

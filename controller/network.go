@@ -110,11 +110,15 @@ func errString(err error) string {
 //     providers', from load signals and drains (network_admission.go);
 //  5. render (network_render.go): one overlay per gateway;
 //  6. consumer config (network_praxis.go): each generated praxis.yaml,
-//     which may withdraw candidates or hold a revision back;
+//     which may withdraw candidates or hold a revision back; for the
+//     gateways whose mounts are delegated (network_mounts.go), their
+//     Deployments read and their overlays narrowed to what their pods'
+//     configs reach;
 //  7. publish (network_publish.go): each overlay to its ConfigMap, the
-//     overlays of removed gateways withdrawn; the opted-in gateway
-//     Deployments rolled to a renewed site certificate
-//     (network_rollidentity.go);
+//     overlays of removed gateways withdrawn; then the delegated
+//     Deployments switched to their new config and mounts, or pruned
+//     (network_mounts.go), and the opted-in gateway Deployments rolled to
+//     a renewed site certificate (network_rollidentity.go);
 //  8. GridSites of the discovered sites (network_membership.go);
 //  9. status (network_status.go).
 //
@@ -140,7 +144,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if swim.keyFailed {
 		// The reconcile stops at the key: nothing announced, nothing
 		// published, the overlays keep what they had.
-		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, swim, identity)
+		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, network.Status.MountReconciliationStatus, swim, identity)
 	}
 	remote, err := r.remoteProviders(ctx, network, swim.view)
 	if err != nil {
@@ -150,8 +154,11 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 
 	gws := gateways(network)
 	overlays := renderOverlays(network.Name, gws, local, remote)
-	overlays, praxis, firstErr := r.reconcilePraxisConfigs(ctx, network, items, overlays)
+	overlays, praxis, delegated, firstErr := r.reconcilePraxisConfigs(ctx, network, items, overlays)
+	plans := r.planMounts(ctx, network, overlays, delegated)
 	statuses, err := r.publishOverlays(ctx, network, overlays)
+	firstErr = cmp.Or(firstErr, err)
+	mountStatus, rolling, err := r.applyMounts(ctx, network, plans)
 	firstErr = cmp.Or(firstErr, err)
 	serving, err := r.reconcileServing(ctx, network, overlays)
 	firstErr = cmp.Or(firstErr, err)
@@ -159,13 +166,16 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	firstErr = cmp.Or(firstErr, r.syncGridSites(ctx, network, swim.view))
 
 	r.summariseDeliveries(network.Name, gws, statuses)
-	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, serving, swim, identity))
+	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, serving, mountStatus, swim, identity))
 	var again time.Duration
 	if identity.renewIn > 0 && identity.renewIn < r.opts.ResyncPeriod {
 		again = identity.renewIn + time.Second/10 // just past the renewal point
 	}
 	if held > 0 && (again == 0 || held < again) {
 		again = held // an admission change waiting for its interval
+	}
+	if rolling && (again == 0 || mountPollInterval < again) {
+		again = mountPollInterval // a delegated Deployment rolling, read again soon
 	}
 	return len(gws), again, firstErr
 }

@@ -35,7 +35,11 @@ type praxisOutcome struct {
 	// hold: this overlay revision carries a credential the gateway has not
 	// attested it can inject from projected files; it must not be
 	// published.
-	hold bool
+	hold *overlayHold
+	// delegated is the rendered config of a gateway whose mounts are
+	// delegated, for the mount stage to stage and roll; nil otherwise or
+	// when the render failed.
+	delegated *delegatedConfig
 }
 
 // praxisInputs are a network's inputs to every gateway's config, gathered
@@ -101,14 +105,17 @@ func praxisSpec(network *v1alpha1.GridNetwork, gw render.Gateway) *v1alpha1.Prax
 // that asks for a generated praxis.yaml it renders and applies one, which
 // decides which candidates the gateway can reach (those without an
 // endpoint are withdrawn from its overlay) and whether a credential-bearing
-// revision may reach it yet (hold). It returns the overlays to publish and
-// the configs' statuses; an error of one gateway is returned after the
+// revision may reach it yet (hold). It returns the overlays to publish,
+// the configs' statuses, and the configs of the gateways whose mounts are
+// delegated (for the mount stage, which stages and rolls them instead of
+// this stage writing them); an error of one gateway is returned after the
 // others were done.
 func (r *networkReconciler) reconcilePraxisConfigs(ctx context.Context, network *v1alpha1.GridNetwork, items []v1alpha1.InferenceProvider,
 	overlays []gatewayOverlay,
-) ([]gatewayOverlay, []v1alpha1.PraxisConfigStatus, error) {
+) ([]gatewayOverlay, []v1alpha1.PraxisConfigStatus, map[types.NamespacedName]*delegatedConfig, error) {
 	out := make([]gatewayOverlay, 0, len(overlays))
 	var statuses []v1alpha1.PraxisConfigStatus
+	delegated := map[types.NamespacedName]*delegatedConfig{}
 	var firstErr error
 	var in *praxisInputs // built once, for the first gateway that needs it
 	for _, o := range overlays {
@@ -127,19 +134,25 @@ func (r *networkReconciler) reconcilePraxisConfigs(ctx context.Context, network 
 		}
 		statuses = append(statuses, pc.status)
 		o.overlay, o.hold = pc.overlay, pc.hold
+		if pc.delegated != nil {
+			delegated[types.NamespacedName{Namespace: o.gateway.Namespace, Name: o.gateway.Name}] = pc.delegated
+		}
 		out = append(out, o)
 	}
-	return out, statuses, firstErr
+	return out, statuses, delegated, firstErr
 }
 
 // reconcilePraxisConfig renders and applies one gateway's praxis.yaml and
 // its mount-requirements document. A render that fails keeps the last
 // applied ConfigMap, and the overlay as rendered; the error returned is
-// for a retry.
+// for a retry. A gateway whose mounts are delegated gets its requirements
+// document here and its config from the mount stage, which writes it to
+// the slot no pod reads and rolls the Deployment to it.
 func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway,
 	spec *v1alpha1.PraxisConfig, overlay envelope.Overlay, in praxisInputs,
 ) (praxisOutcome, error) {
 	name := praxisconfig.ConfigMapName(*spec)
+	delegate := delegates(spec)
 	out := praxisOutcome{overlay: overlay, status: v1alpha1.PraxisConfigStatus{
 		GatewayName: gw.Name, Namespace: gw.Namespace, ConfigMapName: name, ObservedGeneration: network.Generation,
 	}}
@@ -172,7 +185,11 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 			reason, message = e.Reason, e.Message
 		}
 		// The gateway keeps running the last applied config: its overlay
-		// names only the clusters that config can reach.
+		// names only the clusters that config can reach (for delegated
+		// mounts, the mount stage knows which slot that is).
+		if delegate {
+			return failed(reason, message), nil
+		}
 		if reach, withdrew, err := r.lastAppliedReach(ctx, types.NamespacedName{Namespace: gw.Namespace, Name: name}, overlay.Candidates); err != nil {
 			message += "; " + err.Error()
 		} else if reach != nil {
@@ -184,40 +201,54 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 		return failed(reason, message), nil
 	}
 	out.overlay.Candidates = res.Candidates
-	out.hold = res.HoldCredentials
+	if res.HoldCredentials {
+		out.hold = &overlayHold{reason: praxisconfig.ReasonProjectedCredentialsUnsupported,
+			why: "carries credentials and praxisConfig.supportsProjectedCredentials is false"}
+	}
 
 	labels := map[string]string{
 		envelope.LabelManagedBy: r.opts.Producer,
 		envelope.LabelGateway:   gw.Name,
 		envelope.LabelNetwork:   network.Name,
 	}
-	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
-	wrote, err := r.applyManaged(ctx, key, labels, network.Name, gw.Name, map[string]string{praxisconfig.DataKey: string(res.YAML)})
-	if err != nil {
-		r.metrics.praxisWrites.WithLabelValues(publishFailed).Inc()
-		return failed(praxisconfig.ReasonPraxisConfigApplyFailed, err.Error()), err
+	if delegate {
+		out.delegated = &delegatedConfig{config: res.YAML, requirements: res.Requirements, configMapName: name, labels: labels}
+	} else {
+		key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
+		wrote, err := r.applyManaged(ctx, key, labels, network.Name, gw.Name, map[string]string{praxisconfig.DataKey: string(res.YAML)}, false)
+		if err != nil {
+			r.metrics.praxisWrites.WithLabelValues(publishFailed).Inc()
+			return failed(praxisconfig.ReasonPraxisConfigApplyFailed, err.Error()), err
+		}
+		outcome := publishUnchanged
+		if wrote {
+			outcome = publishApplied
+			r.opts.Logger.Info("praxis_config_applied", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+				"config_map", name, "clusters", res.Clusters, "withdrawn", len(res.Withdrawn))
+		}
+		r.metrics.praxisWrites.WithLabelValues(outcome).Inc()
 	}
-	outcome := publishUnchanged
-	if wrote {
-		outcome = publishApplied
-		r.opts.Logger.Info("praxis_config_applied", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
-			"config_map", name, "clusters", res.Clusters, "withdrawn", len(res.Withdrawn))
-	}
-	r.metrics.praxisWrites.WithLabelValues(outcome).Inc()
 	reqKey := types.NamespacedName{Namespace: gw.Namespace, Name: praxisconfig.RequirementsConfigMapName(name)}
-	if _, err := r.applyManaged(ctx, reqKey, labels, network.Name, gw.Name, map[string]string{praxisconfig.RequirementsKey: string(doc)}); err != nil {
+	if _, err := r.applyManaged(ctx, reqKey, labels, network.Name, gw.Name, map[string]string{praxisconfig.RequirementsKey: string(doc)}, false); err != nil {
 		return failed(praxisconfig.ReasonPraxisConfigApplyFailed, err.Error()), err
 	}
 
 	msg := fmt.Sprintf("consumer config rendered and applied to %s/%s: %d clusters", gw.Namespace, name, res.Clusters)
+	if delegate {
+		msg = fmt.Sprintf("consumer config rendered: %d clusters; delegated: staged in the config slot the Deployment does not mount and rolled out (see mountReconciliationStatus)", res.Clusters)
+	}
 	for _, w := range res.Withdrawn {
 		msg += fmt.Sprintf("; withdrew cluster %s (%s): %s", w.Cluster, strings.Join(w.Models, ", "), w.Why)
 	}
-	if missing := r.missingMounts(ctx, res.Requirements); len(missing) > 0 {
+	missing, versions := r.mountedSecrets(ctx, res.Requirements)
+	if out.delegated != nil {
+		out.delegated.missing, out.delegated.secretVersions = missing, versions
+	}
+	if len(missing) > 0 {
 		msg += "; Secrets the config reads that are not there yet: " + joinLimited(missing, 5)
 	}
 	out.status.Phase, out.status.Message = praxisRendered, msg
-	if out.hold {
+	if out.hold != nil {
 		out.status.Phase, out.status.Reason = praxisError, praxisconfig.ReasonProjectedCredentialsUnsupported
 		out.status.Message = msg + "; the overlay revision that carries credentials is held until supportsProjectedCredentials is true " +
 			"(set it once the gateway runs this config with the credential Secrets mounted)"
@@ -225,41 +256,45 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 	return out, nil
 }
 
-// missingMounts checks the Secrets a config reads (get only): which are
-// absent or lack a key. Secrets in a namespace the agent does not read
-// cannot be checked and are named so.
-func (r *networkReconciler) missingMounts(ctx context.Context, reqs []praxisconfig.Requirement) []string {
+// mountedSecrets checks the Secrets a config reads (get only): which are
+// absent or lack a key, and the resourceVersions of the others
+// (namespace/name to version; never a value). Secrets in a namespace the
+// agent does not read cannot be checked and are named so.
+func (r *networkReconciler) mountedSecrets(ctx context.Context, reqs []praxisconfig.Requirement) ([]string, map[string]string) {
 	secrets := newSecretReader(ctx, r.api)
 	var missing []string
+	versions := map[string]string{}
 	for _, req := range reqs {
 		ns, name := req.Secret.Namespace, req.Secret.Name
 		if !r.opts.watches(ns) {
 			missing = append(missing, fmt.Sprintf("%s/%s (namespace not readable by the agent)", ns, name))
 			continue
 		}
-		shape, found, err := secrets.SecretShape(ns, name)
+		res := secrets.read(ns, name)
 		switch {
-		case err != nil:
-			missing = append(missing, fmt.Sprintf("%s/%s (%s)", ns, name, apiFailure(err, "get", "Secret")))
-		case !found:
+		case res.err != nil:
+			missing = append(missing, fmt.Sprintf("%s/%s (%s)", ns, name, apiFailure(res.err, "get", "Secret")))
+		case !res.found:
 			missing = append(missing, fmt.Sprintf("%s/%s", ns, name))
 		default:
+			versions[ns+"/"+name] = res.version
 			for _, it := range req.Items {
-				if _, ok := shape[it.Key]; !ok {
+				if _, ok := res.shape[it.Key]; !ok {
 					missing = append(missing, fmt.Sprintf("%s/%s key %s", ns, name, it.Key))
 				}
 			}
 		}
 	}
-	return missing
+	return missing, versions
 }
 
 // applyManaged writes a ConfigMap the agent manages for a network's
 // gateway when its data or labels differ, and reports whether it wrote.
 // It refuses a ConfigMap made by somebody else (the Grid operator's are
-// taken over) or held by another network or gateway.
+// taken over, and with takeOver any unlabelled one: a delegated gateway's
+// bootstrap config) or held by another network or gateway.
 func (r *networkReconciler) applyManaged(ctx context.Context, key types.NamespacedName, labels map[string]string,
-	network, gateway string, data map[string]string,
+	network, gateway string, data map[string]string, takeOver bool,
 ) (bool, error) {
 	var current corev1.ConfigMap
 	var adopt *corev1.ConfigMap
@@ -267,7 +302,7 @@ func (r *networkReconciler) applyManaged(ctx context.Context, key types.Namespac
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return false, fmt.Errorf("get ConfigMap %s: %w", key, err)
-	case current.Labels[envelope.LabelManagedBy] != r.opts.Producer && !adoptable(&current):
+	case !r.mayWrite(&current, takeOver):
 		return false, fmt.Errorf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.opts.Producer)
 	default:
 		if holder, ok := claimedByAnother(&current, network, gateway); ok {
@@ -290,6 +325,13 @@ func (r *networkReconciler) applyManaged(ctx context.Context, key types.Namespac
 		}
 	}
 	return true, nil
+}
+
+// mayWrite: the ConfigMap is the agent's, the Grid operator's (taken
+// over), or with takeOver anybody's but another manager's.
+func (r *networkReconciler) mayWrite(cm *corev1.ConfigMap, takeOver bool) bool {
+	owner := cm.Labels[envelope.LabelManagedBy]
+	return owner == r.opts.Producer || adoptable(cm) || (takeOver && owner == "")
 }
 
 // lastAppliedReach filters candidates to the clusters of the config

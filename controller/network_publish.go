@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
@@ -98,10 +97,11 @@ func (r *networkReconciler) publishOverlays(ctx context.Context, network *v1alph
 // status entry. A failure is reported in the entry; the error is for a
 // retry.
 //
-// hold keeps a credential-bearing revision from the gateway: the stored
-// overlay stays, and the entry says why. renderTime is how long rendering
+// hold keeps a revision from the gateway (one that carries credentials
+// the gateway cannot inject yet, or one for a delegated Deployment the
+// agent cannot read): the stored overlay stays, and the entry says why. renderTime is how long rendering
 // the overlay took, for the render metric.
-func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, overlay envelope.Overlay, hold bool,
+func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, overlay envelope.Overlay, hold *overlayHold,
 	renderTime time.Duration, prev v1alpha1.GatewayOverlayStatus,
 ) (v1alpha1.GatewayOverlayStatus, error) {
 	name := envelope.ConfigMapName(network.Name, gw.Name)
@@ -176,13 +176,13 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 			return st, nil
 		}
 	}
-	if hold {
+	if hold != nil {
 		// What the gateway holds stays: the previous entry's revision.
 		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
 		held := prev
 		held.ObservedGeneration, held.Phase = network.Generation, v1alpha1.OverlayError
-		held.Reason = praxisconfig.ReasonProjectedCredentialsUnsupported
-		held.Message = fmt.Sprintf("revision %s carries credentials and praxisConfig.supportsProjectedCredentials is false: the previous revision stays", revision)
+		held.Reason = hold.reason
+		held.Message = fmt.Sprintf("revision %s %s: the previous revision stays", revision, hold.why)
 		held.GatewayName, held.Namespace, held.ConfigMapName = gw.Name, gw.Namespace, name
 		return held, nil
 	}

@@ -13,9 +13,18 @@ type gatewayOverlay struct {
 	overlay envelope.Overlay
 	// renderTime is how long rendering took (a metric).
 	renderTime time.Duration
-	// hold keeps this revision from the ConfigMap: its generated
-	// consumer config is not applied yet (the consumer config stage).
-	hold bool
+	// hold keeps this revision from the ConfigMap, and says why: its
+	// generated consumer config is not applied yet (the consumer config
+	// stage), or its delegated Deployment cannot be read (the mount
+	// stage). nil publishes it.
+	hold *overlayHold
+}
+
+// overlayHold is why an overlay revision is kept from its gateway: the
+// status entry's reason, and why the revision waits.
+type overlayHold struct {
+	reason string
+	why    string
 }
 
 // renderOverlays is the render stage: one overlay per gateway, from this

@@ -21,7 +21,7 @@ func TestRenderStageGivesOneOverlayPerGatewayWhateverTheProviderOrder(t *testing
 	require.Len(t, one, 2)
 	for i := range one {
 		require.Equal(t, gws[i], one[i].gateway)
-		require.False(t, one[i].hold, "only the consumer config stage holds a revision")
+		require.Nil(t, one[i].hold, "only the consumer config stage holds a revision")
 		require.Equal(t, one[i].overlay, two[i].overlay, "providers in any order give the same overlay")
 		require.Len(t, one[i].overlay.Candidates, 3)
 	}

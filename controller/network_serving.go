@@ -79,7 +79,7 @@ func (r *networkReconciler) applyServing(ctx context.Context, network *v1alpha1.
 	if !r.opts.watches(gw.Namespace) {
 		return failed(fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace)), nil
 	}
-	if o.hold {
+	if o.hold != nil {
 		st.Phase, st.Message = praxisRendered, "kept: the overlay revision is held from this gateway (see its overlay status)"
 		return st, nil
 	}
@@ -93,7 +93,7 @@ func (r *networkReconciler) applyServing(ctx context.Context, network *v1alpha1.
 	}
 	labels := map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelGateway: gw.Name, envelope.LabelNetwork: network.Name}
 	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
-	wrote, err := r.applyManaged(ctx, key, labels, network.Name, gw.Name, map[string]string{servingconfig.DataKey: string(doc)})
+	wrote, err := r.applyManaged(ctx, key, labels, network.Name, gw.Name, map[string]string{servingconfig.DataKey: string(doc)}, false)
 	if err != nil {
 		return failed(err.Error()), err
 	}
@@ -137,6 +137,6 @@ func (r *networkReconciler) withdrawServing(ctx context.Context, network, gatewa
 	if doc == cm.Data[servingconfig.DataKey] {
 		return nil
 	}
-	_, err = r.applyManaged(ctx, client.ObjectKeyFromObject(cm), cm.Labels, network, gateway, map[string]string{servingconfig.DataKey: doc})
+	_, err = r.applyManaged(ctx, client.ObjectKeyFromObject(cm), cm.Labels, network, gateway, map[string]string{servingconfig.DataKey: doc}, false)
 	return err
 }

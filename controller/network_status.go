@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,12 +15,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/controller/render"
 )
 
 // writeStatus writes the network's status when it differs.
 func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
-	praxis, serving []v1alpha1.PraxisConfigStatus, swim membershipOutcome, identity identityOutcome,
+	praxis, serving []v1alpha1.PraxisConfigStatus, mountStatus []v1alpha1.MountReconciliationStatus, swim membershipOutcome, identity identityOutcome,
 ) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
@@ -29,6 +29,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	next.PraxisConfigStatus = praxis
 	next.ConsumerConfigStatus = praxis // upstream's name for the same entries
 	next.ServingConfigStatus = serving
+	next.MountReconciliationStatus = mountStatus
 	next.GatewayCount = int32(len(overlays))
 	next.DistributedCount = 0
 	next.Delivered = deliveredSummary(overlays)
@@ -52,6 +53,12 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 			failing = append(failing, s.Namespace+"/"+s.GatewayName+" gridServing: "+s.Message)
 		}
 	}
+	servingFailing := len(failing)
+	for _, m := range mountStatus {
+		if m.Phase == mounts.PhaseError {
+			failing = append(failing, m.Namespace+"/"+m.GatewayName+" mountReconciliation: "+m.Reason)
+		}
+	}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllOverlaysDistributed",
 		Message: fmt.Sprintf("%d of %d gateway overlays distributed", next.DistributedCount, next.GatewayCount), ObservedGeneration: network.Generation}
 	switch {
@@ -61,8 +68,11 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	case praxisFailing > overlaysFailing:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonPraxisConfigsNotRendered
 		ready.Message += "; " + joinLimited(failing, 5)
-	case len(failing) > 0:
+	case servingFailing > praxisFailing:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonServingConfigFailed
+		ready.Message += "; " + joinLimited(failing, 5)
+	case len(failing) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonMountsNotReconciled
 		ready.Message += "; " + joinLimited(failing, 5)
 	}
 	// A field this release does not act on is said, never silently
@@ -192,7 +202,7 @@ const ReasonFieldNotSupported = "FieldNotSupported"
 const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
 
 // unsupportedFields lists the paths of the fields a network sets that
-// this release does not act on yet (delegated mount reconciliation, upstream's budget policy
+// this release does not act on yet (upstream's budget policy
 // and metrics interval, a key named in a TLS Secret reference).
 func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 	var out []string
@@ -207,30 +217,19 @@ func unsupportedFields(n *v1alpha1.GridNetwork) []string {
 			out = append(out, path)
 		}
 	}
-	for _, g := range n.Spec.ConsumerGateways {
-		at := fmt.Sprintf("spec.consumerGateways[%s/%s]", g.Namespace, g.Name)
-		if pc := g.PraxisConfig; pc != nil && pc.MountReconciliation != nil && mountReconciliationEnabled(pc.MountReconciliation.Raw) {
-			out = append(out, at+".praxisConfig.mountReconciliation.enabled")
-		}
-	}
 	slices.Sort(out)
 	return out
 }
+
+// ReasonMountsNotReconciled is the Ready condition's reason while a
+// delegated gateway's Deployment cannot be reconciled (its
+// mountReconciliationStatus entry says why).
+const ReasonMountsNotReconciled = "MountsNotReconciled"
 
 // ReasonPraxisConfigsNotRendered is the Ready condition's reason while
 // every overlay is distributed and a gateway's generated Praxis config
 // fails.
 const ReasonPraxisConfigsNotRendered = "PraxisConfigsNotRendered"
-
-// mountReconciliationEnabled reads praxisConfig.mountReconciliation's
-// enabled switch (the object is kept as written: delegated mounts are not
-// in this release).
-func mountReconciliationEnabled(raw []byte) bool {
-	var m struct {
-		Enabled bool `json:"enabled"`
-	}
-	return json.Unmarshal(raw, &m) == nil && m.Enabled
-}
 
 // joinLimited joins at most n items and says how many more there are, so
 // a condition message stays short.

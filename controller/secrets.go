@@ -29,6 +29,8 @@ type secretShapeResult struct {
 	shape assess.SecretShape
 	found bool
 	err   error
+	// version is the Secret's resourceVersion: a rotation changes it.
+	version string
 }
 
 func newSecretReader(ctx context.Context, reader client.Reader) *secretReader {
@@ -66,13 +68,18 @@ func (r *secretReader) prefetch(keys []types.NamespacedName) {
 }
 
 func (r *secretReader) SecretShape(namespace, name string) (assess.SecretShape, bool, error) {
+	res := r.read(namespace, name)
+	return res.shape, res.found, res.err
+}
+
+func (r *secretReader) read(namespace, name string) secretShapeResult {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	if res, ok := r.memo[key]; ok {
-		return res.shape, res.found, res.err
+		return res
 	}
 	res := r.get(key)
 	r.memo[key] = res
-	return res.shape, res.found, res.err
+	return res
 }
 
 // get reads one Secret's shape from the API server.
@@ -84,7 +91,7 @@ func (r *secretReader) get(key types.NamespacedName) secretShapeResult {
 	case err != nil:
 		res.err = err
 	default:
-		res.found = true
+		res.found, res.version = true, s.ResourceVersion
 		res.shape = make(assess.SecretShape, len(s.Data))
 		for k, v := range s.Data {
 			res.shape[k] = len(v) > 0 && utf8.Valid(v)

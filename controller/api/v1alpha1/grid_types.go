@@ -2,7 +2,6 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // The shapes below are the Grid reference's. Praxis config generation is
@@ -241,13 +240,36 @@ type PraxisConfig struct {
 	//
 	// +optional
 	Telemetry *GatewayTelemetry `json:"telemetry,omitempty"`
-	// MountReconciliation delegates the gateway Deployment's Secret mounts.
+	// MountReconciliation delegates the gateway Deployment's generated
+	// config and Secret mounts to the agent: it stages each generated
+	// config in a second ConfigMap slot and rolls the Deployment once per
+	// change. The Deployment must opt in too (its annotations) and grant
+	// the agent get and patch on itself.
 	//
 	// +optional
-	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
-	MountReconciliation *runtime.RawExtension `json:"mountReconciliation,omitempty"`
+	MountReconciliation *MountReconciliation `json:"mountReconciliation,omitempty"`
+}
+
+// MountReconciliation names the gateway Deployment and container whose
+// config source and Secret mounts the agent reconciles.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || (has(self.deploymentName) && size(self.deploymentName) > 0)",message="deploymentName is required when mount reconciliation is enabled"
+type MountReconciliation struct {
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// DeploymentName is the gateway's Deployment, in the gateway's
+	// namespace.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	DeploymentName string `json:"deploymentName,omitempty"`
+	// ContainerName is the Praxis container: the only one whose mounts
+	// change.
+	//
+	// +optional
+	// +kubebuilder:default=praxis
+	// +kubebuilder:validation:MaxLength=63
+	ContainerName string `json:"containerName,omitempty"`
 }
 
 // GatewayTelemetry is the OpenTelemetry export of a generated Praxis

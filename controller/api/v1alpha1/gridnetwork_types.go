@@ -419,6 +419,38 @@ type GridServing struct {
 	TLSMountPath string `json:"tlsMountPath,omitempty"`
 }
 
+// MountReconciliationStatus is one delegated gateway's Deployment: the
+// config slot its pod template mounts and how far its rollout is.
+type MountReconciliationStatus struct {
+	GatewayName string `json:"gatewayName"`
+	Namespace   string `json:"namespace"`
+	// +optional
+	DeploymentName string `json:"deploymentName,omitempty"`
+	// Phase: MountsReconciling (a patch was made), WaitingForSecret,
+	// WaitingForRollout (a Deployment scaled to zero stays here), Ready
+	// (the rollout is complete, no old replica remains, the generated
+	// config is mounted at /etc/praxis), Error, or Disabled (delegation
+	// turned off: the Deployment is left as it is).
+	//
+	// +kubebuilder:validation:Enum=MountsReconciling;WaitingForSecret;WaitingForRollout;Ready;Error;Disabled
+	Phase string `json:"phase"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ConfigMapName is the config slot the pod template mounts.
+	//
+	// +optional
+	ConfigMapName string `json:"configMapName,omitempty"`
+	// ConfigRevision is the generated config the pod template carries
+	// (the first 16 hex digits of its SHA-256).
+	//
+	// +optional
+	ConfigRevision string `json:"configRevision,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
 // IdentityRollout names the gateway Deployment rolled on a new site
 // certificate.
 type IdentityRollout struct {
@@ -538,6 +570,15 @@ type GridNetworkStatus struct {
 	// +listMapKey=gatewayName
 	// +listMapKey=namespace
 	ServingConfigStatus []PraxisConfigStatus `json:"servingConfigStatus,omitempty"`
+	// MountReconciliationStatus has one entry per gateway whose mounts
+	// are delegated: where its Deployment's rollout of the generated
+	// config stands.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=gatewayName
+	// +listMapKey=namespace
+	MountReconciliationStatus []MountReconciliationStatus `json:"mountReconciliationStatus,omitempty"`
 
 	// GatewayCount and DistributedCount summarise OverlayStatus.
 	//
