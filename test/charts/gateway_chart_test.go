@@ -65,6 +65,7 @@ var gatewayCases = []valueCase{
 		return v
 	}()},
 	{name: "defaults", release: "praxis", namespace: "gw-defaults", values: map[string]any{}},
+	{name: "mount-reconciliation", release: "praxis", namespace: "gw-mounts", values: mountReconciliationValues(true)},
 	{name: "generated-config", release: "praxis", namespace: "gw-generated", values: func() map[string]any {
 		v := sidecarValues(nil)
 		v["praxisConfig"] = map[string]any{
@@ -545,6 +546,101 @@ func TestGatewayChartWiresTheDeliveryReports(t *testing.T) {
 				assert.NotEqual(t, "overlay-report-token", m.Name, "the gateway gets no token")
 			}
 		}
+	}
+}
+
+// mountReconciliationValues delegate a generated-config gateway's mounts:
+// three credential Secrets mounted by the chart, two of them handed over.
+func mountReconciliationValues(release bool) map[string]any {
+	v := sidecarValues(nil)
+	v["praxisConfig"] = map[string]any{"source": "operator", "credentialSecrets": []string{"openai-token", "anthropic-token"}, "backendCASecrets": []string{"api-provider-ca"}}
+	v["credentials"] = []map[string]any{{"name": "legacy-token", "mountPath": "/etc/praxis-credentials/legacy"}}
+	v["mountReconciliation"] = map[string]any{"enabled": true, "network": "glb-demo", "gatewayRef": "edge-gateway",
+		"operator":               map[string]any{"namespace": "grid-system"},
+		"managedCredentialNames": []string{"openai-token", "legacy-token"}, "releaseHelmMounts": release}
+	return v
+}
+
+// A gateway that delegates its mounts opts in on its Deployment (the
+// annotations the agent checks) and grants the agent get and patch on that
+// Deployment alone. While preparing it keeps every mount; released, it
+// drops exactly the handed-over credentials' volumes and mounts. It
+// refuses to render without the generated config, the network and gateway
+// it opts in for, or the agent's namespace; rbac.create false leaves the
+// grant to an administrator.
+func TestGatewayChartDelegatesMountsInTwoPhases(t *testing.T) {
+	vc := valueCase{name: "mount-reconciliation-preparing", release: "praxis", namespace: "gw-mounts", values: mountReconciliationValues(false)}
+	rendered := render(t, gatewayChart, vc)
+	d := deploymentOf(t, rendered)
+	assert.Equal(t, map[string]string{
+		"grid.praxis.fast/mount-reconciliation":             "true",
+		"grid.praxis.fast/mount-reconciliation-network":     "glb-demo",
+		"grid.praxis.fast/mount-reconciliation-gateway-ref": "edge-gateway",
+	}, d.Annotations)
+	var rules []rbacv1.PolicyRule
+	for _, r := range ofKind(objects(t, rendered), "Role") {
+		if r.GetName() == "praxis-praxis-gateway-mount-reconciliation" {
+			rules = rulesOf(t, r)
+		}
+	}
+	assert.Equal(t, rbac.GatewayDeploymentRules("praxis-praxis-gateway"), rules)
+	applyRendered(t, adminClient(t), vc, rendered)
+	assertAccess(t, "system:serviceaccount:grid-system:gridsync-agent", []access{
+		{true, authorizationv1.ResourceAttributes{Verb: "get", Group: "apps", Namespace: vc.namespace, Resource: "deployments", Name: "praxis-praxis-gateway"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "patch", Group: "apps", Namespace: vc.namespace, Resource: "deployments", Name: "praxis-praxis-gateway"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "get", Group: "apps", Namespace: vc.namespace, Resource: "deployments", Name: "another"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Group: "apps", Namespace: vc.namespace, Resource: "deployments"}},
+	})
+
+	volumes := func(d *appsv1.Deployment) []string {
+		var out []string
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			out = append(out, v.Name)
+		}
+		return out
+	}
+	mountsOf := func(d *appsv1.Deployment) []string {
+		var out []string
+		for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+			out = append(out, m.Name)
+		}
+		return out
+	}
+	preparing := []string{"credential-legacy-token", "grid-credential-0", "grid-credential-1", "grid-backend-ca-0"}
+	assert.Subset(t, volumes(d), preparing)
+	assert.Subset(t, mountsOf(d), preparing)
+	released := deploymentOf(t, render(t, gatewayChart, valueCase{name: "mount-reconciliation-released", release: "praxis", namespace: "gw-mounts", values: mountReconciliationValues(true)}))
+	for _, gone := range []string{"credential-legacy-token", "grid-credential-0"} {
+		assert.NotContains(t, volumes(released), gone)
+		assert.NotContains(t, mountsOf(released), gone)
+	}
+	assert.Equal(t, len(volumes(d))-2, len(volumes(released)), "only the handed-over volumes go")
+	assert.Equal(t, len(mountsOf(d))-2, len(mountsOf(released)), "only the handed-over mounts go")
+	assert.Subset(t, mountsOf(released), []string{"config", "grid-credential-1", "grid-backend-ca-0"})
+
+	for name, c := range map[string]struct {
+		mutate func(map[string]any)
+		want   string
+	}{
+		"not the generated config": {func(v map[string]any) { delete(v, "praxisConfig") }, "needs praxisConfig.source operator"},
+		"no network": {func(v map[string]any) {
+			v["mountReconciliation"].(map[string]any)["network"] = ""
+		}, "mountReconciliation.network and mountReconciliation.gatewayRef are required"},
+		"no agent namespace": {func(v map[string]any) {
+			v["mountReconciliation"].(map[string]any)["operator"] = map[string]any{}
+		}, "agent's namespace is required"},
+	} {
+		v := mountReconciliationValues(false)
+		c.mutate(v)
+		_, err := runHelm(t, v, "template", "x", chartDir(gatewayChart), "--kube-version", kubeVersion)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), c.want, name)
+	}
+	v := mountReconciliationValues(false)
+	v["mountReconciliation"].(map[string]any)["rbac"] = map[string]any{"create": false}
+	v["mountReconciliation"].(map[string]any)["operator"] = map[string]any{}
+	for _, r := range ofKind(objects(t, render(t, gatewayChart, valueCase{name: "mount-reconciliation-no-rbac", release: "praxis", namespace: "gw-mounts", values: v})), "Role") {
+		assert.NotContains(t, r.GetName(), "mount-reconciliation", "the administrator grants it")
 	}
 }
 

@@ -154,3 +154,40 @@ listener by its name when the listener is named otherwise.
 {{- end -}}
 {{- toYaml $probe -}}
 {{- end -}}
+
+{{/*
+A grant of get and patch on this chart's one Deployment to the gridsync
+agent's ServiceAccount: a Role and its RoleBinding named <fullname>-<suffix>.
+The gateway gives it when it opts in to the agent rolling it.
+*/}}
+{{- define "praxis-gateway.deploymentGrant" -}}
+{{- $root := .root -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ include "praxis-gateway.fullname" $root }}-{{ .suffix }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "praxis-gateway.labels" $root | nindent 4 }}
+rules:
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
+    resourceNames: [{{ include "praxis-gateway.fullname" $root | quote }}]
+    verbs: ["get", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ include "praxis-gateway.fullname" $root }}-{{ .suffix }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "praxis-gateway.labels" $root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ include "praxis-gateway.fullname" $root }}-{{ .suffix }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ .serviceAccount }}
+    namespace: {{ .namespace }}
+{{- end }}
