@@ -180,8 +180,9 @@ bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the
 	$(GO) test -run '^$$' -bench Admission -benchtime 1x -timeout 30m ./test/bench/admission
 	@# Rollout evidence: 1,000 sidecars reporting over QUIC; the listener under a flood.
 	$(GO) test -run '^$$' -bench Rollout -benchtime 1x -timeout 30m ./test/bench/rollout
-	@# A real node: twenty gateway pods from apply to Ready, and an update to every pod's file.
-	$(GO) test -run '^$$' -bench Node -benchtime 1x -timeout 30m ./test/bench/node
+	@# A real node: twenty gateway pods from apply to Ready, and an update to every pod's file;
+	@# delegated mounts: one credential reference to a Ready rollout of ten replicas.
+	$(GO) test -run '^$$' -bench 'Node|Mounts' -benchtime 1x -timeout 30m ./test/bench/node
 
 # The standing attack suite: each attack of the hardening rounds against
 # the real binaries on loopback, one line each. `make test` runs its short

@@ -96,6 +96,30 @@ func render(ctx context.Context, chart, release, namespace string, valueFiles []
 	for _, f := range valueFiles {
 		args = append(args, "--values", f)
 	}
+	out, err := runHelm(ctx, helm, values, args...)
+	if err != nil {
+		return nil, err
+	}
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		err := decoder.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+}
+
+// runHelm runs helm with args and values (as a values file, which wins
+// over the files args name) and returns its output.
+func runHelm(ctx context.Context, helm string, values map[string]any, args ...string) ([]byte, error) {
 	if values != nil {
 		data, err := json.Marshal(values) // JSON is YAML
 		if err != nil {
@@ -118,21 +142,46 @@ func render(ctx context.Context, chart, release, namespace string, valueFiles []
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	decoder := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		err := decoder.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
+	return out.Bytes(), nil
+}
+
+// Release is a chart installed by helm itself (helm install, helm
+// upgrade) as an admin of the control plane: what Helm's three-way merge
+// does to objects that others changed is only seen this way.
+type Release struct {
+	Name, Namespace, Chart string
+	dir                    string // holds the kubeconfig
+}
+
+// Install runs helm install of chart as release in namespace with values.
+func Install(ctx context.Context, cp *controlplane.ControlPlane, chart, release, namespace string, values map[string]any) (*Release, error) {
+	dir, err := os.MkdirTemp("", "gridsync-helm-")
+	if err != nil {
+		return nil, err
 	}
+	r := &Release{Name: release, Namespace: namespace, Chart: chart, dir: dir}
+	if err := controlplane.WriteKubeconfig(cp.AdminConfig(), filepath.Join(dir, "kubeconfig")); err != nil {
+		return nil, err
+	}
+	return r, r.run(ctx, "install", values)
+}
+
+// Close forgets the release's admin kubeconfig.
+func (r *Release) Close() error { return os.RemoveAll(r.dir) }
+
+// Upgrade runs helm upgrade of the release with values (the whole set,
+// as a user's values file would be).
+func (r *Release) Upgrade(ctx context.Context, values map[string]any) error {
+	return r.run(ctx, "upgrade", values)
+}
+
+func (r *Release) run(ctx context.Context, verb string, values map[string]any) error {
+	helm, err := Helm()
+	if err != nil {
+		return err
+	}
+	_, err = runHelm(ctx, helm, values, verb, r.Name, r.Chart, "--namespace", r.Namespace, "--kubeconfig", filepath.Join(r.dir, "kubeconfig"))
+	return err
 }
 
 // Apply applies objs server-side as an admin of cp, as

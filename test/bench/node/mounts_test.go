@@ -1,0 +1,83 @@
+package node
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/mounts"
+	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testnode"
+)
+
+const mountReplicas = 10
+
+// BenchmarkMounts measures delegated mount reconciliation on the node: a
+// gateway Deployment of ten replicas from the real chart, rolled by the
+// agent. One credential reference added to its provider, from the update
+// to a Ready mountReconciliationStatus (every replica of the new template
+// available, no older one left, seen by the agent), and how many
+// pod-template patches the agent made for it. It prints
+//
+//	mounts replicas=10 change_to_ready_ms=<> patches=<>
+func BenchmarkMounts(b *testing.B) {
+	for i := range b.N {
+		b.StopTimer()
+		ctx := b.Context()
+		ns := fmt.Sprintf("bench-mounts-%d", i)
+		d, err := testnode.Delegate(ctx, cp, ns, mountReplicas, 2*time.Second, nil)
+		measure.Must(b, err)
+		_, err = cp.AdminClient().CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "token-a", Namespace: ns},
+			Data: map[string][]byte{"token": []byte("a-1")}}, metav1.CreateOptions{})
+		measure.Must(b, err)
+		provider, err := d.Provider(ctx, "")
+		measure.Must(b, err)
+		ready := func(after int64) (v1alpha1.MountReconciliationStatus, error) {
+			return d.WaitStatus(ctx, 5*time.Minute, func(s v1alpha1.MountReconciliationStatus) bool {
+				dep, err := d.Deployment(ctx)
+				return err == nil && dep.Generation > after && s.Phase == mounts.PhaseReady &&
+					s.ConfigRevision == dep.Spec.Template.Annotations[mounts.AnnotationConfigRevision] && s.ConfigMapName == configSlot(dep.Spec.Template.Spec.Volumes)
+			})
+		}
+		_, err = ready(0) // the bootstrap config replaced
+		measure.Must(b, err)
+		before, err := d.Deployment(ctx)
+		measure.Must(b, err)
+		patches := d.Patches()
+
+		b.StartTimer()
+		start := time.Now()
+		measure.Must(b, d.Admin.Get(ctx, client.ObjectKeyFromObject(provider), provider))
+		provider.Spec.Auth = testnode.CredentialOf(ns, "token-a")
+		measure.Must(b, d.Admin.Update(ctx, provider))
+		_, err = ready(before.Generation)
+		elapsed := time.Since(start)
+		b.StopTimer()
+		measure.Must(b, err)
+		after, err := d.Deployment(ctx)
+		measure.Must(b, err)
+		if after.Generation-before.Generation != 1 {
+			b.Fatalf("the pod template changed %d times, want once", after.Generation-before.Generation)
+		}
+		fmt.Printf("mounts replicas=%d change_to_ready_ms=%.0f patches=%d\n", mountReplicas, float64(elapsed.Milliseconds()), d.Patches()-patches)
+		// The agent still runs to take its finalizer off the network.
+		measure.Must(b, d.Admin.Delete(ctx, provider))
+		measure.Must(b, d.Admin.Delete(ctx, d.Network))
+		measure.Must(b, d.Stop())
+		measure.Must(b, cp.AdminClient().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	}
+}
+
+func configSlot(volumes []corev1.Volume) string {
+	for _, v := range volumes {
+		if v.Name == "config" && v.ConfigMap != nil {
+			return v.ConfigMap.Name
+		}
+	}
+	return ""
+}
