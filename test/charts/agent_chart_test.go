@@ -187,6 +187,11 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 		{false, authorizationv1.ResourceAttributes{Verb: "update", Namespace: "gateways-a", Group: "coordination.k8s.io", Resource: "leases"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "gateways-a", Resource: "pods"}},
+		// Deployments only through a gateway's own grant (delegated mounts,
+		// the identity rollout): none of the agent's.
+		{false, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "gateways-a", Group: "apps", Resource: "deployments", Name: "any"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "gateways-a", Group: "apps", Resource: "deployments", Name: "any"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "list", Group: "apps", Resource: "replicasets"}},
 	})
 
 	// The controller itself, on a token of the chart's ServiceAccount.
