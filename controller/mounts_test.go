@@ -76,7 +76,8 @@ func gatewayDeployment(namespace, name string) *appsv1.Deployment {
 
 // Delegated mounts on a real API server with the agent's own RBAC, which
 // grants no Deployment access: refused (naming the verb) until the gateway
-// grants get and patch, refused until the Deployment opts in, waiting
+// grants get and patch (a populated overlay held meanwhile, an empty one
+// published), refused until the Deployment opts in, waiting
 // while a Secret the config reads is missing; then one server-side apply
 // of the agent's field manager switches the config to the Grid slot and
 // adds the credential's projection, leaving every other field as it was.
@@ -101,7 +102,6 @@ func TestDelegatedMountsNeedTheGatewaysGrantAndOptIn(t *testing.T) {
 	api := e.provider("api", network.Name, "model-api")
 	api.Spec.ClusterName = "api"
 	api.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "bearer_token", SecretRef: &v1alpha1.SecretKeyReference{Name: "api-token", Namespace: e.gwNS, Key: "token"}}
-	e.create(api)
 	e.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "api-token", Namespace: e.gwNS}, Data: map[string][]byte{"token": []byte("sk-mounts-sentinel")}})
 	a := e.startAgent()
 
@@ -113,6 +113,9 @@ func TestDelegatedMountsNeedTheGatewaysGrantAndOptIn(t *testing.T) {
 	before := deployment()
 	st := e.mountStatus(network, "edge", phase(mounts.PhaseError, mounts.ReasonDeploymentForbidden))
 	assert.Contains(t, st.Message, "get is forbidden")
+	// An empty overlay is never held: stopping routes needs no rollout.
+	e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 0 })
+	e.create(api)
 	held := e.gatewayStatus(network, "edge", func(s v1alpha1.GatewayOverlayStatus) bool { return s.Reason == mounts.ReasonDeploymentForbidden })
 	assert.Contains(t, held.Message, "the previous revision stays")
 

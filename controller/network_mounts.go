@@ -29,10 +29,9 @@ const mountPollInterval = time.Second
 // delegatedConfig is the rendered config of a gateway whose mounts are
 // delegated, handed from the consumer config stage to the mount stage.
 type delegatedConfig struct {
-	config        []byte
-	requirements  []praxisconfig.Requirement
-	configMapName string
-	labels        map[string]string
+	config       []byte
+	requirements []praxisconfig.Requirement
+	labels       map[string]string
 	// missing names the Secrets (or keys) not there yet; secretVersions
 	// are the others' resourceVersions.
 	missing        []string

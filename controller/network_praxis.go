@@ -212,7 +212,7 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 		envelope.LabelNetwork:   network.Name,
 	}
 	if delegate {
-		out.delegated = &delegatedConfig{config: res.YAML, requirements: res.Requirements, configMapName: name, labels: labels}
+		out.delegated = &delegatedConfig{config: res.YAML, requirements: res.Requirements, labels: labels}
 	} else {
 		key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
 		wrote, err := r.applyManaged(ctx, key, labels, network.Name, gw.Name, map[string]string{praxisconfig.DataKey: string(res.YAML)}, false)
