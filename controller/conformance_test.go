@@ -24,6 +24,7 @@ func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	e := newEnv(t)
 	gw := e.gateway("edge", "east")
 	network := e.network(gw)
+	network.Spec.MetricsRefreshInterval = "30s"
 	network.Spec.Seeds = []string{"127.0.0.1:7946"}
 	network.Spec.TLS = &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "grid-swim-key", Namespace: e.credNS}}
 	e.create(network)
@@ -42,7 +43,7 @@ func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	})
 	ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
 	assert.Equal(t, "False", string(ready.Status))
-	for _, path := range []string{"spec.seeds", "spec.tls.swimKeySecretRef"} {
+	for _, path := range []string{"spec.metricsRefreshInterval", "spec.seeds", "spec.tls.swimKeySecretRef"} {
 		assert.Contains(t, ready.Message, path)
 	}
 	swim := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionMembership)
