@@ -3,11 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testnode"
@@ -88,7 +93,80 @@ func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	fmt.Printf("    the gateway in the pod reads %s %s after the write\n", short(revision), time.Since(written).Round(time.Millisecond))
-	return nil
+	return delegatedMounts(ctx, cp, node)
+}
+
+// delegatedMounts lets the agent roll a gateway Deployment of the chart
+// (installed by Helm, opted in, its Role granting the agent get and patch
+// on it) to its generated config, then to a credential's mount: one
+// pod-template patch and one rollout each.
+func delegatedMounts(ctx context.Context, cp *controlplane.ControlPlane, node *testnode.Node) error {
+	step("delegated mounts: helm install of the gateway chart (2 replicas, a bootstrap praxis.yaml), the agent rolls it")
+	const ns = "praxis-delegated"
+	d, err := testnode.Delegate(ctx, cp, ns, 2, 2*time.Second, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Stop() }()
+	provider, err := d.Provider(ctx, "")
+	if err != nil {
+		return err
+	}
+	rolled := func(what string, since time.Time, generation int64) (*appsv1.Deployment, error) {
+		st, err := d.WaitStatus(ctx, 3*time.Minute, func(s v1alpha1.MountReconciliationStatus) bool {
+			dep, err := d.Deployment(ctx)
+			return err == nil && dep.Generation > generation && s.Phase == mounts.PhaseReady &&
+				s.ConfigRevision == dep.Spec.Template.Annotations[mounts.AnnotationConfigRevision]
+		})
+		if err != nil {
+			return nil, err
+		}
+		dep, err := d.Deployment(ctx)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Printf("    %s: Ready %s later, %d pod-template patch; the pods mount ConfigMap %s (config %s)\n",
+			what, time.Since(since).Round(100*time.Millisecond), dep.Generation-generation, st.ConfigMapName, st.ConfigRevision)
+		return dep, nil
+	}
+	dep, err := rolled("the generated config replaces the bootstrap", time.Now(), 1)
+	if err != nil {
+		return err
+	}
+
+	step("a credential reference added to the provider: one rollout, every new pod has the Secret's file")
+	if _, err := cp.AdminClient().CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "token-a"},
+		Data: map[string][]byte{"token": []byte("demo-token")}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	changed := time.Now()
+	if err := d.Admin.Get(ctx, client.ObjectKeyFromObject(provider), provider); err != nil {
+		return err
+	}
+	provider.Spec.Auth = testnode.CredentialOf(ns, "token-a")
+	if err := d.Admin.Update(ctx, provider); err != nil {
+		return err
+	}
+	if dep, err = rolled("token-a mounted", changed, dep.Generation); err != nil {
+		return err
+	}
+	dir := "/run/secrets/grid-credentials/" + ns + "/token-a"
+	list, err := cp.AdminClient().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.DeletionTimestamp != nil || p.Annotations[mounts.AnnotationConfigRevision] != dep.Spec.Template.Annotations[mounts.AnnotationConfigRevision] {
+			continue
+		}
+		data, err := os.ReadFile(node.VolumeFile(p, "kubernetes.io~projected", mounts.VolumeName(dir), "token"))
+		fmt.Printf("    pod %s: %s/token holds %d bytes (%v)\n", p.Name, dir, len(data), err)
+	}
+	if err := d.Admin.Delete(ctx, provider); err != nil {
+		return err
+	}
+	return d.Admin.Delete(ctx, d.Network)
 }
 
 func demoOverlay(variant int) envelope.Overlay {
