@@ -78,7 +78,8 @@ func (r *networkReconciler) planMounts(ctx context.Context, network *v1alpha1.Gr
 		case !mr.Enabled:
 			st.Phase, st.Reason = mounts.PhaseDisabled, mounts.ReasonDelegationDisabled
 			st.Message = "delegation is off: the Deployment is neither read nor patched; the volumes and mounts Grid added earlier " +
-				"(named in its pod template's " + mounts.AnnotationMounts + " annotation) stay until the Deployment's owner removes them"
+				"(named in its pod template's " + mounts.AnnotationMounts + " annotation) stay until the Deployment's owner removes them, " +
+				"after moving its config volume back to ConfigMap " + praxisconfig.ConfigMapName(*spec.PraxisConfig)
 			plans = append(plans, &mountPlan{status: st})
 		case !spec.PraxisConfig.Generate:
 			st.Phase, st.Reason = mounts.PhaseError, mounts.ReasonConfigNotRendered
