@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
@@ -113,15 +112,7 @@ func delegatedMounts(ctx context.Context, cp *controlplane.ControlPlane, node *t
 		return err
 	}
 	rolled := func(what string, since time.Time, generation int64) (*appsv1.Deployment, error) {
-		st, err := d.WaitStatus(ctx, 3*time.Minute, func(s v1alpha1.MountReconciliationStatus) bool {
-			dep, err := d.Deployment(ctx)
-			return err == nil && dep.Generation > generation && s.Phase == mounts.PhaseReady &&
-				s.ConfigRevision == dep.Spec.Template.Annotations[mounts.AnnotationConfigRevision]
-		})
-		if err != nil {
-			return nil, err
-		}
-		dep, err := d.Deployment(ctx)
+		st, dep, err := d.WaitReady(ctx, generation, 3*time.Minute)
 		if err != nil {
 			return nil, err
 		}

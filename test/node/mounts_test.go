@@ -69,16 +69,8 @@ func TestDelegatedMountsRollTheGatewayOncePerChange(t *testing.T) {
 		require.NoError(t, err)
 		patches := d.Patches()
 		change()
-		// Ready of the Deployment's current template, rolled out: not a
-		// Ready written before the patch.
-		st, err := d.WaitStatus(ctx, 3*time.Minute, func(s v1alpha1.MountReconciliationStatus) bool {
-			dep, err := d.Deployment(ctx)
-			return err == nil && s.Phase == mounts.PhaseReady && dep.Generation > before.Generation && rolledOut(dep) &&
-				s.ConfigMapName == configSlot(dep) && s.ConfigRevision == dep.Spec.Template.Annotations[mounts.AnnotationConfigRevision]
-		})
+		st, after, err := d.WaitReady(ctx, before.Generation, 3*time.Minute)
 		require.NoError(t, err, what)
-		after, err := d.Deployment(ctx)
-		require.NoError(t, err)
 		t.Logf("%s: %d agent patches, generation %d -> %d: %s", what, d.Patches()-patches, before.Generation, after.Generation, st.Message)
 		return after, st
 	}
@@ -97,7 +89,7 @@ func TestDelegatedMountsRollTheGatewayOncePerChange(t *testing.T) {
 		update(t, c, provider, func(p *v1alpha1.InferenceProvider) { p.Spec.Auth = testnode.CredentialOf(ns, "token-a") })
 	})
 	assert.Equal(t, int64(1), generations(prev, dep), "one patch")
-	assert.Equal(t, praxisconfig.DefaultConfigMapName, configSlot(dep), "the slots alternate")
+	assert.Equal(t, praxisconfig.DefaultConfigMapName, testnode.ConfigSlot(dep), "the slots alternate")
 	assertPodsRead(t, ns, dep, volume, "a-1")
 
 	prev = dep
@@ -115,7 +107,7 @@ func TestDelegatedMountsRollTheGatewayOncePerChange(t *testing.T) {
 	// drops its old credential mount and keeps what the agent owns (the
 	// slot included); the agent does not patch back.
 	prev = dep
-	require.Equal(t, mounts.SlotName(praxisconfig.DefaultConfigMapName), configSlot(prev), "the upgrade meets the agent's slot")
+	require.Equal(t, mounts.SlotName(praxisconfig.DefaultConfigMapName), testnode.ConfigSlot(prev), "the upgrade meets the agent's slot")
 	patches := d.Patches()
 	require.NoError(t, d.Release.Upgrade(ctx, testnode.Merge(d.Values, map[string]any{"mountReconciliation": map[string]any{"releaseHelmMounts": true}})))
 	require.NoError(t, d.WaitRolledOut(ctx, 3*time.Minute))
@@ -123,7 +115,7 @@ func TestDelegatedMountsRollTheGatewayOncePerChange(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), generations(prev, dep), "Helm's one change")
 	assert.False(t, hasVolume(dep, "credential-legacy-token"), "Helm released its mount")
-	assert.Equal(t, configSlot(prev), configSlot(dep), "the slot the agent chose is kept")
+	assert.Equal(t, testnode.ConfigSlot(prev), testnode.ConfigSlot(dep), "the slot the agent chose is kept")
 	for _, k := range []string{mounts.AnnotationConfigRevision, mounts.AnnotationSecretsRevision} {
 		assert.Equal(t, prev.Spec.Template.Annotations[k], dep.Spec.Template.Annotations[k], k)
 	}
@@ -187,15 +179,6 @@ func update[T client.Object](t *testing.T, c client.Client, obj T, mutate func(T
 		}
 	}
 	t.Fatalf("update %s: conflicts did not stop", obj.GetName())
-}
-
-func configSlot(d *appsv1.Deployment) string {
-	for _, v := range d.Spec.Template.Spec.Volumes {
-		if v.Name == "config" && v.ConfigMap != nil {
-			return v.ConfigMap.Name
-		}
-	}
-	return ""
 }
 
 func hasVolume(d *appsv1.Deployment, name string) bool {
@@ -341,13 +324,5 @@ func (w *templateWatch) completeBefore(generation, next int64) bool {
 			last = &w.states[i]
 		}
 	}
-	return last != nil && rolledOut(last)
-}
-
-// rolledOut: the controller saw the current template, every wanted
-// replica runs it and is available, none older remains.
-func rolledOut(d *appsv1.Deployment) bool {
-	st, want := d.Status, *d.Spec.Replicas
-	return st.ObservedGeneration == d.Generation && st.UpdatedReplicas == want && st.Replicas == want && st.AvailableReplicas == want &&
-		(st.TerminatingReplicas == nil || *st.TerminatingReplicas == 0)
+	return last != nil && testnode.RolledOut(last)
 }

@@ -21,6 +21,7 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -197,24 +198,55 @@ func (d *Delegation) WaitStatus(ctx context.Context, timeout time.Duration, ok f
 	}
 }
 
-// WaitRolledOut waits until the Deployment's current template runs on
-// every wanted replica, available, and no older pod remains.
+// WaitReady waits for a Ready status of a template newer than generation,
+// rolled out: not a Ready written before the agent's patch, and the status
+// names the slot and config the template carries. It returns the status
+// and the Deployment.
+func (d *Delegation) WaitReady(ctx context.Context, generation int64, timeout time.Duration) (v1alpha1.MountReconciliationStatus, *appsv1.Deployment, error) {
+	var dep *appsv1.Deployment
+	st, err := d.WaitStatus(ctx, timeout, func(s v1alpha1.MountReconciliationStatus) bool {
+		var err error
+		dep, err = d.Deployment(ctx)
+		return err == nil && s.Phase == mounts.PhaseReady && dep.Generation > generation && RolledOut(dep) &&
+			s.ConfigMapName == ConfigSlot(dep) && s.ConfigRevision == dep.Spec.Template.Annotations[mounts.AnnotationConfigRevision]
+	})
+	return st, dep, err
+}
+
+// WaitRolledOut waits until the Deployment is RolledOut.
 func (d *Delegation) WaitRolledOut(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		dep, err := d.Deployment(ctx)
-		if err == nil && dep.Spec.Replicas != nil {
-			st, want := dep.Status, *dep.Spec.Replicas
-			if st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas == want && st.Replicas == want && st.AvailableReplicas == want &&
-				(st.TerminatingReplicas == nil || *st.TerminatingReplicas == 0) {
-				return nil
-			}
+		if err == nil && RolledOut(dep) {
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return errors.Join(fmt.Errorf("not rolled out within %s: %+v", timeout, dep.Status), err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// RolledOut: the controller saw the current template, every wanted
+// replica runs it and is available, none older remains.
+func RolledOut(d *appsv1.Deployment) bool {
+	if d.Spec.Replicas == nil {
+		return false
+	}
+	st, want := d.Status, *d.Spec.Replicas
+	return st.ObservedGeneration == d.Generation && st.UpdatedReplicas == want && st.Replicas == want && st.AvailableReplicas == want &&
+		(st.TerminatingReplicas == nil || *st.TerminatingReplicas == 0)
+}
+
+// ConfigSlot is the ConfigMap the chart's config volume projects.
+func ConfigSlot(d *appsv1.Deployment) string {
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "config" && v.ConfigMap != nil {
+			return v.ConfigMap.Name
+		}
+	}
+	return ""
 }
 
 // Provider creates a local provider of cluster "a"; with secret, its

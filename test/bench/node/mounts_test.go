@@ -9,8 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testnode"
 )
@@ -37,16 +35,7 @@ func BenchmarkMounts(b *testing.B) {
 		measure.Must(b, err)
 		provider, err := d.Provider(ctx, "")
 		measure.Must(b, err)
-		ready := func(after int64) (v1alpha1.MountReconciliationStatus, error) {
-			return d.WaitStatus(ctx, 5*time.Minute, func(s v1alpha1.MountReconciliationStatus) bool {
-				dep, err := d.Deployment(ctx)
-				return err == nil && dep.Generation > after && s.Phase == mounts.PhaseReady &&
-					s.ConfigRevision == dep.Spec.Template.Annotations[mounts.AnnotationConfigRevision] && s.ConfigMapName == configSlot(dep.Spec.Template.Spec.Volumes)
-			})
-		}
-		_, err = ready(0) // the bootstrap config replaced
-		measure.Must(b, err)
-		before, err := d.Deployment(ctx)
+		_, before, err := d.WaitReady(ctx, 0, 5*time.Minute) // the bootstrap config replaced
 		measure.Must(b, err)
 		patches := d.Patches()
 
@@ -55,11 +44,9 @@ func BenchmarkMounts(b *testing.B) {
 		measure.Must(b, d.Admin.Get(ctx, client.ObjectKeyFromObject(provider), provider))
 		provider.Spec.Auth = testnode.CredentialOf(ns, "token-a")
 		measure.Must(b, d.Admin.Update(ctx, provider))
-		_, err = ready(before.Generation)
+		_, after, err := d.WaitReady(ctx, before.Generation, 5*time.Minute)
 		elapsed := time.Since(start)
 		b.StopTimer()
-		measure.Must(b, err)
-		after, err := d.Deployment(ctx)
 		measure.Must(b, err)
 		if after.Generation-before.Generation != 1 {
 			b.Fatalf("the pod template changed %d times, want once", after.Generation-before.Generation)
@@ -71,13 +58,4 @@ func BenchmarkMounts(b *testing.B) {
 		measure.Must(b, d.Stop())
 		measure.Must(b, cp.AdminClient().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
 	}
-}
-
-func configSlot(volumes []corev1.Volume) string {
-	for _, v := range volumes {
-		if v.Name == "config" && v.ConfigMap != nil {
-			return v.ConfigMap.Name
-		}
-	}
-	return ""
 }
