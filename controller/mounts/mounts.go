@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -228,9 +229,8 @@ type Live struct {
 	ConfigVolume, ActiveSlot string
 	// ConfigRevision and SecretsRevision are the template's annotations.
 	ConfigRevision, SecretsRevision string
-	// Owned are the volumes the agent recorded as its own.
-	Owned []string
-	// Projections are the owned volumes as the template has them.
+	// Projections are the volumes the agent recorded as its own (by
+	// name), as the template has them.
 	Projections map[string]Projection
 
 	container *corev1.Container
@@ -288,7 +288,6 @@ func Inspect(d *appsv1.Deployment, t Target) (Live, error) {
 		if mount == "" {
 			continue
 		}
-		live.Owned = append(live.Owned, name)
 		live.Projections[name] = projectionOf(mount, v.Projected)
 	}
 	return live, nil
@@ -317,7 +316,13 @@ func (l Live) mountOf(volume string) string {
 	return ""
 }
 
-func (l Live) owns(volume string) bool { return slices.Contains(l.Owned, volume) }
+// Owned are the names of the volumes the agent owns, sorted.
+func (l Live) Owned() []string { return slices.Sorted(maps.Keys(l.Projections)) }
+
+func (l Live) owns(volume string) bool {
+	_, ok := l.Projections[volume]
+	return ok
+}
 
 func projectionOf(mount string, v *corev1.ProjectedVolumeSource) Projection {
 	p := Projection{MountPath: mount}
@@ -386,7 +391,7 @@ func (l Live) Obsolete(want Desired) []Projection {
 		keep[p.Volume()] = true
 	}
 	var out []Projection
-	for _, name := range l.Owned {
+	for _, name := range l.Owned() {
 		if !keep[name] {
 			p := l.Projections[name]
 			p.Optional = true

@@ -115,7 +115,7 @@ func TestInspectNeedsTheOptInTheContainerAndTheConfigFolder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "config", live.ConfigVolume)
 	assert.Equal(t, "praxis-consumer-config", live.ActiveSlot)
-	assert.Empty(t, live.Owned)
+	assert.Empty(t, live.Owned())
 
 	for name, c := range map[string]struct {
 		mutate func(*appsv1.Deployment)
@@ -261,7 +261,7 @@ func TestAChangeIsOneSwitchAndARemovalIsPrunedAfterTheRollout(t *testing.T) {
 	d = applied(t, d, second, kept)
 	live, err = Inspect(d, target)
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []string{tokenA.Volume(), tokenB.Volume()}, live.Owned)
+	assert.ElementsMatch(t, []string{tokenA.Volume(), tokenB.Volume()}, live.Owned())
 	assert.True(t, live.InSync(second, "c2"))
 	require.Len(t, live.Obsolete(second), 1)
 	assert.Equal(t, Wait, Decide(true, 1, rolling).Action, "never pruned while old pods remain")
@@ -271,7 +271,7 @@ func TestAChangeIsOneSwitchAndARemovalIsPrunedAfterTheRollout(t *testing.T) {
 	d = applied(t, d, second, nil)
 	live, err = Inspect(d, target)
 	require.NoError(t, err)
-	assert.Equal(t, []string{tokenB.Volume()}, live.Owned)
+	assert.Equal(t, []string{tokenB.Volume()}, live.Owned())
 	assert.Empty(t, live.Obsolete(second))
 	assert.Equal(t, PhaseReady, Decide(live.InSync(second, "c2"), 0, settled).Phase)
 }
