@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/controller/seeds"
 )
 
@@ -251,5 +252,15 @@ func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.Grid
 		return fmt.Errorf("remove finalizer from GridNetwork %s: %w", network.Name, err)
 	}
 	r.opts.Logger.Info("network_finalized", "network", network.Name, "gateways", len(targets))
+	return nil
+}
+
+// consumerGateway is the network's spec of a rendered gateway.
+func consumerGateway(network *v1alpha1.GridNetwork, gw render.Gateway) *v1alpha1.ConsumerGateway {
+	for i := range network.Spec.ConsumerGateways {
+		if g := &network.Spec.ConsumerGateways[i]; g.Name == gw.Name && g.Namespace == gw.Namespace {
+			return g
+		}
+	}
 	return nil
 }

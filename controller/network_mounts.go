@@ -17,7 +17,6 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
-	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
@@ -31,7 +30,6 @@ const mountPollInterval = time.Second
 type delegatedConfig struct {
 	config       []byte
 	requirements []praxisconfig.Requirement
-	labels       map[string]string
 	// missing names the Secrets (or keys) not there yet; secretVersions
 	// are the others' resourceVersions.
 	missing        []string
@@ -90,15 +88,6 @@ func (r *networkReconciler) planMounts(ctx context.Context, network *v1alpha1.Gr
 		}
 	}
 	return plans
-}
-
-func consumerGateway(network *v1alpha1.GridNetwork, gw render.Gateway) *v1alpha1.ConsumerGateway {
-	for i := range network.Spec.ConsumerGateways {
-		if g := &network.Spec.ConsumerGateways[i]; g.Name == gw.Name && g.Namespace == gw.Namespace {
-			return g
-		}
-	}
-	return nil
 }
 
 func (r *networkReconciler) planMount(ctx context.Context, network *v1alpha1.GridNetwork, o *gatewayOverlay, spec *v1alpha1.PraxisConfig,
@@ -260,7 +249,7 @@ func (r *networkReconciler) patchDeployment(ctx context.Context, network *v1alph
 		// The configured slot may hold the bootstrap config its owner
 		// wrote; it is the agent's to write once no pod mounts it.
 		key := types.NamespacedName{Namespace: gw.Namespace, Name: p.desired.Slot}
-		if _, err := r.applyManaged(ctx, key, p.cfg.labels, network.Name, gw.GatewayName, map[string]string{praxisconfig.DataKey: string(p.cfg.config)},
+		if _, err := r.applyManaged(ctx, key, r.gatewayLabels(network.Name, gw.GatewayName), network.Name, gw.GatewayName, map[string]string{praxisconfig.DataKey: string(p.cfg.config)},
 			p.desired.Slot == p.target.Slots[0]); err != nil {
 			r.metrics.mountPatches.WithLabelValues(kind, publishFailed).Inc()
 			p.status.Phase, p.status.Reason, p.status.Message = mounts.PhaseError, mounts.ReasonDeploymentPatchFailed, "stage the config: "+err.Error()

@@ -89,14 +89,8 @@ func praxisInputFor(network *v1alpha1.GridNetwork, gw render.Gateway, spec *v1al
 
 // praxisSpec is the praxisConfig of a gateway when it asks for generation.
 func praxisSpec(network *v1alpha1.GridNetwork, gw render.Gateway) *v1alpha1.PraxisConfig {
-	for i := range network.Spec.ConsumerGateways {
-		g := &network.Spec.ConsumerGateways[i]
-		if g.Name == gw.Name && g.Namespace == gw.Namespace {
-			if g.PraxisConfig != nil && g.PraxisConfig.Generate {
-				return g.PraxisConfig
-			}
-			return nil
-		}
+	if g := consumerGateway(network, gw); g != nil && g.PraxisConfig != nil && g.PraxisConfig.Generate {
+		return g.PraxisConfig
 	}
 	return nil
 }
@@ -206,13 +200,9 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 			why: "carries credentials and praxisConfig.supportsProjectedCredentials is false"}
 	}
 
-	labels := map[string]string{
-		envelope.LabelManagedBy: r.opts.Producer,
-		envelope.LabelGateway:   gw.Name,
-		envelope.LabelNetwork:   network.Name,
-	}
+	labels := r.gatewayLabels(network.Name, gw.Name)
 	if delegate {
-		out.delegated = &delegatedConfig{config: res.YAML, requirements: res.Requirements, labels: labels}
+		out.delegated = &delegatedConfig{config: res.YAML, requirements: res.Requirements}
 	} else {
 		key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
 		wrote, err := r.applyManaged(ctx, key, labels, network.Name, gw.Name, map[string]string{praxisconfig.DataKey: string(res.YAML)}, false)

@@ -219,15 +219,22 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 // overlayMetadata is the labels and annotations the contract puts on an
 // overlay ConfigMap.
 func (r *networkReconciler) overlayMetadata(network, gateway, revision string) (labels, annotations map[string]string) {
+	return r.gatewayLabels(network, gateway), map[string]string{
+		envelope.AnnotationSchemaVersion: envelope.SchemaVersion,
+		envelope.AnnotationRevision:      revision,
+		envelope.AnnotationContentDigest: revision,
+	}
+}
+
+// gatewayLabels are the labels of every ConfigMap the agent manages for a
+// network's gateway (its overlay, generated configs, the requirements
+// document, the config slot).
+func (r *networkReconciler) gatewayLabels(network, gateway string) map[string]string {
 	return map[string]string{
-			envelope.LabelManagedBy: r.opts.Producer,
-			envelope.LabelGateway:   gateway,
-			envelope.LabelNetwork:   network,
-		}, map[string]string{
-			envelope.AnnotationSchemaVersion: envelope.SchemaVersion,
-			envelope.AnnotationRevision:      revision,
-			envelope.AnnotationContentDigest: revision,
-		}
+		envelope.LabelManagedBy: r.opts.Producer,
+		envelope.LabelGateway:   gateway,
+		envelope.LabelNetwork:   network,
+	}
 }
 
 // holds reports whether a managed ConfigMap already carries revision with

@@ -91,7 +91,7 @@ func (r *networkReconciler) applyServing(ctx context.Context, network *v1alpha1.
 	if err != nil {
 		return failed(err.Error()), nil
 	}
-	labels := map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelGateway: gw.Name, envelope.LabelNetwork: network.Name}
+	labels := r.gatewayLabels(network.Name, gw.Name)
 	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
 	wrote, err := r.applyManaged(ctx, key, labels, network.Name, gw.Name, map[string]string{servingconfig.DataKey: string(doc)}, false)
 	if err != nil {
