@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/mounts"
@@ -26,11 +25,7 @@ import (
 func (e *env) mountStatus(network *v1alpha1.GridNetwork, gateway string, ok func(v1alpha1.MountReconciliationStatus) bool) v1alpha1.MountReconciliationStatus {
 	e.t.Helper()
 	var got v1alpha1.MountReconciliationStatus
-	e.eventually("mountReconciliationStatus of "+gateway, func() (bool, string) {
-		var n v1alpha1.GridNetwork
-		if err := e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &n); err != nil {
-			return false, err.Error()
-		}
+	e.networkStatus(network, "mountReconciliationStatus of "+gateway, func(n *v1alpha1.GridNetwork) (bool, string) {
 		for _, s := range n.Status.MountReconciliationStatus {
 			if s.GatewayName == gateway {
 				got = s

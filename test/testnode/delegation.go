@@ -59,17 +59,19 @@ type Delegation struct {
 	done    chan error
 }
 
-var crdsOnce sync.Once
+var (
+	crdsOnce sync.Once
+	crdsErr  error // the one install's, for every caller
+)
 
 // Delegate sets a delegation up in namespace ns with replicas gateway
 // pods (values merged over the chart's delegated values), and waits until
 // the bootstrap Deployment's pods are ready. The agent re-reads Secrets
 // every resync.
 func Delegate(ctx context.Context, cp *controlplane.ControlPlane, ns string, replicas int, resync time.Duration, values map[string]any) (*Delegation, error) {
-	var err error
-	crdsOnce.Do(func() { err = cp.InstallCRDsFS(ctx, crds.Manifests) })
-	if err != nil {
-		return nil, err
+	crdsOnce.Do(func() { crdsErr = cp.InstallCRDsFS(ctx, crds.Manifests) })
+	if crdsErr != nil {
+		return nil, crdsErr
 	}
 	scheme, err := controller.Scheme()
 	if err != nil {

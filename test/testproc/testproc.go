@@ -3,14 +3,12 @@
 package testproc
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,24 +19,15 @@ import (
 // Proc is a binary running as a child process.
 type Proc struct {
 	Cmd    *exec.Cmd
-	mu     sync.Mutex
-	output bytes.Buffer
+	output Buffer
 	exited chan struct{}
 	err    error
 }
 
-func (pr *Proc) Write(b []byte) (int, error) {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	return pr.output.Write(b)
-}
+func (pr *Proc) Write(b []byte) (int, error) { return pr.output.Write(b) }
 
 // Log is everything the process wrote to stdout and stderr.
-func (pr *Proc) Log() string {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	return pr.output.String()
-}
+func (pr *Proc) Log() string { return pr.output.String() }
 
 // Start runs path with args and the test's environment plus env. The
 // process is killed when the test ends, and its output logged if the test
