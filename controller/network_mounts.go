@@ -17,7 +17,6 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
-	"github.com/gridsync/gridsync/shared/envelope"
 )
 
 // mountPollInterval is how soon a network is reconciled again while a
@@ -102,28 +101,30 @@ func (r *networkReconciler) planMount(ctx context.Context, network *v1alpha1.Gri
 		p.status.Phase, p.status.Reason, p.status.Message = phase, reason, message
 		return p
 	}
-	unread := func(reason, message string) *mountPlan {
+	// withheld: the Deployment is not read or not to be touched, so what
+	// its pods run is unknown; a populated revision waits.
+	withheld := func(reason, message string) *mountPlan {
 		if len(o.overlay.Candidates) > 0 && o.hold == nil {
 			o.hold = &overlayHold{reason: reason, why: "waits for " + at + " (see mountReconciliationStatus)"}
 		}
 		return result(mounts.PhaseError, reason, message)
 	}
 	if !r.opts.watches(gw.Namespace) {
-		return unread(ReasonNamespaceNotWatched, fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace))
+		return withheld(ReasonNamespaceNotWatched, fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace))
 	}
 	var d appsv1.Deployment
 	switch err := r.api.Get(ctx, types.NamespacedName{Namespace: gw.Namespace, Name: mr.DeploymentName}, &d); {
 	case apierrors.IsForbidden(err):
-		return unread(mounts.ReasonDeploymentForbidden, at+": get is forbidden; the gateway grants get and patch on its Deployment "+
+		return withheld(mounts.ReasonDeploymentForbidden, at+": get is forbidden; the gateway grants get and patch on its Deployment "+
 			"to the agent (the praxis-gateway chart's mountReconciliation.enabled renders that Role)")
 	case apierrors.IsNotFound(err):
-		return unread(mounts.ReasonDeploymentMissing, at+" does not exist")
+		return withheld(mounts.ReasonDeploymentMissing, at+" does not exist")
 	case err != nil:
-		return unread(mounts.ReasonDeploymentPatchFailed, at+": "+apiFailure(err, "get", "Deployment"))
+		return withheld(mounts.ReasonDeploymentPatchFailed, at+": "+apiFailure(err, "get", "Deployment"))
 	}
 	live, err := mounts.Inspect(&d, p.target)
 	if e := (*mounts.Error)(nil); errors.As(err, &e) {
-		return unread(e.Reason, e.Message)
+		return withheld(e.Reason, e.Message)
 	}
 	p.live = live
 	p.status.ConfigMapName, p.status.ConfigRevision = live.ActiveSlot, live.ConfigRevision
@@ -133,7 +134,7 @@ func (r *networkReconciler) planMount(ctx context.Context, network *v1alpha1.Gri
 	// slot's, and while older pods remain, the other slot's too.
 	activeRevision, withdrew, err := r.narrowToRunning(ctx, gw.Namespace, p.target, live.ActiveSlot, rollout.Settled, o)
 	if err != nil {
-		return unread(mounts.ReasonDeploymentPatchFailed, err.Error())
+		return withheld(mounts.ReasonDeploymentPatchFailed, err.Error())
 	}
 	note := ""
 	if len(withdrew) > 0 {
@@ -202,16 +203,8 @@ func (r *networkReconciler) narrowToRunning(ctx context.Context, namespace strin
 		}
 		reach = slotReach
 	}
-	kept := []envelope.Candidate{}
 	var withdrew []string
-	for _, c := range o.overlay.Candidates {
-		if reach[c.Cluster] {
-			kept = append(kept, c)
-		} else if !slices.Contains(withdrew, c.Cluster) {
-			withdrew = append(withdrew, c.Cluster)
-		}
-	}
-	o.overlay.Candidates = kept
+	o.overlay.Candidates, withdrew = reachable(o.overlay.Candidates, func(cluster string) bool { return reach[cluster] })
 	return activeRevision, withdrew, nil
 }
 

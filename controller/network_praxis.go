@@ -343,14 +343,21 @@ func (r *networkReconciler) lastAppliedReach(ctx context.Context, key types.Name
 	if err != nil {
 		return nil, nil, fmt.Errorf("the last applied config of %s does not parse", key)
 	}
+	kept, withdrew := reachable(candidates, func(cluster string) bool { _, ok := clusters[cluster]; return ok })
+	return kept, withdrew, nil
+}
+
+// reachable keeps the candidates whose cluster a running config has, and
+// names the clusters left out, each once.
+func reachable(candidates []envelope.Candidate, has func(cluster string) bool) ([]envelope.Candidate, []string) {
 	kept := []envelope.Candidate{}
 	var withdrew []string
 	for _, c := range candidates {
-		if _, ok := clusters[c.Cluster]; ok {
+		if has(c.Cluster) {
 			kept = append(kept, c)
 		} else if !slices.Contains(withdrew, c.Cluster) {
 			withdrew = append(withdrew, c.Cluster)
 		}
 	}
-	return kept, withdrew, nil
+	return kept, withdrew
 }
