@@ -74,12 +74,13 @@ func Run(ctx context.Context, c client.Client, opts Options) error {
 	start := time.Now()
 	done := map[string]bool{}
 	var pending []string
+	// waited is the wait ending with what was pending at the last look.
+	waited := func() error { return fmt.Errorf("%w: %s", ErrWaiting, strings.Join(orUnknown(pending), "; ")) }
 	for {
 		next, err := pass(ctx, c, p.Name, p.Spec.GridNetworkRef, want, done, start, out)
 		if err != nil && ctx.Err() != nil {
-			// The time given ran out during a read: that is the wait
-			// ending, with what was still pending at the last look.
-			return fmt.Errorf("%w: %s", ErrWaiting, strings.Join(orUnknown(pending), "; "))
+			// The time given ran out during a read: the wait ended.
+			return waited()
 		}
 		if err != nil {
 			return err
@@ -90,7 +91,7 @@ func Run(ctx context.Context, c client.Client, opts Options) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %s", ErrWaiting, strings.Join(pending, "; "))
+			return waited()
 		case <-time.After(poll):
 		}
 	}
