@@ -9,7 +9,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/shared/envelope"
@@ -107,7 +106,7 @@ func delegatedMounts(ctx context.Context, cp *controlplane.ControlPlane, node *t
 		return err
 	}
 	defer func() { _ = d.Stop() }()
-	provider, err := d.Provider(ctx, "")
+	provider, err := d.Provider(ctx)
 	if err != nil {
 		return err
 	}
@@ -131,11 +130,7 @@ func delegatedMounts(ctx context.Context, cp *controlplane.ControlPlane, node *t
 		return err
 	}
 	changed := time.Now()
-	if err := d.Admin.Get(ctx, client.ObjectKeyFromObject(provider), provider); err != nil {
-		return err
-	}
-	provider.Spec.Auth = testnode.CredentialOf(ns, "token-a")
-	if err := d.Admin.Update(ctx, provider); err != nil {
+	if err := d.SetCredential(ctx, provider, "token-a"); err != nil {
 		return err
 	}
 	if dep, err = rolled("token-a mounted", changed, dep.Generation); err != nil {

@@ -14,7 +14,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/mounts"
@@ -57,9 +56,8 @@ func TestDelegatedMountsRollTheGatewayOncePerChange(t *testing.T) {
 		_ = d.Stop()
 	})
 	sampler := sampleConfigs(t, ns)
-	provider, err := d.Provider(ctx, "")
+	provider, err := d.Provider(ctx)
 	require.NoError(t, err)
-	c := gridClient(t)
 
 	// roll waits for a change to reach Ready and says how many template
 	// patches (Deployment generations) and agent patches it took.
@@ -86,7 +84,7 @@ func TestDelegatedMountsRollTheGatewayOncePerChange(t *testing.T) {
 	volume := mounts.VolumeName(credDir)
 	prev := dep
 	dep, _ = roll("a credential reference added", func() {
-		update(t, c, provider, func(p *v1alpha1.InferenceProvider) { p.Spec.Auth = testnode.CredentialOf(ns, "token-a") })
+		require.NoError(t, d.SetCredential(ctx, provider, "token-a"))
 	})
 	assert.Equal(t, int64(1), generations(prev, dep), "one patch")
 	assert.Equal(t, praxisconfig.DefaultConfigMapName, testnode.ConfigSlot(dep), "the slots alternate")
@@ -134,7 +132,7 @@ func TestDelegatedMountsRollTheGatewayOncePerChange(t *testing.T) {
 	prev = dep
 	watch := watchTemplates(t, ns)
 	dep, _ = roll("the credential reference removed", func() {
-		update(t, c, provider, func(p *v1alpha1.InferenceProvider) { p.Spec.Auth = nil })
+		require.NoError(t, d.SetCredential(ctx, provider, ""))
 	})
 	assert.Equal(t, int64(2), generations(prev, dep), "the switch, then the prune")
 	assert.False(t, hasVolume(dep, volume), "pruned")
@@ -157,7 +155,7 @@ func TestDelegatedMountsWithoutTheGrantPatchNothing(t *testing.T) {
 	t.Cleanup(func() { _ = d.Stop() })
 	before, err := d.Deployment(ctx)
 	require.NoError(t, err)
-	_, err = d.Provider(ctx, "")
+	_, err = d.Provider(ctx)
 	require.NoError(t, err)
 	st, err := d.WaitStatus(ctx, time.Minute, func(s v1alpha1.MountReconciliationStatus) bool { return s.Reason == mounts.ReasonDeploymentForbidden })
 	require.NoError(t, err)
@@ -167,18 +165,6 @@ func TestDelegatedMountsWithoutTheGrantPatchNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "nothing patched")
 	assert.Zero(t, d.Patches())
-}
-
-func update[T client.Object](t *testing.T, c client.Client, obj T, mutate func(T)) {
-	t.Helper()
-	for range 10 {
-		require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(obj), obj))
-		mutate(obj)
-		if err := c.Update(t.Context(), obj); err == nil {
-			return
-		}
-	}
-	t.Fatalf("update %s: conflicts did not stop", obj.GetName())
 }
 
 func hasVolume(d *appsv1.Deployment, name string) bool {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
@@ -251,20 +252,28 @@ func ConfigSlot(d *appsv1.Deployment) string {
 	return ""
 }
 
-// Provider creates a local provider of cluster "a"; with secret, its
-// credential is that Secret's key token (in the gateway's namespace, as
-// delegated mounts require).
-func (d *Delegation) Provider(ctx context.Context, secret string) (*v1alpha1.InferenceProvider, error) {
+// Provider creates a local provider of cluster "a", without a credential.
+func (d *Delegation) Provider(ctx context.Context) (*v1alpha1.InferenceProvider, error) {
 	p := &v1alpha1.InferenceProvider{ObjectMeta: metav1.ObjectMeta{Name: "provider-" + d.Namespace},
 		Spec: v1alpha1.InferenceProviderSpec{GridNetworkRef: d.Network.Name, ProviderKind: "vllm", BackendKind: "openai_compatible",
 			Endpoint: "https://provider-a.example", ClusterName: "a", Models: []v1alpha1.Model{{Name: "model-a"}}}}
-	if secret != "" {
-		p.Spec.Auth = CredentialOf(d.Namespace, secret)
-	}
 	return p, d.Admin.Create(ctx, p)
 }
 
-// CredentialOf is a bearer credential from the Secret's key token.
-func CredentialOf(namespace, secret string) *v1alpha1.ProviderAuth {
-	return &v1alpha1.ProviderAuth{Strategy: "bearer_token", SecretRef: &v1alpha1.SecretKeyReference{Name: secret, Namespace: namespace, Key: "token"}}
+// SetCredential makes the provider's credential the bearer token in the
+// key token of the Secret (in the gateway's namespace, as delegated mounts
+// require); "" removes it. A conflict with the agent's status writes is
+// tried again.
+func (d *Delegation) SetCredential(ctx context.Context, p *v1alpha1.InferenceProvider, secret string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := d.Admin.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		p.Spec.Auth = nil
+		if secret != "" {
+			p.Spec.Auth = &v1alpha1.ProviderAuth{Strategy: "bearer_token",
+				SecretRef: &v1alpha1.SecretKeyReference{Name: secret, Namespace: d.Namespace, Key: "token"}}
+		}
+		return d.Admin.Update(ctx, p)
+	})
 }
