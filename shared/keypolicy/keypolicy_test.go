@@ -42,7 +42,7 @@ func TestCheckPublicKey(t *testing.T) {
 		{"ECDSA P-521", &p521.PublicKey, false},
 		{"ECDSA P-224", &p224.PublicKey, false},
 		{"Ed25519", edPub, true},
-		{"Ed25519 short", ed25519.PublicKey(edPub[:16]), false},
+		{"Ed25519 short", edPub[:16], false},
 		{"RSA 2048", &rsa2048.PublicKey, true},
 		{"RSA 4096", &rsa.PublicKey{N: modulus(4096), E: 65537}, true},
 		{"RSA 1024", &rsa.PublicKey{N: modulus(1024), E: 65537}, false},
