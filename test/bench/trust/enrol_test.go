@@ -30,7 +30,8 @@ import (
 	"github.com/gridsync/gridsync/test/testgateway"
 )
 
-const enrolSites = 10
+// enrolSites is how many sites enrol, one after another.
+var enrolSites = measure.Size(10, 2)
 
 // BenchmarkEnrol measures a new site's way into the grid, one site after
 // another: from the issuer's operator making its token to the site's
@@ -93,7 +94,7 @@ func runEnrol(b *testing.B) {
 		Namespaces: []string{credNS}, Logger: slog.New(slog.DiscardHandler), Membership: issuerSwim,
 		SiteName: "issuer", SiteProbeInterval: probeInterval, SiteProbeTimeout: time.Second,
 		ProbeDestinations: probe.Destinations{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
-	}})
+	}, SeveralPerProcess: true}) // the trust and enrolment benchmarks run in one process
 	measure.Must(b, err)
 	measure.Must(b, mgr.Add(issuerSwim))
 	mctx, stop := context.WithCancel(ctx)

@@ -45,10 +45,12 @@ import (
 )
 
 const (
-	sites         = 50
 	probeInterval = 2 * time.Second
 	network       = "trust-bench"
 )
+
+// sites is how many remote gateways are probed.
+var sites = measure.Size(50, 3)
 
 var cp *controlplane.ControlPlane
 
@@ -94,7 +96,7 @@ func runBench(b *testing.B) {
 		SiteName: "bench", SiteProbeInterval: probeInterval, SiteProbeTimeout: time.Second,
 		// The benchmark's gateways listen on loopback.
 		ProbeDestinations: probe.Destinations{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
-	}})
+	}, SeveralPerProcess: true}) // the trust and enrolment benchmarks run in one process
 	measure.Must(b, err)
 	mctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
