@@ -32,6 +32,10 @@ HELM_VERSION := v3.22.0
 HELM         := $(TOOLS_DIR)/helm/$(HELM_VERSION)/helm
 export GRIDSYNC_HELM := $(HELM)
 
+# Every benchmark at its smallest size (test/measure): make test and
+# make bench-smoke run them so, to prove they still run.
+MEASURE_SMOKE := GRIDSYNC_BENCH_SMOKE=1
+
 # Where the integration tests find kube-apiserver and etcd.
 export GRIDSYNC_TOOLS_BIN := $(TOOLS_DIR)/bin
 
@@ -148,8 +152,10 @@ test: ## every test, the integration tests against the real kube-apiserver inclu
 	$(GO) build -o $(TOOLS_DIR)/testreport ./test/testreport
 	@# 30 minutes: the node's projected-token test alone waits 11 for the
 	@# kubelet to rotate a token and the API server to refuse the old one
-	@# (go test's default of 10 would kill it).
-	$(GO) test -race -count=1 -timeout 30m -json ./... | $(TOOLS_DIR)/testreport
+	@# (go test's default of 10 would kill it). Every benchmark runs too,
+	@# once, at its smallest size (the smoke of make bench-smoke), so that
+	@# one that can no longer run fails here rather than in make bench.
+	$(MEASURE_SMOKE) $(GO) test -race -count=1 -timeout 30m -bench . -benchtime 1x -json ./... | $(TOOLS_DIR)/testreport
 
 .PHONY: testbins
 testbins: ## build the binaries the tests run as processes (shared by the test packages, rebuilt when the sources change)
@@ -160,29 +166,12 @@ golden: $(HELM) ## rewrite the charts' golden files from what they render now (r
 	$(GO) test ./test/charts -count=1 -update
 
 .PHONY: bench
-bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership, site trust, provider scrapes, admission, rollout evidence, pods on a real node
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./shared/...
-	@# Delivery first, on a control plane of its own: the controller case
-	@# leaves a thousand objects behind for the API server to keep busy with.
-	$(GO) test -run '^$$' -bench Delivery -benchtime 1x -timeout 30m ./test/bench
-	$(GO) test -run '^$$' -bench Controller -benchtime 1x -timeout 30m ./test/bench
-	$(GO) test -run '^$$' -bench PraxisConfig -benchtime 1x -timeout 30m ./test/bench
-	@# A thousand sidecars on one API server, and its restart under them.
-	$(GO) test -run '^$$' -bench Fleet -benchtime 1x -timeout 60m ./test/bench/fleet
-	@# The membership layer alone: 50 and 200 sites in one process.
-	$(GO) test -run '^$$' -bench VerifyRecord -benchtime 2s ./agent/membership
-	$(GO) test -run '^$$' -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
-	@# Site trust: 50 remote gateways probed over mutual TLS.
-	$(GO) test -run '^$$' -bench 'Trust|Enrol' -benchtime 1x -timeout 30m ./test/bench/trust
-	@# Scrapes of 200 providers, plaintext and behind mutual TLS.
-	$(GO) test -run '^$$' -bench Scrape -benchtime 1x -timeout 30m ./test/bench/scrape
-	@# Admission: 200 providers' load reaching 20 gateways' sidecars, and the write budget.
-	$(GO) test -run '^$$' -bench Admission -benchtime 1x -timeout 30m ./test/bench/admission
-	@# Rollout evidence: 1,000 sidecars reporting over QUIC; the listener under a flood.
-	$(GO) test -run '^$$' -bench Rollout -benchtime 1x -timeout 30m ./test/bench/rollout
-	@# A real node: twenty gateway pods from apply to Ready, and an update to every pod's file;
-	@# delegated mounts: one credential reference to a Ready rollout of ten replicas.
-	$(GO) test -run '^$$' -bench 'Node|Mounts' -benchtime 1x -timeout 30m ./test/bench/node
+bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership, site trust, provider scrapes, admission, rollout evidence, pods on a real node; every step runs, the failed ones are named at the end
+	GO=$(GO) test/bench/run.sh
+
+.PHONY: bench-smoke
+bench-smoke: tools ## every benchmark at its smallest size, in one process per package (make test does this too): proves they run, measures nothing
+	$(MEASURE_SMOKE) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
 
 # The standing attack suite: each attack of the hardening rounds against
 # the real binaries on loopback, one line each. `make test` runs its short

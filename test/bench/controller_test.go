@@ -32,13 +32,17 @@ import (
 // its network's 5 sites, so a gateway's overlay has 40 providers, 160
 // candidates. The agent binary runs with its chart's RBAC.
 const (
-	benchNetworks         = 10
 	gatewaysPerNetwork    = 5
-	providersPerNetwork   = 100
 	modelsPerProvider     = 4
 	sitesAdmitted         = 2
-	candidatesPerGateway  = providersPerNetwork * sitesAdmitted / gatewaysPerNetwork * modelsPerProvider
 	controllerQuietPeriod = 2 * time.Second
+)
+
+// The sizes measured, and the smoke run's.
+var (
+	benchNetworks        = measure.Size(10, 2)
+	providersPerNetwork  = measure.Size(100, 10)
+	candidatesPerGateway = providersPerNetwork * sitesAdmitted / gatewaysPerNetwork * modelsPerProvider
 )
 
 // BenchmarkController prints, for a cold start and for a change to one

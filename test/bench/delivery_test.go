@@ -27,11 +27,15 @@ import (
 )
 
 const (
-	warmupUpdates = 5
-	timedUpdates  = 200
-	updateEvery   = 100 * time.Millisecond
-	readerPause   = 200 * time.Microsecond
-	idleWindow    = 5 * time.Second
+	updateEvery = 100 * time.Millisecond
+	readerPause = 200 * time.Microsecond
+)
+
+// The sizes measured, and the smoke run's.
+var (
+	warmupUpdates = measure.Size(5, 1)
+	timedUpdates  = measure.Size(200, 5)
+	idleWindow    = measure.Size(5*time.Second, 500*time.Millisecond)
 )
 
 var caseSeq atomic.Int64
@@ -222,7 +226,7 @@ func deliver(b *testing.B, size int, medium, fsync string, withReader bool) resu
 		}
 		res.latencies = append(res.latencies, float64(at.Sub(sent[i]).Microseconds())/1000)
 	}
-	res.cpuMsPerUpdate = float64((cpuAfter - cpuBefore).Microseconds()) / 1000 / timedUpdates
+	res.cpuMsPerUpdate = float64((cpuAfter - cpuBefore).Microseconds()) / 1000 / float64(timedUpdates)
 	stopReader.Store(true)
 	readers.Wait()
 	res.reads, res.invalid = reads.Load(), invalid.Load()

@@ -55,12 +55,16 @@ import (
 )
 
 const (
-	providers = 200
-	gateways  = 20
-	network   = "admission"
-	site      = "east"
-	rounds    = 10
-	flapFor   = time.Minute
+	network = "admission"
+	site    = "east"
+)
+
+// The sizes measured, and the smoke run's.
+var (
+	providers = measure.Size(200, 4)
+	gateways  = measure.Size(20, 2)
+	rounds    = measure.Size(10, 1)
+	flapFor   = measure.Size(time.Minute, 5*time.Second)
 )
 
 var cp *controlplane.ControlPlane
@@ -83,9 +87,9 @@ func BenchmarkAdmission(b *testing.B) {
 // flapping, crossing the threshold at every scrape.
 type queues struct {
 	mu       sync.Mutex
-	waiting  [providers]int // of a capacity of 100
+	waiting  []int // of a capacity of 100
 	flapping atomic.Bool
-	turn     [providers]bool
+	turn     []bool
 }
 
 func (q *queues) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -195,7 +199,7 @@ func runBench(b *testing.B) {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	measure.Must(b, controlplane.WriteKubeconfig(agentCfg, kubeconfig))
 
-	q := &queues{}
+	q := &queues{waiting: make([]int, providers), turn: make([]bool, providers)}
 	for i := range providers {
 		q.set(i, 10)
 	}
@@ -337,7 +341,7 @@ func runBench(b *testing.B) {
 			f.mu.Unlock()
 		}
 		minutes := flapFor.Minutes()
-		return slices.Max(revisions) / minutes, slices.Max(flips) / providers / minutes
+		return slices.Max(revisions) / minutes, slices.Max(flips) / float64(providers) / minutes
 	}
 	revisions, flaps := flap(policy("10s"))
 	fmt.Printf("admission providers=%d gateways=%d react_p99_ms=%.0f revisions_per_gateway_per_min=%.1f flaps=%.2f\n",

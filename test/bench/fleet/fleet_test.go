@@ -49,10 +49,10 @@ func TestMain(m *testing.M) {
 	os.Exit(controlplane.RunTests(m, &cp))
 }
 
-const (
-	namespace = "fleet"
-	maxPods   = 1000
-)
+const namespace = "fleet"
+
+// maxPods is the largest fleet measured (the smoke run's: 4).
+var maxPods = measure.Size(1000, 4)
 
 // BenchmarkFleet prints, per case,
 //
@@ -80,12 +80,18 @@ func benchFleet(b *testing.B) {
 	defer cancel()
 	configs := podConfigs(ctx, b)
 	out := testfs.Mount(b, "size=3g") // the pods' emptyDirs, in memory as the chart's are
-	for i, c := range []struct{ pods, gateways, size, rounds int }{
+	type fleetCase struct{ pods, gateways, size, rounds int }
+	cases := measure.Size([]fleetCase{
 		{200, 1, 64 << 10, 10},
 		{1000, 1, 64 << 10, 10},
 		{1000, 50, 64 << 10, 3},
 		{1000, 1, 1000 << 10, 5},
-	} {
+	}, []fleetCase{
+		{2, 1, 64 << 10, 1},
+		{4, 2, 64 << 10, 1},
+		{4, 1, 1000 << 10, 1},
+	})
+	for i, c := range cases {
 		f := startFleet(ctx, b, configs[:c.pods], fmt.Sprintf("case%d", i), c.gateways, c.size, filepath.Join(out, fmt.Sprintf("case%d", i)))
 		fmt.Println(f.measure(ctx, b, c.rounds))
 		f.stop()
@@ -302,10 +308,10 @@ func (f *fleet) delivered(b *testing.B, revisions []string, answered []time.Time
 
 func (f *fleet) measure(ctx context.Context, b *testing.B, rounds int) string {
 	pid := cp.APIServerPID()
-	time.Sleep(5 * time.Second) // the fleet's start (its lists and watches) settles
-	idleFrom := measure.MustCPUMillis(b, pid)
-	time.Sleep(10 * time.Second)
-	idle := (measure.MustCPUMillis(b, pid) - idleFrom) / 10
+	time.Sleep(measure.Size(5*time.Second, time.Second)) // the fleet's start (its lists and watches) settles
+	idleFrom, idleFor := measure.MustCPUMillis(b, pid), measure.Size(10*time.Second, time.Second)
+	time.Sleep(idleFor)
+	idle := (measure.MustCPUMillis(b, pid) - idleFrom) / idleFor.Seconds()
 
 	var lastPod, cpu []float64
 	for range rounds {

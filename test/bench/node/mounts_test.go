@@ -12,7 +12,8 @@ import (
 	"github.com/gridsync/gridsync/test/testnode"
 )
 
-const mountReplicas = 10
+// mountReplicas is the delegated Deployment's size (the smoke run's: 2).
+var mountReplicas = measure.Size(10, 2)
 
 // BenchmarkMounts measures delegated mount reconciliation on the node: a
 // gateway Deployment of ten replicas from the real chart, rolled by the

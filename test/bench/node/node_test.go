@@ -53,11 +53,15 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	pods    = 20
-	updates = 20
 	gateway = "edge-gateway"
 	network = "glb-demo"
 	site    = "east-edge"
+)
+
+// The sizes measured, and the smoke run's.
+var (
+	pods    = measure.Size(20, 2)
+	updates = measure.Size(20, 2)
 )
 
 func BenchmarkNode(b *testing.B) {

@@ -66,10 +66,14 @@ import (
 )
 
 const (
-	pods     = 1000
-	gateways = 10
-	network  = "rollout"
-	site     = "east"
+	network = "rollout"
+	site    = "east"
+)
+
+// The sizes measured, and the smoke run's.
+var (
+	pods     = measure.Size(1000, 4)
+	gateways = measure.Size(10, 2)
 )
 
 var cp *controlplane.ControlPlane
@@ -330,8 +334,8 @@ func runBench(b *testing.B) {
 		fmt.Printf("rollout first round: streams ended and reopened: %v\n", reopened)
 	}
 	fmt.Printf("rollout pods=%d converged_ms=%.0f agent_cpu_ms_per_report=%.3f agent_rss_mib=%.1f quic_handshakes_per_s=%.0f tls_handshakes_per_s=%.0f idle_agent_cpu_ms_per_s=%.1f udp_datagrams_per_report=%.1f\n",
-		pods, float64(converged.Sub(lastSent).Microseconds())/1000, (cpuAfter-cpuBefore)/pods, rss, quicRate, tlsRate,
-		(idleTo-idleFrom)/3, (udpAfter-udpBefore)/pods)
+		pods, float64(converged.Sub(lastSent).Microseconds())/1000, (cpuAfter-cpuBefore)/float64(pods), rss, quicRate, tlsRate,
+		(idleTo-idleFrom)/3, (udpAfter-udpBefore)/float64(pods))
 
 	// The same round over HTTPS (the reporter's fallback), for comparison.
 	for i, s := range sidecars {
@@ -349,7 +353,7 @@ func runBench(b *testing.B) {
 	cpuAfter, err = measure.CPUMillis(pid)
 	measure.Must(b, err)
 	fmt.Printf("rollout-https pods=%d converged_ms=%.0f agent_cpu_ms_per_report=%.3f\n",
-		pods, float64(converged.Sub(lastSent).Microseconds())/1000, (cpuAfter-cpuBefore)/pods)
+		pods, float64(converged.Sub(lastSent).Microseconds())/1000, (cpuAfter-cpuBefore)/float64(pods))
 
 	flood(ctx, b, signalsAddr, roots, gatewayLeaf)
 	for _, s := range sidecars {
@@ -439,7 +443,7 @@ func handshakeRate(b *testing.B, handshake func(i int) error) float64 {
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d of %d handshakes failed", n, pods)
 	}
-	return pods / time.Since(start).Seconds()
+	return float64(pods) / time.Since(start).Seconds()
 }
 
 func waitListening(b *testing.B, addr string) {
@@ -489,7 +493,7 @@ func delivered(ctx context.Context, b *testing.B, admin client.Client, revs map[
 	measure.Must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
 	done := n.Status.Delivered == fmt.Sprintf("%d/%d", pods, pods)
 	for _, s := range n.Status.OverlayStatus {
-		done = done && s.RenderedRevision == revs[s.GatewayName] && s.Delivery != nil && s.Delivery.PodsOnRevision == pods/gateways
+		done = done && s.RenderedRevision == revs[s.GatewayName] && s.Delivery != nil && s.Delivery.PodsOnRevision == int32(pods/gateways)
 	}
 	return done
 }
@@ -514,7 +518,7 @@ func waitDelivered(ctx context.Context, b *testing.B, admin client.Client, revs 
 		measure.Must(b, admin.Get(ctx, types.NamespacedName{Name: network}, &n))
 		done := n.Status.Delivered == fmt.Sprintf("%d/%d", pods, pods)
 		for _, s := range n.Status.OverlayStatus {
-			done = done && s.RenderedRevision == revs[s.GatewayName] && s.Delivery != nil && s.Delivery.PodsOnRevision == pods/gateways
+			done = done && s.RenderedRevision == revs[s.GatewayName] && s.Delivery != nil && s.Delivery.PodsOnRevision == int32(pods/gateways)
 		}
 		if done {
 			return time.Now()

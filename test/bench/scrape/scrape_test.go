@@ -53,11 +53,13 @@ import (
 	"github.com/gridsync/gridsync/test/testproc"
 )
 
-const (
-	providers = 200
-	interval  = time.Second
-	warmup    = 3  // rounds every provider is scraped before measuring
-	rounds    = 10 // rounds measured
+const interval = time.Second
+
+// The sizes measured, and the smoke run's.
+var (
+	providers = measure.Size(200, 3)
+	warmup    = measure.Size(3, 1)  // rounds every provider is scraped before measuring
+	rounds    = measure.Size(10, 2) // rounds measured
 )
 
 const metricsBody = `# TYPE vllm:num_requests_waiting gauge
@@ -212,18 +214,18 @@ func runCase(b *testing.B, mode string) {
 	defer removeProviders(ctx, b, admin, network)
 	pid := agent.Cmd.Process.Pid
 	measure.Until(b, 2*time.Minute, 50*time.Millisecond, "every provider scraped in the warm-up rounds", func() bool {
-		return c.scrapes.Load() >= warmup*providers
+		return c.scrapes.Load() >= int64(warmup*providers)
 	})
 
 	c.reset()
 	from := time.Now()
 	cpu0 := measure.MustCPU(b, pid)
-	time.Sleep(rounds * interval)
+	time.Sleep(time.Duration(rounds) * interval)
 	cpu := measure.MustCPU(b, pid) - cpu0
 	to := time.Now()
 	scrapes := c.scrapes.Load()
 	durations := scrapeDurations(b, agent.Log(), from, to)
-	if scrapes < rounds*providers*9/10 || len(durations) == 0 {
+	if scrapes < int64(rounds*providers*9/10) || len(durations) == 0 {
 		b.Fatalf("%d scrapes answered and %d timed in %d rounds of %d providers", scrapes, len(durations), rounds, providers)
 	}
 	fmt.Printf("scrape providers=%d tls=%s scrape_p50_ms=%.2f scrape_p99_ms=%.2f agent_cpu_ms_per_scrape=%.3f new_connections=%d full_handshakes=%d resumed_handshakes=%d\n",

@@ -167,12 +167,12 @@ func runBench(b *testing.B, n int) {
 	// The grid formed; its membership gossip (every site's arrival, the
 	// grid ID adopted) is left to die down, as in a grid that has run for
 	// a while.
-	time.Sleep(15 * time.Second)
+	time.Sleep(measure.Size(15*time.Second, time.Second))
 
 	// Convergence: one provider record changed at one site, until every
 	// other site holds it.
 	var converge []float64
-	samples := 20
+	samples := measure.Size(20, 2)
 	for k := range samples {
 		origin := members[(k*7919)%n]
 		name := fmt.Sprintf("%s-change-%d", origin.rt.Site(), k)
@@ -208,7 +208,7 @@ func runBench(b *testing.B, n int) {
 	// never grow too old to be taken): every record is refreshed once in
 	// the window, as in a grid that runs for days, and a few push/pull
 	// periods pass (memberlist stretches the period above 32 sites).
-	idle := membership.DefaultTombstoneTTL / 3
+	idle := measure.Size(membership.DefaultTombstoneTTL/3, 2*time.Second)
 	before := sentBytes(members)
 	time.Sleep(idle)
 	idleRate := (sentBytes(members) - before) / float64(n) / idle.Seconds()
@@ -220,7 +220,8 @@ func runBench(b *testing.B, n int) {
 	// the median is printed.
 	var deaths []float64
 	gone := map[*site]bool{}
-	for _, victim := range []*site{members[n/2], members[n/3], members[2*n/3], members[n/4], members[3*n/4]} {
+	victims := []*site{members[n/2], members[n/3], members[2*n/3], members[n/4], members[3*n/4]}
+	for _, victim := range victims[:measure.Size(len(victims), 1)] {
 		// A death comes at any moment of the probe period, not just
 		// after the last one was found.
 		time.Sleep(mathrand.N(membership.DefaultProbeInterval))
@@ -321,5 +322,5 @@ func sizes() []int {
 	if v, err := strconv.Atoi(os.Getenv("SWIM_BENCH_SITES")); err == nil && v > 1 {
 		return []int{v}
 	}
-	return []int{50, 200}
+	return measure.Size([]int{50, 200}, []int{3})
 }
