@@ -67,11 +67,13 @@ func (s *Syncer) checkOutput() {
 		}
 		return
 	}
+	doneAt := s.opts.Now()
 	s.mu.Lock()
 	s.st.outputReason = ""
-	s.st.lastWrittenAt = s.opts.Now()
+	s.st.lastWrittenAt = doneAt
 	s.mu.Unlock()
 	s.metrics.writes.WithLabelValues("success").Inc()
+	s.metrics.lastWrite.Set(unixSeconds(doneAt))
 	s.notify()
 	log.Info("output_republished", "output", s.opts.Output, "revision", good.result.Revision)
 }
