@@ -94,7 +94,7 @@ func (r *networkReconciler) planMount(ctx context.Context, network *v1alpha1.Gri
 ) *mountPlan {
 	gw, mr := o.gateway, spec.MountReconciliation
 	name := praxisconfig.ConfigMapName(*spec)
-	p := &mountPlan{status: st, cfg: cfg, target: mounts.Target{Network: network.Name, Gateway: gw.Name,
+	p := &mountPlan{status: st, cfg: cfg, target: mounts.Target{Network: network.Name, NetworkUID: string(network.UID), Gateway: gw.Name,
 		Container: cmp.Or(mr.ContainerName, "praxis"), Slots: [2]string{name, mounts.SlotName(name)}}}
 	at := fmt.Sprintf("Deployment %s/%s", gw.Namespace, mr.DeploymentName)
 	result := func(phase, reason, message string) *mountPlan {

@@ -15,7 +15,9 @@ import (
 // these fields; a projection left out of a later apply (pruned) is
 // removed because this manager alone owns it, and every other field of
 // the Deployment (Helm's volumes and mounts, other containers, the
-// image) is left as it is.
+// image) is left as it is. The Deployment's AnnotationNetworkUID is
+// applied too, so that the opt-in binds to the network that made the
+// first patch (see Inspect).
 func Apply(namespace, name string, live Live, t Target, want Desired, kept []Projection) *appsv1ac.DeploymentApplyConfiguration {
 	all := append(slices.Clone(want.Projections), kept...)
 	owned := make([]string, 0, len(all))
@@ -40,7 +42,7 @@ func Apply(namespace, name string, live Live, t Target, want Desired, kept []Pro
 		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(p.Volume()).WithMountPath(p.MountPath).WithReadOnly(true))
 	}
 	slices.Sort(owned)
-	return appsv1ac.Deployment(name, namespace).WithSpec(appsv1ac.DeploymentSpec().WithTemplate(
+	return appsv1ac.Deployment(name, namespace).WithAnnotations(map[string]string{AnnotationNetworkUID: t.NetworkUID}).WithSpec(appsv1ac.DeploymentSpec().WithTemplate(
 		corev1ac.PodTemplateSpec().
 			WithAnnotations(map[string]string{
 				AnnotationConfigRevision:  want.ConfigRevision,

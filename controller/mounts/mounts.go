@@ -34,6 +34,12 @@ const (
 	AnnotationEnabled    = "grid.praxis.fast/mount-reconciliation"
 	AnnotationNetwork    = "grid.praxis.fast/mount-reconciliation-network"
 	AnnotationGatewayRef = "grid.praxis.fast/mount-reconciliation-gateway-ref"
+	// AnnotationNetworkUID binds the opt-in to one GridNetwork object, not
+	// only its name: a network deleted and created again under the same
+	// name (by anyone who may create GridNetworks) has another UID and is
+	// refused. The agent records the UID on its first patch; the chart
+	// sets it when the operator gives it (mountReconciliation.networkUID).
+	AnnotationNetworkUID = "grid.praxis.fast/mount-reconciliation-network-uid"
 )
 
 // The pod template's revision annotations, owned by the agent: a new value
@@ -69,6 +75,7 @@ const (
 	ReasonDeploymentMissing     = "DeploymentMissing"
 	ReasonDeploymentPatchFailed = "DeploymentPatchFailed"
 	ReasonNotOptedIn            = "DeploymentNotOptedIn"
+	ReasonNetworkRecreated      = "NetworkRecreated"
 	ReasonContainerMissing      = "ContainerMissing"
 	ReasonConfigNotMounted      = "ConfigNotMounted"
 	ReasonInvalidMountPath      = "InvalidMountPath"
@@ -209,7 +216,10 @@ func within(p, dir string) bool {
 // Target is what the agent reconciles a Deployment to.
 type Target struct {
 	Network, Gateway string
-	Container        string
+	// NetworkUID is the network's UID, checked against the Deployment's
+	// AnnotationNetworkUID when it has one, and recorded there by Apply.
+	NetworkUID string
+	Container  string
 	// Slots are the configured ConfigMap and the Grid-managed one.
 	Slots [2]string
 }
@@ -247,6 +257,11 @@ func Inspect(d *appsv1.Deployment, t Target) (Live, error) {
 	if a[AnnotationEnabled] != "true" || a[AnnotationNetwork] != t.Network || a[AnnotationGatewayRef] != t.Gateway {
 		return Live{}, fail(ReasonNotOptedIn, "%s does not opt in: it needs the annotations %s: \"true\", %s: %q and %s: %q (the praxis-gateway chart's mountReconciliation.enabled, .network and .gatewayRef)",
 			at, AnnotationEnabled, AnnotationNetwork, t.Network, AnnotationGatewayRef, t.Gateway)
+	}
+	if uid := a[AnnotationNetworkUID]; uid != "" && uid != t.NetworkUID {
+		return Live{}, fail(ReasonNetworkRecreated, "%s opted in for GridNetwork %s with UID %s; this GridNetwork %s has UID %s: it was deleted and created again "+
+			"since the opt-in was granted. If it is the network meant, set the annotation %s to %s (or remove it: the agent records the UID on its next patch)",
+			at, t.Network, uid, t.Network, t.NetworkUID, AnnotationNetworkUID, t.NetworkUID)
 	}
 	spec := &d.Spec.Template.Spec
 	live := Live{volumes: map[string]*corev1.Volume{}, Projections: map[string]Projection{}}

@@ -82,7 +82,7 @@ func TestProjectionsRefuseOtherNamespacesAndFoldersThatHideTheConfig(t *testing.
 	}
 }
 
-var target = Target{Network: "prod", Gateway: "inference-gw", Container: "praxis", Slots: [2]string{"praxis-consumer-config", SlotName("praxis-consumer-config")}}
+var target = Target{Network: "prod", NetworkUID: "9d1c0b6e-prod", Gateway: "inference-gw", Container: "praxis", Slots: [2]string{"praxis-consumer-config", SlotName("praxis-consumer-config")}}
 
 // deployment is the praxis-gateway chart's shape: opted in, the config
 // at /etc/praxis, a Helm-owned TLS mount and a second container.
@@ -116,14 +116,21 @@ func TestInspectNeedsTheOptInTheContainerAndTheConfigFolder(t *testing.T) {
 	assert.Equal(t, "config", live.ConfigVolume)
 	assert.Equal(t, "praxis-consumer-config", live.ActiveSlot)
 	assert.Empty(t, live.Owned())
+	bound := deployment()
+	bound.Annotations[AnnotationNetworkUID] = target.NetworkUID
+	_, err = Inspect(bound, target)
+	require.NoError(t, err, "the opt-in bound to this network's UID")
 
 	for name, c := range map[string]struct {
 		mutate func(*appsv1.Deployment)
 		reason string
 	}{
-		"no opt-in":           {func(d *appsv1.Deployment) { delete(d.Annotations, AnnotationEnabled) }, ReasonNotOptedIn},
-		"another network":     {func(d *appsv1.Deployment) { d.Annotations[AnnotationNetwork] = "staging" }, ReasonNotOptedIn},
-		"another gateway":     {func(d *appsv1.Deployment) { d.Annotations[AnnotationGatewayRef] = "other-gw" }, ReasonNotOptedIn},
+		"no opt-in":       {func(d *appsv1.Deployment) { delete(d.Annotations, AnnotationEnabled) }, ReasonNotOptedIn},
+		"another network": {func(d *appsv1.Deployment) { d.Annotations[AnnotationNetwork] = "staging" }, ReasonNotOptedIn},
+		"another gateway": {func(d *appsv1.Deployment) { d.Annotations[AnnotationGatewayRef] = "other-gw" }, ReasonNotOptedIn},
+		"the network re-created": {func(d *appsv1.Deployment) {
+			d.Annotations[AnnotationNetworkUID] = "52f0aa31-an-earlier-prod"
+		}, ReasonNetworkRecreated},
 		"no such container":   {func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "gateway" }, ReasonContainerMissing},
 		"a subPath":           {func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].VolumeMounts[0].SubPath = "praxis.yaml" }, ReasonConfigNotMounted},
 		"nothing at the path": {func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].VolumeMounts[0].MountPath = "/config" }, ReasonConfigNotMounted},
@@ -277,14 +284,16 @@ func TestAChangeIsOneSwitchAndARemovalIsPrunedAfterTheRollout(t *testing.T) {
 }
 
 // The apply names only the agent's fields: the config volume's ConfigMap,
-// its projections, the container's mounts of them, and the revisions.
+// its projections, the container's mounts of them, the revisions, and
+// the UID of the network the opt-in is bound to.
 func TestApplyCarriesOnlyTheAgentsFields(t *testing.T) {
 	live, err := Inspect(deployment(), target)
 	require.NoError(t, err)
 	want := Desired{Slot: target.Slots[1], ConfigRevision: "c1", SecretsRevision: "s1", Projections: []Projection{tokenA}}
 	doc, err := json.Marshal(Apply("gw", "inference-gw", live, target, want, nil))
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"inference-gw","namespace":"gw"},
+	assert.JSONEq(t, `{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"inference-gw","namespace":"gw",
+	 "annotations":{"grid.praxis.fast/mount-reconciliation-network-uid":"9d1c0b6e-prod"}},
 	 "spec":{"template":{"metadata":{"annotations":{
 	   "grid.praxis.fast/config-revision":"c1","grid.praxis.fast/secrets-revision":"s1","grid.praxis.fast/mounts":"`+tokenA.Volume()+`"}},
 	 "spec":{"volumes":[

@@ -152,7 +152,7 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 func Serve(ctx context.Context, ln net.Listener, handler http.Handler, shutdownGrace time.Duration) error {
 	table := newConnTable(MaxConnections)
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           withoutBodies(handler),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       10 * time.Second,
 		// A response (a /metrics render to a slow reader) holds its
@@ -183,6 +183,26 @@ func Serve(ctx context.Context, ln net.Listener, handler http.Handler, shutdownG
 		return fmt.Errorf("health server: %w", err)
 	}
 	return nil
+}
+
+// withoutBodies answers a request without reading its body, then closes
+// the connection. No endpoint takes a body, but net/http reads what a
+// handler left of one after it returns (up to 256 KiB, to reuse the
+// connection), and the connection carries a request until it has: a
+// client sending a chunked body one byte at a time would keep its slot
+// for the whole ReadTimeout, beyond the reach of eviction, and a few
+// dozen of them would leave the port to nobody else. A read deadline
+// already passed ends that read at once, and "Connection: close" keeps
+// the server from waiting for the next request on a stream that may
+// still hold the rest of the body.
+func withoutBodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 { // -1: chunked, of unknown length
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // ServeWhile serves handler on ln while work runs, and returns when either

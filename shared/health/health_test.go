@@ -329,3 +329,45 @@ func TestMetricsRendersAreBounded(t *testing.T) {
 	assert.Equal(t, 10-health.MaxMetricsInFlight, busy)
 	assert.LessOrEqual(t, peak.Load(), int64(health.MaxMetricsInFlight))
 }
+
+// A request's body is never read: a GET that sends a chunked body a byte
+// at a time is answered and its connection closed at once, instead of
+// carrying a request (beyond eviction) while net/http drains the body for
+// the whole ReadTimeout. Past the cap, such clients leave the port to
+// probes.
+func TestASlowBodyHoldsNoConnection(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ln, err := health.Listen(context.Background(), "127.0.0.1:0")
+	require.NoError(t, err)
+	checks := health.Checks{Ready: func() (bool, string) { return true, "" }, Started: func() bool { return true }, Status: func() any { return nil }}
+	go func() { _ = health.Serve(ctx, ln, health.Handler(checks, nil), time.Second) }()
+	addr := ln.Addr().String()
+
+	conns := make([]net.Conn, 0, health.MaxConnections+20)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for _, method := range []string{"GET", "POST"} {
+		for range (health.MaxConnections + 20) / 2 {
+			c, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", addr)
+			require.NoError(t, err)
+			conns = append(conns, c)
+			_, err = fmt.Fprintf(c, "%s /livez HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n", method)
+			require.NoError(t, err)
+		}
+	}
+	// The server's ReadTimeout is 10 s: a connection it held for the body
+	// would still be open at 5.
+	for i, c := range conns {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		answer, err := io.ReadAll(c)
+		require.NoError(t, err, "connection %d is closed by the server after its answer", i)
+		assert.Contains(t, string(answer), "Connection: close")
+		_, err = c.Write([]byte("1\r\nb\r\n"))
+		_ = err // the server has gone; a write may still be buffered
+	}
+	require.NoError(t, probe(addr, "/livez"))
+}

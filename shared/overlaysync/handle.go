@@ -68,7 +68,9 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 func (s *Syncer) write(a *accepted) {
 	log := s.opts.Logger
 	// Only a new revision gets here, so the file cannot already hold it.
+	s.writeMu.Lock()
 	res, err := s.file.Replace(a.data)
+	s.writeMu.Unlock()
 	doneAt := s.opts.Now()
 	if err != nil && res != publish.Written {
 		s.metrics.writeFailed()
@@ -101,6 +103,8 @@ func (s *Syncer) write(a *accepted) {
 
 	s.mu.Lock()
 	s.st.pending = nil
+	s.st.lastGood = a
+	s.st.outputReason = ""
 	s.st.sourceReason = ""
 	s.st.restored = false
 	s.st.lastWrittenAt = doneAt

@@ -47,8 +47,8 @@ func upstreamReason(reason string) string {
 		return upstreamDeleted
 	case ReasonNotFound, ReasonAPIUnreachable, ReasonAPIForbidden, ReasonSourceUnconfirmed:
 		return upstreamAPIUnavailable // upstream's GET or watch fails
-	case ReasonWriteFailed:
-		return upstreamWriteFailed
+	case ReasonWriteFailed, ReasonOutputMissing:
+		return upstreamWriteFailed // the gateway's file is not what it should be
 	}
 	return reason // oversized, scope_mismatch, digest_mismatch, revision_digest_mismatch
 }
@@ -80,6 +80,7 @@ type metrics struct {
 	deliveryLatency prometheus.Histogram
 	renderToDisk    prometheus.Histogram
 	revisionInfo    *prometheus.GaugeVec
+	outputMissing   prometheus.Counter
 }
 
 // rejectionReasons is the closed set of our rejection reasons.
@@ -124,6 +125,14 @@ func (m *metrics) apiFailed(reason string) {
 // writeFailed counts a failed write of the overlay file.
 func (m *metrics) writeFailed() {
 	m.writes.WithLabelValues("failure").Inc()
+	m.events.WithLabelValues(outcomeError, upstreamWriteFailed).Inc()
+}
+
+// outputLost counts an output found missing, replaced or rewritten by
+// someone else; to the upstream sidecar's counters it is a failed write
+// (the gateway's file is not the one delivered).
+func (m *metrics) outputLost() {
+	m.outputMissing.Inc()
 	m.events.WithLabelValues(outcomeError, upstreamWriteFailed).Inc()
 }
 
@@ -196,13 +205,17 @@ func newMetrics(reg prometheus.Registerer, ready, degraded func() bool, confirme
 			Name: "grid_overlay_sync_revision_info",
 			Help: "The revision of the overlay file on disk, as a label; one series.",
 		}, []string{"revision"}),
+		outputMissing: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_overlay_sync_output_missing_total",
+			Help: "Times the published file was found removed, replaced or rewritten by someone else (and put back from the last-known-good).",
+		}),
 	}
 	if reg == nil {
 		return m
 	}
 	reg.MustRegister(m.events, m.writes, m.validationFailures, m.reconnects,
 		m.lastObserved, m.lastWrite, m.payloadBytes,
-		m.rejections, m.watchRestarts, m.apiFailures, m.deliveryLatency, m.renderToDisk, m.revisionInfo,
+		m.rejections, m.watchRestarts, m.apiFailures, m.deliveryLatency, m.renderToDisk, m.revisionInfo, m.outputMissing,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "grid_overlay_sync_ready",
 			Help: "1 when a valid overlay is on disk and readiness is not withdrawn (matches /readyz).",

@@ -36,6 +36,10 @@ const (
 	// overloaded server): what is on disk may no longer be what the source
 	// holds.
 	ReasonSourceUnconfirmed = "source_unconfirmed"
+	// ReasonOutputMissing: the published file is not at the output any
+	// more (another container of the pod removed, replaced or rewrote
+	// it) and could not be put back yet.
+	ReasonOutputMissing = "output_missing"
 )
 
 // state is the Syncer's mutable view of delivery, guarded by Syncer.mu.
@@ -55,7 +59,13 @@ type state struct {
 	apiReason    string // the path to it: unreachable, forbidden, unconfirmed
 	// pending is an accepted envelope whose write failed; it is retried,
 	// and the Syncer is degraded (write_failed) while it waits.
-	pending             *accepted
+	pending *accepted
+	// lastGood is the envelope on disk (written, or restored at start):
+	// what the output guard puts back when the output goes missing.
+	lastGood *accepted
+	// outputReason is set while the output is missing and not yet put
+	// back (ReasonOutputMissing).
+	outputReason        string
 	lastRejectionReason string
 	lastRejectionAt     time.Time
 	lastObservedAt      time.Time
@@ -121,13 +131,15 @@ type SourceStatus struct {
 
 // degradedReason is the one reason /status and the degraded gauge report:
 // the API first (nothing is known of the source while it is away), then a
-// failed write, then the source itself.
+// failed write, then a missing output, then the source itself.
 func (st *state) degradedReason() string {
 	switch {
 	case st.apiReason != "":
 		return st.apiReason
 	case st.pending != nil:
 		return ReasonWriteFailed
+	case st.outputReason != "":
+		return st.outputReason
 	default:
 		return st.sourceReason
 	}

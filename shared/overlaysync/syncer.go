@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -30,6 +29,10 @@ type Syncer struct {
 	file    *publish.File
 	durable publish.Durability
 	metrics *metrics
+
+	// writeMu serializes the publications of s.file: the watch's and the
+	// output guard's.
+	writeMu sync.Mutex
 
 	mu sync.Mutex
 	st state
@@ -79,7 +82,11 @@ func (s *Syncer) validationOptions() envelope.Options {
 
 func (s *Syncer) restore() {
 	log := s.opts.Logger
-	data, err := readAtMost(s.opts.Output, s.opts.MaxBytes+1)
+	// Not blocking: a FIFO or a leased file put at the output's name by
+	// another container answers at once and is refused, so a restart is
+	// never held by it; the output then counts as absent and the first
+	// valid update replaces it.
+	data, err := s.file.ReadCurrent(s.opts.MaxBytes + 1)
 	if errors.Is(err, os.ErrNotExist) {
 		log.Info("output_empty", "output", s.opts.Output)
 		return
@@ -97,6 +104,7 @@ func (s *Syncer) restore() {
 	defer s.mu.Unlock()
 	s.st.restored = true
 	s.st.lastValidRevision = res.Revision
+	s.st.lastGood = &accepted{data: data, result: res, receivedAt: s.opts.Now()}
 	// The restored file keeps the gateway serving (ready, expiry counted
 	// from now), but nothing has confirmed it yet: the sidecar may have
 	// been killed in the middle of an outage, so until the API server
@@ -106,17 +114,6 @@ func (s *Syncer) restore() {
 	s.st.apiReason = ReasonSourceUnconfirmed
 	s.markOnDiskLocked(res.Revision, len(data))
 	log.Info("overlay_restored", "revision", res.Revision, "output", s.opts.Output)
-}
-
-// readAtMost reads up to limit bytes of a file: enough to tell an
-// oversized file (refused by validation) without reading all of it.
-func readAtMost(path string, limit int) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	return io.ReadAll(io.LimitReader(f, int64(limit)))
 }
 
 // Started reports whether a valid overlay is on disk (/startupz).
@@ -159,6 +156,12 @@ func (s *Syncer) Status() Status {
 func (s *Syncer) Run(ctx context.Context) error {
 	s.opts.Logger.Info("sync_started", "namespace", s.opts.Namespace, "config_map", s.opts.ConfigMap, "data_key", s.opts.DataKey, "output", s.opts.Output,
 		"output_medium", s.durable.Medium, "fsync_mode", string(s.durable.Mode), "fsync", s.durable.Sync)
+	if !s.opts.Once {
+		guardDone := make(chan struct{})
+		gctx, stopGuard := context.WithCancel(ctx)
+		go func() { defer close(guardDone); s.guardOutput(gctx) }()
+		defer func() { stopGuard(); <-guardDone }()
+	}
 	retry := newBackoff(s.opts.BackoffMin, s.opts.BackoffMax)
 	relist := true
 	listed := false

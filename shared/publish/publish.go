@@ -76,6 +76,8 @@ type File struct {
 	// noExchange is set once the folder's file system refuses to exchange
 	// two names; publications then rename over the target, as before.
 	noExchange bool
+	// inPlace is the file last put at the target (see Intact).
+	inPlace *placed
 }
 
 // New prepares publication to path with the given file mode and removes
@@ -193,9 +195,13 @@ func (f *File) holds(content []byte) (bool, error) {
 }
 
 // fileEquals compares a file with content in small chunks, so that the
-// check allocates nothing in proportion to the payload.
+// check allocates nothing in proportion to the payload. What is not a
+// regular file, or cannot be opened at once, is not equal: it is replaced.
 func fileEquals(path string, content []byte) (bool, error) {
-	file, err := os.Open(path)
+	file, _, err := openRegular(path)
+	if errors.Is(err, ErrNotRegular) || errors.Is(err, ErrInUse) || errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -275,6 +281,12 @@ func (f *File) replace(content []byte) (renamed bool, err error) {
 			return false, fmt.Errorf("sync temporary file: %w", err)
 		}
 	}
+	// What the file is once written: a rename changes none of it, so
+	// Intact can tell it from anything put in its place later.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, fmt.Errorf("stat temporary file: %w", err)
+	}
 	closeErr := unix.Close(fd)
 	fd = -1
 	if closeErr != nil {
@@ -285,6 +297,7 @@ func (f *File) replace(content []byte) (renamed bool, err error) {
 		return false, fmt.Errorf("rename into place: %w", err)
 	}
 	renamed = true
+	f.inPlace = placedOf(&st)
 	if exchanged {
 		f.spare = tmpName
 	}

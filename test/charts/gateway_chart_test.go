@@ -584,6 +584,11 @@ func TestGatewayChartDelegatesMountsInTwoPhases(t *testing.T) {
 		}
 	}
 	assert.Equal(t, rbac.GatewayDeploymentRules("praxis-praxis-gateway"), rules)
+	bound := mountReconciliationValues(false)
+	bound["mountReconciliation"].(map[string]any)["networkUID"] = "0f6a3c1e-5b7d-4e2a-9c11-2f1d8b6e4a90"
+	assert.Equal(t, "0f6a3c1e-5b7d-4e2a-9c11-2f1d8b6e4a90",
+		deploymentOf(t, render(t, gatewayChart, valueCase{name: "mount-reconciliation-bound", release: "praxis", namespace: "gw-mounts", values: bound})).
+			Annotations["grid.praxis.fast/mount-reconciliation-network-uid"], "the opt-in bound to the network's UID when the operator gives it")
 	applyRendered(t, adminClient(t), vc, rendered)
 	assertAccess(t, "system:serviceaccount:grid-system:gridsync-agent", []access{
 		{true, authorizationv1.ResourceAttributes{Verb: "get", Group: "apps", Namespace: vc.namespace, Resource: "deployments", Name: "praxis-praxis-gateway"}},

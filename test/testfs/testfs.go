@@ -46,3 +46,25 @@ func Remount(t testing.TB, dir, options string) {
 		t.Fatalf("remount %s with %q: %v", dir, options, err)
 	}
 }
+
+// Lease takes a write lease on the file at path, as another container
+// sharing the volume could, and releases it when the test ends. While it
+// is held, an open of the file by anyone else waits for the kernel's
+// lease-break-time (45 s by default) unless it is non-blocking, which
+// fails at once with EWOULDBLOCK. A lease needs the file's owner (or
+// CAP_LEASE) and no other open descriptor of it.
+func Lease(t testing.TB, path string) {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open %s for a lease: %v", path, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+		_ = unix.Close(fd)
+		t.Fatalf("take a write lease on %s: %v", path, err)
+	}
+	t.Cleanup(func() {
+		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+		_ = unix.Close(fd)
+	})
+}
