@@ -25,6 +25,7 @@ import (
 	"fmt"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/shared/keypolicy"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
 
@@ -188,7 +189,8 @@ func (r *Raw) Parse() (*Material, error) {
 
 // ClientConfig is the TLS configuration of requests with the material:
 // its CA only, its certificate, resumed sessions (a reconnection after an
-// idle close costs no full handshake).
+// idle close costs no full handshake), and the server's keys checked
+// before its chain's signatures (keypolicy.ClientConfig).
 func (m *Material) ClientConfig() *tls.Config {
 	cfg := &tls.Config{
 		RootCAs:            m.Roots,
@@ -199,5 +201,5 @@ func (m *Material) ClientConfig() *tls.Config {
 	if m.Certificate != nil {
 		cfg.Certificates = []tls.Certificate{*m.Certificate}
 	}
-	return cfg
+	return keypolicy.ClientConfig(cfg)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/elliptic"
 	"crypto/tls"
 	"crypto/x509"
 	"os"
@@ -208,6 +209,11 @@ func TestRejectedCandidatesKeepTheActiveIdentity(t *testing.T) {
 		{"a 1024-bit RSA key", func(t *testing.T, f *fixture) map[string][]byte {
 			cert, key := f.root.Leaf(t, "weak", testpki.Opts{RSABits: 1024})
 			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": f.root.PEM}
+		}, tlsidentity.ReasonWeakKey},
+		{"an intermediate with a P-521 key", func(t *testing.T, f *fixture) map[string][]byte {
+			inter := f.root.Intermediate(t, "p521", testpki.Opts{Curve: elliptic.P521()})
+			cert, key := inter.Leaf(t, "x", testpki.Opts{})
+			return map[string][]byte{"tls.crt": append(cert, inter.PEM...), "tls.key": key, "ca.crt": f.root.PEM}
 		}, tlsidentity.ReasonWeakKey},
 		{"an expired CA bundle", func(t *testing.T, f *fixture) map[string][]byte {
 			cert, key := f.root.Leaf(t, "x", testpki.Opts{})

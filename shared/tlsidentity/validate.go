@@ -2,7 +2,6 @@ package tlsidentity
 
 import (
 	"bytes"
-	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,6 +9,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"time"
+
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // Material is the kind of material a reload concerns: the certificate
@@ -39,7 +40,9 @@ const (
 	// ReasonBadChain: the certificates do not form a chain (each signed
 	// by the next), or more of them than a handshake carries.
 	ReasonBadChain Reason = "bad_chain"
-	// ReasonWeakKey: an RSA key shorter than MinRSABits.
+	// ReasonWeakKey: a key of a kind or size keypolicy does not accept
+	// (an RSA key shorter than 2,048 bits or longer than 4,096, a curve
+	// other than P-256 and P-384...).
 	ReasonWeakKey Reason = "weak_key"
 )
 
@@ -49,8 +52,6 @@ const (
 const (
 	MaxChainCertificates = 8
 	MaxChainBytes        = 64 << 10
-	// MinRSABits is the shortest RSA key accepted, as for the Web PKI.
-	MinRSABits = 2048
 )
 
 // Rejection says why a candidate was refused. Detail names files and
@@ -152,8 +153,9 @@ func validate(m material, now time.Time, requireServerAuth bool) (*Identity, *Re
 }
 
 // checkChain parses the certificate file's chain and checks that a client
-// can use it: bounded, every certificate signed by the next, and no weak
-// RSA key. The last certificate may be signed by a root of the bundle.
+// can use it: bounded, every certificate signed by the next, and every key
+// of a kind and size keypolicy accepts, checked before any signature. The
+// last certificate may be signed by a root of the bundle.
 func checkChain(ders [][]byte) ([]*x509.Certificate, *Rejection) {
 	if len(ders) > MaxChainCertificates {
 		return nil, rejection(MaterialCertificate, ReasonBadChain, fmt.Sprintf("%d certificates, at most %d", len(ders), MaxChainCertificates))
@@ -171,10 +173,12 @@ func checkChain(ders [][]byte) ([]*x509.Certificate, *Rejection) {
 	if size > MaxChainBytes {
 		return nil, rejection(MaterialCertificate, ReasonBadChain, fmt.Sprintf("the chain takes %d bytes, at most %d", size, MaxChainBytes))
 	}
-	for i, c := range chain {
-		if rsaKey, ok := c.PublicKey.(*rsa.PublicKey); ok && rsaKey.N.BitLen() < MinRSABits {
-			return nil, rejection(MaterialCertificate, ReasonWeakKey, fmt.Sprintf("%q has a %d-bit RSA key, at least %d", c.Subject.String(), rsaKey.N.BitLen(), MinRSABits))
+	for _, c := range chain {
+		if err := keypolicy.CheckPublicKey(c.PublicKey); err != nil {
+			return nil, rejection(MaterialCertificate, ReasonWeakKey, fmt.Sprintf("%q: %v", c.Subject.String(), err))
 		}
+	}
+	for i, c := range chain {
 		if i+1 < len(chain) {
 			if err := c.CheckSignatureFrom(chain[i+1]); err != nil {
 				return nil, rejection(MaterialCertificate, ReasonBadChain, fmt.Sprintf("certificate %d (%q) is not signed by certificate %d (%q)", i, c.Subject.String(), i+1, chain[i+1].Subject.String()))

@@ -40,6 +40,9 @@ type Opts struct {
 	NotBefore, NotAfter time.Time
 	ClientOnly          bool // no server-auth usage
 	RSABits             int  // an RSA key of this size instead of P-256
+	// Curve, when set, is the ECDSA curve instead of P-256 (a P-521 key is
+	// one gridsync refuses, made in a millisecond).
+	Curve elliptic.Curve
 	// Names, when set, are a leaf's only DNS names (no IP address):
 	// a certificate for another name than the one dialled.
 	Names []string
@@ -94,7 +97,11 @@ func issue(t testing.TB, parent *Issuer, name string, ca bool, o Opts) *Issuer {
 	if o.RSABits > 0 {
 		key, err = rsa.GenerateKey(rand.Reader, o.RSABits) //nolint:gosec // weak keys are what some tests need
 	} else {
-		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		curve := o.Curve
+		if curve == nil {
+			curve = elliptic.P256()
+		}
+		key, err = ecdsa.GenerateKey(curve, rand.Reader)
 	}
 	require.NoError(t, err)
 	now := time.Now()
