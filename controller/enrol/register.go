@@ -1,0 +1,191 @@
+package enrol
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Renewals are held to MaxRenewals a site in any RenewalWindow. An honest
+// site renews once per two thirds of its certificate's lifetime (60 days
+// by default) and a renewal whose answer is lost cannot be retried (the
+// certificate it presented is superseded by then): three leave room for
+// a site restored from a backup, or renewing by hand, while a stolen
+// newest key mints at most three certificates an hour, each superseding
+// the last, until the operator lists the site in refuseRenewal.
+const (
+	MaxRenewals   = 3
+	RenewalWindow = time.Hour
+)
+
+// Refusals of a renewal by the register.
+var (
+	ErrSuperseded  = errors.New("the certificate presented is not the newest one issued to the site (the site has renewed since); only the newest renews, or the site enrols afresh with a token")
+	ErrRenewalRate = fmt.Errorf("the site renewed %d times in the last %s already; the current certificate stays valid, try again later", MaxRenewals, RenewalWindow)
+	errNoRegister  = errors.New("the issuer's token Secret does not exist (gridsync-agent enroll-token makes it); the certificates issued cannot be recorded")
+)
+
+// A record's Secret data key: the prefix, then the first bytes of a hash
+// of the network and site names, hex.
+const (
+	registerPrefix  = "site-"
+	registerKeyHash = 20
+)
+
+// SiteRecord is what the issuer keeps of a site it issued a certificate
+// to, in the token Secret beside the tokens (the one Secret the issuer
+// may update, so that recording needs no further access): the newest
+// certificate, by serial, and the times of the site's recent renewals.
+// A renewal from any other certificate is refused, and that holds across
+// restarts of the issuer.
+type SiteRecord struct {
+	Network string `json:"network"`
+	Site    string `json:"site"`
+	// Serial is the newest certificate's serial number (hex) and
+	// KeyFingerprint the SHA-256 of its public key (SubjectPublicKeyInfo,
+	// hex): the certificate and the key a renewal must come from.
+	Serial         string    `json:"serial"`
+	KeyFingerprint string    `json:"keyFingerprint"`
+	NotAfter       time.Time `json:"notAfter"`
+	// Renewals are when the site renewed within the last RenewalWindow.
+	Renewals []time.Time `json:"renewals,omitempty"`
+}
+
+// registerKey is the Secret data key of a site's record: network names
+// may be 253 characters long, so the key is a hash of both names (the
+// record itself names them); token keys are bare 64-hex hashes, so the
+// two never meet.
+func registerKey(network, site string) string {
+	sum := sha256.Sum256([]byte(network + "/" + site))
+	return registerPrefix + hex.EncodeToString(sum[:registerKeyHash])
+}
+
+func isRegisterKey(k string) bool { return strings.HasPrefix(k, registerPrefix) }
+
+func serialOf(c *x509.Certificate) string { return c.SerialNumber.Text(16) }
+
+func keyFingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:])
+}
+
+// recentRenewals are the renewals within the window before now.
+func recentRenewals(times []time.Time, now time.Time) []time.Time {
+	var kept []time.Time
+	for _, at := range times {
+		if now.Sub(at) < RenewalWindow && !at.After(now) {
+			kept = append(kept, at)
+		}
+	}
+	return kept
+}
+
+// mayRenew says whether presented may renew the site r records: only the
+// newest certificate, and at most MaxRenewals in the window. A site
+// without a record (its certificate was issued before the issuer kept
+// one) renews, and that renewal starts its record.
+func (r *SiteRecord) mayRenew(presented *x509.Certificate, now time.Time) error {
+	if r == nil {
+		return nil
+	}
+	if r.Serial != serialOf(presented) || r.KeyFingerprint != keyFingerprint(presented) {
+		return ErrSuperseded
+	}
+	if len(recentRenewals(r.Renewals, now)) >= MaxRenewals {
+		return ErrRenewalRate
+	}
+	return nil
+}
+
+// issued is the record once issued is the site's newest certificate;
+// renewal counts it against the rate (an enrolment, authorised by a
+// one-time token, does not).
+func (r *SiteRecord) issued(network, site string, issued *x509.Certificate, renewal bool, now time.Time) SiteRecord {
+	next := SiteRecord{Network: network, Site: site, Serial: serialOf(issued), KeyFingerprint: keyFingerprint(issued), NotAfter: issued.NotAfter.UTC()}
+	if r != nil {
+		next.Renewals = recentRenewals(r.Renewals, now)
+	}
+	if renewal {
+		next.Renewals = append(next.Renewals, now.UTC())
+	}
+	return next
+}
+
+// recordIn reads a site's record from the Secret's data: nil when there
+// is none; a record that does not parse is refused (renewal needs the
+// operator then, rather than starting over as if there were none).
+func recordIn(data map[string][]byte, network, site string) (*SiteRecord, error) {
+	raw, ok := data[registerKey(network, site)]
+	if !ok {
+		return nil, nil
+	}
+	var r SiteRecord
+	if err := json.Unmarshal(raw, &r); err != nil || r.Network != network || r.Site != site {
+		return nil, fmt.Errorf("the issuer's record of site %s in network %s does not parse", site, network)
+	}
+	return &r, nil
+}
+
+// MayRenew reads the site's record and says whether presented may renew
+// it now: a refused renewal costs one read, and no signature.
+func (t *Tokens) MayRenew(ctx context.Context, network, site string, presented *x509.Certificate, now time.Time) error {
+	var s corev1.Secret
+	err := t.API.Get(ctx, t.key(), &s)
+	switch {
+	case apierrors.IsNotFound(err):
+		return errNoRegister
+	case err != nil:
+		return fmt.Errorf("the token Secret %s: %w", t.key(), err)
+	}
+	r, err := recordIn(s.Data, network, site)
+	if err != nil {
+		return err
+	}
+	return r.mayRenew(presented, now)
+}
+
+// RecordIssued records issued as the site's newest certificate before it
+// is handed out. For a renewal (presented set) the rule is checked again
+// in the same write: of two renewals with one certificate, one is
+// recorded and the other refused.
+func (t *Tokens) RecordIssued(ctx context.Context, network, site string, presented, issued *x509.Certificate, now time.Time) error {
+	err := t.update(ctx, func(s *corev1.Secret) error {
+		r, err := recordIn(s.Data, network, site)
+		if err != nil {
+			return err
+		}
+		if presented != nil {
+			if err := r.mayRenew(presented, now); err != nil {
+				return err
+			}
+		}
+		raw, err := json.Marshal(r.issued(network, site, issued, presented != nil, now))
+		if err != nil {
+			return err
+		}
+		s.Data[registerKey(network, site)] = raw
+		return nil
+	}, false)
+	if errors.Is(err, errSecretMissing) {
+		return errNoRegister
+	}
+	return err
+}
+
+// Record is the site's record, nil when there is none.
+func (t *Tokens) Record(ctx context.Context, network, site string) (*SiteRecord, error) {
+	var s corev1.Secret
+	if err := t.API.Get(ctx, t.key(), &s); err != nil {
+		return nil, err
+	}
+	return recordIn(s.Data, network, site)
+}

@@ -1,0 +1,261 @@
+package enrol
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/test/testpki"
+)
+
+func TestOneRequestAtATimePerSource(t *testing.T) {
+	var g addressGate
+	release, ok := g.enter("192.0.2.1:4000")
+	require.True(t, ok)
+	_, ok = g.enter("192.0.2.1:4001")
+	assert.False(t, ok, "a second request of one address waits its turn")
+	_, ok = g.enter("[::ffff:192.0.2.1]:4002")
+	assert.False(t, ok, "an IPv4-mapped address is the same address")
+	other, ok := g.enter("192.0.2.2:4000")
+	assert.True(t, ok, "another address is not held up")
+	other()
+
+	v6, ok := g.enter("[2001:db8:1:2::1]:443")
+	require.True(t, ok)
+	_, ok = g.enter("[2001:db8:1:2::ffff]:443")
+	assert.False(t, ok, "one host holds a whole /64")
+	next64, ok := g.enter("[2001:db8:1:3::1]:443")
+	assert.True(t, ok, "another /64 is another source")
+	next64()
+	v6()
+
+	release()
+	release() // twice: the place is given back once
+	again, ok := g.enter("192.0.2.1:4003")
+	assert.True(t, ok, "the place is free once released")
+	_, ok = g.enter("192.0.2.1:4004")
+	assert.False(t, ok, "and taken again by one request only")
+	again()
+	_, ok = g.enter("not an address")
+	assert.False(t, ok)
+	assert.Empty(t, g.busy, "no source is kept once its requests are over")
+}
+
+func certWithSerial(serial int64, spki string) *x509.Certificate {
+	return &x509.Certificate{SerialNumber: big.NewInt(serial), RawSubjectPublicKeyInfo: []byte(spki), NotAfter: time.Unix(1e9, 0)}
+}
+
+func TestOnlyTheNewestCertificateRenewsAtABoundedRate(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	first := certWithSerial(1, "key-1")
+	var none *SiteRecord
+	require.NoError(t, none.mayRenew(first, now), "a site without a record (issued before records were kept) renews")
+
+	enrolled := none.issued("net", "a", first, false, now)
+	assert.Empty(t, enrolled.Renewals, "an enrolment is not a renewal")
+	require.NoError(t, enrolled.mayRenew(first, now))
+
+	second := certWithSerial(2, "key-2")
+	r := enrolled.issued("net", "a", second, true, now)
+	require.ErrorIs(t, r.mayRenew(first, now), ErrSuperseded, "the certificate renewed from is superseded")
+	require.ErrorIs(t, r.mayRenew(certWithSerial(2, "another key"), now), ErrSuperseded, "the newest serial with another key is not the newest")
+	require.NoError(t, r.mayRenew(second, now))
+
+	cur := second
+	for i := range MaxRenewals - 1 {
+		next := certWithSerial(int64(3+i), fmt.Sprintf("key-%d", 3+i))
+		r = r.issued("net", "a", next, true, now.Add(time.Duration(i+1)*time.Minute))
+		cur = next
+	}
+	require.Len(t, r.Renewals, MaxRenewals)
+	at := now.Add(10 * time.Minute)
+	require.ErrorIs(t, r.mayRenew(cur, at), ErrRenewalRate)
+	require.ErrorIs(t, r.mayRenew(cur, now.Add(RenewalWindow-time.Second)), ErrRenewalRate, "the first renewal still counts")
+	require.NoError(t, r.mayRenew(cur, now.Add(RenewalWindow)), "the first renewal left the window")
+
+	// An enrolment (a fresh token) supersedes every earlier certificate and
+	// keeps the renewals counted.
+	fresh := certWithSerial(99, "key-99")
+	r = r.issued("net", "a", fresh, false, at)
+	require.ErrorIs(t, r.mayRenew(cur, at), ErrSuperseded)
+	require.ErrorIs(t, r.mayRenew(fresh, at), ErrRenewalRate)
+}
+
+// countingCA is the network's CA, counting the reads of it.
+type countingCA struct {
+	ca      *sitetrust.CA
+	refused []string
+	reads   atomic.Int64
+}
+
+func (c *countingCA) Authority(context.Context, string) (*sitetrust.CA, []string, error) {
+	c.reads.Add(1)
+	return c.ca, c.refused, nil
+}
+
+type orderFixture struct {
+	t      *testing.T
+	ca     *countingCA
+	tokens *Tokens
+	api    client.Client
+	srv    *httptest.Server
+}
+
+func newOrderFixture(t *testing.T) *orderFixture {
+	caPEM, caKey, err := sitetrust.NewCA(time.Now(), time.Hour)
+	require.NoError(t, err)
+	ca, err := sitetrust.ParseCA(caPEM, caKey)
+	require.NoError(t, err)
+	scheme := runtime.NewScheme()
+	require.NoError(t, corev1.AddToScheme(scheme))
+	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: DefaultTokenSecret, Namespace: "issuer"}}).Build()
+	f := &orderFixture{t: t, ca: &countingCA{ca: ca}, api: api, tokens: &Tokens{API: api, Namespace: "issuer"}}
+	s, err := NewServer(f.ca, f.tokens, time.Hour, slog.New(slog.DiscardHandler), nil)
+	require.NoError(t, err)
+	chain, key, err := ca.Issue("hub", time.Now(), time.Hour)
+	require.NoError(t, err)
+	pair, err := tls.X509KeyPair(chain, key)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	mux := http.NewServeMux()
+	mux.Handle(EnrollPath, s)
+	mux.Handle(RenewPath, s)
+	f.srv = httptest.NewUnstartedServer(mux)
+	f.srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: roots, ClientAuth: tls.VerifyClientCertIfGiven}
+	f.srv.StartTLS()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// post sends an enrolment from a loopback source address and returns the
+// refusal's reason ("" when issued).
+func (f *orderFixture) post(from net.IP, req Request) (int, string) {
+	body, _ := json.Marshal(req)
+	roots := x509.NewCertPool()
+	roots.AddCert(f.ca.ca.Cert)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: sitetrust.DNSName("hub")},
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}).DialContext}}
+	hr, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, f.srv.URL+EnrollPath, bytes.NewReader(body))
+	resp, err := c.Do(hr)
+	require.NoError(f.t, err)
+	defer resp.Body.Close()
+	var ref Refusal
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &ref)
+	return resp.StatusCode, ref.Reason + ": " + ref.Message
+}
+
+func (f *orderFixture) tokenHeld(token string) bool {
+	var s corev1.Secret
+	require.NoError(f.t, f.api.Get(context.Background(), f.tokens.key(), &s))
+	_, ok := s.Data[hashOf(token)]
+	return ok
+}
+
+// The cheap checks come first: a CSR with an oversized key and no token
+// is refused for its token without the CA read; with a valid token it is
+// refused for its key, and the token is not spent; a listed site is
+// refused before its token is spent.
+func TestTheIssuerChecksCheapestFirstAndSpendsTheTokenLast(t *testing.T) {
+	f := newOrderFixture(t)
+	ctx := context.Background()
+	big := testpki.OversizedRSACSR(t, 16384)
+	lo := net.IPv4(127, 0, 0, 1)
+
+	status, reason := f.post(lo, Request{Network: "net", Site: "a", CSR: string(big)})
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, reason, RefusedToken+":")
+	status, reason = f.post(lo, Request{Network: "net", Site: "a", Token: "gst_" + string(bytes.Repeat([]byte("x"), 43)), CSR: string(big)})
+	assert.Equal(t, http.StatusForbidden, status, reason)
+	assert.Contains(t, reason, RefusedToken+":")
+	assert.Zero(t, f.ca.reads.Load(), "no token held: the CA is not read")
+
+	token, err := f.tokens.Add(ctx, "net", "a", time.Hour, time.Now())
+	require.NoError(t, err)
+	status, reason = f.post(lo, Request{Network: "net", Site: "a", Token: token, CSR: string(big)})
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, reason, "key refused: RSA key of 16384 bits")
+	assert.True(t, f.tokenHeld(token), "a request refused for its CSR does not spend the token")
+
+	f.ca.refused = []string{"a"}
+	_, csr, err := NewKey()
+	require.NoError(t, err)
+	status, reason = f.post(lo, Request{Network: "net", Site: "a", Token: token, CSR: string(csr)})
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, reason, RefusedRenewal+":")
+	assert.Contains(t, reason, "neither renews nor enrols")
+	assert.True(t, f.tokenHeld(token))
+
+	f.ca.refused = nil
+	status, reason = f.post(lo, Request{Network: "net", Site: "a", Token: token, CSR: string(csr)})
+	require.Equal(t, http.StatusOK, status, reason)
+	assert.False(t, f.tokenHeld(token), "spent once issued")
+	rec, err := f.tokens.Record(ctx, "net", "a")
+	require.NoError(t, err)
+	require.NotNil(t, rec, "the enrolment is recorded as the site's newest certificate")
+	assert.Empty(t, rec.Renewals)
+
+	// The record sits beside the tokens, which it does not disturb.
+	other, err := f.tokens.Add(ctx, "net", "b", time.Hour, time.Now())
+	require.NoError(t, err)
+	held, err := f.tokens.MayHold(ctx, other, time.Now().Add(time.Second))
+	require.NoError(t, err)
+	assert.True(t, held)
+	rec, err = f.tokens.Record(ctx, "net", "a")
+	require.NoError(t, err)
+	assert.NotNil(t, rec, "adding a token keeps the records")
+}
+
+// A body that arrives slowly holds its address's place for the body
+// deadline at most, and no slot: other addresses are answered meanwhile,
+// the same address is told to wait its turn.
+func TestASlowBodyHoldsNoSlot(t *testing.T) {
+	f := newOrderFixture(t)
+	slowFrom := net.IPv4(127, 0, 0, 2)
+	conns := make([]*tls.Conn, enrolSlots+1)
+	for i := range conns {
+		d := &tls.Dialer{NetDialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(i+1))}}, Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // the test's own server
+		c, err := d.DialContext(context.Background(), "tcp", f.srv.Listener.Addr().String())
+		require.NoError(t, err)
+		conns[i] = c.(*tls.Conn)
+		defer c.Close()
+		_, err = fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 16000\r\n\r\n{", EnrollPath)
+		require.NoError(t, err)
+	}
+	// More slow bodies than slots, from as many addresses: an honest
+	// enrolment is still answered, for its token.
+	start := time.Now()
+	status, reason := f.post(slowFrom, Request{Network: "net", Site: "a", Token: "gst_" + string(bytes.Repeat([]byte("y"), 43))})
+	assert.Equal(t, http.StatusForbidden, status, reason)
+	assert.Less(t, time.Since(start), bodyDeadline, "answered while the slow bodies are read")
+
+	// The slow ones get 408 once the deadline passes.
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(3 * bodyDeadline))
+		line, err := io.ReadAll(io.LimitReader(c, 12))
+		require.NoError(t, err)
+		assert.Equal(t, "HTTP/1.1 408", string(line))
+	}
+}
