@@ -156,6 +156,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ref.status == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", "1")
 		}
+		if r.ProtoMajor == 1 {
+			// HTTP/1.1 reads what is left of a body before it answers
+			// unless the connection closes after the answer: a refused
+			// request's body is not waited for.
+			w.Header().Set("Connection", "close")
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(ref.status)
 		_ = json.NewEncoder(w).Encode(Refusal{Reason: ref.reason, Message: ref.message})
@@ -180,6 +186,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 	if r.Method != http.MethodPost {
 		return nil, "", "", refuse(http.StatusMethodNotAllowed, RefusedRequest, "POST only")
 	}
+	// The deadline is set first, so that nothing read of this request
+	// waits longer.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(bodyDeadline)); err != nil {
+		// Every transport of the signals listener bounds a read; one that
+		// cannot is refused rather than read without a bound.
+		return nil, "", "", refuse(http.StatusInternalServerError, RefusedIssuerFailed, "the request's read cannot be bounded")
+	}
 	var presented *x509.Certificate
 	if kind == "renew" {
 		// The caller's current certificate names the site; the listener
@@ -198,7 +212,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 		}
 		defer release()
 	}
-	req, ref := readRequest(w, r)
+	req, ref := readRequest(w, r, rc)
 	if ref != nil {
 		return nil, "", "", ref
 	}
@@ -242,7 +256,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 	if slices.Contains(refused, site) {
 		// Listed: the site neither renews nor enrols, whatever token it
 		// holds (one made before it was listed included).
-		return nil, site, network, refuse(http.StatusForbidden, RefusedRenewal, "the issuer refuses site %s (spec.tls.siteCertificate.refuseRenewal): it neither renews nor enrols", site)
+		what := "renewal"
+		if kind == "enroll" {
+			what = "enrolment"
+		}
+		return nil, site, network, refuse(http.StatusForbidden, RefusedRenewal, "the issuer refuses site %s's %s (spec.tls.siteCertificate.refuseRenewal: a listed site neither renews nor enrols)", site, what)
 	}
 	if kind == "renew" {
 		if ref := s.checkRenewal(ctx, ca, network, site, presented, now); ref != nil {
@@ -307,31 +325,16 @@ func registerRefusal(err error) *refusal {
 	}
 }
 
-// readRequest reads the request's body within bodyDeadline, at most
-// maxBodyBytes: a caller that sends its body slowly loses its request
-// after the deadline, having held no slot.
-func readRequest(w http.ResponseWriter, r *http.Request) (Request, *refusal) {
+// readRequest reads the request's body, at most maxBodyBytes, within the
+// deadline serve set: a caller that sends its body slowly loses its
+// request after the deadline, having held no slot.
+func readRequest(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) (Request, *refusal) {
 	var req Request
 	if r.ContentLength > maxBodyBytes {
-		if r.ProtoMajor == 1 {
-			w.Header().Set("Connection", "close")
-		}
 		return req, refuse(http.StatusRequestEntityTooLarge, RefusedRequest, "the request is over %d bytes", maxBodyBytes)
-	}
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(bodyDeadline)); err != nil {
-		// Every transport of the signals listener bounds a read; one that
-		// cannot is refused rather than read without a bound.
-		return req, refuse(http.StatusInternalServerError, RefusedIssuerFailed, "the request's read cannot be bounded")
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
 	if err != nil || len(body) > maxBodyBytes {
-		// The rest of the body is not waited for: HTTP/1.1 would read it
-		// before the answer unless the connection closes after it (the
-		// deadline stays, so nothing more is read either way).
-		if r.ProtoMajor == 1 {
-			w.Header().Set("Connection", "close")
-		}
 		if isTimeout(err) {
 			return req, refuse(http.StatusRequestTimeout, RefusedRequest, "the request's body did not arrive within %s", bodyDeadline)
 		}
