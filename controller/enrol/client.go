@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // Issuer is where a site enrols: the issuer site's signals listener.
@@ -132,6 +133,11 @@ func (c *Client) Request(ctx context.Context, issuer Issuer, roots *x509.CertPoo
 func CheckIssued(chain []byte, roots *x509.CertPool, site string, pub crypto.PublicKey, now time.Time) error {
 	certs, err := sitetrust.ParseCertificates(chain)
 	if err != nil {
+		return err
+	}
+	// The issuer is a peer: its chain's keys are checked before any
+	// signature made with them.
+	if err := keypolicy.CheckChain(certs); err != nil {
 		return err
 	}
 	leaf := certs[0]
