@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -188,4 +189,51 @@ func (t *Tokens) Record(ctx context.Context, network, site string) (*SiteRecord,
 		return nil, err
 	}
 	return recordIn(s.Data, network, site)
+}
+
+// maxSupersededHeld bounds the superseded certificates remembered: past
+// it the memory starts over (each then costs one read again).
+const maxSupersededHeld = 4096
+
+// supersededSet remembers certificates refused as superseded. A
+// certificate once superseded never becomes the newest again (a
+// renewal's serial is new), so a renewal presenting one again is refused
+// without reading the Secret: a leaked old key renewing in a loop costs
+// no API read beyond its first.
+type supersededSet struct {
+	mu   sync.Mutex
+	held map[string]time.Time // key: network/site/serial; value: the certificate's expiry
+}
+
+func supersededKey(network, site string, c *x509.Certificate) string {
+	return network + "/" + site + "/" + serialOf(c) + "/" + keyFingerprint(c)
+}
+
+func (s *supersededSet) has(network, site string, c *x509.Certificate) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.held[supersededKey(network, site, c)]
+	return ok
+}
+
+// add remembers c, first dropping the certificates that have expired
+// (the listener refuses them before they are presented) when the set is
+// full, and every one when that makes no room.
+func (s *supersededSet) add(network, site string, c *x509.Certificate, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = map[string]time.Time{}
+	}
+	if len(s.held) >= maxSupersededHeld {
+		for k, notAfter := range s.held {
+			if !now.Before(notAfter) {
+				delete(s.held, k)
+			}
+		}
+		if len(s.held) >= maxSupersededHeld {
+			clear(s.held)
+		}
+	}
+	s.held[supersededKey(network, site, c)] = c.NotAfter
 }

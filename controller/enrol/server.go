@@ -100,6 +100,7 @@ type Server struct {
 	enrolments chan struct{}
 	renewals   chan struct{}
 	enrolling  addressGate
+	superseded supersededSet
 	results    *prometheus.CounterVec
 }
 
@@ -290,6 +291,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 	// Recorded as the site's newest before it is handed out: a
 	// certificate the register does not know never leaves the issuer.
 	if err := s.Tokens.RecordIssued(ctx, network, site, presented, issued[0], now); err != nil {
+		s.rememberSuperseded(err, network, site, presented, now)
 		return nil, site, network, registerRefusal(err)
 	}
 	return chain, site, network, nil
@@ -307,10 +309,21 @@ func (s *Server) checkRenewal(ctx context.Context, ca *sitetrust.CA, network, si
 	if err := sitetrust.CheckSVID(presented, site); err != nil {
 		return refuse(http.StatusUnauthorized, RefusedIdentity, "the certificate presented is not a site certificate: %v", err)
 	}
+	if s.superseded.has(network, site, presented) {
+		return registerRefusal(ErrSuperseded)
+	}
 	if err := s.Tokens.MayRenew(ctx, network, site, presented, now); err != nil {
+		s.rememberSuperseded(err, network, site, presented, now)
 		return registerRefusal(err)
 	}
 	return nil
+}
+
+// rememberSuperseded notes a certificate the register found superseded.
+func (s *Server) rememberSuperseded(err error, network, site string, presented *x509.Certificate, now time.Time) {
+	if errors.Is(err, ErrSuperseded) {
+		s.superseded.add(network, site, presented, now)
+	}
 }
 
 // registerRefusal answers a refusal of the register.

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/test/testpki"
@@ -120,6 +122,7 @@ type orderFixture struct {
 	tokens *Tokens
 	api    client.Client
 	srv    *httptest.Server
+	reads  atomic.Int64 // of the token Secret
 }
 
 func newOrderFixture(t *testing.T) *orderFixture {
@@ -129,8 +132,13 @@ func newOrderFixture(t *testing.T) *orderFixture {
 	require.NoError(t, err)
 	scheme := runtime.NewScheme()
 	require.NoError(t, corev1.AddToScheme(scheme))
-	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: DefaultTokenSecret, Namespace: "issuer"}}).Build()
-	f := &orderFixture{t: t, ca: &countingCA{ca: ca}, api: api, tokens: &Tokens{API: api, Namespace: "issuer"}}
+	f := &orderFixture{t: t, ca: &countingCA{ca: ca}}
+	f.api = fake.NewClientBuilder().WithScheme(scheme).WithObjects(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: DefaultTokenSecret, Namespace: "issuer"}}).
+		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			f.reads.Add(1)
+			return c.Get(ctx, key, obj, opts...)
+		}}).Build()
+	f.tokens = &Tokens{API: f.api, Namespace: "issuer"}
 	s, err := NewServer(f.ca, f.tokens, time.Hour, slog.New(slog.DiscardHandler), nil)
 	require.NoError(t, err)
 	chain, key, err := ca.Issue("hub", time.Now(), time.Hour)
@@ -258,4 +266,83 @@ func TestASlowBodyHoldsNoSlot(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "HTTP/1.1 408", string(line))
 	}
+}
+
+// request asks the fixture's issuer as an enrolling or renewing site does.
+func (f *orderFixture) request(req Request, current *tls.Certificate) (*tls.Certificate, error) {
+	key, csr, err := NewKey()
+	require.NoError(f.t, err)
+	req.CSR = string(csr)
+	roots := x509.NewCertPool()
+	roots.AddCert(f.ca.ca.Cert)
+	chain, err := (&Client{}).Request(context.Background(), Issuer{Address: f.srv.Listener.Addr().String(), Site: "hub"}, roots, req, current, key)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(chain, pemOfKey(f.t, key))
+	require.NoError(f.t, err)
+	return &pair, nil
+}
+
+func pemOfKey(t *testing.T, key any) []byte {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
+// A superseded certificate is refused, and once found superseded it is
+// refused again without a read of the Secret; the newest renews.
+func TestASupersededCertificateIsRefusedWithoutARead(t *testing.T) {
+	f := newOrderFixture(t)
+	token, err := f.tokens.Add(context.Background(), "net", "a", time.Hour, time.Now())
+	require.NoError(t, err)
+	first, err := f.request(Request{Network: "net", Site: "a", Token: token}, nil)
+	require.NoError(t, err)
+	newest, err := f.request(Request{Network: "net", Site: "a"}, first)
+	require.NoError(t, err)
+
+	var refused *RefusedError
+	_, err = f.request(Request{Network: "net", Site: "a"}, first)
+	require.ErrorAs(t, err, &refused)
+	assert.Equal(t, RefusedSuperseded, refused.Reason)
+	before := f.reads.Load()
+	for range 5 {
+		_, err = f.request(Request{Network: "net", Site: "a"}, first)
+		require.ErrorAs(t, err, &refused)
+		assert.Equal(t, RefusedSuperseded, refused.Reason)
+	}
+	assert.Equal(t, before, f.reads.Load(), "a certificate known superseded costs no read")
+
+	_, err = f.request(Request{Network: "net", Site: "a"}, newest)
+	require.NoError(t, err, "the newest renews")
+}
+
+// The set of superseded certificates stays bounded: full, it drops the
+// expired ones, and every one when none has expired.
+func TestTheSupersededSetIsBounded(t *testing.T) {
+	now := time.Now()
+	var s supersededSet
+	for i := range maxSupersededHeld {
+		c := certWithSerial(int64(i), "k")
+		c.NotAfter = now.Add(-time.Minute)
+		if i%2 == 0 {
+			c.NotAfter = now.Add(time.Hour)
+		}
+		s.add("net", "a", c, now)
+	}
+	require.Len(t, s.held, maxSupersededHeld)
+	extra := certWithSerial(1e6, "k")
+	extra.NotAfter = now.Add(time.Hour)
+	s.add("net", "a", extra, now)
+	assert.Len(t, s.held, maxSupersededHeld/2+1, "the expired ones went")
+	assert.True(t, s.has("net", "a", extra))
+	assert.True(t, s.has("net", "a", certWithSerial(0, "k")))
+	assert.False(t, s.has("net", "b", extra), "per site")
+
+	for i := range maxSupersededHeld {
+		c := certWithSerial(int64(2e6+i), "k")
+		c.NotAfter = now.Add(time.Hour)
+		s.add("net", "a", c, now)
+	}
+	assert.LessOrEqual(t, len(s.held), maxSupersededHeld)
 }
