@@ -83,7 +83,8 @@ const (
 // CA is the grid CA of a network, as the issuer holds it.
 type CA interface {
 	// Authority returns the network's CA when this site issues for it,
-	// and the sites whose renewal it refuses; why says otherwise.
+	// and the sites whose renewal and enrolment it refuses; why says
+	// otherwise.
 	Authority(ctx context.Context, network string) (ca *sitetrust.CA, refuseRenewal []string, why error)
 }
 
