@@ -31,8 +31,10 @@ const (
 
 // What a request may spend before anything is known of its caller: its
 // body is read, to at most maxBodyBytes (a certificate request is well
-// under it) and within bodyDeadline, before it takes one of the slots
-// that bound the work behind it (token reads, CA reads, a signature).
+// under it) and within bodyDeadline, and an enrolment's token is looked
+// up in the set of stored hashes (read at most once a quarter second),
+// before it takes one of the slots that bound the work behind it (CA
+// reads, the token spent, a signature, the site's record written).
 // Enrolments (anonymous callers) and renewals (callers with a site
 // certificate) have slots of their own, so that a flood of the one
 // never starves the other, and an address has one enrolment in flight
@@ -178,8 +180,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve checks a request, cheapest first, and issues its certificate.
-// The order is the defence: the body is read with a size and a deadline
-// before any slot is taken; the token's shape and the caller's
+// The order is the defence: the body is read with a size and a deadline,
+// and an enrolment's token looked up among the stored hashes, before any
+// slot is taken; the token's shape and the caller's
 // certificate are checked before the token Secret or the CA is read; the
 // CSR's key is checked for its kind and size before its signature; the
 // token is spent last, so that a request refused for its CSR loses
@@ -230,6 +233,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 	if err := sitetrust.ValidSiteName(site); err != nil {
 		return nil, site, network, refuse(http.StatusBadRequest, RefusedRequest, "%v", err)
 	}
+	ctx := r.Context()
+	now := s.Now()
+	if kind == "enroll" {
+		// Before a slot is taken: the set of stored hashes is read at most
+		// once a quarter second whatever callers send (callers arriving
+		// while it is read wait for that one read), so guesses never hold
+		// the slots an enrolment with a real token needs.
+		held, err := s.Tokens.MayHold(ctx, req.Token, now)
+		switch {
+		case err != nil:
+			return nil, site, network, refuse(http.StatusServiceUnavailable, RefusedIssuerFailed, "the tokens cannot be checked: %v", err)
+		case !held:
+			return nil, site, network, refuse(http.StatusForbidden, RefusedToken, "%v", ErrTokenUnknown)
+		}
+	}
 	slots := s.enrolments
 	if kind == "renew" {
 		slots = s.renewals
@@ -239,17 +257,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 		defer func() { <-slots }()
 	default:
 		return nil, site, network, refuse(http.StatusTooManyRequests, RefusedBusy, "the issuer is answering other requests; try again")
-	}
-	ctx := r.Context()
-	now := s.Now()
-	if kind == "enroll" {
-		held, err := s.Tokens.MayHold(ctx, req.Token, now)
-		switch {
-		case err != nil:
-			return nil, site, network, refuse(http.StatusServiceUnavailable, RefusedIssuerFailed, "the tokens cannot be checked: %v", err)
-		case !held:
-			return nil, site, network, refuse(http.StatusForbidden, RefusedToken, "%v", ErrTokenUnknown)
-		}
 	}
 	ca, refused, err := s.CAs.Authority(ctx, network)
 	if err != nil {

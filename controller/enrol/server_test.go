@@ -122,6 +122,7 @@ type orderFixture struct {
 	tokens *Tokens
 	api    client.Client
 	srv    *httptest.Server
+	issuer *Server
 	reads  atomic.Int64 // of the token Secret
 }
 
@@ -136,11 +137,15 @@ func newOrderFixture(t *testing.T) *orderFixture {
 	f.api = fake.NewClientBuilder().WithScheme(scheme).WithObjects(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: DefaultTokenSecret, Namespace: "issuer"}}).
 		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			f.reads.Add(1)
+			if err := ctx.Err(); err != nil {
+				return err // as a real client's request ends with its context
+			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
 	f.tokens = &Tokens{API: f.api, Namespace: "issuer"}
 	s, err := NewServer(f.ca, f.tokens, time.Hour, slog.New(slog.DiscardHandler), nil)
 	require.NoError(t, err)
+	f.issuer = s
 	chain, key, err := ca.Issue("hub", time.Now(), time.Hour)
 	require.NoError(t, err)
 	pair, err := tls.X509KeyPair(chain, key)
@@ -345,4 +350,51 @@ func TestTheSupersededSetIsBounded(t *testing.T) {
 		s.add("net", "a", c, now)
 	}
 	assert.LessOrEqual(t, len(s.held), maxSupersededHeld)
+}
+
+// With every enrolment slot taken, a guessed token is still refused for
+// what it is (guesses never need a slot), and an enrolment with a real
+// token is told to try again, its token kept; renewals have slots of
+// their own.
+func TestGuessesNeedNoSlot(t *testing.T) {
+	f := newOrderFixture(t)
+	token, err := f.tokens.Add(context.Background(), "net", "a", time.Hour, time.Now())
+	require.NoError(t, err)
+	first, err := f.request(Request{Network: "net", Site: "a", Token: token}, nil)
+	require.NoError(t, err)
+	for range enrolSlots {
+		f.issuer.enrolments <- struct{}{}
+	}
+	lo := net.IPv4(127, 0, 0, 1)
+	status, reason := f.post(lo, Request{Network: "net", Site: "b", Token: "gst_" + string(bytes.Repeat([]byte("z"), 43))})
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, reason, RefusedToken+":")
+
+	other, err := f.tokens.Add(context.Background(), "net", "b", time.Hour, time.Now())
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // the next read of the set finds it
+	status, reason = f.post(lo, Request{Network: "net", Site: "b", Token: other})
+	assert.Equal(t, http.StatusTooManyRequests, status)
+	assert.Contains(t, reason, RefusedBusy+":")
+	assert.True(t, f.tokenHeld(other), "a busy answer spends no token")
+
+	_, err = f.request(Request{Network: "net", Site: "a"}, first)
+	require.NoError(t, err, "a renewal is answered while the enrolment slots are full")
+}
+
+// The one read of the token set that callers wait for answers them all:
+// the caller that made it going away does not fail the others.
+func TestTheTokenReadOutlivesItsCaller(t *testing.T) {
+	f := newOrderFixture(t)
+	token, err := f.tokens.Add(context.Background(), "net", "a", time.Hour, time.Now())
+	require.NoError(t, err)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	now := time.Now().Add(time.Second) // past the set read by Add
+	held, err := f.tokens.MayHold(gone, token, now)
+	require.NoError(t, err, "the read is made for every caller, not only this one")
+	assert.True(t, held)
+	held, err = f.tokens.MayHold(context.Background(), token, now)
+	require.NoError(t, err)
+	assert.True(t, held)
 }

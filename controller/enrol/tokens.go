@@ -91,6 +91,9 @@ type Tokens struct {
 // for a token it does not hold.
 const knownFor = 250 * time.Millisecond
 
+// knownReadTimeout bounds the one read of the set that callers wait for.
+const knownReadTimeout = 5 * time.Second
+
 // MayHold reports whether token may be a stored token: false for one not
 // in the set read less than knownFor ago (then without any read), and an
 // error when the Secret cannot be read. A token the operator adds that
@@ -115,7 +118,11 @@ func (t *Tokens) MayHold(ctx context.Context, token string, now time.Time) (bool
 	var s corev1.Secret
 	var err error
 	t.reads.Add(1)
-	err = t.API.Get(ctx, t.key(), &s)
+	// The read answers every caller waiting for it: it is not ended by
+	// the caller that happened to make it going away.
+	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), knownReadTimeout)
+	err = t.API.Get(readCtx, t.key(), &s)
+	cancel()
 	if apierrors.IsNotFound(err) {
 		err = nil // no token at all
 	}
