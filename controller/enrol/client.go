@@ -59,11 +59,22 @@ func NewKey() (crypto.Signer, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	csr, err := CertificateRequest(key)
 	if err != nil {
 		return nil, nil, err
 	}
-	return key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+	return key, csr, nil
+}
+
+// CertificateRequest asks for key to be certified, the subject left to
+// the issuer: for a new key, or for a key kept from an earlier request
+// whose answer did not arrive.
+func CertificateRequest(key crypto.Signer) ([]byte, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
 
 // Request asks the issuer for a certificate: an enrolment with a token

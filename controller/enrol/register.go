@@ -18,11 +18,12 @@ import (
 
 // Renewals are held to MaxRenewals a site in any RenewalWindow. An honest
 // site renews once per two thirds of its certificate's lifetime (60 days
-// by default) and a renewal whose answer is lost cannot be retried (the
-// certificate it presented is superseded by then): three leave room for
-// a site restored from a backup, or renewing by hand, while a stolen
-// newest key mints at most three certificates an hour, each superseding
-// the last, until the operator lists the site in refuseRenewal.
+// by default); a renewal whose answer was lost is retried (see
+// SiteRecord.PreviousSerial) and counts as a renewal: three leave room
+// for a retry or two, a site restored from a backup, or renewing by hand,
+// while a stolen newest key mints at most three certificates an hour,
+// each superseding the last, until the operator lists the site in
+// refuseRenewal.
 const (
 	MaxRenewals   = 3
 	RenewalWindow = time.Hour
@@ -31,6 +32,8 @@ const (
 // Refusals of a renewal by the register.
 var (
 	ErrSuperseded  = errors.New("the certificate presented is not the newest one issued to the site (the site has renewed since); only the newest renews, or the site enrols afresh with a token")
+	ErrNotRetry    = errors.New("the certificate presented was superseded by the site's newest; it renews only to retry that renewal, for the newest certificate's key")
+	ErrSameKey     = errors.New("a renewal asks a certificate for a new key; the request is for the key of the certificate presented")
 	ErrRenewalRate = fmt.Errorf("the site renewed %d times in the last %s already; the current certificate stays valid, try again later", MaxRenewals, RenewalWindow)
 	errNoRegister  = errors.New("the issuer's token Secret does not exist (gridsync-agent enroll-token makes it); the certificates issued cannot be recorded")
 )
@@ -45,9 +48,13 @@ const (
 // SiteRecord is what the issuer keeps of a site it issued a certificate
 // to, in the token Secret beside the tokens (the one Secret the issuer
 // may update, so that recording needs no further access): the newest
-// certificate, by serial, and the times of the site's recent renewals.
-// A renewal from any other certificate is refused, and that holds across
-// restarts of the issuer.
+// certificate, by serial, the one it superseded, and the times of the
+// site's recent renewals. A renewal from the newest certificate is for a
+// new key; a renewal from the one it superseded is for the newest's key
+// only, the retry of a renewal whose answer the site did not get (the
+// site keeps the key it asked for until it holds its certificate); any
+// other renewal is refused, and that holds across restarts of the
+// issuer.
 type SiteRecord struct {
 	Network string `json:"network"`
 	Site    string `json:"site"`
@@ -57,6 +64,11 @@ type SiteRecord struct {
 	Serial         string    `json:"serial"`
 	KeyFingerprint string    `json:"keyFingerprint"`
 	NotAfter       time.Time `json:"notAfter"`
+	// PreviousSerial is the serial of the certificate the newest renewed
+	// from ("" after an enrolment): it may ask again for the newest key,
+	// and nothing else. A thief of that older key alone cannot: the
+	// request for the newest key is signed by it.
+	PreviousSerial string `json:"previousSerial,omitempty"`
 	// Renewals are when the site renewed within the last RenewalWindow.
 	Renewals []time.Time `json:"renewals,omitempty"`
 }
@@ -74,8 +86,12 @@ func isRegisterKey(k string) bool { return strings.HasPrefix(k, registerPrefix) 
 
 func serialOf(c *x509.Certificate) string { return c.SerialNumber.Text(16) }
 
-func keyFingerprint(c *x509.Certificate) string {
-	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+func keyFingerprint(c *x509.Certificate) string { return spkiFingerprint(c.RawSubjectPublicKeyInfo) }
+
+// spkiFingerprint is the SHA-256 of a public key (SubjectPublicKeyInfo),
+// hex: of a certificate's, or of the key a certificate request asks for.
+func spkiFingerprint(spki []byte) string {
+	sum := sha256.Sum256(spki)
 	return hex.EncodeToString(sum[:])
 }
 
@@ -90,15 +106,32 @@ func recentRenewals(times []time.Time, now time.Time) []time.Time {
 	return kept
 }
 
-// mayRenew says whether presented may renew the site r records: only the
-// newest certificate, and at most MaxRenewals in the window. A site
-// without a record (its certificate was issued before the issuer kept
-// one) renews, and that renewal starts its record.
-func (r *SiteRecord) mayRenew(presented *x509.Certificate, now time.Time) error {
+// mayRenew says whether presented may renew the site r records for the
+// key whose fingerprint is requested: the newest certificate for a new
+// key, or the certificate it superseded for the newest's key again (a
+// retry), at most MaxRenewals in the window. A site without a record
+// (its certificate was issued before the issuer kept one) renews, and
+// that renewal starts its record.
+//
+// The newest certificate is refused its own key: a renewal rotates the
+// key (a key once copied stays useful only until its certificate
+// expires), and a site that keeps its pending key never asks for the key
+// it already holds a certificate for.
+func (r *SiteRecord) mayRenew(presented *x509.Certificate, requested string, now time.Time) error {
 	if r == nil {
 		return nil
 	}
-	if r.Serial != serialOf(presented) || r.KeyFingerprint != keyFingerprint(presented) {
+	serial := serialOf(presented)
+	switch {
+	case serial == r.Serial && keyFingerprint(presented) == r.KeyFingerprint:
+		if requested == r.KeyFingerprint {
+			return ErrSameKey
+		}
+	case serial == r.PreviousSerial && r.PreviousSerial != "":
+		if requested != r.KeyFingerprint {
+			return &notRetryError{newestKey: r.KeyFingerprint}
+		}
+	default:
 		return ErrSuperseded
 	}
 	if len(recentRenewals(r.Renewals, now)) >= MaxRenewals {
@@ -107,19 +140,30 @@ func (r *SiteRecord) mayRenew(presented *x509.Certificate, now time.Time) error 
 	return nil
 }
 
-// issued is the record once issued is the site's newest certificate;
-// renewal counts it against the rate (an enrolment, authorised by a
-// one-time token, does not).
-func (r *SiteRecord) issued(network, site string, issued *x509.Certificate, renewal bool, now time.Time) SiteRecord {
+// issued is the record once issued is the site's newest certificate,
+// renewed from presented (nil for an enrolment). A renewal counts against
+// the rate (an enrolment, authorised by a one-time token, does not), and
+// presented becomes the previous certificate: after a renewal from the
+// newest it is the one superseded, after a retry it already was.
+func (r *SiteRecord) issued(network, site string, issued, presented *x509.Certificate, now time.Time) SiteRecord {
 	next := SiteRecord{Network: network, Site: site, Serial: serialOf(issued), KeyFingerprint: keyFingerprint(issued), NotAfter: issued.NotAfter.UTC()}
 	if r != nil {
 		next.Renewals = recentRenewals(r.Renewals, now)
 	}
-	if renewal {
+	if presented != nil {
 		next.Renewals = append(next.Renewals, now.UTC())
+		next.PreviousSerial = serialOf(presented)
 	}
 	return next
 }
+
+// notRetryError refuses a renewal from the previous certificate for a key
+// other than the newest's; it names that key, so that the refusal can be
+// remembered (supersededSet) without refusing the retry.
+type notRetryError struct{ newestKey string }
+
+func (e *notRetryError) Error() string { return ErrNotRetry.Error() }
+func (e *notRetryError) Unwrap() error { return ErrNotRetry }
 
 // recordIn reads a site's record from the Secret's data: nil when there
 // is none; a record that does not parse is refused (renewal needs the
@@ -137,8 +181,9 @@ func recordIn(data map[string][]byte, network, site string) (*SiteRecord, error)
 }
 
 // MayRenew reads the site's record and says whether presented may renew
-// it now: a refused renewal costs one read, and no signature.
-func (t *Tokens) MayRenew(ctx context.Context, network, site string, presented *x509.Certificate, now time.Time) error {
+// it now for the key whose fingerprint is requested: a refused renewal
+// costs one read, and no signature.
+func (t *Tokens) MayRenew(ctx context.Context, network, site string, presented *x509.Certificate, requested string, now time.Time) error {
 	var s corev1.Secret
 	err := t.API.Get(ctx, t.key(), &s)
 	switch {
@@ -151,7 +196,7 @@ func (t *Tokens) MayRenew(ctx context.Context, network, site string, presented *
 	if err != nil {
 		return err
 	}
-	return r.mayRenew(presented, now)
+	return r.mayRenew(presented, requested, now)
 }
 
 // RecordIssued records issued as the site's newest certificate before it
@@ -165,11 +210,11 @@ func (t *Tokens) RecordIssued(ctx context.Context, network, site string, present
 			return err
 		}
 		if presented != nil {
-			if err := r.mayRenew(presented, now); err != nil {
+			if err := r.mayRenew(presented, keyFingerprint(issued), now); err != nil {
 				return err
 			}
 		}
-		raw, err := json.Marshal(r.issued(network, site, issued, presented != nil, now))
+		raw, err := json.Marshal(r.issued(network, site, issued, presented, now))
 		if err != nil {
 			return err
 		}
@@ -199,35 +244,57 @@ const maxSupersededHeld = 4096
 // certificate once superseded never becomes the newest again (a
 // renewal's serial is new), so a renewal presenting one again is refused
 // without reading the Secret: a leaked old key renewing in a loop costs
-// no API read beyond its first.
+// no API read beyond its first. The previous certificate is remembered
+// with the newest key, the one key it may still ask for (a retry): that
+// request goes on to the register, any other is refused here. While a
+// certificate is the previous one the newest key does not change (a
+// retry asks for it again; a renewal from the newest makes the newest
+// the previous), so remembering it refuses no retry the register would
+// answer.
 type supersededSet struct {
 	mu   sync.Mutex
-	held map[string]time.Time // key: network/site/serial; value: the certificate's expiry
+	held map[string]supersededCert // key: network/site/serial/key fingerprint
+}
+
+type supersededCert struct {
+	notAfter time.Time
+	// retryKey is the fingerprint of the key a retry from this
+	// certificate asks for; "" when it may ask for none.
+	retryKey string
 }
 
 func supersededKey(network, site string, c *x509.Certificate) string {
 	return network + "/" + site + "/" + serialOf(c) + "/" + keyFingerprint(c)
 }
 
-func (s *supersededSet) has(network, site string, c *x509.Certificate) bool {
+// refusal is the refusal of a renewal from c for the requested key
+// without reading the register, nil when the register decides.
+func (s *supersededSet) refusal(network, site string, c *x509.Certificate, requested string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.held[supersededKey(network, site, c)]
-	return ok
+	held, ok := s.held[supersededKey(network, site, c)]
+	switch {
+	case !ok || held.retryKey != "" && held.retryKey == requested:
+		return nil
+	case held.retryKey != "":
+		return ErrNotRetry
+	default:
+		return ErrSuperseded
+	}
 }
 
 // add remembers c, first dropping the certificates that have expired
 // (the listener refuses them before they are presented) when the set is
 // full, and every one when that makes no room.
-func (s *supersededSet) add(network, site string, c *x509.Certificate, now time.Time) {
+func (s *supersededSet) add(network, site string, c *x509.Certificate, retryKey string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held == nil {
-		s.held = map[string]time.Time{}
+		s.held = map[string]supersededCert{}
 	}
 	if len(s.held) >= maxSupersededHeld {
-		for k, notAfter := range s.held {
-			if !now.Before(notAfter) {
+		for k, held := range s.held {
+			if !now.Before(held.notAfter) {
 				delete(s.held, k)
 			}
 		}
@@ -235,5 +302,5 @@ func (s *supersededSet) add(network, site string, c *x509.Certificate, now time.
 			clear(s.held)
 		}
 	}
-	s.held[supersededKey(network, site, c)] = c.NotAfter
+	s.held[supersededKey(network, site, c)] = supersededCert{notAfter: c.NotAfter, retryKey: retryKey}
 }

@@ -184,8 +184,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and an enrolment's token looked up among the stored hashes, before any
 // slot is taken; the token's shape and the caller's
 // certificate are checked before the token Secret or the CA is read; the
-// CSR's key is checked for its kind and size before its signature; the
-// token is spent last, so that a request refused for its CSR loses
+// CSR's key is checked for its kind and size before a renewal is
+// checked against the site's record (which needs the key asked for) and
+// before the CSR's signature; the token is spent last, so that a request refused for its CSR loses
 // nothing.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (chain []byte, site, network string, ref *refusal) {
 	if r.Method != http.MethodPost {
@@ -272,13 +273,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 		return nil, site, network, refuse(http.StatusForbidden, RefusedRenewal, "the issuer refuses site %s's %s (spec.tls.siteCertificate.refuseRenewal: a listed site neither renews nor enrols)", site, what)
 	}
 	if kind == "renew" {
-		if ref := s.checkRenewal(ctx, ca, network, site, presented, now); ref != nil {
+		if ref := checkPresented(ca, network, site, presented, now); ref != nil {
 			return nil, site, network, ref
 		}
 	}
-	csr, err := parseCSR(req.CSR)
+	csr, err := decodeCSR(req.CSR)
 	if err != nil {
 		return nil, site, network, refuse(http.StatusBadRequest, RefusedRequest, "%v", err)
+	}
+	if kind == "renew" {
+		// The key asked for decides what the register allows (a new key
+		// from the newest certificate, the newest's key again from the
+		// previous one); the signature proving the caller holds it is
+		// checked next, before anything is issued.
+		if ref := s.checkRegister(ctx, network, site, presented, spkiFingerprint(csr.RawSubjectPublicKeyInfo), now); ref != nil {
+			return nil, site, network, ref
+		}
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, site, network, refuse(http.StatusBadRequest, RefusedRequest, "the certificate request is not signed by its own key")
 	}
 	if kind == "enroll" {
 		if err := s.Tokens.Consume(ctx, network, site, req.Token, now); err != nil {
@@ -305,10 +318,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 	return chain, site, network, nil
 }
 
-// checkRenewal checks the certificate a renewal presents: a current one
-// of the network's grid CA, with the site profile, and the newest issued
-// to the site, within the renewal rate.
-func (s *Server) checkRenewal(ctx context.Context, ca *sitetrust.CA, network, site string, presented *x509.Certificate, now time.Time) *refusal {
+// checkPresented checks the certificate a renewal presents: a current one
+// of the network's grid CA, with the site profile.
+func checkPresented(ca *sitetrust.CA, network, site string, presented *x509.Certificate, now time.Time) *refusal {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 	if _, err := presented.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
@@ -317,28 +329,43 @@ func (s *Server) checkRenewal(ctx context.Context, ca *sitetrust.CA, network, si
 	if err := sitetrust.CheckSVID(presented, site); err != nil {
 		return refuse(http.StatusUnauthorized, RefusedIdentity, "the certificate presented is not a site certificate: %v", err)
 	}
-	if s.superseded.has(network, site, presented) {
-		return registerRefusal(ErrSuperseded)
+	return nil
+}
+
+// checkRegister checks a renewal against the site's record: from the
+// newest certificate for a new key, or a retry from the previous one,
+// within the renewal rate.
+func (s *Server) checkRegister(ctx context.Context, network, site string, presented *x509.Certificate, requested string, now time.Time) *refusal {
+	if err := s.superseded.refusal(network, site, presented, requested); err != nil {
+		return registerRefusal(err)
 	}
-	if err := s.Tokens.MayRenew(ctx, network, site, presented, now); err != nil {
+	if err := s.Tokens.MayRenew(ctx, network, site, presented, requested, now); err != nil {
 		s.rememberSuperseded(err, network, site, presented, now)
 		return registerRefusal(err)
 	}
 	return nil
 }
 
-// rememberSuperseded notes a certificate the register found superseded.
+// rememberSuperseded notes a certificate the register found superseded:
+// the previous one with the one key it may still ask for, any older one
+// with none.
 func (s *Server) rememberSuperseded(err error, network, site string, presented *x509.Certificate, now time.Time) {
-	if errors.Is(err, ErrSuperseded) {
-		s.superseded.add(network, site, presented, now)
+	var notRetry *notRetryError
+	switch {
+	case errors.As(err, &notRetry):
+		s.superseded.add(network, site, presented, notRetry.newestKey, now)
+	case errors.Is(err, ErrSuperseded):
+		s.superseded.add(network, site, presented, "", now)
 	}
 }
 
 // registerRefusal answers a refusal of the register.
 func registerRefusal(err error) *refusal {
 	switch {
-	case errors.Is(err, ErrSuperseded):
+	case errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotRetry):
 		return refuse(http.StatusForbidden, RefusedSuperseded, "%v", err)
+	case errors.Is(err, ErrSameKey):
+		return refuse(http.StatusBadRequest, RefusedRequest, "%v", err)
 	case errors.Is(err, ErrRenewalRate):
 		return refuse(http.StatusTooManyRequests, RefusedRenewalRate, "%v", err)
 	default:
@@ -376,10 +403,11 @@ func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
-// parseCSR reads a certificate request, checks its key is of a kind and
-// size accepted and then its self-signature: the requester holds the key
-// it asks a certificate for.
-func parseCSR(data string) (*x509.CertificateRequest, error) {
+// decodeCSR reads a certificate request and checks its key is of a kind
+// and size accepted; its self-signature (the requester holds the key it
+// asks a certificate for) is checked by the caller, after the cheaper
+// checks that need the key.
+func decodeCSR(data string) (*x509.CertificateRequest, error) {
 	b, _ := pem.Decode([]byte(data))
 	if b == nil || b.Type != "CERTIFICATE REQUEST" {
 		return nil, errors.New("csr is not a PEM CERTIFICATE REQUEST")
@@ -392,9 +420,6 @@ func parseCSR(data string) (*x509.CertificateRequest, error) {
 	// signature check with an unbounded RSA key costs a tenth of a second.
 	if err := keypolicy.CheckPublicKey(csr.PublicKey); err != nil {
 		return nil, fmt.Errorf("the certificate request's key: %w", err)
-	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, errors.New("the certificate request is not signed by its own key")
 	}
 	return csr, nil
 }

@@ -3,6 +3,7 @@ package enrol
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -68,40 +69,82 @@ func certWithSerial(serial int64, spki string) *x509.Certificate {
 	return &x509.Certificate{SerialNumber: big.NewInt(serial), RawSubjectPublicKeyInfo: []byte(spki), NotAfter: time.Unix(1e9, 0)}
 }
 
+func fingerprintOf(c *x509.Certificate) string { return keyFingerprint(c) }
+
 func TestOnlyTheNewestCertificateRenewsAtABoundedRate(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	first := certWithSerial(1, "key-1")
+	fresh := spkiFingerprint([]byte("a fresh key"))
 	var none *SiteRecord
-	require.NoError(t, none.mayRenew(first, now), "a site without a record (issued before records were kept) renews")
+	require.NoError(t, none.mayRenew(first, fresh, now), "a site without a record (issued before records were kept) renews")
 
-	enrolled := none.issued("net", "a", first, false, now)
+	enrolled := none.issued("net", "a", first, nil, now)
 	assert.Empty(t, enrolled.Renewals, "an enrolment is not a renewal")
-	require.NoError(t, enrolled.mayRenew(first, now))
+	assert.Empty(t, enrolled.PreviousSerial, "an enrolment supersedes nothing that may retry")
+	require.NoError(t, enrolled.mayRenew(first, fresh, now))
 
 	second := certWithSerial(2, "key-2")
-	r := enrolled.issued("net", "a", second, true, now)
-	require.ErrorIs(t, r.mayRenew(first, now), ErrSuperseded, "the certificate renewed from is superseded")
-	require.ErrorIs(t, r.mayRenew(certWithSerial(2, "another key"), now), ErrSuperseded, "the newest serial with another key is not the newest")
-	require.NoError(t, r.mayRenew(second, now))
+	r := enrolled.issued("net", "a", second, first, now)
+	require.ErrorIs(t, r.mayRenew(first, fresh, now), ErrNotRetry, "the certificate renewed from asks only for the newest key")
+	require.ErrorIs(t, r.mayRenew(certWithSerial(2, "another key"), fresh, now), ErrSuperseded, "the newest serial with another key is not the newest")
+	require.NoError(t, r.mayRenew(second, fresh, now))
+	require.ErrorIs(t, r.mayRenew(second, fingerprintOf(second), now), ErrSameKey, "a renewal brings a new key")
 
 	cur := second
 	for i := range MaxRenewals - 1 {
 		next := certWithSerial(int64(3+i), fmt.Sprintf("key-%d", 3+i))
-		r = r.issued("net", "a", next, true, now.Add(time.Duration(i+1)*time.Minute))
+		r = r.issued("net", "a", next, cur, now.Add(time.Duration(i+1)*time.Minute))
 		cur = next
 	}
 	require.Len(t, r.Renewals, MaxRenewals)
 	at := now.Add(10 * time.Minute)
-	require.ErrorIs(t, r.mayRenew(cur, at), ErrRenewalRate)
-	require.ErrorIs(t, r.mayRenew(cur, now.Add(RenewalWindow-time.Second)), ErrRenewalRate, "the first renewal still counts")
-	require.NoError(t, r.mayRenew(cur, now.Add(RenewalWindow)), "the first renewal left the window")
+	require.ErrorIs(t, r.mayRenew(cur, fresh, at), ErrRenewalRate)
+	require.ErrorIs(t, r.mayRenew(cur, fresh, now.Add(RenewalWindow-time.Second)), ErrRenewalRate, "the first renewal still counts")
+	require.NoError(t, r.mayRenew(cur, fresh, now.Add(RenewalWindow)), "the first renewal left the window")
 
-	// An enrolment (a fresh token) supersedes every earlier certificate and
-	// keeps the renewals counted.
-	fresh := certWithSerial(99, "key-99")
-	r = r.issued("net", "a", fresh, false, at)
-	require.ErrorIs(t, r.mayRenew(cur, at), ErrSuperseded)
-	require.ErrorIs(t, r.mayRenew(fresh, at), ErrRenewalRate)
+	// An enrolment (a fresh token) supersedes every earlier certificate,
+	// none of which retries, and keeps the renewals counted.
+	enrolledAgain := certWithSerial(99, "key-99")
+	r = r.issued("net", "a", enrolledAgain, nil, at)
+	require.ErrorIs(t, r.mayRenew(cur, fingerprintOf(enrolledAgain), at), ErrSuperseded)
+	require.ErrorIs(t, r.mayRenew(enrolledAgain, fresh, at), ErrRenewalRate)
+}
+
+// A renewal whose answer was lost is retried from the certificate it
+// presented, for the key it asked for then: the register answers it, and
+// nothing else from that certificate or an older one.
+func TestALostRenewalIsRetriedForTheSameKeyOnly(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	first := certWithSerial(1, "key-1")
+	second := certWithSerial(2, "key-2")
+	third := certWithSerial(3, "key-3")
+	var none *SiteRecord
+	r := none.issued("net", "a", first, nil, now)
+	r = r.issued("net", "a", second, first, now.Add(-2*RenewalWindow)) // answered, and out of the window
+	r = r.issued("net", "a", third, second, now)                       // its answer lost
+
+	require.NoError(t, r.mayRenew(second, fingerprintOf(third), now), "the previous certificate retries for the newest key")
+	require.ErrorIs(t, r.mayRenew(second, spkiFingerprint([]byte("a thief's key")), now), ErrNotRetry, "the previous certificate asks for no other key")
+	require.ErrorIs(t, r.mayRenew(second, fingerprintOf(second), now), ErrNotRetry, "nor for its own")
+	require.ErrorIs(t, r.mayRenew(first, fingerprintOf(third), now), ErrSuperseded, "an older certificate retries nothing")
+
+	// The retry is issued for the same key with a serial of its own: the
+	// newest changes, the previous stays, and it counts as a renewal.
+	retried := certWithSerial(4, "key-3")
+	next := r.issued("net", "a", retried, second, now)
+	assert.Equal(t, retried.SerialNumber.Text(16), next.Serial)
+	assert.Equal(t, r.KeyFingerprint, next.KeyFingerprint)
+	assert.Equal(t, second.SerialNumber.Text(16), next.PreviousSerial)
+	assert.Len(t, next.Renewals, 2, "the lost renewal and its retry")
+	require.NoError(t, next.mayRenew(second, fingerprintOf(third), now), "a lost retry is retried again, within the rate")
+	require.ErrorIs(t, next.mayRenew(third, spkiFingerprint([]byte("a fresh key")), now), ErrSuperseded, "the certificate first issued for the key is superseded by its retry")
+	require.NoError(t, next.mayRenew(retried, spkiFingerprint([]byte("a fresh key")), now.Add(RenewalWindow)), "the retried certificate renews")
+
+	// A renewal from the newest makes it the previous one.
+	fifth := certWithSerial(5, "key-5")
+	after := next.issued("net", "a", fifth, retried, now.Add(RenewalWindow))
+	assert.Equal(t, retried.SerialNumber.Text(16), after.PreviousSerial)
+	require.ErrorIs(t, after.mayRenew(second, fingerprintOf(fifth), now.Add(RenewalWindow)), ErrSuperseded)
 }
 
 // countingCA is the network's CA, counting the reads of it.
@@ -275,7 +318,14 @@ func TestASlowBodyHoldsNoSlot(t *testing.T) {
 
 // request asks the fixture's issuer as an enrolling or renewing site does.
 func (f *orderFixture) request(req Request, current *tls.Certificate) (*tls.Certificate, error) {
-	key, csr, err := NewKey()
+	key, _, err := NewKey()
+	require.NoError(f.t, err)
+	return f.requestFor(req, current, key)
+}
+
+// requestFor asks for key to be certified.
+func (f *orderFixture) requestFor(req Request, current *tls.Certificate, key crypto.Signer) (*tls.Certificate, error) {
+	csr, err := CertificateRequest(key)
 	require.NoError(f.t, err)
 	req.CSR = string(csr)
 	roots := x509.NewCertPool()
@@ -318,7 +368,17 @@ func TestASupersededCertificateIsRefusedWithoutARead(t *testing.T) {
 	}
 	assert.Equal(t, before, f.reads.Load(), "a certificate known superseded costs no read")
 
-	_, err = f.request(Request{Network: "net", Site: "a"}, newest)
+	// The certificate renewed from still retries that renewal, for the
+	// newest key: remembered as superseded, it is not refused that.
+	retried, err := f.requestFor(Request{Network: "net", Site: "a"}, first, newest.PrivateKey.(crypto.Signer))
+	require.NoError(t, err, "the retry of a renewal whose answer was lost")
+	assert.NotEqual(t, newest.Leaf.SerialNumber, retried.Leaf.SerialNumber)
+	assert.Equal(t, newest.Leaf.RawSubjectPublicKeyInfo, retried.Leaf.RawSubjectPublicKeyInfo)
+	_, err = f.requestFor(Request{Network: "net", Site: "a"}, retried, retried.PrivateKey.(crypto.Signer))
+	require.ErrorAs(t, err, &refused, "the newest does not renew its own key")
+	assert.Equal(t, RefusedRequest, refused.Reason)
+
+	_, err = f.request(Request{Network: "net", Site: "a"}, retried)
 	require.NoError(t, err, "the newest renews")
 }
 
@@ -333,21 +393,27 @@ func TestTheSupersededSetIsBounded(t *testing.T) {
 		if i%2 == 0 {
 			c.NotAfter = now.Add(time.Hour)
 		}
-		s.add("net", "a", c, now)
+		s.add("net", "a", c, "", now)
 	}
 	require.Len(t, s.held, maxSupersededHeld)
 	extra := certWithSerial(1e6, "k")
 	extra.NotAfter = now.Add(time.Hour)
-	s.add("net", "a", extra, now)
+	s.add("net", "a", extra, "", now)
 	assert.Len(t, s.held, maxSupersededHeld/2+1, "the expired ones went")
-	assert.True(t, s.has("net", "a", extra))
-	assert.True(t, s.has("net", "a", certWithSerial(0, "k")))
-	assert.False(t, s.has("net", "b", extra), "per site")
+	assert.ErrorIs(t, s.refusal("net", "a", extra, "any"), ErrSuperseded)
+	assert.ErrorIs(t, s.refusal("net", "a", certWithSerial(0, "k"), "any"), ErrSuperseded)
+	assert.NoError(t, s.refusal("net", "b", extra, "any"), "per site")
+
+	previous := certWithSerial(3e6, "k")
+	previous.NotAfter = now.Add(time.Hour)
+	s.add("net", "a", previous, "newest", now)
+	assert.ErrorIs(t, s.refusal("net", "a", previous, "other"), ErrNotRetry, "the previous certificate asks for no other key")
+	assert.NoError(t, s.refusal("net", "a", previous, "newest"), "its retry goes on to the register")
 
 	for i := range maxSupersededHeld {
 		c := certWithSerial(int64(2e6+i), "k")
 		c.NotAfter = now.Add(time.Hour)
-		s.add("net", "a", c, now)
+		s.add("net", "a", c, "", now)
 	}
 	assert.LessOrEqual(t, len(s.held), maxSupersededHeld)
 }
