@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -58,33 +59,43 @@ func convertManifests(args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	for _, name := range files {
 		data, err := readInput(name, stdin)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s %s: %v\n", binary, convertCommand, err)
+			fmt.Fprintf(stderr, "%s %s: %s: %v\n", binary, convertCommand, name, err)
 			return 1
 		}
-		docs := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for i := 1; ; i++ {
-			var obj map[string]any
-			if err := docs.Decode(&obj); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				fmt.Fprintf(stderr, "%s %s: %s, document %d: %v\n", binary, convertCommand, name, i, err)
-				return 1
+		// Sized before anything is decoded: the limits bound the memory.
+		chunks, err := convert.Documents(data)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s %s: %s, %v\n", binary, convertCommand, name, err)
+			return 1
+		}
+		i := 0
+		for _, chunk := range chunks {
+			docs := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(chunk), 4096)
+			for {
+				var obj map[string]any
+				if err := docs.Decode(&obj); errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					fmt.Fprintf(stderr, "%s %s: %s, document %d: %v\n", binary, convertCommand, name, i+1, err)
+					return 1
+				}
+				i++
+				if len(obj) == 0 {
+					continue
+				}
+				if err := convert.Object(obj, schemas); err != nil {
+					fmt.Fprintf(stderr, "%s %s: %s, document %d: %v\n", binary, convertCommand, name, i, err)
+					failed = true
+					continue
+				}
+				doc, err := sigsyaml.Marshal(obj)
+				if err != nil {
+					fmt.Fprintf(stderr, "%s %s: %s, document %d: %v\n", binary, convertCommand, name, i, err)
+					return 1
+				}
+				out.WriteString("---\n")
+				out.Write(doc)
 			}
-			if len(obj) == 0 {
-				continue
-			}
-			if err := convert.Object(obj, schemas); err != nil {
-				fmt.Fprintf(stderr, "%s %s: %s, document %d: %v\n", binary, convertCommand, name, i, err)
-				failed = true
-				continue
-			}
-			doc, err := sigsyaml.Marshal(obj)
-			if err != nil {
-				fmt.Fprintf(stderr, "%s %s: %s, document %d: %v\n", binary, convertCommand, name, i, err)
-				return 1
-			}
-			out.WriteString("---\n")
-			out.Write(doc)
 		}
 	}
 	if failed {
@@ -94,9 +105,15 @@ func convertManifests(args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	return 0
 }
 
+// readInput reads an input, at most convert.MaxFileBytes of it.
 func readInput(name string, stdin io.Reader) ([]byte, error) {
 	if name == "-" {
-		return io.ReadAll(stdin)
+		return convert.ReadInput(stdin)
 	}
-	return readFile(name)
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return convert.ReadInput(f)
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gridsync/gridsync/controller/convert"
 )
 
 // convert rewrites upstream's earlier manifests (stdin or files) into the
@@ -45,4 +48,39 @@ func TestConvertRewritesEarlierManifests(t *testing.T) {
 	assert.Empty(t, stdout.String())
 	assert.Contains(t, stderr.String(), "egress and gatewayEndpoint")
 	assert.Contains(t, stderr.String(), "document 9")
+}
+
+// An input over the file limit, or a document over the API server's
+// request limit, is refused with the limit named before anything is
+// decoded, and nothing is printed; a document just under the limit is
+// converted.
+func TestConvertRefusesOversizedInput(t *testing.T) {
+	under := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata: {k: " + strings.Repeat("a", convert.MaxDocumentBytes-100) + "}\n"
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, convertManifests(nil, strings.NewReader(under), &stdout, &stderr), stderr.String())
+	assert.Contains(t, stdout.String(), "kind: ConfigMap")
+
+	over := "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n" +
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata: {k: " + strings.Repeat("a", convert.MaxDocumentBytes) + "}\n"
+	stdout.Reset()
+	stderr.Reset()
+	assert.Equal(t, 1, convertManifests(nil, strings.NewReader(over), &stdout, &stderr))
+	assert.Empty(t, stdout.String())
+	assert.Contains(t, stderr.String(), "document 2 is")
+	assert.Contains(t, stderr.String(), "over the API server's limit of 3 MiB")
+
+	path := filepath.Join(t.TempDir(), "huge.yaml")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	line := strings.Repeat("# padding\n", 1<<16)
+	for written := 0; written <= convert.MaxFileBytes; written += len(line) {
+		_, err = f.WriteString(line)
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Close())
+	stdout.Reset()
+	stderr.Reset()
+	assert.Equal(t, 1, convertManifests([]string{"-f", path}, nil, &stdout, &stderr))
+	assert.Empty(t, stdout.String())
+	assert.Contains(t, stderr.String(), "over 32 MiB")
 }

@@ -1,11 +1,13 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"log/slog"
 	"net/http"
@@ -39,6 +41,49 @@ type testIssuer struct {
 	addr    string
 	mu      sync.Mutex
 	refused []string
+	// dropRenewals is how many renewals to answer into the void: issued
+	// and recorded, the answer kept in lost and the connection cut, as an
+	// answer lost on the network is.
+	dropRenewals int
+	lost         [][]byte
+}
+
+// swallowed answers a request into a buffer, the connection's read
+// deadline still reachable (Unwrap) as the issuer needs it.
+type swallowed struct {
+	http.ResponseWriter
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (s *swallowed) Header() http.Header         { return s.header }
+func (s *swallowed) WriteHeader(status int)      { s.status = status }
+func (s *swallowed) Write(b []byte) (int, error) { return s.body.Write(b) }
+func (s *swallowed) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// serve answers as the issuer does, dropping the answers it was told to.
+func (i *testIssuer) serve(srv http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i.mu.Lock()
+		drop := r.URL.Path == enrol.RenewPath && i.dropRenewals > 0
+		if drop {
+			i.dropRenewals--
+		}
+		i.mu.Unlock()
+		if !drop {
+			srv.ServeHTTP(w, r)
+			return
+		}
+		answer := &swallowed{ResponseWriter: w, header: http.Header{}, status: http.StatusOK}
+		srv.ServeHTTP(answer, r)
+		i.mu.Lock()
+		if answer.status == http.StatusOK {
+			i.lost = append(i.lost, answer.body.Bytes())
+		}
+		i.mu.Unlock()
+		panic(http.ErrAbortHandler) // the connection is cut, nothing answered
+	})
 }
 
 func (i *testIssuer) Authority(_ context.Context, _ string) (*sitetrust.CA, []string, error) {
@@ -71,12 +116,32 @@ func startIssuer(t *testing.T, e *env, lifetime time.Duration) *testIssuer {
 	mux := http.NewServeMux()
 	mux.Handle(enrol.EnrollPath, srv)
 	mux.Handle(enrol.RenewPath, srv)
-	hs := httptest.NewUnstartedServer(mux)
+	hs := httptest.NewUnstartedServer(i.serve(mux))
 	hs.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: roots, ClientAuth: tls.VerifyClientCertIfGiven}
 	hs.StartTLS()
 	t.Cleanup(hs.Close)
 	i.addr = hs.Listener.Addr().String()
 	return i
+}
+
+// enrollingNetwork is a network (not yet created) whose site site-a
+// enrols with issuer: the grid CA's certificate in a ConfigMap, a token
+// for site-a in a Secret, its certificate to be written into site-cert.
+func enrollingNetwork(t *testing.T, e *env, issuer *testIssuer) (*v1alpha1.GridNetwork, string) {
+	t.Helper()
+	network := e.network()
+	token, err := issuer.tokens.Add(e.ctx, network.Name, "site-a", time.Hour, time.Now())
+	require.NoError(t, err)
+	e.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: e.credNS}, Data: map[string]string{"ca.crt": string(issuer.caPEM)}})
+	e.create(e.secret("enrol-token", map[string][]byte{"token": []byte(token)}))
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		CAConfigMapRef: &v1alpha1.NamespacedKeyRef{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef:  &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+		SiteCertificate: &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateEnrolled,
+			Issuer:                   &v1alpha1.EnrollmentIssuer{Address: issuer.addr, Site: "site-hub"},
+			EnrollmentTokenSecretRef: &v1alpha1.NamespacedKeyRef{Name: "enrol-token", Namespace: e.credNS}},
+	}
+	return network, token
 }
 
 // An enrolled site holds only the grid CA's certificate: it makes its key,
@@ -92,18 +157,7 @@ func TestAnEnrolledSiteObtainsAndRenewsItsCertificate(t *testing.T) {
 	// Short certificates, so that renewals and an expiry happen in the
 	// test: renewed two thirds in, at six seconds.
 	issuer := startIssuer(t, e, 9*time.Second)
-	network := e.network()
-	token, err := issuer.tokens.Add(e.ctx, network.Name, "site-a", time.Hour, time.Now())
-	require.NoError(t, err)
-	e.create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: e.credNS}, Data: map[string]string{"ca.crt": string(issuer.caPEM)}})
-	e.create(e.secret("enrol-token", map[string][]byte{"token": []byte(token)}))
-	network.Spec.TLS = &v1alpha1.GridTLS{
-		CAConfigMapRef: &v1alpha1.NamespacedKeyRef{Name: "grid-ca", Namespace: e.credNS},
-		SiteSecretRef:  &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
-		SiteCertificate: &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateEnrolled,
-			Issuer:                   &v1alpha1.EnrollmentIssuer{Address: issuer.addr, Site: "site-hub"},
-			EnrollmentTokenSecretRef: &v1alpha1.NamespacedKeyRef{Name: "enrol-token", Namespace: e.credNS}},
-	}
+	network, token := enrollingNetwork(t, e, issuer)
 	e.create(network)
 	reg := prometheus.NewRegistry()
 	e.startAgent(withSiteTrust("site-a", time.Hour, time.Second), func(o *controller.ManagerOptions) { o.Registerer = reg })
@@ -151,6 +205,65 @@ func TestAnEnrolledSiteObtainsAndRenewsItsCertificate(t *testing.T) {
 	assert.Contains(t, condition(got, controller.ConditionSiteIdentity).Message, "expired")
 	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "refused"))
 	assert.Positive(t, counterOf(t, reg, "grid_site_identity_expiry_timestamp_seconds", ""), "the expiry is exported")
+}
+
+// A renewal whose answer is lost (issued and recorded by the issuer, the
+// connection cut before the answer left) is retried: the site kept the
+// key it asked for in its Secret, asks again for it from the same
+// certificate, and the issuer answers that retry and nothing else. The
+// certificate written is for the key of the lost one, and the pending
+// key is gone from the Secret with that write.
+func TestARenewalWhoseAnswerIsLostIsRetried(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("site-cert")
+	// Renewed two thirds in, at twelve seconds: the retry (the next
+	// reconcile, two seconds on) comes well before the certificate
+	// expires, and long before the retried certificate's own renewal.
+	issuer := startIssuer(t, e, 18*time.Second)
+	network, _ := enrollingNetwork(t, e, issuer)
+	issuer.mu.Lock()
+	issuer.dropRenewals = 1
+	issuer.mu.Unlock()
+	e.create(network)
+	reg := prometheus.NewRegistry()
+	e.startAgent(withSiteTrust("site-a", time.Hour, time.Second), func(o *controller.ManagerOptions) { o.Registerer = reg })
+
+	e.eventually("the site certificate enrolled", func() (bool, string) {
+		d := e.secretData("site-cert")
+		return len(d["tls.key"]) > 0, "not yet"
+	})
+	enrolled := e.secretData("site-cert")
+	first, err := sitetrust.ParseHeld(enrolled["tls.crt"], enrolled["tls.key"])
+	require.NoError(t, err)
+
+	var renewed map[string][]byte
+	e.eventually("the site certificate renewed", func() (bool, string) {
+		renewed = e.secretData("site-cert")
+		return renewed != nil && !bytes.Equal(renewed["tls.crt"], enrolled["tls.crt"]), "not yet"
+	})
+	issuer.mu.Lock()
+	lostAnswers := issuer.lost
+	issuer.mu.Unlock()
+	require.Len(t, lostAnswers, 1, "the first renewal was issued and its answer lost")
+	var lostAnswer enrol.Response
+	require.NoError(t, json.Unmarshal(lostAnswers[0], &lostAnswer))
+	lostCerts, err := sitetrust.ParseCertificates([]byte(lostAnswer.Chain))
+	require.NoError(t, err)
+	lost := lostCerts[0]
+
+	held, err := sitetrust.ParseHeld(renewed["tls.crt"], renewed["tls.key"])
+	require.NoError(t, err, "the certificate written certifies the key written")
+	assert.Equal(t, lost.RawSubjectPublicKeyInfo, held.Leaf.RawSubjectPublicKeyInfo, "the retry asked for the key of the lost renewal")
+	assert.NotEqual(t, lost.SerialNumber, held.Leaf.SerialNumber, "and was issued a certificate of its own")
+	assert.NotEqual(t, first.Leaf.RawSubjectPublicKeyInfo, held.Leaf.RawSubjectPublicKeyInfo, "a renewal certifies a new key")
+	assert.NotContains(t, renewed, "pending.key", "the pending key went with the write of its certificate")
+	var secret corev1.Secret
+	require.NoError(t, e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.credNS, Name: "site-cert"}, &secret))
+	assert.Equal(t, corev1.SecretTypeTLS, secret.Type)
+
+	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "failed"), "the lost answer was a failed rotation")
+	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "rotated"))
 }
 
 // counterOf is a counter's (or gauge's) value with the given label value,

@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"bytes"
 	"context"
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -16,6 +18,7 @@ import (
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // Reasons of the SiteIdentity condition of an enrolled site.
@@ -113,7 +116,13 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 		}
 		req.Token = token
 	}
-	key, csr, err := enrol.NewKey()
+	key, keyPEM, err := r.pendingKey(ctx, network, exists, secret, held)
+	if err != nil {
+		r.metrics.identityRotations.WithLabelValues(rotationFailed).Inc()
+		out.condition, out.renewIn = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: the key to be certified could not be kept: %s", at, apiFailure(err, "write", "Secret"))}, enrolRetryUnreachable
+		return out
+	}
+	csr, err := enrol.CertificateRequest(key)
 	if err != nil {
 		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error()}
 		return out
@@ -148,12 +157,9 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 		r.opts.Logger.Warn("site_enrollment_failed", "network", network.Name, "site", site, "issuer", sc.Issuer.Site, "reason", out.condition.reason, "error", err.Error())
 		return out
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error()}
-		return out
-	}
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	// The certificate and its key replace the current pair, and the
+	// pending key goes, in one write: until it succeeds the pending key
+	// stays, and the next attempt asks again for it.
 	if err := r.writeSiteSecret(ctx, network, exists, secret, chain, keyPEM, caCert); err != nil {
 		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, apiFailure(err, "write", "Secret"))}
 		return out
@@ -180,6 +186,70 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 	out.condition = conditionSpec{ok: true, reason: reason, message: fmt.Sprintf("site %s's certificate %s by issuer %s (%s); valid until %s, renewed at %s",
 		site, verb, sc.Issuer.Site, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
 	return out
+}
+
+// keyPendingData is the site Secret's data key of the key a request asked
+// the issuer to certify, kept until its certificate is written: the
+// issuer records a renewal before it answers, and answers the retry of a
+// renewal from the same certificate for the same key only (a renewal
+// whose answer was lost, or whose certificate could not be written, is
+// retried so). The Secret already holds the site's key, so the pending
+// key is kept no wider; the gateways mount tls.crt and tls.key only.
+const keyPendingData = "pending.key"
+
+// pendingKey is the key a request asks to be certified, with its PEM:
+// the one kept in the site Secret from an earlier request that did not
+// end with its certificate written, or else a new one, kept there before
+// it is sent. A kept key that does not parse, is not of a kind accepted,
+// or is the current certificate's own is replaced. Without a site Secret
+// (a first enrolment) the key is not kept: a retry of an enrolment needs
+// a new token whatever key it asks for, and the Secret is created, of
+// type kubernetes.io/tls, with the certificate. The key is never logged.
+func (r *networkReconciler) pendingKey(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, secret *corev1.Secret, held *sitetrust.Held) (crypto.Signer, []byte, error) {
+	if exists {
+		if key, ok := usablePendingKey(secret.Data[keyPendingData], held); ok {
+			return key, secret.Data[keyPendingData], nil
+		}
+	}
+	key, _, err := enrol.NewKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	if exists {
+		if err := r.keepPendingKey(ctx, network, secret, keyPEM); err != nil {
+			return nil, nil, err
+		}
+	}
+	return key, keyPEM, nil
+}
+
+// usablePendingKey parses a kept pending key: a PKCS #8 private key of a
+// kind gridsync accepts, not the key of the certificate held.
+func usablePendingKey(keyPEM []byte, held *sitetrust.Held) (crypto.Signer, bool) {
+	b, _ := pem.Decode(keyPEM)
+	if b == nil || b.Type != "PRIVATE KEY" {
+		return nil, false
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	if err != nil {
+		return nil, false
+	}
+	key, ok := parsed.(crypto.Signer)
+	if !ok || keypolicy.CheckPublicKey(key.Public()) != nil {
+		return nil, false
+	}
+	if held != nil {
+		spki, err := x509.MarshalPKIXPublicKey(key.Public())
+		if err != nil || bytes.Equal(spki, held.Leaf.RawSubjectPublicKeyInfo) {
+			return nil, false
+		}
+	}
+	return key, true
 }
 
 // enrollmentToken reads the one-time token the issuer's operator gave.

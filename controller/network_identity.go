@@ -310,14 +310,36 @@ func reissueWhy(exists bool, held *sitetrust.Held, heldErr error, caCert *x509.C
 // and one left out of an apply that wrote it would be removed: a new
 // Secret is kubernetes.io/tls, one that exists keeps its own.
 func (r *networkReconciler) writeSiteSecret(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, current *corev1.Secret, chain, key []byte, caCert *x509.Certificate) error {
-	ref := network.Spec.TLS.SiteSecretRef
-	apply := corev1ac.Secret(ref.Name, ref.Namespace).
-		WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
-		WithData(map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: sitetrust.EncodeCertificate(caCert)})
+	apply := r.siteSecretApply(network, map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: sitetrust.EncodeCertificate(caCert)})
 	if exists {
 		apply.WithType(current.Type)
 	} else {
 		apply.WithType(corev1.SecretTypeTLS)
 	}
+	// A data key the agent wrote before and leaves out here (a pending
+	// key) goes: the agent's field manager owns it alone.
 	return r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership)
+}
+
+// keepPendingKey adds the key a request asks to be certified to the
+// existing site Secret, leaving its certificate, key and CA as they are:
+// applied with them (a data key the agent wrote and leaves out would go)
+// and on the version read, so that a write made since is not undone.
+func (r *networkReconciler) keepPendingKey(ctx context.Context, network *v1alpha1.GridNetwork, current *corev1.Secret, keyPEM []byte) error {
+	data := map[string][]byte{keyPendingData: keyPEM}
+	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, keyCACert} {
+		if v, ok := current.Data[k]; ok {
+			data[k] = v
+		}
+	}
+	apply := r.siteSecretApply(network, data).WithType(current.Type).WithResourceVersion(current.ResourceVersion)
+	return r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership)
+}
+
+// siteSecretApply is the site Secret the agent applies, with data.
+func (r *networkReconciler) siteSecretApply(network *v1alpha1.GridNetwork, data map[string][]byte) *corev1ac.SecretApplyConfiguration {
+	ref := network.Spec.TLS.SiteSecretRef
+	return corev1ac.Secret(ref.Name, ref.Namespace).
+		WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
+		WithData(data)
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // Issuer is where a site enrols: the issuer site's signals listener.
@@ -58,11 +59,22 @@ func NewKey() (crypto.Signer, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	csr, err := CertificateRequest(key)
 	if err != nil {
 		return nil, nil, err
 	}
-	return key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+	return key, csr, nil
+}
+
+// CertificateRequest asks for key to be certified, the subject left to
+// the issuer: for a new key, or for a key kept from an earlier request
+// whose answer did not arrive.
+func CertificateRequest(key crypto.Signer) ([]byte, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
 
 // Request asks the issuer for a certificate: an enrolment with a token
@@ -132,6 +144,11 @@ func (c *Client) Request(ctx context.Context, issuer Issuer, roots *x509.CertPoo
 func CheckIssued(chain []byte, roots *x509.CertPool, site string, pub crypto.PublicKey, now time.Time) error {
 	certs, err := sitetrust.ParseCertificates(chain)
 	if err != nil {
+		return err
+	}
+	// The issuer is a peer: its chain's keys are checked before any
+	// signature made with them.
+	if err := keypolicy.CheckChain(certs); err != nil {
 		return err
 	}
 	leaf := certs[0]

@@ -91,6 +91,9 @@ type Tokens struct {
 // for a token it does not hold.
 const knownFor = 250 * time.Millisecond
 
+// knownReadTimeout bounds the one read of the set that callers wait for.
+const knownReadTimeout = 5 * time.Second
+
 // MayHold reports whether token may be a stored token: false for one not
 // in the set read less than knownFor ago (then without any read), and an
 // error when the Secret cannot be read. A token the operator adds that
@@ -115,7 +118,11 @@ func (t *Tokens) MayHold(ctx context.Context, token string, now time.Time) (bool
 	var s corev1.Secret
 	var err error
 	t.reads.Add(1)
-	err = t.API.Get(ctx, t.key(), &s)
+	// The read answers every caller waiting for it: it is not ended by
+	// the caller that happened to make it going away.
+	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), knownReadTimeout)
+	err = t.API.Get(readCtx, t.key(), &s)
+	cancel()
 	if apierrors.IsNotFound(err) {
 		err = nil // no token at all
 	}
@@ -124,7 +131,9 @@ func (t *Tokens) MayHold(ctx context.Context, token string, now time.Time) (bool
 	}
 	known := make(map[string]bool, len(s.Data))
 	for k := range s.Data {
-		known[k] = true
+		if !isRegisterKey(k) {
+			known[k] = true
+		}
 	}
 	t.mu.Lock()
 	t.known, t.knownErr, t.knownAt = known, err, now
@@ -199,11 +208,17 @@ func (t *Tokens) Consume(ctx context.Context, network, site, token string, now t
 		}
 		return nil
 	}, false)
+	if errors.Is(err, errSecretMissing) {
+		return ErrTokenUnknown
+	}
 	if err != nil {
 		return err
 	}
 	return refusal
 }
+
+// errSecretMissing: the Secret is not there, and update does not make it.
+var errSecretMissing = errors.New("the token Secret does not exist")
 
 // update reads the Secret, applies change and writes it back with the
 // resource version read, again on a conflict. create makes the Secret
@@ -216,7 +231,7 @@ func (t *Tokens) update(ctx context.Context, change func(*corev1.Secret) error, 
 		err := t.API.Get(ctx, key, &s)
 		if apierrors.IsNotFound(err) {
 			if !create {
-				return ErrTokenUnknown
+				return errSecretMissing
 			}
 			s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
 				Labels: map[string]string{"app.kubernetes.io/managed-by": "gridsync", "grid.praxis.fast/enrollment-tokens": "true"}},
@@ -254,9 +269,13 @@ func (t *Tokens) update(ctx context.Context, change func(*corev1.Secret) error, 
 	return fmt.Errorf("the token Secret %s kept changing while it was written", key)
 }
 
-// pruneExpired drops the tokens that can no longer be used.
+// pruneExpired drops the tokens that can no longer be used (the sites'
+// records beside them stay).
 func pruneExpired(s *corev1.Secret, now time.Time) {
 	for k, raw := range s.Data {
+		if isRegisterKey(k) {
+			continue
+		}
 		var e entry
 		if json.Unmarshal(raw, &e) == nil && !now.Before(e.Expires) {
 			delete(s.Data, k)

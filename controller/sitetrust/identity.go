@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // Held is a site certificate as its Secret holds it.
@@ -20,6 +22,11 @@ type Held struct {
 func ParseHeld(chainPEM, keyPEM []byte) (*Held, error) {
 	certs, err := ParseCertificates(chainPEM)
 	if err != nil {
+		return nil, fmt.Errorf("tls.crt: %w", err)
+	}
+	// Keys of a kind and size gridsync accepts, before any signature made
+	// with them is checked (the probes and peers verify with this chain).
+	if err := keypolicy.CheckChain(certs); err != nil {
 		return nil, fmt.Errorf("tls.crt: %w", err)
 	}
 	if len(keyPEM) == 0 {

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // TrustDomain is the SPIFFE trust domain of every site certificate; a
@@ -152,6 +154,11 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 		return nil, err
 	}
 	cert := certs[0]
+	// Every chain verified under the CA checks a signature made with its
+	// key: one of a kind and size gridsync accepts.
+	if err := keypolicy.CheckCertificate(cert); err != nil {
+		return nil, fmt.Errorf("the grid CA: %w", err)
+	}
 	if !cert.IsCA || !cert.BasicConstraintsValid || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
 		return nil, errors.New("the certificate is not a CA (basic constraints CA:TRUE and key usage certificate signing)")
 	}

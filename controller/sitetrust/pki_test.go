@@ -1,15 +1,21 @@
 package sitetrust
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/pem"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 func newTestCA(t *testing.T, now time.Time) *CA {
@@ -140,4 +146,31 @@ func TestParseRefusesWhatIsNotACertificateOrCA(t *testing.T) {
 func TestFingerprintIsLowercaseHexOfTheDER(t *testing.T) {
 	fp := Fingerprint([]byte("x"))
 	assert.Equal(t, "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881", fp)
+}
+
+// A site certificate or grid CA whose key gridsync does not accept (here
+// RSA of 1,024 bits) is refused where it is read, naming the key's kind
+// and size, before any signature made with it is checked.
+func TestHeldIdentityAndCAKeysOfAnAcceptedKind(t *testing.T) {
+	now := time.Now()
+	ca := newTestCA(t, now)
+	weak, err := rsa.GenerateKey(rand.Reader, 1024)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(weak)
+	require.NoError(t, err)
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+
+	chain, err := ca.IssueFor("site-a", weak.Public(), now, time.Hour)
+	require.NoError(t, err)
+	_, err = ParseHeld(chain, keyPEM)
+	require.ErrorIs(t, err, keypolicy.ErrKeyRefused)
+	assert.Contains(t, err.Error(), "RSA key of 1024 bits")
+
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "weak CA"}, NotBefore: now, NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, weak.Public(), weak)
+	require.NoError(t, err)
+	_, err = ParseCA(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM)
+	require.ErrorIs(t, err, keypolicy.ErrKeyRefused)
+	assert.NotContains(t, err.Error(), "PRIVATE KEY")
 }

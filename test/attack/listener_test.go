@@ -53,6 +53,7 @@ type signalsAgent struct {
 	admin   client.Client
 	roots   *x509.CertPool
 	leaf    tls.Certificate // this site's, as the co-located gateway presents it
+	pki     *testpki.Site
 }
 
 // startSignalsAgent starts the agent; wrap, when set, is the command the
@@ -76,7 +77,7 @@ func startSignalsAgent(t *testing.T, wrap []string, extra ...string) *signalsAge
 	require.NoError(t, err)
 
 	site := testpki.NewSite(t, listenerSite)
-	s.leaf, s.roots = site.Leaf, site.Roots
+	s.leaf, s.roots, s.pki = site.Leaf, site.Roots, site
 	gn := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: s.network}, Spec: v1alpha1.GridNetworkSpec{
 		ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.gwNS, SiteName: listenerSite}}}}
 	require.NoError(t, s.admin.Create(ctx, gn))

@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gridsync/gridsync/agent/membership"
 	"github.com/gridsync/gridsync/controller"
@@ -133,10 +134,10 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	signalsPort := freePort(t)
 	identityA := testpki.NewProjection(t)
 	require.NoError(t, a.cp.Grant(ctx, a.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", a.agentNS, rbac.EnrollmentTokenRules(enrol.DefaultTokenSecret)))
-	// The issuer will refuse C's renewal (revocation short of rotating the
-	// CA): C enrols, and leaves the grid when its first certificate
-	// expires.
-	a.identityNetwork("grid", &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateIssuer, RefuseRenewal: []string{"site-c"}})
+	// Once C has enrolled, the issuer will refuse C's renewal (revocation
+	// short of rotating the CA): C leaves the grid when its first
+	// certificate expires.
+	a.identityNetwork("grid", &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateIssuer})
 	a.provider("prov-a", "grid", "model-a")
 	agents := []*agent{a.start(nil, append(lifetime, "--signals-addr", "127.0.0.1:"+signalsPort,
 		"--signals-cert", identityA.Path("tls.crt"), "--signals-key", identityA.Path("tls.key"), "--signals-ca", identityA.Path("ca.crt"))...)}
@@ -224,6 +225,18 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"site-g"}, issued[0].Subject.Organization)
 	assert.Equal(t, "spiffe://grid.internal/site/site-g", issued[0].URIs[0].String())
+
+	// The issuer's operator lists C: C neither renews nor enrols again,
+	// whatever token it holds.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n v1alpha1.GridNetwork
+		if err := a.admin.Get(ctx, types.NamespacedName{Name: "grid"}, &n); err != nil {
+			return err
+		}
+		n.Spec.TLS.SiteCertificate.RefuseRenewal = []string{"site-c"}
+		return a.admin.Update(ctx, &n)
+	}))
+	assert.Contains(t, refusal(ask("site-c", newToken("site-c", "10m"), pkix.Name{})), "neither renews nor enrols", "a listed site with a new token")
 
 	// The grid forms: every site Active at the two others.
 	for _, s := range all {

@@ -20,6 +20,9 @@ type Site struct {
 	// it; Roots trust the grid CA.
 	Leaf  tls.Certificate
 	Roots *x509.CertPool
+	// CACert and CAKey are the grid CA's certificate and key, PEM: a
+	// test that makes the agent an issuer puts them in its CA Secret.
+	CACert, CAKey []byte
 }
 
 // NewSite issues site's identity from a new grid CA.
@@ -31,7 +34,7 @@ func NewSite(t testing.TB, site string) *Site {
 	require.NoError(t, err)
 	chain, key, err := ca.Issue(site, time.Now(), time.Hour)
 	require.NoError(t, err)
-	s := &Site{Projection: NewProjection(t), Roots: x509.NewCertPool()}
+	s := &Site{Projection: NewProjection(t), Roots: x509.NewCertPool(), CACert: caPEM, CAKey: caKey}
 	s.Publish(map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": caPEM})
 	s.Leaf, err = tls.X509KeyPair(chain, key)
 	require.NoError(t, err)

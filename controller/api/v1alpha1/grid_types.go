@@ -83,9 +83,9 @@ type SiteCertificate struct {
 	//
 	// +optional
 	EnrollmentTokenSecretRef *NamespacedKeyRef `json:"enrollmentTokenSecretRef,omitempty"`
-	// RefuseRenewal (issuer) lists sites whose renewal is refused: each
-	// leaves the grid when its current certificate expires, without
-	// rotating the grid CA.
+	// RefuseRenewal (issuer) lists sites whose renewal and enrolment are
+	// refused, whatever token they hold: each leaves the grid when its
+	// current certificate expires, without rotating the grid CA.
 	//
 	// +optional
 	// +listType=set
