@@ -5,12 +5,13 @@
 //
 // The workers spend their time on sites this one holds records of first;
 // records of unknown sites, and of sites whose records were lately
-// refused, get what is left, within a budget of checks a second. A key
-// holder flooding invented or junk records so spends at most that budget,
-// its records are the first dropped when the queue is full, and an honest
-// site's update waits for at most the check in progress. Nothing is lost
-// for good: a dropped record of an honest site comes back with the next
-// push/pull, whose digest shows this site lacks it.
+// refused, get what is left, within a budget of checks a second (beyond
+// it they wait). A key holder flooding invented or junk records so spends
+// at most that budget, its records are the first dropped when the queue
+// is full, and an honest site's update waits for at most the check in
+// progress. Nothing is lost for good: a dropped record of an honest site
+// comes back with the next push/pull, whose digest shows this site lacks
+// it.
 
 package membership
 
@@ -32,7 +33,7 @@ const (
 	outcomeOwnSite  = "own_site"  // this site's own, which only it writes
 	outcomeRefused  = "refused"   // its check failed (grid_swim_records_rejected_total says why)
 	outcomeOverCap  = "over_cap"  // a cap of the store (grid_swim_messages_dropped_total says which)
-	outcomeShed     = "shed"      // dropped unchecked: the queue was full or its sender's budget spent
+	outcomeShed     = "shed"      // dropped unchecked: the queue was full
 )
 
 var recordOutcomes = []string{outcomeStored, outcomeNotNewer, outcomeOwnSite, outcomeRefused, outcomeOverCap, outcomeShed}
@@ -148,22 +149,27 @@ func (q *verifyQueue) full(size int64) bool {
 	return len(q.trusted)+len(q.doubtful) >= maxPendingRecords || q.bytes+size > maxPendingBytes
 }
 
-// pop takes the next record to check, trusted ones first; a doubtful one
-// past the budget is returned as shed, unchecked.
-func (q *verifyQueue) pop(now time.Time) (p pendingRecord, shed, ok bool) {
+// pop takes the next record to check, trusted ones first. A doubtful one
+// waits for the budget: when none is left, pop returns how long until
+// there is (ok false), and a trusted arrival is taken before it.
+func (q *verifyQueue) pop(now time.Time) (p pendingRecord, wait time.Duration, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
 	case len(q.trusted) > 0:
 		p, q.trusted = q.trusted[0], q.trusted[1:]
 	case len(q.doubtful) > 0:
+		r := q.budget.ReserveN(now, 1)
+		if d := r.DelayFrom(now); d > 0 {
+			r.CancelAt(now)
+			return pendingRecord{}, d, false
+		}
 		p, q.doubtful = q.doubtful[0], q.doubtful[1:]
-		shed = !q.budget.AllowN(now, 1)
 	default:
-		return pendingRecord{}, false, false
+		return pendingRecord{}, 0, false
 	}
 	q.bytes -= p.size
-	return p, shed, true
+	return p, 0, true
 }
 
 func (q *verifyQueue) len() int {
@@ -234,24 +240,26 @@ func needsSignatureCheck(t *netTrust, r *Record) bool {
 // checkRecords runs a worker until ctx ends.
 func (r *Runtime) checkRecords(ctx context.Context) {
 	for {
-		p, shed, ok := r.verify.pop(r.cfg.Now())
+		p, wait, ok := r.verify.pop(r.cfg.Now())
 		if !ok {
+			var budget <-chan time.Time
+			var timer *time.Timer
+			if wait > 0 {
+				timer = time.NewTimer(wait)
+				budget = timer.C
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-r.verify.ready:
-				continue
+			case <-budget:
 			}
-		}
-		r.metrics.pending.Set(float64(r.verify.len()))
-		if shed {
-			r.outcome(outcomeShed)
-			if r.firstTime("swim_records_shed", "budget", "") {
-				r.log.Warn("swim_records_shed", "why", "records of unknown or lately refused sites came faster than their budget of checks",
-					"checks_per_second", doubtfulChecksPerSecond)
+			if timer != nil {
+				timer.Stop()
 			}
 			continue
 		}
+		r.metrics.pending.Set(float64(r.verify.len()))
 		if network := r.admit(p.rec, p.regossip); network != "" {
 			r.metrics.records.Set(float64(r.store.count()))
 			r.notify.send(network)

@@ -9,7 +9,7 @@ import (
 
 // The verifier's queue: records of sites held go first, a sender whose
 // records were refused loses its place, a full queue drops doubtful
-// records first, and doubtful records are checked within a budget.
+// records first, and doubtful records wait for a budget of checks.
 func TestVerifyQueueFavoursTrustedSenders(t *testing.T) {
 	now := time.Now()
 	rec := func(site string, v uint64) pendingRecord {
@@ -18,9 +18,9 @@ func TestVerifyQueueFavoursTrustedSenders(t *testing.T) {
 	q := newVerifyQueue()
 	require.Zero(t, q.push(rec("inv-1", 1), false, now))
 	require.Zero(t, q.push(rec("site-c", 2), true, now))
-	p, shed, ok := q.pop(now)
+	p, wait, ok := q.pop(now)
 	require.True(t, ok)
-	require.False(t, shed)
+	require.Zero(t, wait)
 	require.Equal(t, "site-c", p.rec.Site, "a held site's record waits for no doubtful one")
 	p, _, _ = q.pop(now)
 	require.Equal(t, "inv-1", p.rec.Site)
@@ -54,59 +54,23 @@ func TestVerifyQueueFavoursTrustedSenders(t *testing.T) {
 	require.Equal(t, "site-c", p.rec.Site)
 	require.Equal(t, uint64(maxPendingRecords-2), q.doubtful[len(q.doubtful)-1].rec.Version, "the newest doubtful record made room")
 
-	// The budget: beyond the burst, doubtful records are shed unchecked.
-	checked, dropped := 0, 0
-	for {
-		_, shed, ok := q.pop(now)
-		if !ok {
-			break
-		}
-		if shed {
-			dropped++
-		} else {
-			checked++
-		}
+	// The budget: beyond the burst, a doubtful record waits for it, and a
+	// trusted arrival goes before it.
+	for range doubtfulBurst {
+		_, wait, ok := q.pop(now)
+		require.True(t, ok)
+		require.Zero(t, wait)
 	}
-	require.Equal(t, doubtfulBurst, checked)
-	require.Equal(t, maxPendingRecords-1-doubtfulBurst, dropped)
-}
-
-// Records are checked on the verifier's workers, not on memberlist's
-// goroutine, and every record received is counted under one outcome; the
-// newest genuine record wins whatever order the workers took them in.
-func TestReceiveHandsRecordsToTheWorkers(t *testing.T) {
-	ca := newTestCA(t)
-	s := startSite(t, "site-a", withKey(randomKey(t)), withIdentity("prod", ca.identity(t, "site-a")))
-	s.waitRunning(t)
-	c := ca.leaf(t, "site-c", leafSpec{})
-	v := uint64(time.Now().UnixNano())
-	good := signedBy(t, c, Record{Network: "prod", Site: "site-c", Kind: KindProviders, Version: v, Providers: providers("pc")})
-	older := signedBy(t, c, Record{Network: "prod", Site: "site-c", Kind: KindProviders, Version: v - 1, Providers: providers("old")})
-	forged := good
-	forged.Providers = providers("gpt-evil")
-	forged.Version = v + 1
-	own := Record{Network: "prod", Site: "site-a", Kind: KindProviders, Version: v}
-	s.receive([]Record{good, forged, own}, false)
-	s.receive([]Record{older}, false)
-	outcomes := func() map[string]float64 {
-		out := map[string]float64{}
-		for _, o := range recordOutcomes {
-			out[o] = s.counter("grid_swim_records_received_total", o)
-		}
-		return out
-	}
-	require.Eventually(t, func() bool {
-		o := outcomes()
-		return o[outcomeStored]+o[outcomeNotNewer]+o[outcomeRefused]+o[outcomeOwnSite] == 4
-	}, 10*time.Second, 10*time.Millisecond)
-	o := outcomes()
-	require.Equal(t, 1.0, o[outcomeRefused])
-	require.Equal(t, 1.0, o[outcomeOwnSite])
-	// The older copy is not newer than what is held once good is stored;
-	// checked before it, it was stored and then superseded.
-	require.Equal(t, 2.0, o[outcomeNotNewer]+o[outcomeStored])
-	held, ok := s.store.get(good.key())
+	_, wait, ok = q.pop(now)
+	require.False(t, ok)
+	require.Positive(t, wait)
+	require.LessOrEqual(t, wait, time.Second/doubtfulChecksPerSecond)
+	require.Zero(t, q.push(rec("site-c", 2), true, now))
+	p, _, ok = q.pop(now)
 	require.True(t, ok)
-	require.Equal(t, good.Version, held.Version, "the newest genuine record wins")
-	require.Zero(t, s.verify.len())
+	require.Equal(t, "site-c", p.rec.Site)
+	p, _, ok = q.pop(now.Add(wait))
+	require.True(t, ok, "the budget refilled")
+	require.Equal(t, "inv", p.rec.Site)
+	require.Equal(t, maxPendingRecords-2-doubtfulBurst, q.len())
 }
