@@ -12,8 +12,14 @@ func (r *Runtime) admit(rec Record, regossip bool) string {
 	r.mu.Lock()
 	grid := r.grid.ID
 	r.mu.Unlock()
-	if why := check(r.trustOf(rec.Network), &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
-		r.verify.refused(&rec, now)
+	t := r.trustOf(rec.Network)
+	if why := check(t, &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
+		if needsSignatureCheck(t, &rec) {
+			// Only a refusal that cost a check is charged to the site:
+			// junk that costs nothing to refuse in its name does not
+			// make its records doubtful.
+			r.verify.refused(&rec, now)
+		}
 		r.rejected(&rec, why)
 		r.outcome(outcomeRefused)
 		return ""
