@@ -12,6 +12,12 @@ func (r *Runtime) admit(rec Record, regossip bool) string {
 	r.mu.Lock()
 	grid := r.grid.ID
 	r.mu.Unlock()
+	// A copy that waited behind another of the same record (push/pull
+	// and gossip bring several) costs no check once the first is held.
+	if cur, ok := r.store.get(rec.key()); ok && !newer(&rec, &cur) {
+		r.outcome(outcomeNotNewer)
+		return ""
+	}
 	t := r.trustOf(rec.Network)
 	if why := check(t, &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
 		if needsSignatureCheck(t, &rec) {

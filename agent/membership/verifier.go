@@ -34,9 +34,12 @@ const (
 	outcomeRefused  = "refused"   // its check failed (grid_swim_records_rejected_total says why)
 	outcomeOverCap  = "over_cap"  // a cap of the store (grid_swim_messages_dropped_total says which)
 	outcomeShed     = "shed"      // dropped unchecked: the queue was full
+	// A copy of a record waiting for its check (push/pull and gossip
+	// bring several): it shares that one's fate.
+	outcomeDuplicate = "duplicate"
 )
 
-var recordOutcomes = []string{outcomeStored, outcomeNotNewer, outcomeOwnSite, outcomeRefused, outcomeOverCap, outcomeShed}
+var recordOutcomes = []string{outcomeStored, outcomeNotNewer, outcomeOwnSite, outcomeRefused, outcomeOverCap, outcomeShed, outcomeDuplicate}
 
 // Bounds of the verifier.
 const (
@@ -64,6 +67,19 @@ const (
 	maxVerifyWorkers = 4
 )
 
+// pendingID tells copies of one signed record apart from anything else:
+// another record, or another claim of the same version, is never taken
+// for a copy.
+type pendingID struct {
+	key     recordKey
+	version uint64
+	sig     string
+}
+
+func idOf(r *Record) pendingID {
+	return pendingID{key: r.key(), version: r.Version, sig: string(r.Sig)}
+}
+
 // pendingRecord is a record waiting for its check.
 type pendingRecord struct {
 	rec      Record
@@ -78,6 +94,9 @@ type verifyQueue struct {
 	trusted  []pendingRecord
 	doubtful []pendingRecord
 	bytes    int64
+	// waiting are the records queued, so that a second copy of one (as
+	// push/pull and gossip bring) is not queued again.
+	waiting map[pendingID]struct{}
 	// refusals is each sender's allowance of refused records, by network
 	// and site.
 	refusals map[string]*rate.Limiter
@@ -86,7 +105,7 @@ type verifyQueue struct {
 }
 
 func newVerifyQueue() *verifyQueue {
-	return &verifyQueue{refusals: map[string]*rate.Limiter{}, ready: make(chan struct{}, 1),
+	return &verifyQueue{refusals: map[string]*rate.Limiter{}, waiting: map[pendingID]struct{}{}, ready: make(chan struct{}, 1),
 		budget: rate.NewLimiter(doubtfulChecksPerSecond, doubtfulBurst)}
 }
 
@@ -116,22 +135,28 @@ func (q *verifyQueue) refused(r *Record, now time.Time) {
 }
 
 // push queues a record; trusted says its site is held here. It returns
-// the records dropped to make room (the arrival itself when there is
-// none): doubtful ones go first, the newest first.
-func (q *verifyQueue) push(p pendingRecord, trusted bool, now time.Time) (shed int) {
+// whether the record was a copy of one already queued (and not queued
+// again), and the records dropped to make room (the arrival itself when
+// there is none): doubtful ones go first, the newest first.
+func (q *verifyQueue) push(p pendingRecord, trusted bool, now time.Time) (copied bool, shed int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	id := idOf(&p.rec)
+	if _, ok := q.waiting[id]; ok {
+		return true, 0
+	}
 	trusted = trusted && !q.penalizedLocked(senderKey(&p.rec), now)
 	for q.full(p.size) {
 		if !trusted || len(q.doubtful) == 0 {
 			shed++
-			return shed
+			return false, shed
 		}
 		last := q.doubtful[len(q.doubtful)-1]
 		q.doubtful = q.doubtful[:len(q.doubtful)-1]
-		q.bytes -= last.size
+		q.forgetLocked(last)
 		shed++
 	}
+	q.waiting[id] = struct{}{}
 	if trusted {
 		q.trusted = append(q.trusted, p)
 	} else {
@@ -142,7 +167,14 @@ func (q *verifyQueue) push(p pendingRecord, trusted bool, now time.Time) (shed i
 	case q.ready <- struct{}{}:
 	default:
 	}
-	return shed
+	return false, shed
+}
+
+// forgetLocked takes a record that leaves the queue out of its accounts
+// (q.mu held).
+func (q *verifyQueue) forgetLocked(p pendingRecord) {
+	q.bytes -= p.size
+	delete(q.waiting, idOf(&p.rec))
 }
 
 func (q *verifyQueue) full(size int64) bool {
@@ -168,7 +200,7 @@ func (q *verifyQueue) pop(now time.Time) (p pendingRecord, wait time.Duration, o
 	default:
 		return pendingRecord{}, 0, false
 	}
-	q.bytes -= p.size
+	q.forgetLocked(p)
 	return p, 0, true
 }
 
@@ -213,7 +245,11 @@ func (r *Runtime) receive(records []Record, regossip bool) {
 			continue
 		}
 		p := pendingRecord{rec: rec, regossip: regossip, size: recordSize(&rec)}
-		if shed := r.verify.push(p, r.store.holdsSite(rec.Network, rec.Site), now); shed > 0 {
+		copied, shed := r.verify.push(p, r.store.holdsSite(rec.Network, rec.Site), now)
+		if copied {
+			r.outcome(outcomeDuplicate)
+		}
+		if shed > 0 {
 			r.metrics.recordsReceived.WithLabelValues(outcomeShed).Add(float64(shed))
 			if r.firstTime("swim_records_shed", "queue_full", "") {
 				r.log.Warn("swim_records_shed", "why", "the queue of records waiting for their check is full: records of unknown or lately refused sites are dropped first, and come back with push/pull if they are a site's",
