@@ -40,19 +40,18 @@ func TestRecordBigKeys(t *testing.T) {
 	require.NoError(t, err)
 	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
-	// A new leaf per record: each chain is new to the agent. Made before
-	// the flood, so that the flood's rate is the agent's load and not
-	// this test's.
-	messages := make([][]membership.Record, size(400, 100))
-	for i := range messages {
+	// A new leaf per record: each chain is new to the agent.
+	message := func(i int) []membership.Record {
+		var rs []membership.Record
 		for j := range 4 {
 			site := fmt.Sprintf("inv-%d-%d", i, j)
 			leaf := testpki.Invented(t, site, &leafKey.PublicKey, issuer, leafKey, false)
-			messages[i] = append(messages[i], membership.Record{Network: g.name, Site: site, Kind: membership.KindProviders, Version: uint64(time.Now().UnixNano()),
+			rs = append(rs, membership.Record{Network: g.name, Site: site, Kind: membership.KindProviders, Version: uint64(time.Now().UnixNano()),
 				Providers: oneProvider(site), Chain: append([][]byte{leaf}, inters...), Sig: junkSignature()})
 		}
+		return rs
 	}
-	floodRecords(t, a, g, c, "record_big_keys", messages, size(40, 20))
+	floodRecords(t, a, g, c, "record_big_keys", message, size(40, 20))
 }
 
 // Well-formed junk signatures on a site's own chain, which the agent
@@ -73,49 +72,44 @@ func TestRecordJunkSignatures(t *testing.T) {
 	template := membership.Record{Network: g.name, Site: "site-x", Kind: membership.KindProviders, Version: version,
 		Providers: oneProvider("site-x")}
 	require.NoError(t, template.Sign(x.cert))
-	messages := make([][]membership.Record, size(200, 50))
-	for i := range messages {
-		for range 200 {
+	message := func(int) []membership.Record {
+		var rs []membership.Record
+		for range 100 {
 			version++
 			r := template
 			// The signature of another version: well-formed, and wrong.
 			r.Version, r.Providers = version, oneProvider(fmt.Sprintf("gpt-evil-%d", version%1000))
-			messages[i] = append(messages[i], r)
+			rs = append(rs, r)
 		}
+		return rs
 	}
-	floodRecords(t, a, g, c, "record_junk_signatures", messages, size(50, 20))
+	floodRecords(t, a, g, c, "record_junk_signatures", message, size(50, 25))
 }
 
 // floodRecords measures site C's update at the agent idle, then while a
-// key holder sends the messages of records, perSecond a second (from the
-// first again when all were sent, as long as the measurement lasts), and
-// reports the attack: held when the update through the flood takes at
-// most twice its idle figure, the flood's records were refused, and
-// nothing of it reached the network's status.
-func floodRecords(t *testing.T, a *swimAgent, g *signedNetwork, c *gridSite, name string, messages [][]membership.Record, perSecond int) {
+// key holder sends messages of records (the i-th is message(i)),
+// perSecond a second, and reports the attack: held when the update
+// through the flood takes at most twice its idle figure, the flood's
+// records were refused, and nothing of it reached the network's status.
+// Every record is new: none waits as a copy of another.
+func floodRecords(t *testing.T, a *swimAgent, g *signedNetwork, c *gridSite, name string, message func(i int) []membership.Record, perSecond int) {
 	t.Helper()
 	samples := size(20, 10)
 	idle, _ := updateLatency(t, g, c, samples)
 
-	encoded := make([][]byte, len(messages))
-	for i, rs := range messages {
-		var err error
-		encoded[i], err = membership.DirectMessage(rs)
-		require.NoError(t, err)
-	}
 	holder := testnet.KeyHolder(t, a.key)
 	to := a.node(t)
 	before := a.recordOutcomes()
 	cpuBefore := measure.MustCPU(t, a.Cmd.Process.Pid)
 	stop := make(chan struct{})
-	var sent, next int
+	var sent int
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		tick := time.NewTicker(time.Second / time.Duration(perSecond))
 		defer tick.Stop()
 		// Bounded in time whatever happens to the measurement.
 		deadline := time.After(2 * time.Minute)
-		for {
+		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
@@ -123,10 +117,14 @@ func floodRecords(t *testing.T, a *swimAgent, g *signedNetwork, c *gridSite, nam
 				return
 			case <-tick.C:
 			}
-			i := next % len(encoded)
-			next++
-			if holder.SendReliable(to, encoded[i]) == nil {
-				sent += len(messages[i])
+			rs := message(i)
+			msg, err := membership.DirectMessage(rs)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if holder.SendReliable(to, msg) == nil {
+				sent += len(rs)
 			}
 		}
 	})
