@@ -99,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"reason"}),
 		recordsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_swim_records_received_total",
-			Help: "Records of other sites received, each counted once by what became of it: stored, not_newer (the copy held is as new), own_site, refused (grid_swim_records_rejected_total says why), over_cap (grid_swim_messages_dropped_total says which cap), or shed (dropped unchecked: the verifier's queue was full or the sender's budget spent).",
+			Help: "Records of other sites received, each counted once by what became of it: stored, not_newer (the copy held is as new), own_site, refused (grid_swim_records_rejected_total says why), over_cap (grid_swim_messages_dropped_total says which cap), shed (dropped unchecked: the verifier's queue was full), or duplicate (a copy of a record already waiting for its check).",
 		}, []string{"outcome"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "grid_swim_records_pending",
