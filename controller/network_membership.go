@@ -254,7 +254,7 @@ func (r *networkReconciler) membershipIdentity(ctx context.Context, network *v1a
 		return sites.Identity{Open: true}
 	}
 	tm := r.trust.get(ctx, network)
-	return sites.Identity{Roots: tm.roots, Signer: tm.client}
+	return sites.Identity{Roots: tm.roots, RootCerts: tm.rootCerts, Signer: tm.client}
 }
 
 // membershipRequested reports whether a network asks for anything only

@@ -7,6 +7,7 @@ package membership
 import (
 	"bytes"
 	"crypto/x509"
+	"slices"
 	"sort"
 	"time"
 
@@ -31,8 +32,10 @@ func (r *Runtime) SetIdentity(network string, id sites.Identity) {
 	}
 	r.mu.Lock()
 	prev := r.trust[network]
-	t := &netTrust{open: id.Open, roots: id.Roots, signer: s}
-	sameRoots := prev != nil && prev.open == t.open && rootsEqual(prev.roots, t.roots)
+	t := &netTrust{open: id.Open, roots: id.Roots, signer: s, rootIDs: rootIDsOf(id.RootCerts)}
+	sameRoots := prev != nil && prev.open == t.open && rootsEqual(prev.roots, t.roots) && slices.EqualFunc(prev.rootIDs, t.rootIDs, func(a, b rootID) bool {
+		return bytes.Equal(a.keyID, b.keyID) && bytes.Equal(a.subject, b.subject)
+	})
 	if sameRoots {
 		t.chains = prev.chains
 	} else {
@@ -210,7 +213,7 @@ func (r *Runtime) recheck(now time.Time) {
 		if rec.Site == r.cfg.Site || t == nil || t.open || t.roots == nil || len(rec.Chain) == 0 {
 			continue
 		}
-		if _, why := t.chains.verify(t.roots, rec.Chain, now); why != "" {
+		if _, why := t.chains.verify(t, rec.Chain, now); why != "" {
 			r.store.remove(rec.key())
 			r.rejected(&rec, rejectNoLongerValid)
 			changed[rec.Network] = true

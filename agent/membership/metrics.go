@@ -35,6 +35,8 @@ type metrics struct {
 	seedJoinFailures prometheus.Counter
 	gridIDConflicts  prometheus.Counter
 	recordsRejected  *prometheus.CounterVec
+	recordsReceived  *prometheus.CounterVec
+	pending          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -95,9 +97,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "grid_swim_records_rejected_total",
 			Help: "Records of other sites refused before they were stored, by reason: unsigned, signed by a certificate that does not chain to the grid CA or names another site, a signature that does not verify, signed too far ahead or too long ago, or of a network this site does not take part in.",
 		}, []string{"reason"}),
+		recordsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_swim_records_received_total",
+			Help: "Records of other sites received, each counted once by what became of it: stored, not_newer (the copy held is as new), own_site, refused (grid_swim_records_rejected_total says why), over_cap (grid_swim_messages_dropped_total says which cap), shed (dropped unchecked: the verifier's queue was full), or duplicate (a copy of a record already waiting for its check).",
+		}, []string{"outcome"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "grid_swim_records_pending",
+			Help: "Records received and waiting for their check.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.keyPending, m.keysInstalled, m.encrypted, m.rejected, m.dropped, m.sites,
-		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.gridIDConflicts, m.recordsRejected} {
+		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.gridIDConflicts, m.recordsRejected, m.recordsReceived, m.pending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -110,6 +120,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, r := range recordRejectReasons {
 		m.recordsRejected.WithLabelValues(r)
+	}
+	for _, o := range recordOutcomes {
+		m.recordsReceived.WithLabelValues(o)
 	}
 	for _, s := range []sites.SiteState{sites.SiteAlive, sites.SiteSuspect, sites.SiteDead, sites.SiteLeft} {
 		m.sites.WithLabelValues(string(s))

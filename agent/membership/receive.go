@@ -4,58 +4,62 @@ package membership
 
 import "fmt"
 
-// receive merges records from a peer. Records of this site are its own
-// to write, and ignored. regossip sends what was news on by epidemic
-// broadcast.
-func (r *Runtime) receive(records []Record, regossip bool) {
+// admit checks a record of another site and merges it, on a verifier
+// worker. It returns the record's network when the record changed what is
+// held, else "".
+func (r *Runtime) admit(rec Record, regossip bool) string {
 	now := r.cfg.Now()
 	r.mu.Lock()
 	grid := r.grid.ID
 	r.mu.Unlock()
-	changed := map[string]bool{}
-	for _, rec := range records {
-		if rec.Site == r.cfg.Site {
-			continue
+	// A copy that waited behind another of the same record (push/pull
+	// and gossip bring several) costs no check once the first is held.
+	if cur, ok := r.store.get(rec.key()); ok && !newer(&rec, &cur) {
+		r.outcome(outcomeNotNewer)
+		return ""
+	}
+	t := r.trustOf(rec.Network)
+	if why := check(t, &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
+		if needsSignatureCheck(t, &rec) {
+			// Only a refusal that cost a check is charged to the site:
+			// junk that costs nothing to refuse in its name does not
+			// make its records doubtful.
+			r.verify.refused(&rec, now)
 		}
-		// What is not newer than the copy held is not checked: it would
-		// not be stored anyway, and push/pull brings many such.
-		if cur, ok := r.store.get(rec.key()); ok && !newer(&rec, &cur) {
-			continue
-		}
-		if why := check(r.trustOf(rec.Network), &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
-			r.rejected(&rec, why)
-			continue
-		}
-		if classifyPEM(rec.CertPEM) == certPrivateKey {
-			// Never kept, never passed on: the record goes on without it.
-			r.metrics.dropped.WithLabelValues(dropPrivateKey).Inc()
-			r.log.Error("swim_private_key_discarded", "site", rec.Site, "network", rec.Network,
-				"why", "a gossiped certificate PEM carries a private key; it is discarded")
-			rec.CertPEM = ""
-		}
-		ok, refused := r.store.mergeCapped(rec, now, true)
-		if refused != "" {
-			r.overCap(rec, refused)
-			continue
-		}
-		if ok {
-			changed[rec.Network] = true
-			if regossip {
-				if msg, err := encodeRecords([]Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
-					r.mu.Lock()
-					q := r.queue
-					r.mu.Unlock()
-					if q != nil {
-						q.QueueBroadcast(&recordBroadcast{key: rec.key(), msg: msg})
-					}
-				}
+		r.rejected(&rec, why)
+		r.outcome(outcomeRefused)
+		return ""
+	}
+	if classifyPEM(rec.CertPEM) == certPrivateKey {
+		// Never kept, never passed on: the record goes on without it.
+		r.metrics.dropped.WithLabelValues(dropPrivateKey).Inc()
+		r.log.Error("swim_private_key_discarded", "site", rec.Site, "network", rec.Network,
+			"why", "a gossiped certificate PEM carries a private key; it is discarded")
+		rec.CertPEM = ""
+	}
+	ok, refused := r.store.mergeCapped(rec, now, true)
+	if refused != "" {
+		r.overCap(rec, refused)
+		r.outcome(outcomeOverCap)
+		return ""
+	}
+	if !ok {
+		// A newer copy arrived while this one waited.
+		r.outcome(outcomeNotNewer)
+		return ""
+	}
+	r.outcome(outcomeStored)
+	if regossip {
+		if msg, err := encodeRecords([]Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
+			r.mu.Lock()
+			q := r.queue
+			r.mu.Unlock()
+			if q != nil {
+				q.QueueBroadcast(&recordBroadcast{key: rec.key(), msg: msg})
 			}
 		}
 	}
-	r.metrics.records.Set(float64(r.store.count()))
-	for n := range changed {
-		r.notify.send(n)
-	}
+	return rec.Network
 }
 
 // overCap counts a record dropped for a cap, and says so once per site

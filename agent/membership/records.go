@@ -421,6 +421,14 @@ func (s *store) networksOf(site string) []string {
 	return out
 }
 
+// holdsSite reports whether records of a site are held in a network: the
+// site got past the checks before.
+func (s *store) holdsSite(network, site string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bySite[site][network] > 0
+}
+
 // ofSite returns the records of one site.
 func (s *store) ofSite(site string) []Record {
 	s.mu.Lock()

@@ -169,6 +169,7 @@ type Runtime struct {
 	store     *store
 	clock     versionClock
 	notify    *notifier
+	verify    *verifyQueue
 
 	mu          sync.Mutex
 	ml          *memberlist.Memberlist
@@ -269,6 +270,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		wake:       make(chan struct{}, 1),
 	}
 	r.notify = newNotifier()
+	r.verify = newVerifyQueue()
 	r.updateKeyPending()
 	return r, nil
 }
@@ -297,6 +299,10 @@ func (r *Runtime) NeedLeaderElection() bool { return true }
 // once instead of suspecting it.
 func (r *Runtime) Start(ctx context.Context) error {
 	go r.notify.run(ctx)
+	verifyCtx, stopVerifiers := context.WithCancel(ctx)
+	waitVerifiers := r.startVerifiers(verifyCtx)
+	defer waitVerifiers()
+	defer stopVerifiers()
 	r.mu.Lock()
 	r.leading = true
 	r.mu.Unlock()

@@ -6,6 +6,7 @@
 package membership
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // Reasons a record is refused before it is stored (the reason label of
@@ -31,6 +33,7 @@ const (
 	rejectNoRoots        = "no_trust_roots"        // the network's grid CA did not load here
 	rejectUnsigned       = "unsigned"              // no signature in a network with a grid CA
 	rejectBadCertificate = "bad_certificate"       // the signer's chain does not parse
+	rejectKeyRefused     = "key_refused"           // a key of its chain is of a kind or size keypolicy refuses
 	rejectUntrusted      = "untrusted_certificate" // it does not chain to the grid CA, or is not valid now
 	rejectWrongSite      = "wrong_site"            // its organization or SPIFFE ID names another site
 	rejectBadSignature   = "bad_signature"         // the signature does not verify
@@ -42,7 +45,7 @@ const (
 	rejectNoLongerValid = "certificate_no_longer_valid"
 )
 
-var recordRejectReasons = []string{rejectUnknownNetwork, rejectNoRoots, rejectUnsigned, rejectBadCertificate,
+var recordRejectReasons = []string{rejectUnknownNetwork, rejectNoRoots, rejectUnsigned, rejectBadCertificate, rejectKeyRefused,
 	rejectUntrusted, rejectWrongSite, rejectBadSignature, rejectFromFuture, rejectTooOld, rejectOtherGrid, rejectNoLongerValid}
 
 // MaxClockSkew is how far another site's clock may be ahead of this one's
@@ -53,7 +56,7 @@ const MaxClockSkew = 2 * time.Minute
 
 // Bounds of a record's signature material.
 const (
-	maxChainCerts = 4
+	maxChainCerts = keypolicy.MaxChain
 	maxCertBytes  = 8 << 10
 	maxSigBytes   = 1 << 10
 )
@@ -185,15 +188,38 @@ type netTrust struct {
 	roots  *x509.CertPool
 	signer *signer // nil: this site has no certificate in the network yet
 	chains *chainCache
+	// rootIDs are the grid CA certificates' key identifiers (and their
+	// subjects, for a CA without one): a chain whose top does not name
+	// one of them as its issuer is refused before any signature is
+	// checked. Empty when the caller gave the pool alone: the chain's own
+	// links are still checked.
+	rootIDs []rootID
+}
+
+// rootID is what a certificate issued by a root names of it.
+type rootID struct {
+	keyID   []byte
+	subject []byte
+}
+
+func rootIDsOf(certs []*x509.Certificate) []rootID {
+	out := make([]rootID, 0, len(certs))
+	for _, c := range certs {
+		out = append(out, rootID{keyID: c.SubjectKeyId, subject: c.RawSubject})
+	}
+	return out
 }
 
 // chainCache remembers which signing chains verified against a network's
 // roots, and until when, so that a record costs one signature check and
 // not a chain verification: a site signs every record with the same
-// certificate.
+// certificate. Refused chains are remembered apart, so that a flood of
+// invented chains never pushes a good one out, and the same junk sent
+// again costs a map lookup.
 type chainCache struct {
 	mu      sync.Mutex
-	entries map[[sha256.Size]byte]chainResult
+	good    map[[sha256.Size]byte]chainResult
+	refused map[[sha256.Size]byte]string
 }
 
 type chainResult struct {
@@ -203,17 +229,21 @@ type chainResult struct {
 	notAfter  time.Time
 }
 
-// maxCachedChains bounds the cache: beyond it, it starts again (a grid
-// has one chain per site, two during a renewal).
-const maxCachedChains = 2048
+// Bounds of the cache: beyond one, that half starts again (a grid has
+// one chain per site, two during a renewal; refused chains are the
+// inventions of a key holder, and forgetting them costs only their check
+// again).
+const (
+	maxCachedChains  = 2048
+	maxRefusedChains = 4096
+)
 
 func newChainCache() *chainCache {
-	return &chainCache{entries: map[[sha256.Size]byte]chainResult{}}
+	return &chainCache{good: map[[sha256.Size]byte]chainResult{}, refused: map[[sha256.Size]byte]string{}}
 }
 
-// verify checks a signing chain against the roots at now, and returns its
-// leaf or why it is refused.
-func (c *chainCache) verify(roots *x509.CertPool, chain [][]byte, now time.Time) (*x509.Certificate, string) {
+// chainHash identifies a chain: every certificate, each length-prefixed.
+func chainHash(chain [][]byte) [sha256.Size]byte {
 	h := sha256.New()
 	for _, der := range chain {
 		var n [4]byte
@@ -223,16 +253,34 @@ func (c *chainCache) verify(roots *x509.CertPool, chain [][]byte, now time.Time)
 	}
 	var key [sha256.Size]byte
 	h.Sum(key[:0])
+	return key
+}
+
+// verify checks a signing chain against the roots at now, and returns its
+// leaf or why it is refused.
+func (c *chainCache) verify(t *netTrust, chain [][]byte, now time.Time) (*x509.Certificate, string) {
+	key := chainHash(chain)
 	c.mu.Lock()
-	res, ok := c.entries[key]
+	res, ok := c.good[key]
+	why, refused := c.refused[key]
 	c.mu.Unlock()
+	if refused {
+		return nil, why
+	}
 	if !ok {
-		res = verifyChain(roots, chain, now)
+		res = verifyChain(t, chain, now)
 		c.mu.Lock()
-		if len(c.entries) >= maxCachedChains {
-			c.entries = map[[sha256.Size]byte]chainResult{}
+		if res.reason != "" {
+			if len(c.refused) >= maxRefusedChains {
+				c.refused = map[[sha256.Size]byte]string{}
+			}
+			c.refused[key] = res.reason
+		} else {
+			if len(c.good) >= maxCachedChains {
+				c.good = map[[sha256.Size]byte]chainResult{}
+			}
+			c.good[key] = res
 		}
-		c.entries[key] = res
 		c.mu.Unlock()
 	}
 	if res.reason != "" {
@@ -244,11 +292,14 @@ func (c *chainCache) verify(roots *x509.CertPool, chain [][]byte, now time.Time)
 	return res.leaf, ""
 }
 
-// verifyChain is the chain check itself: the leaf and its intermediates
-// parse, and chain to a root for client authentication, valid at now; the
-// result holds the window in which every certificate of the chain is
-// valid.
-func verifyChain(roots *x509.CertPool, chain [][]byte, now time.Time) chainResult {
+// verifyChain is the chain check itself. What costs nothing comes first:
+// every certificate parses, holds a key of a kind keypolicy accepts (an
+// invented 59,200-bit RSA key costs half a second a signature), and names
+// the next one up by key identifier, up to a grid CA certificate. Only
+// then are the signatures checked: the chain must verify to a root for
+// client authentication, valid at now. The result holds the window in
+// which every certificate of the chain is valid.
+func verifyChain(t *netTrust, chain [][]byte, now time.Time) chainResult {
 	if len(chain) == 0 || len(chain) > maxChainCerts {
 		return chainResult{reason: rejectBadCertificate}
 	}
@@ -260,11 +311,17 @@ func verifyChain(roots *x509.CertPool, chain [][]byte, now time.Time) chainResul
 		}
 		certs = append(certs, c)
 	}
+	if keypolicy.CheckChain(certs) != nil {
+		return chainResult{reason: rejectKeyRefused}
+	}
+	if !linked(certs, t.rootIDs) {
+		return chainResult{reason: rejectUntrusted}
+	}
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
-	verified, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now,
+	verified, err := certs[0].Verify(x509.VerifyOptions{Roots: t.roots, Intermediates: inter, CurrentTime: now,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 	if err != nil || len(verified) == 0 {
 		return chainResult{reason: rejectUntrusted}
@@ -279,6 +336,37 @@ func verifyChain(roots *x509.CertPool, chain [][]byte, now time.Time) chainResul
 		}
 	}
 	return res
+}
+
+// linked reports whether each certificate of a chain (leaf first) names
+// the next as its issuer, and the last a grid CA certificate (or is one):
+// by key identifier where both sides carry one, else by name. With no
+// root identifiers, only the chain's own links are checked.
+func linked(certs []*x509.Certificate, roots []rootID) bool {
+	for i := 0; i+1 < len(certs); i++ {
+		if !issuedBy(certs[i], certs[i+1].SubjectKeyId, certs[i+1].RawSubject) {
+			return false
+		}
+	}
+	if len(roots) == 0 {
+		return true
+	}
+	top := certs[len(certs)-1]
+	for _, r := range roots {
+		if issuedBy(top, r.keyID, r.subject) || bytes.Equal(top.SubjectKeyId, r.keyID) && len(r.keyID) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// issuedBy reports whether c names as its issuer the certificate with
+// this key identifier and subject.
+func issuedBy(c *x509.Certificate, keyID, subject []byte) bool {
+	if len(c.AuthorityKeyId) > 0 && len(keyID) > 0 {
+		return bytes.Equal(c.AuthorityKeyId, keyID)
+	}
+	return bytes.Equal(c.RawIssuer, subject)
 }
 
 // check decides whether a record of another site may be kept in a network
@@ -313,7 +401,7 @@ func check(t *netTrust, r *Record, grid string, now time.Time, ttl time.Duration
 	if len(r.Sig) == 0 || len(r.Chain) == 0 {
 		return rejectUnsigned
 	}
-	leaf, why := t.chains.verify(t.roots, r.Chain, now)
+	leaf, why := t.chains.verify(t, r.Chain, now)
 	if why != "" {
 		return why
 	}

@@ -189,6 +189,10 @@ type Identity struct {
 	// Open: the CA it declares did not load, and every record of another
 	// site is refused until it does.
 	Roots *x509.CertPool
+	// RootCerts are the certificates Roots holds: a record's chain must
+	// name one of them by key identifier before any of its signatures is
+	// checked.
+	RootCerts []*x509.Certificate
 	// Signer is this site's certificate chain and key (tls.crt and tls.key
 	// of the site Secret). Nil in a network that is not Open: nothing of
 	// this site is announced there until the site has a certificate.

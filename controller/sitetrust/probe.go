@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // Reasons of a GridSite's status, the reference's names.
@@ -195,9 +197,10 @@ func (t Target) identityNote() string {
 	return "server name " + t.ServerName + " and a pinned leaf"
 }
 
-// verify checks the gateway's chain; nil when it is trusted. The issuer is
-// checked first, at a time the leaf is valid, so that a leaf of another CA
-// reads as such whatever its dates.
+// verify checks the gateway's chain; nil when it is trusted. Its keys are
+// checked before any signature made with them; then the issuer, at a
+// time the leaf is valid, so that a leaf of another CA reads as such
+// whatever its dates.
 func (t Target) verify(certs []*x509.Certificate, now time.Time) *Outcome {
 	refuse := func(reason, format string, args ...any) *Outcome {
 		o := fail(TrustFailure, reason, format, args...)
@@ -205,6 +208,13 @@ func (t Target) verify(certs []*x509.Certificate, now time.Time) *Outcome {
 	}
 	if len(certs) == 0 {
 		return refuse(ReasonTLSProtocolError, "the gateway presented no certificate")
+	}
+	// The keys first: a signature made with an invented key of an
+	// unbounded size costs a tenth of a second and more to check. The
+	// message names no peer material.
+	if keypolicy.CheckChain(certs) != nil {
+		return refuse(ReasonUntrustedIssuer, "the gateway's chain holds more than %d certificates or a key of a kind or size gridsync does not accept (ECDSA P-256 or P-384, Ed25519, RSA of %d to %d bits)",
+			keypolicy.MaxChain, keypolicy.MinRSABits, keypolicy.MaxRSABits)
 	}
 	leaf := certs[0]
 	inter := x509.NewCertPool()

@@ -5,9 +5,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"math/big"
 	"net"
 	"net/url"
 	"testing"
@@ -177,6 +179,32 @@ func TestProbeReasons(t *testing.T) {
 	for _, o := range opaque[1:] {
 		assert.Equal(t, opaque[0], o, "one reason for every port that is not a grid gateway")
 	}
+}
+
+// A gateway whose chain carries an intermediate with an 8,192-bit RSA key
+// (and a good leaf) is refused on the key, before any signature made with
+// it is checked (crypto/tls itself refuses RSA keys above 8,192 bits);
+// the status names no peer material.
+func TestProbeRefusesUnacceptedKeys(t *testing.T) {
+	p := newPKI(t)
+	good := siteCert(t, p.ca, "west", time.Now(), time.Hour)
+	// A modulus nobody holds the factors of; the grid CA itself signs
+	// the certificate, so only its key is wrong.
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 8192))
+	require.NoError(t, err)
+	n.SetBit(n, 8191, 1).SetBit(n, 0, 1)
+	serial, err := newSerial()
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: "invented-intermediate"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	huge, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca.Cert, &rsa.PublicKey{N: n, E: 65537}, p.ca.key)
+	require.NoError(t, err)
+	withHuge := tls.Certificate{Certificate: [][]byte{good.Certificate[0], huge}, PrivateKey: good.PrivateKey}
+	o := Probe(context.Background(), p.target(gateway(t, withHuge, p.roots, 0), pin(good)))
+	assert.Equal(t, TrustFailure, o.Kind, o.Message)
+	assert.Equal(t, ReasonUntrustedIssuer, o.Reason, o.Message)
+	assert.Contains(t, o.Message, "a key of a kind or size gridsync does not accept")
+	assert.NotContains(t, o.Message, "invented-intermediate")
 }
 
 // A site probe dials under the destination rule it is given: a denied

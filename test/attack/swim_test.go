@@ -120,6 +120,20 @@ func (a *swimAgent) metric(series string) float64 {
 	return sum
 }
 
+// metricLabel is the agent's sample of series with one label value.
+func (a *swimAgent) metricLabel(series, label, value string) float64 {
+	return a.metric(series + "{" + label + "=\"" + value + "\"}")
+}
+
+// outcomes are the agent's counts of what became of the records it
+// received (grid_swim_records_received_total).
+type outcomes struct{ stored, notNewer, refused, shed, overCap float64 }
+
+func (a *swimAgent) recordOutcomes() outcomes {
+	m := func(o string) float64 { return a.metricLabel("grid_swim_records_received_total", "outcome", o) }
+	return outcomes{stored: m("stored"), notNewer: m("not_newer"), refused: m("refused"), shed: m("shed"), overCap: m("over_cap")}
+}
+
 func (a *swimAgent) rss() float64 {
 	v, _ := measure.RSSMiB(a.Cmd.Process.Pid)
 	return v

@@ -110,7 +110,7 @@ func runBench(b *testing.B, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rt.SetIdentity(network, sites.Identity{Roots: roots, Signer: &pair})
+		rt.SetIdentity(network, sites.Identity{Roots: roots, RootCerts: []*x509.Certificate{ca.Cert}, Signer: &pair})
 		if err := rt.Publish(network, string(chain), []sites.Provider{
 			{Name: rt.Site() + "-a", Models: []string{"llama-70b", "mixtral"}, Cluster: "c1", Phase: "Available"},
 			{Name: rt.Site() + "-b", Models: []string{"gpt-oss"}, Cluster: "c2", Phase: "Available"},
