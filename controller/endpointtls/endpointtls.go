@@ -25,7 +25,6 @@ import (
 	"fmt"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/shared/keypolicy"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
 
@@ -189,8 +188,7 @@ func (r *Raw) Parse() (*Material, error) {
 
 // ClientConfig is the TLS configuration of requests with the material:
 // its CA only, its certificate, resumed sessions (a reconnection after an
-// idle close costs no full handshake), and the server's keys checked
-// before its chain's signatures (keypolicy.ClientConfig).
+// idle close costs no full handshake).
 func (m *Material) ClientConfig() *tls.Config {
 	cfg := &tls.Config{
 		RootCAs:            m.Roots,
@@ -201,5 +199,5 @@ func (m *Material) ClientConfig() *tls.Config {
 	if m.Certificate != nil {
 		cfg.Certificates = []tls.Certificate{*m.Certificate}
 	}
-	return keypolicy.ClientConfig(cfg)
+	return cfg
 }

@@ -3,18 +3,14 @@ package endpointtls
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"net"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/controller/api/v1alpha1"
-	"github.com/gridsync/gridsync/shared/keypolicy"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -171,49 +167,4 @@ func TestFingerprintFollowsEveryPart(t *testing.T) {
 	} {
 		assert.NotEqual(t, base.Fingerprint(), changed.Fingerprint())
 	}
-}
-
-// serveChain answers TLS handshakes on loopback with a leaf of inter for
-// 127.0.0.1, presenting the leaf and inter.
-func serveChain(t *testing.T, inter *testpki.Issuer) string {
-	t.Helper()
-	leafPEM, keyPEM := inter.Leaf(t, "provider", testpki.Opts{})
-	pair, err := tls.X509KeyPair(append(leafPEM, inter.PEM...), keyPEM)
-	require.NoError(t, err)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.(*tls.Conn).HandshakeContext(context.Background())
-			_ = c.Close()
-		}
-	}()
-	return ln.Addr().String()
-}
-
-func TestAServersKeysAreCheckedBeforeItsChain(t *testing.T) {
-	p := newPKI(t)
-	m, err := (&Raw{CA: p.ca.PEM}).Parse()
-	require.NoError(t, err)
-	dial := func(addr string) error {
-		cfg := m.ClientConfig()
-		cfg.ServerName = "127.0.0.1"
-		c, err := (&tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: cfg}).DialContext(context.Background(), "tcp", addr)
-		if err == nil {
-			_ = c.Close()
-		}
-		return err
-	}
-	require.NoError(t, dial(serveChain(t, p.ca.Intermediate(t, "accepted", testpki.Opts{}))))
-	// A chain to the named CA whose intermediate has a 1,024-bit RSA key:
-	// the standard verification takes it, keypolicy does not.
-	err = dial(serveChain(t, p.ca.Intermediate(t, "weak", testpki.Opts{RSABits: 1024})))
-	require.ErrorIs(t, err, keypolicy.ErrKeyRefused)
-	var verr *tls.CertificateVerificationError
-	require.ErrorAs(t, err, &verr, "reported as a verification failure, as the standard one is")
 }

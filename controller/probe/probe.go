@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/controller/assess"
-	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // Target is what to probe for one provider.
@@ -112,8 +111,7 @@ func New(opts Options) *Prober {
 		health:  map[string]assess.Health{},
 		clients: map[string]*endpointClient{},
 	}
-	// A server's keys are checked before its chain's signatures.
-	p.client = p.httpClient(p.transport(keypolicy.ClientConfig(&tls.Config{RootCAs: opts.RootCAs, MinVersion: tls.VersionTLS12}), true))
+	p.client = p.httpClient(p.transport(&tls.Config{RootCAs: opts.RootCAs, MinVersion: tls.VersionTLS12}, true))
 	return p
 }
 
