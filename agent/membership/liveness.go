@@ -194,6 +194,8 @@ func (r *Runtime) siteGaugesLocked() {
 	for _, s := range []sites.SiteState{sites.SiteAlive, sites.SiteSuspect, sites.SiteDead, sites.SiteLeft} {
 		r.metrics.sites.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
+	// A suspect is still a member memberlist counts.
+	r.alive.Store(int64(1 + counts[sites.SiteAlive] + counts[sites.SiteSuspect]))
 }
 
 // notifySites tells the networks that a site has records in that its

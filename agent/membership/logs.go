@@ -55,7 +55,10 @@ func (l *memberlistLog) line(line string) {
 	}
 	msg = strings.TrimPrefix(msg, "memberlist: ")
 	if strings.HasPrefix(msg, suspectPrefix) && strings.HasSuffix(msg, suspectSuffix) && l.suspected != nil {
-		l.suspected(strings.TrimSuffix(strings.TrimPrefix(msg, suspectPrefix), suspectSuffix))
+		// Not from here: memberlist writes its log under its own locks
+		// (the log's, and the node lock for some lines), and acting on
+		// a suspicion queues broadcasts and reads the members.
+		go l.suspected(strings.TrimSuffix(strings.TrimPrefix(msg, suspectPrefix), suspectSuffix))
 	}
 	if reason := rejectReason(msg); reason != "" {
 		l.metrics.rejected.WithLabelValues(reason).Inc()

@@ -202,6 +202,13 @@ type Runtime struct {
 
 	// vanish stops without leaving, as a killed process does (tests).
 	vanish atomic.Bool
+	// alive counts the members not dead or left, this site included, for
+	// the broadcast queue's retransmit limit. The queue asks for it while
+	// it holds its own lock; memberlist's NumMembers would take the node
+	// lock there, and memberlist holds the node lock while it logs and
+	// calls delegates that queue broadcasts: a lock-order cycle that
+	// froze a 200-site grid. memberlist's own queue reads a counter too.
+	alive atomic.Int64
 }
 
 // member is the current generation of a remote site.
@@ -495,7 +502,7 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 	r.ml = ml
 	r.keyring = conf.Keyring
 	r.encrypted = encrypted
-	r.queue = &memberlist.TransmitLimitedQueue{NumNodes: ml.NumMembers, RetransmitMult: conf.RetransmitMult}
+	r.queue = &memberlist.TransmitLimitedQueue{NumNodes: r.numAlive, RetransmitMult: conf.RetransmitMult}
 	r.mu.Unlock()
 	r.metrics.generation.Set(float64(gen))
 	if encrypted {
@@ -533,6 +540,10 @@ func (r *Runtime) shutdown(ml *memberlist.Memberlist) {
 	}
 	r.log.Info("swim_stopped", "site", r.cfg.Site)
 }
+
+// numAlive is the broadcast queue's count of members (never below one:
+// this site). It takes no lock.
+func (r *Runtime) numAlive() int { return int(max(1, r.alive.Load())) }
 
 func (r *Runtime) transport() *countingTransport {
 	r.mu.Lock()
