@@ -188,7 +188,11 @@ func (r *Raw) Parse() (*Material, error) {
 
 // ClientConfig is the TLS configuration of requests with the material:
 // its CA only, its certificate, resumed sessions (a reconnection after an
-// idle close costs no full handshake).
+// idle close costs no full handshake). Connections are made with it by
+// keypolicy.DialTLS (as the prober's transports do), which judges the
+// server's keys before any signature of its chain is checked and verifies
+// the chain for ServerName or the host dialled; with crypto/tls's own
+// verification, the keys would be judged after the signatures.
 func (m *Material) ClientConfig() *tls.Config {
 	cfg := &tls.Config{
 		RootCAs:            m.Roots,

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/controller/assess"
+	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
 // Target is what to probe for one provider.
@@ -121,8 +122,13 @@ func New(opts Options) *Prober {
 // HTTP/2 to HTTPS servers; without it a kept HTTP/1.1 connection serves
 // the one small GET a period, at less CPU per request than HTTP/2's
 // framing and flow control.
+//
+// An HTTPS connection is made by keypolicy.DialTLS with tlsConfig: the
+// server's chain is judged by its length and keys before any signature
+// is checked, then verified as the transport's own TLS would verify it,
+// for the host dialled (or tlsConfig's ServerName).
 func (p *Prober) transport(tlsConfig *tls.Config, http2 bool) *http.Transport {
-	return &http.Transport{
+	t := &http.Transport{
 		// No proxy: a proxy would connect where the rule cannot see.
 		Proxy:               nil,
 		DialContext:         p.dial,
@@ -132,6 +138,12 @@ func (p *Prober) transport(tlsConfig *tls.Config, http2 bool) *http.Transport {
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     90 * time.Second,
 	}
+	// TLSClientConfig is read at each dial, not now: with HTTP/2 the
+	// transport adds its protocols to it before its first dial.
+	t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return keypolicy.DialTLS(ctx, p.dial, network, addr, t.TLSClientConfig, t.TLSHandshakeTimeout)
+	}
+	return t
 }
 
 func (p *Prober) httpClient(transport *http.Transport) *http.Client {
