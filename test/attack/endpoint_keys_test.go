@@ -94,7 +94,9 @@ func TestEndpointBigKeys(t *testing.T) {
 	require.NoError(t, err)
 	standardClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: m.ClientConfig(), DisableKeepAlives: true}}
 	standard := func(url string) bool {
-		resp, err := standardClient.Get(url + "/metrics")
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url+"/metrics", http.NoBody)
+		require.NoError(t, err)
+		resp, err := standardClient.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
 		}
