@@ -23,7 +23,7 @@ BUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 # CRD manifests.
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN         := $(TOOLS_DIR)/controller-gen/$(CONTROLLER_GEN_VERSION)/controller-gen
-API_PATHS              := ./controller/api/...
+API_PATHS              := ./api/...
 CRD_DIR                := charts/gridsync-agent/files/crds
 
 # Pinned Helm, built from the Go module proxy into .tools/, for the chart
@@ -123,7 +123,7 @@ docs: ## rewrite the charts' values tables (their READMEs) from values.schema.js
 verify-generated: $(CONTROLLER_GEN) ## fail when the committed generated files differ from the types
 	@out="$$(mktemp -d)"; trap 'rm -rf "$$out"' EXIT; \
 	$(CONTROLLER_GEN) object paths=$(API_PATHS) output:object:dir="$$out/object" crd:crdVersions=v1,allowDangerousTypes=true output:crd:dir="$$out/crds"; \
-	diff -u controller/api/v1alpha1/zz_generated.deepcopy.go "$$out/object/zz_generated.deepcopy.go" && \
+	diff -u api/v1alpha1/zz_generated.deepcopy.go "$$out/object/zz_generated.deepcopy.go" && \
 	diff -ru -x "*.go" $(CRD_DIR) "$$out/crds" || { echo "generated files are stale: run make generate"; exit 1; }
 
 .PHONY: lint

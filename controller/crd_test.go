@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/api/v1alpha1"
 )
 
 // The schema refuses bad objects with a message that names the field, so

@@ -1,7 +1,7 @@
 package controller
 
 import (
-	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/assess"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/controller/render"

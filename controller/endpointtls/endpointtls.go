@@ -24,7 +24,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
 

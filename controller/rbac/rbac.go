@@ -8,7 +8,7 @@ package rbac
 import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/api/v1alpha1"
 )
 
 // ClusterRules are granted cluster-wide: the Grid resources are

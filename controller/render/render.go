@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/admission"
-	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/scoring"
 	"github.com/gridsync/gridsync/shared/envelope"
 )

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/api/v1alpha1"
+	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 

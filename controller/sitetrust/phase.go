@@ -1,6 +1,6 @@
 package sitetrust
 
-import "github.com/gridsync/gridsync/controller/api/v1alpha1"
+import "github.com/gridsync/gridsync/api/v1alpha1"
 
 // Phases of a GridSite.
 const (

@@ -29,8 +29,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/gridsync/gridsync/agent/membership"
+	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/controller/sites"

@@ -1,6 +1,6 @@
 // Package crds embeds the Grid CRD manifests, so that tests, the demo and
 // the benchmarks install exactly what the agent's chart ships. The
-// manifests are generated from controller/api/v1alpha1 by `make
+// manifests are generated from api/v1alpha1 by `make
 // generate`; this folder is their one home.
 package crds
 
