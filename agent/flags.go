@@ -16,7 +16,7 @@ import (
 	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/rollout"
-	"github.com/gridsync/gridsync/controller/swimkeys"
+	"github.com/gridsync/gridsync/gossip/swimkeys"
 
 	"github.com/gridsync/gridsync/shared/envflag"
 )

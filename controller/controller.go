@@ -37,9 +37,9 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
-	"github.com/gridsync/gridsync/controller/seeds"
 	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/gossip/seeds"
 )
 
 // DefaultProducer is the managed-by label value and the envelope's

@@ -20,7 +20,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/render"
-	"github.com/gridsync/gridsync/controller/seeds"
+	"github.com/gridsync/gridsync/gossip/seeds"
 )
 
 type networkReconciler struct {

@@ -20,9 +20,9 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/render"
-	"github.com/gridsync/gridsync/controller/seeds"
-	"github.com/gridsync/gridsync/controller/sites"
-	"github.com/gridsync/gridsync/controller/swimkeys"
+	"github.com/gridsync/gridsync/gossip/seeds"
+	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 

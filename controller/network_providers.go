@@ -12,7 +12,7 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/assess"
 	"github.com/gridsync/gridsync/controller/render"
-	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/gossip/sites"
 )
 
 // remoteProviders are the provider records gossiped by the sites whose

@@ -16,7 +16,7 @@ import (
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/controller/signals"
-	"github.com/gridsync/gridsync/controller/sites"
+	"github.com/gridsync/gridsync/gossip/sites"
 )
 
 // Defaults of the signals collection.

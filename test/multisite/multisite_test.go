@@ -23,8 +23,8 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/sites"
-	"github.com/gridsync/gridsync/controller/swimkeys"
+	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"

@@ -29,10 +29,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gridsync/gridsync/agent/membership"
-	"github.com/gridsync/gridsync/controller/sites"
 	"github.com/gridsync/gridsync/controller/sitetrust"
-	"github.com/gridsync/gridsync/controller/swimkeys"
+	membership "github.com/gridsync/gridsync/gossip"
+	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/test/measure"
 )
 

@@ -1,0 +1,225 @@
+// This site's identity in each network: what its records are signed
+// with, what other sites' records are checked against, and keeping its
+// own records freshly signed.
+
+package gossip
+
+import (
+	"bytes"
+	"crypto/x509"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/gridsync/gridsync/gossip/sites"
+)
+
+// SetIdentity says how a network's records are signed and checked. A
+// network the runtime has no identity for takes no part in membership:
+// records of it are refused (unknown_network) and none of this site's are
+// sent. A new signing certificate (a renewal) signs this site's records of
+// the network again at once; other sites keep accepting what the previous
+// certificate signed until it expires, so a renewal never drops a site. New
+// roots ask every member for the records this site lacks, so that records
+// refused before the roots loaded arrive without waiting for a push/pull.
+func (r *Runtime) SetIdentity(network string, id sites.Identity) {
+	var s *signer
+	if id.Signer != nil {
+		var err error
+		if s, err = newSigner(id.Signer); err != nil {
+			r.log.Error("swim_site_certificate_unusable", "network", network, "error", err.Error())
+		}
+	}
+	r.mu.Lock()
+	prev := r.trust[network]
+	t := &netTrust{open: id.Open, roots: id.Roots, signer: s, rootIDs: rootIDsOf(id.RootCerts)}
+	sameRoots := prev != nil && prev.open == t.open && rootsEqual(prev.roots, t.roots) && slices.EqualFunc(prev.rootIDs, t.rootIDs, func(a, b rootID) bool {
+		return bytes.Equal(a.keyID, b.keyID) && bytes.Equal(a.subject, b.subject)
+	})
+	if sameRoots {
+		t.chains = prev.chains
+	} else {
+		t.chains = newChainCache()
+	}
+	// The same certificate, or still none (an open network, or a site
+	// waiting for its certificate): nothing to sign again. The controller
+	// calls this at every reconcile.
+	sameSigner := prev != nil && bytes.Equal(signerLeaf(prev.signer), signerLeaf(t.signer))
+	r.trust[network] = t
+	r.mu.Unlock()
+	if !sameSigner {
+		r.resign(network)
+	}
+	if !sameRoots {
+		go r.pull()
+	}
+}
+
+func signerLeaf(s *signer) []byte {
+	if s == nil {
+		return nil
+	}
+	return s.chain[0]
+}
+
+// rootsEqual compares two root pools, nil included.
+func rootsEqual(a, b *x509.CertPool) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(b)
+}
+
+// trustOf is a network's identity, nil when it has none.
+func (r *Runtime) trustOf(network string) *netTrust {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.trust[network]
+}
+
+// putOwn signs, stores and sends one of this site's records when its
+// content changed, or always when again is set (a new signature: a
+// renewed certificate, a new grid ID, a record that must be signed again
+// before it is too old). In a network with a grid CA nothing of this site
+// is stored or sent until it has a certificate: an unsigned record would
+// be refused everywhere.
+func (r *Runtime) putOwn(rec Record, again bool) {
+	if cur, ok := r.store.get(rec.key()); ok && !again && sameContent(&cur, &rec) {
+		return
+	}
+	r.mu.Lock()
+	t := r.trust[rec.Network]
+	grid := r.grid.ID
+	r.mu.Unlock()
+	if t == nil || !t.open && t.signer == nil {
+		return
+	}
+	rec.Version, rec.Grid, rec.Chain, rec.Sig = r.clock.next(), grid, nil, nil
+	if !t.open {
+		if err := t.signer.sign(&rec); err != nil {
+			r.log.Error("swim_record_not_signed", "network", rec.Network, "kind", string(rec.Kind), "error", err.Error())
+			return
+		}
+	}
+	r.store.merge(rec, r.cfg.Now())
+	r.send(rec)
+}
+
+// sameContent compares what two records say, not how they are signed.
+func sameContent(a, b *Record) bool {
+	var enc [2][]byte
+	for i, rec := range []Record{*a, *b} {
+		rec.Version, rec.Grid, rec.Chain, rec.Sig = 0, "", nil, nil
+		enc[i], _ = encodeRecords([]Record{rec})
+	}
+	return bytes.Equal(enc[0], enc[1])
+}
+
+// resign signs this site's records of a network again (or, in one or
+// all networks, after a new certificate or grid ID), and announces what
+// was held back for want of a certificate.
+func (r *Runtime) resign(network string) {
+	for _, rec := range r.store.ofSite(r.cfg.Site) {
+		if rec.Deleted || network != "" && rec.Network != network {
+			continue
+		}
+		r.putOwn(rec, true)
+	}
+	r.mu.Lock()
+	networks := map[string]localState{}
+	for n, l := range r.locals {
+		if network == "" || n == network {
+			networks[n] = l
+		}
+	}
+	r.mu.Unlock()
+	for n, l := range networks {
+		r.announce(n, l)
+	}
+}
+
+// refreshOwn signs again every record of this site written more than a
+// third of the tombstone lifetime ago: other sites refuse a record older
+// than that lifetime, and a record that is not refreshed must not be
+// taken for a live one after a replay.
+func (r *Runtime) refreshOwn(now time.Time) {
+	due := uint64(now.Add(-r.cfg.TombstoneTTL / 3).UnixNano())
+	for _, rec := range r.store.ofSite(r.cfg.Site) {
+		if !rec.Deleted && rec.Version < due {
+			r.putOwn(rec, true)
+		}
+	}
+}
+
+// rejected counts a record refused before it was stored, and says so once
+// per site and reason.
+func (r *Runtime) rejected(rec *Record, reason string) {
+	r.metrics.recordsRejected.WithLabelValues(reason).Inc()
+	if !r.firstTime("swim_record_rejected", reason, rec.Site) {
+		return
+	}
+	r.log.Warn("swim_record_rejected", "site", rec.Site, "network", rec.Network, "kind", string(rec.Kind), "reason", reason)
+}
+
+// networksTaken are the networks this site has an identity in: the only
+// ones whose records it takes.
+func (r *Runtime) networksTaken() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.trust))
+	for n := range r.trust {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pull sends this site's digest to every alive member, each of which
+// answers with the records of this site's networks it holds newer.
+func (r *Runtime) pull() {
+	r.mu.Lock()
+	ml := r.ml
+	name := ""
+	if ml != nil {
+		name = memberName(r.cfg.Site, r.generation)
+	}
+	r.mu.Unlock()
+	to := r.aliveNodes("")
+	if ml == nil || len(to) == 0 {
+		return
+	}
+	msg, err := encodeDigest(name, r.store.digest(), r.networksTaken(), r.cfg.Now())
+	if err != nil {
+		return
+	}
+	r.sendReliable(ml, to, msg)
+}
+
+// recheck drops the records of other sites whose signing certificate is
+// no longer valid now (it expired, or the grid CA changed): a site is
+// known only while it has a certificate that verifies, so one whose
+// renewal the issuer refused leaves every other site's view when its
+// certificate expires.
+func (r *Runtime) recheck(now time.Time) {
+	r.mu.Lock()
+	trust := make(map[string]*netTrust, len(r.trust))
+	for n, t := range r.trust {
+		trust[n] = t
+	}
+	r.mu.Unlock()
+	changed := map[string]bool{}
+	for _, rec := range r.store.all() {
+		t := trust[rec.Network]
+		if rec.Site == r.cfg.Site || t == nil || t.open || t.roots == nil || len(rec.Chain) == 0 {
+			continue
+		}
+		if _, why := t.chains.verify(t, rec.Chain, now); why != "" {
+			r.store.remove(rec.key())
+			r.rejected(&rec, rejectNoLongerValid)
+			changed[rec.Network] = true
+		}
+	}
+	for n := range changed {
+		r.notify.send(n)
+	}
+}

@@ -1,0 +1,50 @@
+package gossip
+
+import (
+	"log"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+// memberlist writes some log lines while it holds its node lock, and every
+// line under the log's own lock. Acting on a suspicion queues broadcasts,
+// whose queue reads the member count: done inside Write, a suspicion line
+// waited for locks that memberlist's other goroutines held while they
+// waited for the log, and a 200-site grid stopped. Write must return
+// whatever the suspicion's handling waits for.
+func TestSuspicionIsHandledOutsideMemberlistsLog(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	release := make(chan struct{})
+	got := make(chan string, 1)
+	ml := newMemberlistLog(slog.New(slog.DiscardHandler), m, func(member string) {
+		<-release
+		got <- member
+	})
+	logger := log.New(ml, "", 0)
+
+	wrote := make(chan struct{})
+	go func() {
+		logger.Printf("[INFO] memberlist: Suspect east-17 has failed, no acks received")
+		// The next line takes the log's lock again: it would wait for the
+		// first line's handling if that ran inside Write.
+		logger.Printf("[INFO] memberlist: Marking east-17 as failed, suspect timeout reached (0 peer confirmations)")
+		close(wrote)
+	}()
+	select {
+	case <-wrote:
+	case <-time.After(5 * time.Second):
+		t.Fatal("memberlist's log waited for a suspicion to be handled")
+	}
+	close(release)
+	select {
+	case member := <-got:
+		require.Equal(t, "east-17", member)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the suspicion was never handled")
+	}
+}

@@ -1,0 +1,92 @@
+// Records received from other sites, merged within the store's caps.
+
+package gossip
+
+import "fmt"
+
+// admit checks a record of another site and merges it, on a verifier
+// worker. It returns the record's network when the record changed what is
+// held, else "".
+func (r *Runtime) admit(rec Record, regossip bool) string {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	grid := r.grid.ID
+	r.mu.Unlock()
+	// A copy that waited behind another of the same record (push/pull
+	// and gossip bring several) costs no check once the first is held.
+	if cur, ok := r.store.get(rec.key()); ok && !newer(&rec, &cur) {
+		r.outcome(outcomeNotNewer)
+		return ""
+	}
+	t := r.trustOf(rec.Network)
+	if why := check(t, &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
+		if needsSignatureCheck(t, &rec) {
+			// Only a refusal that cost a check is charged to the site:
+			// junk that costs nothing to refuse in its name does not
+			// make its records doubtful.
+			r.verify.refused(&rec, now)
+		}
+		r.rejected(&rec, why)
+		r.outcome(outcomeRefused)
+		return ""
+	}
+	if classifyPEM(rec.CertPEM) == certPrivateKey {
+		// Never kept, never passed on: the record goes on without it.
+		r.metrics.dropped.WithLabelValues(dropPrivateKey).Inc()
+		r.log.Error("swim_private_key_discarded", "site", rec.Site, "network", rec.Network,
+			"why", "a gossiped certificate PEM carries a private key; it is discarded")
+		rec.CertPEM = ""
+	}
+	ok, refused := r.store.mergeCapped(rec, now, true)
+	if refused != "" {
+		r.overCap(rec, refused)
+		r.outcome(outcomeOverCap)
+		return ""
+	}
+	if !ok {
+		// A newer copy arrived while this one waited.
+		r.outcome(outcomeNotNewer)
+		return ""
+	}
+	r.outcome(outcomeStored)
+	if regossip {
+		if msg, err := encodeRecords([]Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
+			r.mu.Lock()
+			q := r.queue
+			r.mu.Unlock()
+			if q != nil {
+				q.QueueBroadcast(&recordBroadcast{key: rec.key(), msg: msg})
+			}
+		}
+	}
+	return rec.Network
+}
+
+// overCap counts a record dropped for a cap, and says so once per site
+// and reason (a flood of invented records is one line, not thousands).
+func (r *Runtime) overCap(rec Record, reason string) {
+	r.metrics.dropped.WithLabelValues(reason).Inc()
+	if !r.firstTime("swim_records_over_cap", reason, rec.Site) {
+		return
+	}
+	r.log.Warn("swim_records_over_cap", "site", rec.Site, "network", rec.Network, "reason", reason,
+		"limits", fmt.Sprintf("%d sites per network, %d networks per site, %d records, %d MiB", maxSitesPerNetwork, maxNetworksPerSite, maxRecords, maxRecordBytes>>20))
+}
+
+// firstTime reports whether line has not yet been logged for this reason
+// and site, and marks it logged: a flood of records is one line per site
+// and reason, not thousands. At most maxSaidLines lines are remembered
+// (and so logged) in all.
+func (r *Runtime) firstTime(line, reason, site string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := line + "/" + reason + "/" + site
+	if r.said[key] || len(r.said) >= maxSaidLines {
+		return false
+	}
+	r.said[key] = true
+	return true
+}
+
+// maxSaidLines bounds the lines firstTime lets through.
+const maxSaidLines = 256

@@ -1,0 +1,435 @@
+// Signed records: each site signs what it gossips with its certificate
+// key, and a record is kept only when its signature verifies against a
+// certificate of the grid CA that names the record's site. Holding the
+// SWIM key lets a peer speak in membership, not for another site.
+
+package gossip
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/shared/keypolicy"
+)
+
+// Reasons a record is refused before it is stored (the reason label of
+// grid_swim_records_rejected_total).
+const (
+	rejectUnknownNetwork = "unknown_network"       // a network this site does not take part in
+	rejectNoRoots        = "no_trust_roots"        // the network's grid CA did not load here
+	rejectUnsigned       = "unsigned"              // no signature in a network with a grid CA
+	rejectBadCertificate = "bad_certificate"       // the signer's chain does not parse
+	rejectKeyRefused     = "key_refused"           // a key of its chain is of a kind or size keypolicy refuses
+	rejectUntrusted      = "untrusted_certificate" // it does not chain to the grid CA, or is not valid now
+	rejectWrongSite      = "wrong_site"            // its organization or SPIFFE ID names another site
+	rejectBadSignature   = "bad_signature"         // the signature does not verify
+	rejectFromFuture     = "from_future"           // signed (versioned) ahead of this site's clock
+	rejectTooOld         = "too_old"               // signed longer ago than the tombstone lifetime
+	rejectOtherGrid      = "other_grid"            // signed for another grid ID
+	// A record held while its certificate was valid, dropped once it is
+	// not (it expired, or the grid CA changed).
+	rejectNoLongerValid = "certificate_no_longer_valid"
+)
+
+var recordRejectReasons = []string{rejectUnknownNetwork, rejectNoRoots, rejectUnsigned, rejectBadCertificate, rejectKeyRefused,
+	rejectUntrusted, rejectWrongSite, rejectBadSignature, rejectFromFuture, rejectTooOld, rejectOtherGrid, rejectNoLongerValid}
+
+// MaxClockSkew is how far another site's clock may be ahead of this one's
+// (a record versioned further ahead is refused: a version is the time it
+// was signed, so a forged far-future version could never be superseded).
+// The SWIM stream gate holds sites to the same bound.
+const MaxClockSkew = 2 * time.Minute
+
+// Bounds of a record's signature material.
+const (
+	maxChainCerts = keypolicy.MaxChain
+	maxCertBytes  = 8 << 10
+	maxSigBytes   = 1 << 10
+)
+
+// signingContext starts every signed message, so that a record's
+// signature can never be taken for a signature of anything else the site
+// certificate signs (a TLS handshake signs other bytes).
+const signingContext = "gridsync membership record v1\x00"
+
+// recordBody is the part of a record its kind carries, as signed.
+type recordBody struct {
+	GatewayAddress string `json:"ga,omitempty"`
+	CertPEM        string `json:"pem,omitempty"`
+	Region         string `json:"rg,omitempty"`
+	Zone           string `json:"zn,omitempty"`
+	Providers      any    `json:"p,omitempty"`
+	Signals        any    `json:"sg,omitempty"`
+}
+
+// signedBytes is the canonical encoding a record's signature covers:
+// every field but the signature material, each length-prefixed.
+func signedBytes(r *Record) ([]byte, error) {
+	body := recordBody{GatewayAddress: r.GatewayAddress, CertPEM: r.CertPEM, Region: r.Region, Zone: r.Zone}
+	if len(r.Providers) > 0 {
+		body.Providers = r.Providers
+	}
+	if len(r.Signals) > 0 {
+		body.Signals = r.Signals
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(signingContext)+len(b)+len(r.Network)+len(r.Site)+len(r.Grid)+64)
+	out = append(out, signingContext...)
+	for _, f := range []string{r.Network, r.Site, string(r.Kind), r.Grid} {
+		out = binary.AppendUvarint(out, uint64(len(f)))
+		out = append(out, f...)
+	}
+	out = binary.BigEndian.AppendUint64(out, r.Version)
+	if r.Deleted {
+		out = append(out, 1)
+	} else {
+		out = append(out, 0)
+	}
+	out = binary.AppendUvarint(out, uint64(len(b)))
+	return append(out, b...), nil
+}
+
+// signer is this site's certificate and key in one network.
+type signer struct {
+	key   crypto.Signer
+	chain [][]byte // leaf first, then intermediates; no self-signed root
+	leaf  *x509.Certificate
+}
+
+// newSigner takes a site certificate and key as the TLS layer loaded it.
+// The self-signed CA a site Secret's tls.crt often ends with is left out
+// of the chain: every receiver holds it already.
+func newSigner(c *tls.Certificate) (*signer, error) {
+	if c == nil || len(c.Certificate) == 0 {
+		return nil, errors.New("no certificate")
+	}
+	key, ok := c.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, errors.New("the key cannot sign")
+	}
+	leaf := c.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return nil, err
+		}
+	}
+	s := &signer{key: key, leaf: leaf, chain: [][]byte{c.Certificate[0]}}
+	for _, der := range c.Certificate[1:] {
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, err
+		}
+		if cert.CheckSignatureFrom(cert) == nil {
+			continue // a root
+		}
+		s.chain = append(s.chain, der)
+	}
+	return s, nil
+}
+
+// sign fills a record's signature material.
+func (s *signer) sign(r *Record) error {
+	msg, err := signedBytes(r)
+	if err != nil {
+		return err
+	}
+	var sig []byte
+	switch s.key.Public().(type) {
+	case ed25519.PublicKey:
+		sig, err = s.key.Sign(rand.Reader, msg, crypto.Hash(0))
+	case *ecdsa.PublicKey, *rsa.PublicKey:
+		sum := sha256.Sum256(msg)
+		sig, err = s.key.Sign(rand.Reader, sum[:], crypto.SHA256)
+	default:
+		return fmt.Errorf("a %T key cannot sign records", s.key.Public())
+	}
+	if err != nil {
+		return err
+	}
+	r.Chain, r.Sig = s.chain, sig
+	return nil
+}
+
+// signatureAlgorithm is how a certificate's key signs records.
+func signatureAlgorithm(pub any) x509.SignatureAlgorithm {
+	switch pub.(type) {
+	case *ecdsa.PublicKey:
+		return x509.ECDSAWithSHA256
+	case *rsa.PublicKey:
+		return x509.SHA256WithRSA
+	case ed25519.PublicKey:
+		return x509.PureEd25519
+	}
+	return x509.UnknownSignatureAlgorithm
+}
+
+// netTrust is what one network's records are signed with and checked
+// against.
+type netTrust struct {
+	open   bool
+	roots  *x509.CertPool
+	signer *signer // nil: this site has no certificate in the network yet
+	chains *chainCache
+	// rootIDs are the grid CA certificates' key identifiers (and their
+	// subjects, for a CA without one): a chain whose top does not name
+	// one of them as its issuer is refused before any signature is
+	// checked. Empty when the caller gave the pool alone: the chain's own
+	// links are still checked.
+	rootIDs []rootID
+}
+
+// rootID is what a certificate issued by a root names of it.
+type rootID struct {
+	keyID   []byte
+	subject []byte
+}
+
+func rootIDsOf(certs []*x509.Certificate) []rootID {
+	out := make([]rootID, 0, len(certs))
+	for _, c := range certs {
+		out = append(out, rootID{keyID: c.SubjectKeyId, subject: c.RawSubject})
+	}
+	return out
+}
+
+// chainCache remembers which signing chains verified against a network's
+// roots, and until when, so that a record costs one signature check and
+// not a chain verification: a site signs every record with the same
+// certificate. Refused chains are remembered apart, so that a flood of
+// invented chains never pushes a good one out, and the same junk sent
+// again costs a map lookup.
+type chainCache struct {
+	mu      sync.Mutex
+	good    map[[sha256.Size]byte]chainResult
+	refused map[[sha256.Size]byte]string
+}
+
+type chainResult struct {
+	leaf      *x509.Certificate
+	reason    string // refused: why
+	notBefore time.Time
+	notAfter  time.Time
+}
+
+// Bounds of the cache: beyond one, that half starts again (a grid has
+// one chain per site, two during a renewal; refused chains are the
+// inventions of a key holder, and forgetting them costs only their check
+// again).
+const (
+	maxCachedChains  = 2048
+	maxRefusedChains = 4096
+)
+
+func newChainCache() *chainCache {
+	return &chainCache{good: map[[sha256.Size]byte]chainResult{}, refused: map[[sha256.Size]byte]string{}}
+}
+
+// chainHash identifies a chain: every certificate, each length-prefixed.
+func chainHash(chain [][]byte) [sha256.Size]byte {
+	h := sha256.New()
+	for _, der := range chain {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(der)))
+		h.Write(n[:])
+		h.Write(der)
+	}
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	return key
+}
+
+// verify checks a signing chain against the roots at now, and returns its
+// leaf or why it is refused.
+func (c *chainCache) verify(t *netTrust, chain [][]byte, now time.Time) (*x509.Certificate, string) {
+	key := chainHash(chain)
+	c.mu.Lock()
+	res, ok := c.good[key]
+	why, refused := c.refused[key]
+	c.mu.Unlock()
+	if refused {
+		return nil, why
+	}
+	if !ok {
+		res = verifyChain(t, chain, now)
+		c.mu.Lock()
+		if res.reason != "" {
+			if len(c.refused) >= maxRefusedChains {
+				c.refused = map[[sha256.Size]byte]string{}
+			}
+			c.refused[key] = res.reason
+		} else {
+			if len(c.good) >= maxCachedChains {
+				c.good = map[[sha256.Size]byte]chainResult{}
+			}
+			c.good[key] = res
+		}
+		c.mu.Unlock()
+	}
+	if res.reason != "" {
+		return nil, res.reason
+	}
+	if now.Before(res.notBefore) || now.After(res.notAfter) {
+		return nil, rejectUntrusted
+	}
+	return res.leaf, ""
+}
+
+// verifyChain is the chain check itself. What costs nothing comes first:
+// every certificate parses, holds a key of a kind keypolicy accepts (an
+// invented 59,200-bit RSA key costs half a second a signature), and names
+// the next one up by key identifier, up to a grid CA certificate. Only
+// then are the signatures checked: the chain must verify to a root for
+// client authentication, valid at now. The result holds the window in
+// which every certificate of the chain is valid.
+func verifyChain(t *netTrust, chain [][]byte, now time.Time) chainResult {
+	if len(chain) == 0 || len(chain) > maxChainCerts {
+		return chainResult{reason: rejectBadCertificate}
+	}
+	certs := make([]*x509.Certificate, 0, len(chain))
+	for _, der := range chain {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return chainResult{reason: rejectBadCertificate}
+		}
+		certs = append(certs, c)
+	}
+	if keypolicy.CheckChain(certs) != nil {
+		return chainResult{reason: rejectKeyRefused}
+	}
+	if !linked(certs, t.rootIDs) {
+		return chainResult{reason: rejectUntrusted}
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	verified, err := certs[0].Verify(x509.VerifyOptions{Roots: t.roots, Intermediates: inter, CurrentTime: now,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	if err != nil || len(verified) == 0 {
+		return chainResult{reason: rejectUntrusted}
+	}
+	res := chainResult{leaf: certs[0], notBefore: certs[0].NotBefore, notAfter: certs[0].NotAfter}
+	for _, c := range verified[0] {
+		if c.NotBefore.After(res.notBefore) {
+			res.notBefore = c.NotBefore
+		}
+		if c.NotAfter.Before(res.notAfter) {
+			res.notAfter = c.NotAfter
+		}
+	}
+	return res
+}
+
+// linked reports whether each certificate of a chain (leaf first) names
+// the next as its issuer, and the last a grid CA certificate (or is one):
+// by key identifier where both sides carry one, else by name. With no
+// root identifiers, only the chain's own links are checked.
+func linked(certs []*x509.Certificate, roots []rootID) bool {
+	for i := 0; i+1 < len(certs); i++ {
+		if !issuedBy(certs[i], certs[i+1].SubjectKeyId, certs[i+1].RawSubject) {
+			return false
+		}
+	}
+	if len(roots) == 0 {
+		return true
+	}
+	top := certs[len(certs)-1]
+	for _, r := range roots {
+		if issuedBy(top, r.keyID, r.subject) || bytes.Equal(top.SubjectKeyId, r.keyID) && len(r.keyID) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// issuedBy reports whether c names as its issuer the certificate with
+// this key identifier and subject.
+func issuedBy(c *x509.Certificate, keyID, subject []byte) bool {
+	if len(c.AuthorityKeyId) > 0 && len(keyID) > 0 {
+		return bytes.Equal(c.AuthorityKeyId, keyID)
+	}
+	return bytes.Equal(c.RawIssuer, subject)
+}
+
+// check decides whether a record of another site may be kept in a network
+// with the given trust: "" when it may, else the reason it is refused.
+// grid is this site's grid ID ("" before it has one); ttl is the
+// tombstone lifetime, beyond which a record is too old to be told apart
+// from a replay.
+func check(t *netTrust, r *Record, grid string, now time.Time, ttl time.Duration) string {
+	if t == nil {
+		return rejectUnknownNetwork
+	}
+	// The version is the time the record was written (and signed): in
+	// every network, one too far ahead could never be superseded by its
+	// site, and one too old cannot be told apart from a replay of what
+	// the site has since withdrawn.
+	written := time.Unix(0, int64(min(r.Version, uint64(1<<63-1))))
+	if written.After(now.Add(MaxClockSkew)) {
+		return rejectFromFuture
+	}
+	if now.Sub(written) > ttl {
+		return rejectTooOld
+	}
+	if grid != "" && r.Grid != "" && r.Grid != grid {
+		return rejectOtherGrid
+	}
+	if t.open {
+		return ""
+	}
+	if t.roots == nil {
+		return rejectNoRoots
+	}
+	if len(r.Sig) == 0 || len(r.Chain) == 0 {
+		return rejectUnsigned
+	}
+	leaf, why := t.chains.verify(t, r.Chain, now)
+	if why != "" {
+		return why
+	}
+	if len(leaf.Subject.Organization) != 1 || leaf.Subject.Organization[0] != r.Site || sitetrust.SPIFFESite(leaf) != r.Site {
+		return rejectWrongSite
+	}
+	msg, err := signedBytes(r)
+	if err != nil {
+		return rejectBadSignature
+	}
+	if leaf.CheckSignature(signatureAlgorithm(leaf.PublicKey), msg, r.Sig) != nil {
+		return rejectBadSignature
+	}
+	return ""
+}
+
+// Sign signs the record with a site certificate and its key, as the
+// record's site does: for tools and tests that speak the state layer
+// themselves (the runtime signs its own records).
+func (r *Record) Sign(c *tls.Certificate) error {
+	s, err := newSigner(c)
+	if err != nil {
+		return err
+	}
+	return s.sign(r)
+}
+
+// DirectMessage is the state layer's message that carries records
+// straight to one member, as a key holder can send it (tests and the
+// attack suite).
+func DirectMessage(records []Record) ([]byte, error) { return encodeDirectRecords(records) }

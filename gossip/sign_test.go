@@ -1,0 +1,447 @@
+package gossip
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"math"
+	"math/big"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/gossip/sites"
+)
+
+// testCA is a grid CA made in the test, so that leaves of any shape can
+// be issued: the agent's own CA only issues the site profile.
+type testCA struct {
+	cert  *x509.Certificate
+	key   *ecdsa.PrivateKey
+	roots *x509.CertPool
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test grid CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	return &testCA{cert: cert, key: key, roots: roots}
+}
+
+// leafSpec shapes a leaf; the zero value is site's certificate as the
+// grid issues it, valid for a day around now.
+type leafSpec struct {
+	org, spiffe         string
+	notBefore, notAfter time.Time
+}
+
+func (ca *testCA) leaf(t *testing.T, site string, spec leafSpec) *tls.Certificate {
+	t.Helper()
+	if spec.org == "" {
+		spec.org = site
+	}
+	if spec.spiffe == "" {
+		spec.spiffe = "spiffe://grid.internal/site/" + site
+	}
+	if spec.notBefore.IsZero() {
+		spec.notBefore, spec.notAfter = time.Now().Add(-time.Hour), time.Now().Add(12*time.Hour)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	id, err := url.Parse(spec.spiffe)
+	require.NoError(t, err)
+	serial, err := rand.Int(rand.Reader, big.NewInt(math.MaxInt64))
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: site, Organization: []string{spec.org}},
+		NotBefore: spec.notBefore, NotAfter: spec.notAfter, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames: []string{site + ".grid.internal"}, URIs: []*url.URL{id}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	require.NoError(t, err)
+	// As a site Secret's tls.crt holds it: the leaf, then the CA.
+	return &tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key}
+}
+
+func (ca *testCA) identity(t *testing.T, site string) sites.Identity {
+	return sites.Identity{Roots: ca.roots, RootCerts: []*x509.Certificate{ca.cert}, Signer: ca.leaf(t, site, leafSpec{})}
+}
+
+// trust is how a network with this grid CA checks records.
+func (ca *testCA) trust() *netTrust {
+	return &netTrust{roots: ca.roots, rootIDs: rootIDsOf([]*x509.Certificate{ca.cert}), chains: newChainCache()}
+}
+
+// signedBy is rec signed with c, as a site holding c would sign it.
+func signedBy(t *testing.T, c *tls.Certificate, rec Record) Record {
+	t.Helper()
+	s, err := newSigner(c)
+	require.NoError(t, err)
+	require.NoError(t, s.sign(&rec))
+	return rec
+}
+
+func withIdentity(network string, id sites.Identity) siteOption {
+	return func(c *siteSetup) {
+		if c.identities == nil {
+			c.identities = map[string]sites.Identity{}
+		}
+		c.identities[network] = id
+	}
+}
+
+func withClock(now func() time.Time) siteOption { return func(c *siteSetup) { c.Now = now } }
+
+// The rules a record of another site is held to, one by one, on the
+// check alone.
+func TestCheckHoldsEveryRecordToItsSignature(t *testing.T) {
+	ca := newTestCA(t)
+	other := newTestCA(t)
+	now := time.Now()
+	ttl := 10 * time.Minute
+	closed := ca.trust()
+	rec := func() Record {
+		return Record{Network: "prod", Site: "site-c", Kind: KindProviders, Version: uint64(now.UnixNano()), Grid: "g1",
+			Providers: providers("pc")}
+	}
+	good := signedBy(t, ca.leaf(t, "site-c", leafSpec{}), rec())
+	tampered := good
+	tampered.Providers = providers("pc", "gpt-evil")
+	future := rec()
+	future.Version = math.MaxUint64
+	old := rec()
+	old.Version = uint64(now.Add(-ttl - time.Second).UnixNano())
+	for name, c := range map[string]struct {
+		trust *netTrust
+		rec   Record
+		want  string
+	}{
+		"signed by the site's certificate":           {closed, good, ""},
+		"the earlier SPIFFE form":                    {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{spiffe: "spiffe://grid.internal/site-c"}), rec()), ""},
+		"a network this site takes no part in":       {nil, good, rejectUnknownNetwork},
+		"an open network takes an unsigned record":   {&netTrust{open: true}, rec(), ""},
+		"the grid CA did not load":                   {&netTrust{chains: newChainCache()}, good, rejectNoRoots},
+		"unsigned":                                   {closed, rec(), rejectUnsigned},
+		"a body changed after signing":               {closed, tampered, rejectBadSignature},
+		"another site's certificate":                 {closed, signedBy(t, ca.leaf(t, "site-x", leafSpec{}), rec()), rejectWrongSite},
+		"an organization naming another site":        {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{org: "site-x"}), rec()), rejectWrongSite},
+		"a SPIFFE ID naming another site":            {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{spiffe: "spiffe://grid.internal/site/site-x"}), rec()), rejectWrongSite},
+		"a SPIFFE ID of another trust domain":        {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{spiffe: "spiffe://evil.example/site/site-c"}), rec()), rejectWrongSite},
+		"another CA's certificate for the site":      {closed, signedBy(t, other.leaf(t, "site-c", leafSpec{}), rec()), rejectUntrusted},
+		"an expired certificate":                     {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{notBefore: now.Add(-2 * time.Hour), notAfter: now.Add(-time.Minute)}), rec()), rejectUntrusted},
+		"a certificate not valid yet":                {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{notBefore: now.Add(time.Hour), notAfter: now.Add(2 * time.Hour)}), rec()), rejectUntrusted},
+		"versioned at the end of time":               {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{}), future), rejectFromFuture},
+		"versioned at the end of time, open network": {&netTrust{open: true}, future, rejectFromFuture},
+		"written longer ago than the tombstones":     {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{}), old), rejectTooOld},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, c.want, check(c.trust, &c.rec, "g1", now, ttl))
+		})
+	}
+	require.Equal(t, rejectOtherGrid, check(closed, &good, "g2", now, ttl), "signed for another grid")
+	require.Empty(t, check(closed, &good, "", now, ttl), "a site with no grid ID yet takes it")
+
+	// A signature covers every field: change any and it fails.
+	for field, change := range map[string]func(r *Record){
+		"network": func(r *Record) { r.Network = "prod2" },
+		"kind":    func(r *Record) { r.Kind = KindSignals },
+		"version": func(r *Record) { r.Version++ },
+		"deleted": func(r *Record) { r.Deleted = true },
+		"grid":    func(r *Record) { r.Grid = "g1x" },
+		"address": func(r *Record) { r.GatewayAddress = "127.9.9.9:443" },
+	} {
+		r := good
+		change(&r)
+		trust := closed
+		if field == "network" {
+			trust = ca.trust()
+		}
+		got := check(trust, &r, "", now, ttl)
+		require.Equal(t, rejectBadSignature, got, field)
+	}
+}
+
+// The attack of the site identity issue, on real gossip: a fourth process
+// holding the SWIM key and a certificate of its own (site-x) writes site
+// C's records at the end of time with a forged gateway and an injected
+// provider, signs them with its own certificate, with another CA's
+// certificate for C, or alters C's real record; and invents fifty sites.
+// Every other site's view of C is unchanged, nothing invented appears,
+// each forgery is counted by its reason and said once, and C's own next
+// update still lands.
+func TestAKeyHolderCannotSpeakForAnotherSite(t *testing.T) {
+	ca, other := newTestCA(t), newTestCA(t)
+	key := randomKey(t)
+	start := func(site string) *testSite {
+		s := startSite(t, site, withKey(key), withIdentity("prod", ca.identity(t, site)))
+		s.waitRunning(t)
+		return s
+	}
+	a, b, c := start("site-a"), start("site-b"), start("site-c")
+	for _, s := range []*testSite{b, c} {
+		require.Empty(t, s.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	}
+	c.SetGatewayAddress("127.0.0.1:8443")
+	for _, s := range []*testSite{a, b, c} {
+		require.NoError(t, s.Publish("prod", "", providers("p-"+s.Site())))
+	}
+	cView := func(s *testSite) string {
+		v := s.View("prod")
+		var out []string
+		for _, st := range v.Sites {
+			out = append(out, st.Name+"@"+st.GatewayAddress)
+		}
+		return strings.Join(append(out, remoteNames(v)...), ",")
+	}
+	want := map[*testSite]string{
+		a: "site-b@,site-c@127.0.0.1:8443,site-b/p-site-b,site-c/p-site-c",
+		b: "site-a@,site-c@127.0.0.1:8443,site-a/p-site-a,site-c/p-site-c",
+	}
+	for s, w := range want {
+		require.Eventually(t, func() bool { return cView(s) == w }, 10*time.Second, 20*time.Millisecond, "%s: %s", s.Site(), cView(s))
+	}
+
+	x := start("site-x")
+	require.Empty(t, x.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	x.mu.Lock()
+	ml := x.ml
+	x.mu.Unlock()
+	require.Eventually(t, func() bool { return len(x.aliveNodes("")) == 3 }, 10*time.Second, 20*time.Millisecond)
+	targets := x.aliveNodes("")
+	send := func(rs ...Record) {
+		msg, err := encodeDirectRecords(rs)
+		require.NoError(t, err)
+		for _, n := range targets {
+			require.NoError(t, ml.SendReliable(n, msg))
+		}
+	}
+	// A minute ahead (within the skew allowed): newer than anything C
+	// signed, even what it signs again after this point, so that every
+	// forgery is checked and counted by its reason, none set aside as
+	// older than what is held.
+	now := uint64(time.Now().Add(time.Minute).UnixNano())
+	forgedSite := Record{Network: "prod", Site: "site-c", Kind: KindSite, Version: now, GatewayAddress: "127.9.9.9:443"}
+	forgedProviders := Record{Network: "prod", Site: "site-c", Kind: KindProviders, Version: now, Providers: providers("p-site-c", "gpt-evil")}
+	atTheEnd := func(r Record) Record { r.Version = math.MaxUint64; return r }
+	own := x.identityCert(t, "prod")
+	send(atTheEnd(forgedSite), atTheEnd(forgedProviders))                                   // from_future
+	send(forgedSite, forgedProviders)                                                       // unsigned
+	send(signedBy(t, own, forgedSite), signedBy(t, own, forgedProviders))                   // wrong_site
+	cOfAnotherCA := other.leaf(t, "site-c", leafSpec{})                                     //
+	send(signedBy(t, cOfAnotherCA, forgedSite), signedBy(t, cOfAnotherCA, forgedProviders)) // untrusted_certificate
+	real, ok := a.store.get(recordKey{"prod", "site-c", KindProviders})
+	require.True(t, ok)
+	real.Providers, real.Version = forgedProviders.Providers, now+1
+	send(real) // bad_signature
+	var invented []Record
+	for i := range 50 {
+		r := Record{Network: "prod", Site: fmt.Sprintf("inv-%d", i), Kind: KindProviders, Version: now, Providers: providers("gpt-evil")}
+		invented = append(invented, r, signedBy(t, own, r))
+	}
+	send(invented...) // unsigned and wrong_site
+
+	for _, reason := range []string{rejectFromFuture, rejectUnsigned, rejectWrongSite, rejectUntrusted, rejectBadSignature} {
+		for _, s := range []*testSite{a, b} {
+			require.Eventually(t, func() bool { return s.counter("grid_swim_records_rejected_total", reason) > 0 }, 10*time.Second, 20*time.Millisecond,
+				"%s never counted %s", s.Site(), reason)
+		}
+	}
+	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", rejectUnsigned) >= 52 }, 10*time.Second, 20*time.Millisecond)
+	for s, w := range want {
+		require.Equal(t, w, cView(s), s.Site())
+		for _, line := range strings.Split(s.logs.String(), "\n") {
+			require.NotContains(t, line, "127.9.9.9", "a forged address reaches no log")
+		}
+		// Said once per site and reason, however many were sent.
+		require.Equal(t, 1, strings.Count(s.logs.String(), `"site":"site-c","network":"prod","kind":"site","reason":"unsigned"`)+
+			strings.Count(s.logs.String(), `"site":"site-c","network":"prod","kind":"providers","reason":"unsigned"`))
+	}
+
+	// C's own next update lands: nothing forged holds a version above it.
+	require.NoError(t, c.Publish("prod", "", providers("p-site-c", "p-site-c-2")))
+	require.Eventually(t, func() bool { return strings.Contains(cView(a), "site-c/p-site-c-2") }, 10*time.Second, 20*time.Millisecond)
+}
+
+// identityCert is the certificate a test site signs a network's records
+// with.
+func (s *testSite) identityCert(t *testing.T, network string) *tls.Certificate {
+	t.Helper()
+	tr := s.trustOf(network)
+	require.NotNil(t, tr)
+	require.NotNil(t, tr.signer)
+	return &tls.Certificate{Certificate: tr.signer.chain, PrivateKey: tr.signer.key}
+}
+
+// A record captured before its site withdrew it, replayed after the
+// tombstone expired, stays withdrawn: it is older than the tombstone
+// lifetime (on the old code it came back Alive and was never corrected).
+func TestAWithdrawnRecordReplayedLaterStaysWithdrawn(t *testing.T) {
+	ca := newTestCA(t)
+	key := randomKey(t)
+	var ahead atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	a := startSite(t, "site-a", withKey(key), withIdentity("prod", ca.identity(t, "site-a")), withClock(clock))
+	a.waitRunning(t)
+	b := startSite(t, "site-b", withKey(key), withIdentity("prod", ca.identity(t, "site-b")))
+	b.waitRunning(t)
+	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	require.NoError(t, b.Publish("prod", "", providers("pb")))
+	require.Eventually(t, func() bool { return slicesEqual(remoteNames(a.View("prod")), []string{"site-b/pb"}) }, 10*time.Second, 20*time.Millisecond)
+	captured, ok := a.store.get(recordKey{"prod", "site-b", KindProviders})
+	require.True(t, ok)
+
+	b.Forget("prod")
+	require.Eventually(t, func() bool { return len(a.View("prod").Providers) == 0 }, 10*time.Second, 20*time.Millisecond)
+	// The tombstone lifetime and the clock skew pass on site A's clock:
+	// the tombstone expires.
+	ahead.Store(int64(a.cfg.TombstoneTTL + MaxClockSkew + time.Second))
+	require.Eventually(t, func() bool { _, held := a.store.get(captured.key()); return !held }, 10*time.Second, 20*time.Millisecond)
+
+	b.mu.Lock()
+	ml := b.ml
+	b.mu.Unlock()
+	msg, err := encodeDirectRecords([]Record{captured})
+	require.NoError(t, err)
+	require.NoError(t, ml.SendReliable(b.aliveNodes("")[0], msg))
+	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", rejectTooOld) > 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Empty(t, a.View("prod").Providers, "the withdrawn provider stays withdrawn")
+}
+
+// A site whose certificate is renewed while its records keep changing
+// never disappears from another site's view; its records are signed with
+// the new certificate from then on.
+func TestARenewedCertificateNeverDropsASite(t *testing.T) {
+	ca := newTestCA(t)
+	key := randomKey(t)
+	a := startSite(t, "site-a", withKey(key), withIdentity("prod", ca.identity(t, "site-a")))
+	a.waitRunning(t)
+	b := startSite(t, "site-b", withKey(key), withIdentity("prod", ca.identity(t, "site-b")))
+	b.waitRunning(t)
+	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	require.NoError(t, b.Publish("prod", "", providers("pb-0")))
+	require.Eventually(t, func() bool { return len(a.View("prod").Providers) == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	stop := make(chan struct{})
+	publisher := make(chan struct{})
+	go func() {
+		defer close(publisher)
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			_ = b.Publish("prod", "", providers(fmt.Sprintf("pb-%d", i)))
+		}
+	}()
+	var lost atomic.Int64
+	sampler := make(chan struct{})
+	go func() {
+		defer close(sampler)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if len(a.View("prod").Providers) != 1 {
+				lost.Add(1)
+			}
+		}
+	}()
+	var last *tls.Certificate
+	for range 3 {
+		time.Sleep(300 * time.Millisecond)
+		last = ca.leaf(t, "site-b", leafSpec{})
+		b.SetIdentity("prod", sites.Identity{Roots: ca.roots, Signer: last})
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	<-publisher
+	<-sampler
+	require.Zero(t, lost.Load(), "site A lost site B's providers during a renewal")
+	require.Zero(t, a.total("grid_swim_records_rejected_total"), "nothing was refused")
+	require.Eventually(t, func() bool {
+		r, ok := a.store.get(recordKey{"prod", "site-b", KindSite})
+		return ok && string(r.Chain[0]) == string(last.Certificate[0])
+	}, 10*time.Second, 20*time.Millisecond, "the site record is signed with the new certificate")
+}
+
+// total sums a metric over its labels.
+func (s *testSite) total(name string) float64 {
+	mfs, _ := s.reg.Gather()
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// A site whose certificate expires (its renewal refused, say) leaves
+// every other site's view: what it signed before is dropped, what it
+// signs after is refused.
+func TestASiteLeavesTheViewWhenItsCertificateExpires(t *testing.T) {
+	ca := newTestCA(t)
+	key := randomKey(t)
+	a := startSite(t, "site-a", withKey(key), withIdentity("prod", ca.identity(t, "site-a")))
+	a.waitRunning(t)
+	now := time.Now()
+	short := ca.leaf(t, "site-b", leafSpec{notBefore: now.Add(-time.Minute), notAfter: now.Add(3 * time.Second)})
+	b := startSite(t, "site-b", withKey(key), withIdentity("prod", sites.Identity{Roots: ca.roots, Signer: short}))
+	b.waitRunning(t)
+	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
+	require.NoError(t, b.Publish("prod", "", providers("pb")))
+	require.Eventually(t, func() bool { return len(a.View("prod").Providers) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(a.View("prod").Sites) == 0 && len(a.View("prod").Providers) == 0 }, 15*time.Second, 50*time.Millisecond,
+		"site B is still known after its certificate expired: %+v", a.View("prod"))
+	require.Positive(t, a.counter("grid_swim_records_rejected_total", rejectNoLongerValid))
+	require.NoError(t, b.Publish("prod", "", providers("pb", "pb2")))
+	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", rejectUntrusted) > 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Empty(t, a.View("prod").Providers)
+}
+
+// Setting the same identity again (the controller does at every
+// reconcile) signs and sends nothing again, in an open network as in a
+// signed one.
+func TestTheSameIdentityAgainSendsNothing(t *testing.T) {
+	ca := newTestCA(t)
+	signed := ca.identity(t, "site-a")
+	a := startSite(t, "site-a", withKey(randomKey(t)), inNetworks("open"), withIdentity("prod", signed))
+	a.waitRunning(t)
+	require.NoError(t, a.Publish("open", "", providers("po")))
+	require.NoError(t, a.Publish("prod", "", providers("pp")))
+	versions := func() map[recordKey]uint64 {
+		out := map[recordKey]uint64{}
+		for _, r := range a.store.ofSite("site-a") {
+			out[r.key()] = r.Version
+		}
+		return out
+	}
+	before := versions()
+	require.Len(t, before, 4)
+	for range 3 {
+		a.SetIdentity("open", sites.Identity{Open: true})
+		a.SetIdentity("prod", signed)
+	}
+	require.Equal(t, before, versions())
+}

@@ -1,0 +1,271 @@
+package gossip
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// countingTransport is memberlist's network transport with every byte
+// counted, by UDP and TCP (what the idle-traffic figure and the
+// grid_swim_bytes_* metrics read), and every inbound stream passed through
+// the stream gate before memberlist reads it.
+type countingTransport struct {
+	*memberlist.NetTransport
+	gate    *streamGate
+	packets chan *memberlist.Packet
+	streams chan net.Conn
+	udpOut  prometheus.Counter
+	udpIn   prometheus.Counter
+	tcpOut  prometheus.Counter
+	tcpIn   prometheus.Counter
+	// stop turns the forwarders into drains, so that the inner transport's
+	// listeners never block on a send while it shuts down; drained ends
+	// them.
+	stop, drained chan struct{}
+	once          sync.Once
+
+	echoMu sync.Mutex
+	echoed map[string]time.Time // dialled address -> when a stream to it was echoed
+
+	// checkPeer refuses destinations (nil: none refused).
+	checkPeer func(netip.Addr) error
+}
+
+// errPeerDenied is a send or dial to a member address the destination
+// rule refuses.
+var errPeerDenied = errors.New("member address not allowed by the destination rule (--probe-allow-destinations)")
+
+// allowed applies the destination rule to a host:port.
+func (t *countingTransport) allowed(addr string) error {
+	if t.checkPeer == nil {
+		return nil
+	}
+	// A name (a seed memberlist resolves itself) is not checked here;
+	// members' addresses are IPs.
+	if ap, err := netip.ParseAddrPort(addr); err == nil && t.checkPeer(ap.Addr().Unmap()) != nil {
+		return errPeerDenied
+	}
+	return nil
+}
+
+func newCountingTransport(inner *memberlist.NetTransport, m *metrics, gate *streamGate) *countingTransport {
+	t := &countingTransport{
+		NetTransport: inner,
+		gate:         gate,
+		packets:      make(chan *memberlist.Packet),
+		streams:      make(chan net.Conn),
+		udpOut:       m.bytesSent.WithLabelValues("udp"),
+		udpIn:        m.bytesReceived.WithLabelValues("udp"),
+		tcpOut:       m.bytesSent.WithLabelValues("tcp"),
+		tcpIn:        m.bytesReceived.WithLabelValues("tcp"),
+		stop:         make(chan struct{}),
+		drained:      make(chan struct{}),
+	}
+	go t.forwardPackets()
+	go t.forwardStreams()
+	return t
+}
+
+func (t *countingTransport) forwardPackets() {
+	in := t.NetTransport.PacketCh()
+	for {
+		select {
+		case p := <-in:
+			t.udpIn.Add(float64(len(p.Buf)))
+			select {
+			case t.packets <- p:
+			case <-t.stop: // dropped: shutting down
+			}
+		case <-t.drained:
+			return
+		}
+	}
+}
+
+func (t *countingTransport) forwardStreams() {
+	in := t.NetTransport.StreamCh()
+	for {
+		select {
+		case c := <-in:
+			src, release, ok := t.gate.admit(c)
+			if !ok {
+				t.gate.reject(rejectStreamsBusy)
+				_ = c.Close()
+				continue
+			}
+			// One goroutine per admitted stream, as memberlist runs one:
+			// the gate's caps bound them.
+			go t.pass(&countingConn{Conn: c, out: t.tcpOut, in: t.tcpIn}, src, release)
+		case <-t.drained:
+			return
+		}
+	}
+}
+
+// pass reads a stream's first frame through the gate and hands what it
+// admits to memberlist; anything refused is closed unanswered.
+func (t *countingTransport) pass(c net.Conn, src netip.Addr, release func()) {
+	checked, free, err := t.gate.inspect(c, src)
+	if err != nil {
+		var refused errRefused
+		reason := rejectMalformed
+		if errors.As(err, &refused) {
+			reason = refused.reason
+		}
+		t.gate.reject(reason)
+		_ = c.Close()
+		release()
+		return
+	}
+	select {
+	case t.streams <- &releasingConn{Conn: checked, release: func() { free(); release() }}:
+	case <-t.stop:
+		_ = c.Close()
+		free()
+		release()
+	}
+}
+
+// releasingConn gives its stream's place and bytes back to the gate when
+// closed (once: memberlist may close it twice).
+type releasingConn struct {
+	net.Conn
+	release func()
+	once    sync.Once
+}
+
+func (c *releasingConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	at, err := t.NetTransport.WriteTo(b, addr)
+	if err == nil {
+		t.udpOut.Add(float64(len(b)))
+	}
+	return at, err
+}
+
+func (t *countingTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+func (t *countingTransport) StreamCh() <-chan net.Conn           { return t.streams }
+
+func (t *countingTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := t.NetTransport.DialTimeout(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &echoConn{Conn: &countingConn{Conn: c, out: t.tcpOut, in: t.tcpIn}, reflected: func() { t.markReflected(addr) }}, nil
+}
+
+// DialAddressTimeout and WriteToAddress are what memberlist calls (the
+// transport is node-aware): without them the inner transport's would be
+// promoted and bypass the counting and the echo check.
+func (t *countingTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if err := t.allowed(a.Addr); err != nil {
+		return nil, err
+	}
+	return t.DialTimeout(a.Addr, timeout)
+}
+
+func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if err := t.allowed(a.Addr); err != nil {
+		return time.Time{}, err
+	}
+	return t.WriteTo(b, a.Addr)
+}
+
+// markReflected notes that a stream to addr read back the very bytes it
+// sent first: no member answered, something echoed.
+func (t *countingTransport) markReflected(addr string) {
+	t.echoMu.Lock()
+	defer t.echoMu.Unlock()
+	if t.echoed == nil || len(t.echoed) > 1024 {
+		t.echoed = map[string]time.Time{}
+	}
+	t.echoed[addr] = time.Now()
+}
+
+// reflectedSince says whether a stream to addr was echoed since start.
+func (t *countingTransport) reflectedSince(addr string, start time.Time) bool {
+	if t == nil {
+		return false
+	}
+	t.echoMu.Lock()
+	defer t.echoMu.Unlock()
+	at, ok := t.echoed[addr]
+	return ok && !at.Before(start)
+}
+
+// echoConn compares the first bytes read with the first bytes written.
+// A member's answer never starts with them: an encrypted answer has a
+// fresh random nonce, and a clear one a message of its own.
+type echoConn struct {
+	net.Conn
+	reflected   func()
+	mu          sync.Mutex
+	wrote, read []byte
+	checked     bool
+}
+
+const echoPrefix = 32
+
+func (c *echoConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.wrote) < echoPrefix {
+		c.wrote = append(c.wrote, p[:min(len(p), echoPrefix-len(c.wrote))]...)
+	}
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *echoConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.checked && n > 0 {
+		c.read = append(c.read, p[:min(n, echoPrefix-len(c.read))]...)
+		if len(c.read) >= min(echoPrefix, len(c.wrote)) {
+			c.checked = true
+			if k := min(len(c.read), len(c.wrote)); k > 0 && bytes.Equal(c.read[:k], c.wrote[:k]) {
+				c.reflected()
+			}
+		}
+	}
+	return n, err
+}
+
+func (t *countingTransport) Shutdown() error {
+	var err error
+	t.once.Do(func() {
+		close(t.stop)
+		err = t.NetTransport.Shutdown()
+		close(t.drained)
+	})
+	return err
+}
+
+type countingConn struct {
+	net.Conn
+	out, in prometheus.Counter
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.in.Add(float64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.out.Add(float64(n))
+	return n, err
+}
