@@ -9,8 +9,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/enrol"
-	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/trust/enrol"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // enrollTokenCommand creates a one-time enrolment token at the issuer.

@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gridsync/gridsync/agent/reports"
-	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
+	"github.com/gridsync/gridsync/trust/enrol"
 
 	"github.com/gridsync/gridsync/shared/envflag"
 )

@@ -14,10 +14,10 @@ import (
 	"github.com/gridsync/gridsync/agent/reports"
 	"github.com/gridsync/gridsync/agent/siglisten"
 	"github.com/gridsync/gridsync/agent/signalsapi"
-	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
+	"github.com/gridsync/gridsync/trust/enrol"
 )
 
 // signalsListener runs the signals listener while this replica leads (a

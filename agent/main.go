@@ -34,16 +34,16 @@ import (
 
 	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/controller/signals"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	membership "github.com/gridsync/gridsync/gossip"
 	gateway "github.com/gridsync/gridsync/gossip/gatewayaddr"
 	swimservice "github.com/gridsync/gridsync/gossip/service"
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 	"github.com/gridsync/gridsync/shared/runtimecfg"
+	"github.com/gridsync/gridsync/trust/enrol"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 const binary = "gridsync-agent"

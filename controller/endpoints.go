@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/endpointtls"
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
 // The kinds of request a provider's endpoint settings apply to: each has

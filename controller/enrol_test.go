@@ -26,8 +26,8 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/enrol"
-	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/trust/enrol"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // testIssuer is an issuer site's enrolment service on loopback over real

@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // The GridSite controller owns every GridSite's status: it probes the

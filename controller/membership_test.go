@@ -23,7 +23,6 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
@@ -31,6 +30,7 @@ import (
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/test/testproc"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // A site's SWIM runtime on loopback with a fifth of the reference's

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // ConditionSiteIdentity is the network's condition on this site's

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // AnnotationSiteIdentityFingerprint is the pod-template annotation of an

@@ -12,8 +12,8 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/servingconfig"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // ReasonServingConfigFailed: a gateway's serving config could not be

@@ -15,8 +15,8 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/signals"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // Bounds of one poll of a peer's signals.

@@ -22,8 +22,8 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/assess"
-	"github.com/gridsync/gridsync/controller/endpointtls"
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
 type providerReconciler struct {

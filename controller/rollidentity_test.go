@@ -13,8 +13,8 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // A gateway that opted in is rolled to the site's certificate: first

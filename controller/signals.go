@@ -12,11 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/endpointtls"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
 // Defaults of the signals collection.

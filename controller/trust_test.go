@@ -22,13 +22,13 @@ import (
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/signals"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // grantTrustSecrets gives the agent what the chart's trust.secrets gives:

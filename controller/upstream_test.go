@@ -16,11 +16,11 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/assess"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // siteCondition is a GridSite's condition of type kind, as kubectl wait

@@ -22,8 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/keypolicy"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // Reasons a record is refused before it is stored (the reason label of

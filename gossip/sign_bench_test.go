@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // BenchmarkVerifyRecord is what a receiver pays for a signed record: the

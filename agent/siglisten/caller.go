@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 
-	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // Kind says who a caller is, as far as its certificate tells.

@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 const localSite = "east"

@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/gridsync/gridsync/controller/endpointtls"
+	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
 // Endpoint is the trust and credential a provider configured for one kind

@@ -20,10 +20,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gridsync/gridsync/controller/endpointtls"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/shared/keypolicy"
 	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
 // providerEndpoint is a provider's HTTPS endpoint on 127.0.0.1 presenting

@@ -20,10 +20,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gridsync/gridsync/controller/endpointtls"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
 // A provider's endpoint is whatever its writer names, and the agent dials

@@ -21,10 +21,10 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/test/testnet"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // A key holder with no certificate for site C speaks for C (the first

@@ -25,9 +25,9 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // signalsListener is east's signals listener: its address and the folder

@@ -20,10 +20,10 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/trust/enrol"
 )
 
 // siteAgent is a demo site's gridsync-agent process.

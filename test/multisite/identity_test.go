@@ -30,15 +30,15 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/rbac"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/trust/enrol"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // identityNetwork is a GridNetwork whose sites trust any site the grid CA

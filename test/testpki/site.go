@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gridsync/gridsync/controller/sitetrust"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // Site is a site's identity from a new grid CA, valid for an hour: its

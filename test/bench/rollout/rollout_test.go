@@ -56,13 +56,13 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/test/testproc"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 const (

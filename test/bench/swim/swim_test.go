@@ -29,11 +29,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 const network = "bench"

@@ -21,13 +21,13 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/enrol"
 	"github.com/gridsync/gridsync/controller/probe"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	membership "github.com/gridsync/gridsync/gossip"
 	gridsites "github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/trust/enrol"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // enrolSites is how many sites enrol, one after another.

@@ -38,10 +38,10 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 const (

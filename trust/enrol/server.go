@@ -17,8 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/keypolicy"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // The issuer's paths, on its signals listener. Enrolment is open to a

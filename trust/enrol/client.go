@@ -18,8 +18,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/shared/keypolicy"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // Issuer is where a site enrols: the issuer site's signals listener.

@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/gridsync/gridsync/controller/sitetrust"
 	"github.com/gridsync/gridsync/test/testpki"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 func TestOneRequestAtATimePerSource(t *testing.T) {
