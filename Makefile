@@ -194,7 +194,7 @@ fuzz: ## fuzz the envelope validator, its canonical form, the gossip decoder and
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzValidate -fuzztime 60s
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzCanonicalMatchesLibrary -fuzztime 60s
 	$(GO) test ./gossip -run '^$$' -fuzz FuzzDecode -fuzztime 60s
-	$(GO) test ./controller/signals -run '^$$' -fuzz FuzzScrapeIsServedForItsSourceOnly -fuzztime 60s
+	$(GO) test ./signals -run '^$$' -fuzz FuzzScrapeIsServedForItsSourceOnly -fuzztime 60s
 
 .PHONY: clean
 clean: ## remove built binaries (the pinned servers stay cached in .tools/)

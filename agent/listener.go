@@ -13,10 +13,10 @@ import (
 
 	"github.com/gridsync/gridsync/agent/reports"
 	"github.com/gridsync/gridsync/agent/siglisten"
-	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/controller/rollout"
 	"github.com/gridsync/gridsync/shared/deliveryreport"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
+	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
 	"github.com/gridsync/gridsync/trust/enrol"
 )
 

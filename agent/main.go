@@ -32,16 +32,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rollout"
-	"github.com/gridsync/gridsync/controller/signals"
 	membership "github.com/gridsync/gridsync/gossip"
 	gateway "github.com/gridsync/gridsync/gossip/gatewayaddr"
 	swimservice "github.com/gridsync/gridsync/gossip/service"
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 	"github.com/gridsync/gridsync/shared/runtimecfg"
+	"github.com/gridsync/gridsync/signals"
+	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
 	"github.com/gridsync/gridsync/trust/enrol"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )

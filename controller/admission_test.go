@@ -18,8 +18,8 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/signals"
 )
 
 // queueServer is a provider's metrics endpoint whose waiting requests the

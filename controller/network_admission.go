@@ -13,7 +13,7 @@ import (
 	"github.com/gridsync/gridsync/controller/admission"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/controller/scoring"
-	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/signals"
 )
 
 // ReasonSignalsNotCollected: a network asks for admission by load from an

@@ -26,7 +26,7 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
-	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/signals"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 

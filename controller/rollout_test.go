@@ -23,7 +23,6 @@ import (
 
 	"github.com/gridsync/gridsync/agent/reports"
 	"github.com/gridsync/gridsync/agent/siglisten"
-	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
@@ -32,6 +31,7 @@ import (
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
+	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )

@@ -14,8 +14,8 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/render"
-	"github.com/gridsync/gridsync/controller/signals"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/signals"
 	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 

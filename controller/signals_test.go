@@ -22,12 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gridsync/gridsync/agent/signalsapi"
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/rollout"
-	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/signals"
+	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
 )
 
 func withSignals(store *signals.Store) agentOption {

@@ -1,11 +1,11 @@
-// Package signalsapi serves the signals listener's read endpoints: the
+// Package httpapi serves the signals listener's read endpoints: the
 // site's signals (GET /v1/site/signals, Prometheus text exposition as the
 // upstream operator serves it) and the provider discovery API (GET
 // /v1/grid/providers, JSON). What a caller gets is decided by who the
 // listener named it: the co-located gateway reads everything this site
 // holds, its peers' rows included; a peer site reads this site's own
 // providers that the network's and the providers' policies let it use.
-package signalsapi
+package httpapi
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 
 	"github.com/gridsync/gridsync/agent/siglisten"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/signals"
+	"github.com/gridsync/gridsync/signals"
 )
 
 // Paths of the endpoints.
