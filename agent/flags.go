@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/gridsync/gridsync/agent/reports"
 	"github.com/gridsync/gridsync/controller/probe"
-	"github.com/gridsync/gridsync/controller/rollout"
+	rollout "github.com/gridsync/gridsync/delivery/fold"
+	reports "github.com/gridsync/gridsync/delivery/handler"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/trust/enrol"
 

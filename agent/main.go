@@ -33,7 +33,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/rollout"
+	rollout "github.com/gridsync/gridsync/delivery/fold"
 	membership "github.com/gridsync/gridsync/gossip"
 	gateway "github.com/gridsync/gridsync/gossip/gatewayaddr"
 	swimservice "github.com/gridsync/gridsync/gossip/service"

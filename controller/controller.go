@@ -124,7 +124,7 @@ type Options struct {
 	Directory *Directory
 
 	// Deliveries folds the delivery reports of gateway pods into the
-	// overlay statuses (controller/rollout); nil: no delivery evidence.
+	// overlay statuses (delivery/fold); nil: no delivery evidence.
 	Deliveries DeliveryTracker
 
 	// SiteName is this site's name (a lowercase DNS label): the subject of

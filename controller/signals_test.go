@@ -25,7 +25,7 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
-	"github.com/gridsync/gridsync/controller/rollout"
+	rollout "github.com/gridsync/gridsync/delivery/fold"
 	"github.com/gridsync/gridsync/signals"
 	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
 )

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gridsync/gridsync/shared/deliveryreport"
+	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/shared/syncflags"
 )

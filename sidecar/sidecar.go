@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gridsync/gridsync/shared/deliveryreport"
+	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 	"github.com/gridsync/gridsync/shared/health"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 	"github.com/gridsync/gridsync/shared/overlaysync"

@@ -28,7 +28,7 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
-	"github.com/gridsync/gridsync/shared/deliveryreport"
+	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testpki"

@@ -25,7 +25,7 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
-	"github.com/gridsync/gridsync/shared/deliveryreport"
+	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )

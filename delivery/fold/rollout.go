@@ -1,9 +1,9 @@
-// Package rollout folds the delivery reports of gateway pods' sidecars
+// Package fold folds the delivery reports of gateway pods' sidecars
 // into what each gateway's overlay status says: how many pods report,
 // how many serve the rendered revision, which lag and why, and when the
 // rendered revision reached them all. It is the serving evidence a
 // rendered ConfigMap is not.
-package rollout
+package fold
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/shared/deliveryreport"
+	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 )
 
 // Defaults of Options.

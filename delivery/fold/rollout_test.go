@@ -1,4 +1,4 @@
-package rollout
+package fold
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gridsync/gridsync/shared/deliveryreport"
+	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 )
 
 var (

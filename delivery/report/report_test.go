@@ -1,4 +1,4 @@
-package deliveryreport
+package report
 
 import (
 	"bufio"

@@ -1,8 +1,8 @@
-// Package deliveryreport is what a gateway pod's sidecar tells the agent
+// Package report is what a gateway pod's sidecar tells the agent
 // about the overlay it delivered: the wire shape, its validation, and the
 // sidecar's reporter. A report carries revisions, times, states and
 // bounded reasons, never envelope content and never a secret.
-package deliveryreport
+package report
 
 import (
 	"errors"

@@ -1,10 +1,10 @@
-// Package reports takes the delivery reports of gateway pods' sidecars
+// Package handler takes the delivery reports of gateway pods' sidecars
 // on the signals listener: each is authenticated by the pod's projected
 // ServiceAccount token (checked locally, then by a TokenReview within a
 // budget, cached for the token's life), accepted only for the pod the
 // token is bound to and a gateway of its namespace, validated, and handed
 // to the rollout aggregator.
-package reports
+package handler
 
 import (
 	"bufio"
@@ -22,8 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gridsync/gridsync/controller/rollout"
-	"github.com/gridsync/gridsync/shared/deliveryreport"
+	rollout "github.com/gridsync/gridsync/delivery/fold"
+	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 )
 
 // Handler serves POST /v1/site/deliveries.

@@ -1,4 +1,4 @@
-package reports
+package handler
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gridsync/gridsync/controller/rbac"
-	"github.com/gridsync/gridsync/controller/rollout"
-	"github.com/gridsync/gridsync/shared/deliveryreport"
+	rollout "github.com/gridsync/gridsync/delivery/fold"
+	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 	"github.com/gridsync/gridsync/test/controlplane"
 )
 
