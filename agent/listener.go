@@ -11,10 +11,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/gridsync/gridsync/agent/siglisten"
 	rollout "github.com/gridsync/gridsync/delivery/fold"
 	reports "github.com/gridsync/gridsync/delivery/handler"
 	deliveryreport "github.com/gridsync/gridsync/delivery/report"
+	siglisten "github.com/gridsync/gridsync/listener"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
 	"github.com/gridsync/gridsync/trust/enrol"

@@ -15,8 +15,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gridsync/gridsync/agent/siglisten"
 	"github.com/gridsync/gridsync/controller"
+	siglisten "github.com/gridsync/gridsync/listener"
 	"github.com/gridsync/gridsync/signals"
 )
 

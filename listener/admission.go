@@ -1,4 +1,4 @@
-package siglisten
+package listener
 
 import (
 	"net/netip"

@@ -1,4 +1,4 @@
-package siglisten
+package listener
 
 import "github.com/prometheus/client_golang/prometheus"
 

@@ -1,4 +1,4 @@
-// Package siglisten is the agent's signals listener: one port serving
+// Package listener is the agent's one inbound listener: one port serving
 // HTTPS over TCP and HTTP/3 over QUIC from the site identity, every caller
 // named from its verified certificate, and the reference's defences
 // applied alike to both transports:
@@ -15,7 +15,7 @@
 //   - every cap starting over when the TLS material reloads;
 //   - a connection closed when a response write stalls, or when it
 //     outlives its maximum age.
-package siglisten
+package listener
 
 import (
 	"context"
