@@ -45,9 +45,9 @@ help: ## list the targets
 
 .PHONY: build
 build: ## build the binaries into bin/
-	$(BUILD) -o $(BIN_DIR)/gridsync-sidecar ./sidecar
-	$(BUILD) -o $(BIN_DIR)/gridsync-init ./initcontainer
-	$(BUILD) -o $(BIN_DIR)/gridsync-agent ./agent
+	$(BUILD) -o $(BIN_DIR)/gridsync-sidecar ./cmd/gridsync-sidecar
+	$(BUILD) -o $(BIN_DIR)/gridsync-init ./cmd/gridsync-init
+	$(BUILD) -o $(BIN_DIR)/gridsync-agent ./cmd/gridsync-agent
 
 # The images: one OCI layout per image in IMAGES_DIR, an image index of
 # IMAGE_PLATFORMS with the OCI labels, an SPDX SBOM and SLSA provenance

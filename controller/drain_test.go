@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/drain"
+	"github.com/gridsync/gridsync/internal/cli/drain"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 

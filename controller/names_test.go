@@ -18,7 +18,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller/convert"
+	"github.com/gridsync/gridsync/internal/cli/convert"
 )
 
 // aliasPair is one field upstream's earlier releases spell differently.

@@ -44,9 +44,9 @@ type Binary struct {
 
 // The project's binaries.
 var (
-	Sidecar = Binary{"gridsync-sidecar", "github.com/gridsync/gridsync/sidecar"}
-	Init    = Binary{"gridsync-init", "github.com/gridsync/gridsync/initcontainer"}
-	Agent   = Binary{"gridsync-agent", "github.com/gridsync/gridsync/agent"}
+	Sidecar = Binary{"gridsync-sidecar", "github.com/gridsync/gridsync/cmd/gridsync-sidecar"}
+	Init    = Binary{"gridsync-init", "github.com/gridsync/gridsync/cmd/gridsync-init"}
+	Agent   = Binary{"gridsync-agent", "github.com/gridsync/gridsync/cmd/gridsync-agent"}
 	// Pause and StandinGateway are the node tests' pod sandbox and the
 	// gateway they run in place of Praxis.
 	Pause          = Binary{"gridsync-pause", "github.com/gridsync/gridsync/test/images/pause"}

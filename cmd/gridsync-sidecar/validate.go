@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gridsync/gridsync/cmd/gridsync-sidecar/internal/check"
 	"github.com/gridsync/gridsync/shared/envelope"
-	"github.com/gridsync/gridsync/sidecar/check"
 )
 
 // runValidate is `gridsync-sidecar validate`: exit 0 when every file is

@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/cmd/gridsync-sidecar/internal/check"
 	"github.com/gridsync/gridsync/shared/envelope"
-	"github.com/gridsync/gridsync/sidecar/check"
 )
 
-const fixtures = "../../shared/envelope/testdata/overlay-contract/v1"
+const fixtures = "../../../../shared/envelope/testdata/overlay-contract/v1"
 
 func reports(t *testing.T, out []byte) []check.Report {
 	t.Helper()

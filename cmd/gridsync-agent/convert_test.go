@@ -11,14 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/gridsync/gridsync/controller/convert"
+	"github.com/gridsync/gridsync/internal/cli/convert"
 )
 
 // convert rewrites upstream's earlier manifests (stdin or files) into the
 // current group and names, leaves other kinds alone, and prints nothing
 // when a document has no equivalent.
 func TestConvertRewritesEarlierManifests(t *testing.T) {
-	in, err := os.ReadFile("../controller/testdata/upstream-manifests.yaml")
+	in, err := os.ReadFile("../../controller/testdata/upstream-manifests.yaml")
 	require.NoError(t, err)
 	in = append(in, []byte("---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: grid-system\n")...)
 	var stdout, stderr bytes.Buffer

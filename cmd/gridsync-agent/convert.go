@@ -12,7 +12,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller/convert"
+	"github.com/gridsync/gridsync/internal/cli/convert"
 )
 
 // convertCommand rewrites manifests of upstream's earlier releases.

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/drain"
+	"github.com/gridsync/gridsync/internal/cli/drain"
 	"github.com/gridsync/gridsync/shared/kubeconfig"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/convert"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
+	"github.com/gridsync/gridsync/internal/cli/convert"
 )
 
 // renderCommand is the offline subcommand.

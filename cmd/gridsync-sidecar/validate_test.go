@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-const fixtures = "../shared/envelope/testdata/overlay-contract/v1"
+const fixtures = "../../shared/envelope/testdata/overlay-contract/v1"
 
 func fixture(name string) string { return filepath.Join(fixtures, name) }
 
