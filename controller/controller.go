@@ -276,6 +276,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 		lifetime:      life,
 		events:        eventWriter{client: mgr.GetClient(), namespace: opts.EventNamespace, component: opts.Producer, logger: opts.Logger},
 		trust:         &trustCache{api: mgr.GetAPIReader()},
+		written:       newWrittenStatuses(),
 		scraperTokens: &scraperTokens{writer: mgr.GetClient(), account: opts.ScraperServiceAccount, now: opts.Now},
 		scrapeStatus: &scrapeStatus{changed: func(provider string) {
 			p := &v1alpha1.InferenceProvider{}
@@ -389,6 +390,9 @@ type common struct {
 	scrapeStatus *scrapeStatus
 	// scraperTokens are the scraper ServiceAccount's tokens.
 	scraperTokens *scraperTokens
+	// written are the statuses the agent wrote that the cache may not
+	// show yet.
+	written *writtenStatuses
 }
 
 // retryConflicts turns a write conflict (the cache had not yet seen the

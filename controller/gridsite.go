@@ -92,10 +92,12 @@ func (r *siteReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err := r.client.Get(ctx, req.NamespacedName, &gs); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.Name)
+			r.written.sites.forget(req.NamespacedName)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
+	gs.Status = *r.written.sites.current(req.NamespacedName, gs.ResourceVersion, &gs.Status).DeepCopy()
 	site := siteOf(&gs)
 	var network v1alpha1.GridNetwork
 	netErr := r.client.Get(ctx, types.NamespacedName{Name: gs.Spec.GridNetworkRef}, &network)
@@ -328,6 +330,7 @@ func (r *siteReconciler) writeStatus(ctx context.Context, gs *v1alpha1.GridSite,
 	if err := r.client.Status().Patch(ctx, gs, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("patch status of GridSite %s: %w", gs.Name, err)
 	}
+	r.written.sites.wrote(client.ObjectKeyFromObject(gs), gs.ResourceVersion, gs.Status.DeepCopy())
 	r.metrics.statusWrites.WithLabelValues("GridSite").Inc()
 	if previous != phase {
 		from := string(previous)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -367,4 +368,51 @@ func TestBadSeedsHoldNoOtherNetwork(t *testing.T) {
 	logs := e.logs.String()
 	assert.Equal(t, 40, strings.Count(logs, `"swim_seed_skipped"`), "each unresolvable seed once")
 	assert.LessOrEqual(t, strings.Count(logs, `"swim_seed_join_failed"`), 1)
+}
+
+// A remote site that changes its providers and changes them back at once
+// has the network's status follow every change, however far the agent's
+// cache lags its own status writes: the second write is never skipped as
+// equal to the stale cached copy (which would leave the first change in
+// the status until the next resync, here far beyond the test).
+func TestNetworkStatusFollowsChangeAndUndo(t *testing.T) {
+	e := newEnv(t)
+	key := swimKey(t)
+	e.create(e.secret("swim-key", map[string][]byte{"key": key}))
+	network := e.network(e.gateway("edge", "site-a"))
+	network.Spec.TLS = &v1alpha1.GridTLS{SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: e.credNS}}
+	remote := startSwimSite(t, "site-b", membership.Config{EnvKey: key}).running(t)
+	remote.SetIdentity(network.Name, sites.Identity{Open: true})
+	one := []sites.Provider{{Name: "remote-1", Models: []string{"m1"}, Cluster: "b", Phase: "Available"}}
+	two := append(slices.Clone(one), sites.Provider{Name: "remote-2", Models: []string{"m2"}, Cluster: "b", Phase: "Available"})
+	require.NoError(t, remote.Publish(network.Name, "", one))
+	network.Spec.Seeds = []string{"site-b.grid.test:" + portOf(remote.AdvertiseAddr())}
+	e.create(network)
+	site := startSwimSite(t, "site-a", membership.Config{RequireKey: true})
+	e.startAgent(withMembership(site, seedNames{"site-b.grid.test": "127.0.0.1"}), func(o *controller.ManagerOptions) { o.ResyncPeriod = time.Hour })
+	e.networkStatus(network, "one remote provider", func(n *v1alpha1.GridNetwork) (bool, string) {
+		return n.Status.RemoteProviderCount == 1, phaseAndCounts(n)
+	})
+
+	// Each change is published as soon as the API server shows the one
+	// before it, often before the agent's cache does.
+	for i := range 30 {
+		want := one
+		if i%2 == 0 {
+			want = two
+		}
+		require.NoError(t, remote.Publish(network.Name, "", want))
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var got v1alpha1.GridNetwork
+			require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &got))
+			if got.Status.RemoteProviderCount == int32(len(want)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("change %d: the status still says %d remote providers 5 s after the site announced %d", i, got.Status.RemoteProviderCount, len(want))
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
 }

@@ -188,8 +188,10 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 // network itself.
 func (r *networkReconciler) admit(ctx context.Context, name string) (*v1alpha1.GridNetwork, bool, error) {
 	var network v1alpha1.GridNetwork
-	err := r.client.Get(ctx, types.NamespacedName{Name: name}, &network)
+	key := types.NamespacedName{Name: name}
+	err := r.client.Get(ctx, key, &network)
 	if apierrors.IsNotFound(err) {
+		r.written.networks.forget(key)
 		r.admission.forget(name)
 		if r.opts.Membership != nil {
 			r.opts.Membership.Forget(name) // deleted while its finalizer was not ours to run
@@ -202,6 +204,7 @@ func (r *networkReconciler) admit(ctx context.Context, name string) (*v1alpha1.G
 	if err != nil {
 		return nil, false, err
 	}
+	network.Status = *r.written.networks.current(key, network.ResourceVersion, &network.Status).DeepCopy()
 	if !network.DeletionTimestamp.IsZero() {
 		return nil, false, r.finalize(ctx, &network)
 	}

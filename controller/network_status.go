@@ -138,6 +138,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	if err := r.client.Status().Patch(ctx, network, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("patch status of GridNetwork %s: %w", network.Name, err)
 	}
+	r.written.networks.wrote(client.ObjectKeyFromObject(network), network.ResourceVersion, network.Status.DeepCopy())
 	if changed {
 		eventType := corev1.EventTypeNormal
 		if ready.Status != metav1.ConditionTrue {

@@ -47,11 +47,13 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	err := r.client.Get(ctx, req.NamespacedName, &p)
 	if apierrors.IsNotFound(err) || (err == nil && !p.DeletionTimestamp.IsZero()) {
 		r.prober.Remove(req.Name)
+		r.written.providers.forget(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	p.Status = *r.written.providers.current(req.NamespacedName, p.ResourceVersion, &p.Status).DeepCopy()
 	network, err := r.networkOf(ctx, &p)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -100,6 +102,7 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if err := r.client.Status().Patch(ctx, &p, client.MergeFrom(orig)); err != nil {
 		return retryConflicts(fmt.Errorf("patch status of InferenceProvider %s: %w", p.Name, err))
 	}
+	r.written.providers.wrote(req.NamespacedName, p.ResourceVersion, p.Status.DeepCopy())
 	r.metrics.statusWrites.WithLabelValues("InferenceProvider").Inc()
 	if before != v.Phase {
 		r.opts.Logger.Info("provider_phase", "provider", p.Name, "phase", v.Phase, "reason", v.Reason)
