@@ -19,23 +19,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/signals"
@@ -190,14 +187,32 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// resync is the next periodic reconcile, jittered so that a thousand
-// objects do not come due together.
-func (o Options) resync() reconcile.Result {
-	return reconcile.Result{RequeueAfter: o.ResyncPeriod + rand.N(o.ResyncPeriod/10+1)}
-}
-
-func (o Options) watches(namespace string) bool {
-	return len(o.Namespaces) == 0 || slices.Contains(o.Namespaces, namespace)
+// config is what the reconcilers read of the options.
+func (o Options) config() base.Config {
+	return base.Config{
+		Namespaces:             o.Namespaces,
+		Producer:               o.Producer,
+		ProducerVersion:        o.ProducerVersion,
+		Registerer:             o.Registerer,
+		Logger:                 o.Logger,
+		Now:                    o.Now,
+		ProbeDestinations:      o.ProbeDestinations,
+		ProbeSecretSelector:    o.ProbeSecretSelector,
+		ResyncPeriod:           o.ResyncPeriod,
+		DeleteOrphanedOverlays: o.DeleteOrphanedOverlays,
+		Membership:             o.Membership,
+		SwimKeyPollInterval:    o.SwimKeyPollInterval,
+		Signals:                o.Signals,
+		SignalsInterval:        o.SignalsInterval,
+		SignalsScrapeMaxBytes:  o.SignalsScrapeMaxBytes,
+		SignalsPeerPort:        o.SignalsPeerPort,
+		SignalsAddress:         o.SignalsAddress,
+		Deliveries:             o.Deliveries,
+		SiteName:               o.SiteName,
+		SiteCertLifetime:       o.SiteCertLifetime,
+		SiteProbeInterval:      o.SiteProbeInterval,
+		SiteProbeTimeout:       o.SiteProbeTimeout,
+	}
 }
 
 // cacheOptions is the cache the controller needs from its manager: the
@@ -212,28 +227,25 @@ func cacheOptions() cache.Options {
 // through the client from starting an informer (a list and a watch).
 var uncached = []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}}
 
-// Field indexes: InferenceProviders and GridSites by network.
-const (
-	indexNetwork     = "spec.gridNetworkRef"
-	indexSiteNetwork = "site.spec.gridNetworkRef"
-)
-
 // Setup registers the reconcilers, indexes and health probes with mgr,
 // which must use cacheOptions and a client that does not cache uncached
 // (NewManager builds it so).
 func Setup(mgr manager.Manager, opts Options) error {
 	opts = opts.withDefaults()
-	metrics, err := newMetrics(opts.Registerer, mgr.GetClient())
+	metrics, err := base.NewMetrics(opts.Registerer, mgr.GetClient())
 	if err != nil {
 		return err
 	}
+	for _, r := range []string{rotationEnrolled, rotationRotated, rotationRefused, rotationFailed, rotationExpired} {
+		metrics.IdentityRotations.WithLabelValues(r)
+	}
 	ctx := context.Background()
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.InferenceProvider{}, indexNetwork, func(o client.Object) []string {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.InferenceProvider{}, base.IndexNetwork, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.InferenceProvider).Spec.GridNetworkRef}
 	}); err != nil {
 		return fmt.Errorf("index providers by network: %w", err)
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.GridSite{}, indexSiteNetwork, func(o client.Object) []string {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.GridSite{}, base.IndexSiteNetwork, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.GridSite).Spec.GridNetworkRef}
 	}); err != nil {
 		return fmt.Errorf("index GridSites by network: %w", err)
@@ -252,39 +264,39 @@ func Setup(mgr manager.Manager, opts Options) error {
 	// Health changes reach both reconcilers, each through its own channel.
 	toNetworks := make(chan event.GenericEvent, 1024)
 	toProviders := make(chan event.GenericEvent, 1024)
-	life := &lifetime{}
+	life := &base.Lifetime{}
 	prober := probe.New(probe.Options{
 		Destinations: opts.ProbeDestinations,
 		RootCAs:      opts.ProbeRootCAs,
 		Notify: func(provider string) {
 			p := &v1alpha1.InferenceProvider{}
 			p.Name = provider
-			life.send(toProviders, event.GenericEvent{Object: p})
-			life.send(toNetworks, event.GenericEvent{Object: p})
+			life.Send(toProviders, event.GenericEvent{Object: p})
+			life.Send(toNetworks, event.GenericEvent{Object: p})
 		},
 	})
 	if err := mgr.Add(life); err != nil {
 		return err
 	}
 
-	shared := &common{
-		client:        mgr.GetClient(),
-		api:           mgr.GetAPIReader(),
-		opts:          opts,
-		metrics:       metrics,
-		prober:        prober,
-		lifetime:      life,
-		events:        eventWriter{client: mgr.GetClient(), namespace: opts.EventNamespace, component: opts.Producer, logger: opts.Logger},
-		trust:         &trustCache{api: mgr.GetAPIReader()},
-		written:       newWrittenStatuses(),
-		scraperTokens: &scraperTokens{writer: mgr.GetClient(), account: opts.ScraperServiceAccount, now: opts.Now},
-		scrapeStatus: &scrapeStatus{changed: func(provider string) {
-			p := &v1alpha1.InferenceProvider{}
-			p.Name = provider
-			life.send(toProviders, event.GenericEvent{Object: p})
-		}},
+	shared := &base.Env{
+		Client:   mgr.GetClient(),
+		API:      mgr.GetAPIReader(),
+		Opts:     opts.config(),
+		Metrics:  metrics,
+		Prober:   prober,
+		Lifetime: life,
+		Events:   base.EventWriter{Client: mgr.GetClient(), Namespace: opts.EventNamespace, Component: opts.Producer, Logger: opts.Logger},
+		Written:  base.NewWrittenStatuses(),
 	}
-	nr := &networkReconciler{common: shared,
+	trust := trustmaterial.New(mgr.GetAPIReader())
+	endpoints := &endpoints{env: shared, tokens: &scraperTokens{writer: mgr.GetClient(), account: opts.ScraperServiceAccount, now: opts.Now}}
+	scraped := &scrapeStatus{changed: func(provider string) {
+		p := &v1alpha1.InferenceProvider{}
+		p.Name = provider
+		life.Send(toProviders, event.GenericEvent{Object: p})
+	}}
+	nr := &networkReconciler{Env: shared, Trust: trust,
 		seedResolver: seeds.NewCachingResolver(opts.SeedResolver, seeds.DefaultCacheTTL, opts.Now)}
 	if opts.Directory != nil {
 		opts.Directory.r = nr
@@ -297,12 +309,12 @@ func Setup(mgr manager.Manager, opts Options) error {
 	networkChanged := func(network string) {
 		n := &v1alpha1.GridNetwork{}
 		n.Name = network
-		life.send(fromMembership, event.GenericEvent{Object: n})
-		if ctx, err := life.context(); err == nil {
-			shared.reprobeSites(ctx, network, reprobe)
+		life.Send(fromMembership, event.GenericEvent{Object: n})
+		if ctx, err := life.Context(); err == nil {
+			reprobeSites(ctx, shared, network, reprobe)
 		}
 	}
-	shared.trust.changed = networkChanged
+	trust.Changed = networkChanged
 	if opts.Membership != nil {
 		opts.Membership.OnChange(networkChanged)
 	}
@@ -314,7 +326,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 			if site == opts.SiteName {
 				return // local readiness reaches the reconcilers through probes
 			}
-			ctx, err := life.context()
+			ctx, err := life.Context()
 			if err != nil {
 				return
 			}
@@ -332,7 +344,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 		opts.Deliveries.OnChange(func(network string) {
 			n := &v1alpha1.GridNetwork{}
 			n.Name = network
-			life.send(fromMembership, event.GenericEvent{Object: n})
+			life.Send(fromMembership, event.GenericEvent{Object: n})
 		})
 	}
 	if err := mgr.Add(&secretPoller{r: nr, out: fromMembership}); err != nil {
@@ -348,96 +360,18 @@ func Setup(mgr manager.Manager, opts Options) error {
 			for _, name := range loadDrivenNetworks(ctx, mgr.GetCache()) {
 				n := &v1alpha1.GridNetwork{}
 				n.Name = name
-				life.send(fromMembership, event.GenericEvent{Object: n})
+				life.Send(fromMembership, event.GenericEvent{Object: n})
 			}
 		}
-		if err := mgr.Add(&signalLoop{collector: newSignalCollector(shared), peers: newSignalPoller(shared), every: opts.SignalsInterval, settled: settled}); err != nil {
+		if err := mgr.Add(&signalLoop{collector: newSignalCollector(shared, endpoints, scraped), peers: newSignalPoller(shared, trust), every: opts.SignalsInterval, settled: settled}); err != nil {
 			return err
 		}
 	}
 	if err := nr.setup(mgr, toNetworks, fromMembership); err != nil {
 		return err
 	}
-	if err := (&siteReconciler{common: shared}).setup(mgr, reprobe); err != nil {
+	if err := (&siteReconciler{Env: shared, Trust: trust}).setup(mgr, reprobe); err != nil {
 		return err
 	}
-	return (&providerReconciler{common: shared}).setup(mgr, toProviders)
-}
-
-// DeliveryTracker holds what gateway pods report they deliver.
-type DeliveryTracker interface {
-	// SetGateways names a network's gateways (nil: the network is gone).
-	SetGateways(network string, gateways []types.NamespacedName)
-	// Summary is a gateway's delivery against its rendered revision, nil
-	// while none of its pods reports.
-	Summary(namespace, gateway, rendered string, renderedAt time.Time) *v1alpha1.GatewayDelivery
-	// OnChange registers who is told a network's summary may have changed.
-	OnChange(func(network string))
-}
-
-// common is what both reconcilers share.
-type common struct {
-	client   client.Client
-	api      client.Reader // uncached reads: Secrets and ConfigMaps, by name
-	opts     Options
-	metrics  *metrics
-	prober   *probe.Prober
-	lifetime *lifetime
-	events   eventWriter
-	trust    *trustCache
-	// scrapeStatus is each provider's last metrics scrape, for its
-	// MetricsScraped condition.
-	scrapeStatus *scrapeStatus
-	// scraperTokens are the scraper ServiceAccount's tokens.
-	scraperTokens *scraperTokens
-	// written are the statuses the agent wrote that the cache may not
-	// show yet.
-	written *writtenStatuses
-}
-
-// retryConflicts turns a write conflict (the cache had not yet seen the
-// object's latest version, often the controller's own last write) into a
-// quiet retry once the cache has caught up: it is expected, and not worth
-// an error in the log.
-func retryConflicts(err error) (reconcile.Result, error) {
-	if apierrors.IsConflict(err) {
-		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
-	}
-	return reconcile.Result{}, err
-}
-
-// lifetime is the context the manager runs the leader's work in; probe
-// loops live in it, so they stop when leadership or the process ends.
-type lifetime struct {
-	mu  sync.Mutex
-	ctx context.Context
-}
-
-func (l *lifetime) Start(ctx context.Context) error {
-	l.mu.Lock()
-	l.ctx = ctx
-	l.mu.Unlock()
-	<-ctx.Done()
-	return nil
-}
-
-func (l *lifetime) context() (context.Context, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ctx == nil {
-		return nil, errors.New("controller not started")
-	}
-	return l.ctx, nil
-}
-
-// send delivers an event unless the manager has stopped.
-func (l *lifetime) send(ch chan<- event.GenericEvent, e event.GenericEvent) {
-	ctx, err := l.context()
-	if err != nil {
-		return
-	}
-	select {
-	case ch <- e:
-	case <-ctx.Done():
-	}
+	return (&providerReconciler{Env: shared, endpoints: endpoints, scrapeStatus: scraped}).setup(mgr, toProviders)
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/trust/endpointtls"
 )
@@ -25,12 +26,20 @@ const (
 	featureMetrics     = "Metrics"
 )
 
+// endpoints are the providers' endpoint settings as the prober's clients
+// use them: TLS material read from the API server, and the scraper
+// ServiceAccount's tokens.
+type endpoints struct {
+	env    *base.Env
+	tokens *scraperTokens
+}
+
 // endpointFor is the provider's TLS and credential for one feature: the
 // feature's own tls (healthCheck.tls, metricsConfig.tls) or else
 // spec.tls, and the feature's auth. Nil when neither is set: HTTPS is
 // then verified against the prober's roots, as before. src reads the
 // material at each request.
-func (c *common) endpointFor(p *v1alpha1.InferenceProvider, feature string, own *v1alpha1.EndpointTLSConfig,
+func (e *endpoints) endpointFor(p *v1alpha1.InferenceProvider, feature string, own *v1alpha1.EndpointTLSConfig,
 	auth *v1alpha1.EndpointAuth, src func(context.Context) endpointtls.Source) *probe.Endpoint {
 	cfg := own
 	if cfg == nil {
@@ -39,16 +48,16 @@ func (c *common) endpointFor(p *v1alpha1.InferenceProvider, feature string, own 
 	if cfg == nil && auth == nil {
 		return nil
 	}
-	e := &probe.Endpoint{Key: endpointKey(feature, p.Name)}
+	out := &probe.Endpoint{Key: endpointKey(feature, p.Name)}
 	if cfg != nil {
 		cfg = cfg.DeepCopy()
-		e.TLS = func(ctx context.Context) (*endpointtls.Raw, error) { return endpointtls.Read(ctx, cfg, src(ctx)) }
+		out.TLS = func(ctx context.Context) (*endpointtls.Raw, error) { return endpointtls.Read(ctx, cfg, src(ctx)) }
 	}
 	if auth != nil {
-		e.Token = c.scraperTokens.token
-		e.AllowPlaintext = auth.AllowPlaintext
+		out.Token = e.tokens.token
+		out.AllowPlaintext = auth.AllowPlaintext
 	}
-	return e
+	return out
 }
 
 // endpointKey names a provider's client for one feature among the
@@ -79,10 +88,10 @@ type materialRead struct {
 	err   error
 }
 
-func (c *common) newMaterialReader(ctx context.Context) *materialReader {
-	r := &materialReader{api: c.api, allowed: c.opts.watches, memo: map[string]*materialRead{}, identity: map[types.NamespacedName]bool{}}
+func (e *endpoints) newMaterialReader(ctx context.Context) *materialReader {
+	r := &materialReader{api: e.env.API, allowed: e.env.Opts.Watches, memo: map[string]*materialRead{}, identity: map[types.NamespacedName]bool{}}
 	var networks v1alpha1.GridNetworkList
-	if err := c.client.List(ctx, &networks); err != nil {
+	if err := e.env.Client.List(ctx, &networks); err != nil {
 		// The site's identity unknown, no Secret is read this time.
 		r.allowed = func(string) bool { return false }
 		return r

@@ -19,17 +19,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/gossip/seeds"
 )
 
 type networkReconciler struct {
-	*common
+	*base.Env
+	Trust     *trustmaterial.Cache
 	gridSites writeMemo
 	// seedResolver caches seed lookups; seedProblems remembers the seed
 	// problems logged, so that each is logged once per change.
 	seedResolver seeds.Resolver
-	seedProblems reasonLog
+	seedProblems base.ReasonLog
 	// admission is each network's provider admission (the admission
 	// stage's memory).
 	admission admissionBook
@@ -52,7 +55,7 @@ func (r *networkReconciler) setup(mgr ctrl.Manager, health, fromMembership <-cha
 		// noticed at the periodic resync.
 		WatchesRawSource(source.Channel(health, handler.EnqueueRequestsFromMapFunc(r.providerByName))).
 		// A site's phase decides whether its providers are in overlays.
-		Watches(&v1alpha1.GridSite{}, handler.EnqueueRequestsFromMapFunc(gridSiteNetwork), builder.WithPredicates(sitePhaseChanged)).
+		Watches(&v1alpha1.GridSite{}, handler.EnqueueRequestsFromMapFunc(base.GridSiteNetwork), builder.WithPredicates(base.SitePhaseChanged)).
 		Complete(r)
 }
 
@@ -68,7 +71,7 @@ func providerNetwork(_ context.Context, o client.Object) []reconcile.Request {
 // the provider's network.
 func (r *networkReconciler) providerByName(ctx context.Context, o client.Object) []reconcile.Request {
 	var p v1alpha1.InferenceProvider
-	if err := r.client.Get(ctx, types.NamespacedName{Name: o.GetName()}, &p); err != nil {
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: o.GetName()}, &p); err != nil {
 		return nil
 	}
 	return providerNetwork(ctx, &p)
@@ -80,15 +83,15 @@ func (r *networkReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	gatewayCount, retry, err := r.reconcile(ctx, req.Name)
 	// One line per reconcile at debug level: what operators (and the
 	// controller benchmark) need to see how long a network takes.
-	r.opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount,
+	r.Opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount,
 		"duration_ms", float64(time.Since(start).Microseconds())/1000, "error", errString(err))
 	if err != nil {
-		return retryConflicts(err)
+		return base.RetryConflicts(err)
 	}
 	if retry > 0 {
 		return reconcile.Result{RequeueAfter: retry}, nil
 	}
-	return r.opts.resync(), nil
+	return r.Opts.Resync(), nil
 }
 
 func errString(err error) string {
@@ -139,7 +142,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	}
 	identity := r.reconcileIdentity(ctx, network)
 	if identity.wrote {
-		r.trust.refresh(ctx, network)
+		r.Trust.Refresh(ctx, network)
 	}
 	swim := r.reconcileMembership(ctx, network, gossipProviders(items, local), identity.gossipCert, identity.gossipErr)
 	if swim.keyFailed {
@@ -151,7 +154,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	if err != nil {
 		return 0, 0, err
 	}
-	held := r.admitProviders(network, items, local, remote, r.opts.Now())
+	held := r.admitProviders(network, items, local, remote, r.Opts.Now())
 
 	gws := gateways(network)
 	overlays := renderOverlays(network.Name, gws, local, remote)
@@ -169,7 +172,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 	r.summariseDeliveries(network.Name, gws, statuses)
 	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, serving, mountStatus, swim, identity))
 	var again time.Duration
-	if identity.renewIn > 0 && identity.renewIn < r.opts.ResyncPeriod {
+	if identity.renewIn > 0 && identity.renewIn < r.Opts.ResyncPeriod {
 		again = identity.renewIn + time.Second/10 // just past the renewal point
 	}
 	if held > 0 && (again == 0 || held < again) {
@@ -189,29 +192,29 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 func (r *networkReconciler) admit(ctx context.Context, name string) (*v1alpha1.GridNetwork, bool, error) {
 	var network v1alpha1.GridNetwork
 	key := types.NamespacedName{Name: name}
-	err := r.client.Get(ctx, key, &network)
+	err := r.Client.Get(ctx, key, &network)
 	if apierrors.IsNotFound(err) {
-		r.written.networks.forget(key)
+		r.Written.Networks.Forget(key)
 		r.admission.forget(name)
-		if r.opts.Membership != nil {
-			r.opts.Membership.Forget(name) // deleted while its finalizer was not ours to run
+		if r.Opts.Membership != nil {
+			r.Opts.Membership.Forget(name) // deleted while its finalizer was not ours to run
 		}
-		if r.opts.Deliveries != nil {
-			r.opts.Deliveries.SetGateways(name, nil)
+		if r.Opts.Deliveries != nil {
+			r.Opts.Deliveries.SetGateways(name, nil)
 		}
 		return nil, false, nil // its overlays were withdrawn before the finalizer went
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	network.Status = *r.written.networks.current(key, network.ResourceVersion, &network.Status).DeepCopy()
+	network.Status = *r.Written.Networks.Current(key, network.ResourceVersion, &network.Status).DeepCopy()
 	if !network.DeletionTimestamp.IsZero() {
 		return nil, false, r.finalize(ctx, &network)
 	}
 	if !controllerutil.ContainsFinalizer(&network, overlaysFinalizer) {
 		orig := network.DeepCopy()
 		controllerutil.AddFinalizer(&network, overlaysFinalizer)
-		if err := r.client.Patch(ctx, &network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := r.Client.Patch(ctx, &network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return nil, false, fmt.Errorf("add finalizer to GridNetwork %s: %w", name, err)
 		}
 	}
@@ -225,8 +228,8 @@ const overlaysFinalizer = "grid.praxis.fast/overlays"
 // finalize withdraws the overlays of a network being deleted, then lets
 // it go.
 func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.GridNetwork) error {
-	if r.opts.Deliveries != nil {
-		r.opts.Deliveries.SetGateways(network.Name, nil)
+	if r.Opts.Deliveries != nil {
+		r.Opts.Deliveries.SetGateways(network.Name, nil)
 	}
 	if !controllerutil.ContainsFinalizer(network, overlaysFinalizer) {
 		return nil
@@ -245,16 +248,16 @@ func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.Grid
 			return err
 		}
 	}
-	if r.opts.Membership != nil {
-		r.opts.Membership.Forget(network.Name)
+	if r.Opts.Membership != nil {
+		r.Opts.Membership.Forget(network.Name)
 	}
-	r.trust.forget(network.Name)
+	r.Trust.Forget(network.Name)
 	orig := network.DeepCopy()
 	controllerutil.RemoveFinalizer(network, overlaysFinalizer)
-	if err := r.client.Patch(ctx, network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Patch(ctx, network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("remove finalizer from GridNetwork %s: %w", network.Name, err)
 	}
-	r.opts.Logger.Info("network_finalized", "network", network.Name, "gateways", len(targets))
+	r.Opts.Logger.Info("network_finalized", "network", network.Name, "gateways", len(targets))
 	return nil
 }
 

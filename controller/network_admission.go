@@ -11,6 +11,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/admission"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/controller/scoring"
 	"github.com/gridsync/gridsync/signals"
@@ -146,11 +147,6 @@ func measuredLoad(p *v1alpha1.InferenceProvider) []string {
 	return out
 }
 
-// drained reports whether a provider's owner drains it.
-func drained(p *v1alpha1.InferenceProvider) bool {
-	return p.Spec.TrafficPolicy != nil && p.Spec.TrafficPolicy.Drain
-}
-
 // admitProviders is the admission stage: each provider's Admission, from
 // its load signal under the network's policy, then its drain. A change of
 // what the load says reaches the overlays at most once per revision
@@ -168,13 +164,13 @@ func (r *networkReconciler) admitProviders(network *v1alpha1.GridNetwork, items 
 		// Without a signals store nothing is ever measured here: that is
 		// the agent's configuration (said in Ready), not a provider's
 		// missing signal.
-		if metric == "" || !slices.Contains(measured, metric) || r.opts.Signals == nil {
+		if metric == "" || !slices.Contains(measured, metric) || r.Opts.Signals == nil {
 			return admission.Observation{Unmeasured: true}
 		}
-		v, at, ok := r.opts.Signals.Load(site, provider, metric)
+		v, at, ok := r.Opts.Signals.Load(site, provider, metric)
 		return admission.Observation{Pressure: v, Known: ok, At: at}
 	}
-	own := r.opts.SiteName
+	own := r.Opts.SiteName
 	measures := map[string][]string{}
 	for i := range items {
 		measures[items[i].Name] = measuredLoad(&items[i])
@@ -206,7 +202,7 @@ func (r *networkReconciler) admitProviders(network *v1alpha1.GridNetwork, items 
 
 	drains := map[string]bool{}
 	for i := range items {
-		drains[items[i].Name] = drained(&items[i])
+		drains[items[i].Name] = base.Drained(&items[i])
 	}
 	for i := range local {
 		v := na.applied[own+"/"+local[i].Name]

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/shared/keypolicy"
 	"github.com/gridsync/gridsync/trust/enrol"
 	"github.com/gridsync/gridsync/trust/sitetrust"
@@ -64,15 +65,15 @@ func siteCertificateMode(t *v1alpha1.GridTLS) v1alpha1.SiteCertificateMode {
 // the record checks use holds it: never generated, since an enrolled or
 // provided site only trusts the CA the issuer made.
 func (r *networkReconciler) gridCACertificate(ctx context.Context, network *v1alpha1.GridNetwork) (*x509.Certificate, *conditionSpec) {
-	tm := r.trust.get(ctx, network)
-	if p := tm.rootsProblem; p != nil {
+	tm := r.Trust.Get(ctx, network)
+	if p := tm.RootsProblem; p != nil {
 		reason := ReasonGridCAUnreadable
-		if p.invalid {
+		if p.Invalid {
 			reason = ReasonGridCAInvalid
 		}
-		return nil, &conditionSpec{reason: reason, message: p.message}
+		return nil, &conditionSpec{reason: reason, message: p.Message}
 	}
-	return tm.rootCerts[0], nil
+	return tm.RootCerts[0], nil
 }
 
 // enrolled obtains or renews this site's certificate from the issuer:
@@ -83,11 +84,11 @@ func (r *networkReconciler) gridCACertificate(ctx context.Context, network *v1al
 func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, at string, exists bool, secret *corev1.Secret,
 	held *sitetrust.Held, heldErr error, caCert *x509.Certificate, now time.Time) identityOutcome {
 	var out identityOutcome
-	site := r.opts.SiteName
+	site := r.Opts.SiteName
 	sc := network.Spec.TLS.SiteCertificate
 	ref := network.Spec.TLS.SiteSecretRef
 	if exists && heldErr == nil {
-		r.metrics.identityExpiry.WithLabelValues(network.Name).Set(float64(held.Leaf.NotAfter.Unix()))
+		r.Metrics.IdentityExpiry.WithLabelValues(network.Name).Set(float64(held.Leaf.NotAfter.Unix()))
 		out.gossipCert, out.gossipErr = gossipable(at, secret.Data[corev1.TLSCertKey])
 	}
 	why := reissueWhy(exists, held, heldErr, caCert, site, now)
@@ -107,7 +108,7 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 	req := enrol.Request{Network: network.Name, Site: site}
 	if current == nil {
 		if exists && heldErr == nil && !now.Before(held.Leaf.NotAfter) {
-			r.metrics.identityRotations.WithLabelValues(rotationExpired).Inc()
+			r.Metrics.IdentityRotations.WithLabelValues(rotationExpired).Inc()
 		}
 		token, cond := r.enrollmentToken(ctx, sc)
 		if cond != nil {
@@ -118,8 +119,8 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 	}
 	key, keyPEM, err := r.pendingKey(ctx, network, exists, secret, held)
 	if err != nil {
-		r.metrics.identityRotations.WithLabelValues(rotationFailed).Inc()
-		out.condition, out.renewIn = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: the key to be certified could not be kept: %s", at, apiFailure(err, "write", "Secret"))}, enrolRetryUnreachable
+		r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
+		out.condition, out.renewIn = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: the key to be certified could not be kept: %s", at, base.APIFailure(err, "write", "Secret"))}, enrolRetryUnreachable
 		return out
 	}
 	csr, err := enrol.CertificateRequest(key)
@@ -130,7 +131,7 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 	req.CSR = string(csr)
 	roots := x509.NewCertPool()
 	roots.AddCert(caCert)
-	c := enrol.Client{Dial: r.opts.ProbeDestinations.Dialer(r.opts.SiteProbeTimeout), Timeout: r.opts.SiteProbeTimeout}
+	c := enrol.Client{Dial: r.Opts.ProbeDestinations.Dialer(r.Opts.SiteProbeTimeout), Timeout: r.Opts.SiteProbeTimeout}
 	chain, err := c.Request(ctx, enrol.Issuer{Address: sc.Issuer.Address, Site: sc.Issuer.Site}, roots, req, current, key)
 	if err != nil {
 		var refused *enrol.RefusedError
@@ -141,27 +142,27 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 		}
 		switch {
 		case errors.As(err, &refused):
-			r.metrics.identityRotations.WithLabelValues(rotationRefused).Inc()
+			r.Metrics.IdentityRotations.WithLabelValues(rotationRefused).Inc()
 			out.condition, out.renewIn = conditionSpec{reason: ReasonEnrollmentRefused, message: fmt.Sprintf("issuer %s refused: %s%s", sc.Issuer.Site, refused.Message, kept)}, enrolRetryRefused
 		case errors.As(err, &unreachable):
-			r.metrics.identityRotations.WithLabelValues(rotationFailed).Inc()
+			r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
 			out.condition, out.renewIn = conditionSpec{reason: ReasonIssuerUnreachable, message: err.Error() + kept}, enrolRetryUnreachable
 		default:
-			r.metrics.identityRotations.WithLabelValues(rotationFailed).Inc()
+			r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
 			out.condition, out.renewIn = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error() + kept}, enrolRetryUnreachable
 		}
 		if current == nil && exists && heldErr == nil && !now.Before(held.Leaf.NotAfter) {
 			out.condition.reason = ReasonIdentityExpired
 			out.condition.message = fmt.Sprintf("site %s's certificate expired at %s and cannot be renewed: %s", site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), out.condition.message)
 		}
-		r.opts.Logger.Warn("site_enrollment_failed", "network", network.Name, "site", site, "issuer", sc.Issuer.Site, "reason", out.condition.reason, "error", err.Error())
+		r.Opts.Logger.Warn("site_enrollment_failed", "network", network.Name, "site", site, "issuer", sc.Issuer.Site, "reason", out.condition.reason, "error", err.Error())
 		return out
 	}
 	// The certificate and its key replace the current pair, and the
 	// pending key goes, in one write: until it succeeds the pending key
 	// stays, and the next attempt asks again for it.
 	if err := r.writeSiteSecret(ctx, network, exists, secret, chain, keyPEM, caCert); err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, apiFailure(err, "write", "Secret"))}
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}
 		return out
 	}
 	issued, err := sitetrust.ParseHeld(chain, keyPEM)
@@ -173,15 +174,15 @@ func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.Grid
 	if current != nil {
 		result, reason, verb = rotationRotated, ReasonSiteCertificateRenewed, "renewed"
 	}
-	r.metrics.identityRotations.WithLabelValues(result).Inc()
-	r.metrics.identityExpiry.WithLabelValues(network.Name).Set(float64(issued.Leaf.NotAfter.Unix()))
+	r.Metrics.IdentityRotations.WithLabelValues(result).Inc()
+	r.Metrics.IdentityExpiry.WithLabelValues(network.Name).Set(float64(issued.Leaf.NotAfter.Unix()))
 	out.wrote = true
 	out.gossipCert, out.gossipErr = string(chain), nil
 	renew := sitetrust.RenewAt(issued.Leaf)
 	out.renewIn = renew.Sub(now)
-	r.opts.Logger.Info("site_certificate_"+verb, "network", network.Name, "site", site, "issuer", sc.Issuer.Site,
+	r.Opts.Logger.Info("site_certificate_"+verb, "network", network.Name, "site", site, "issuer", sc.Issuer.Site,
 		"because", why, "not_after", issued.Leaf.NotAfter.UTC().Format(time.RFC3339), "fingerprint", sitetrust.Fingerprint(issued.Leaf.Raw))
-	r.events.record(ctx, network, "GridNetwork", corev1.EventTypeNormal, reason,
+	r.Events.Record(ctx, network, "GridNetwork", corev1.EventTypeNormal, reason,
 		fmt.Sprintf("site %s's certificate %s by issuer %s into Secret %s/%s; valid until %s", site, verb, sc.Issuer.Site, ref.Namespace, ref.Name, issued.Leaf.NotAfter.UTC().Format(time.RFC3339)))
 	out.condition = conditionSpec{ok: true, reason: reason, message: fmt.Sprintf("site %s's certificate %s by issuer %s (%s); valid until %s, renewed at %s",
 		site, verb, sc.Issuer.Site, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
@@ -264,8 +265,8 @@ func (r *networkReconciler) enrollmentToken(ctx context.Context, sc *v1alpha1.Si
 	}
 	at := fmt.Sprintf("spec.tls.siteCertificate.enrollmentTokenSecretRef (Secret %s/%s, key %s)", ref.Namespace, ref.Name, key)
 	var s corev1.Secret
-	if err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
-		return "", &conditionSpec{reason: ReasonEnrollmentTokenMissing, message: at + ": " + apiFailure(err, "get", "Secret")}
+	if err := r.API.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
+		return "", &conditionSpec{reason: ReasonEnrollmentTokenMissing, message: at + ": " + base.APIFailure(err, "get", "Secret")}
 	}
 	token := string(s.Data[key])
 	if token == "" {

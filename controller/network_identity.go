@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -40,7 +42,7 @@ const (
 
 // Secret keys of the CA and site Secrets.
 const (
-	keyCACert = "ca.crt"
+	keyCACert = trustmaterial.KeyCACert
 )
 
 // identityOutcome is what one reconcile did with the site's identity.
@@ -70,7 +72,7 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 	if t == nil || t.SiteSecretRef == nil && t.CASecretRef == nil {
 		return identityOutcome{condition: conditionSpec{ok: true, reason: ReasonNoSiteIdentity, message: "spec.tls names no grid CA or site Secret"}}
 	}
-	now := r.opts.Now()
+	now := r.Opts.Now()
 	var out identityOutcome
 	// The site Secret first: its certificate is gossiped whatever the
 	// state of the CA.
@@ -80,9 +82,9 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 	var exists bool
 	if ref != nil {
 		at = fmt.Sprintf("spec.tls.siteSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
-		err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &secret)
+		err := r.API.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &secret)
 		if err != nil && !apierrors.IsNotFound(err) {
-			out.gossipErr = fmt.Errorf("%s: %s", at, apiFailure(err, "get", "Secret"))
+			out.gossipErr = fmt.Errorf("%s: %s", at, base.APIFailure(err, "get", "Secret"))
 			out.condition = conditionSpec{reason: ReasonSiteSecretUnreadable, message: out.gossipErr.Error()}
 			return out
 		}
@@ -125,9 +127,9 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 	if exists {
 		held, heldErr = sitetrust.ParseHeld(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
 	}
-	site := r.opts.SiteName
+	site := r.Opts.SiteName
 	if exists && heldErr == nil {
-		r.metrics.identityExpiry.WithLabelValues(network.Name).Set(float64(held.Leaf.NotAfter.Unix()))
+		r.Metrics.IdentityExpiry.WithLabelValues(network.Name).Set(float64(held.Leaf.NotAfter.Unix()))
 	}
 	if mode == v1alpha1.SiteCertificateEnrolled {
 		switch {
@@ -170,7 +172,7 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 	// it: two networks with two CAs would otherwise reissue it in turn at
 	// every reconcile. With the same CA it is shared, and its holder
 	// renews it.
-	if holder := secret.Labels[envelope.LabelNetwork]; exists && secret.Labels[envelope.LabelManagedBy] == r.opts.Producer &&
+	if holder := secret.Labels[envelope.LabelNetwork]; exists && secret.Labels[envelope.LabelManagedBy] == r.Opts.Producer &&
 		holder != "" && holder != network.Name && r.networkExists(ctx, holder) {
 		// Valid under this network's CA now, only its renewal due.
 		if heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
@@ -181,14 +183,14 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 		out.condition = conditionSpec{reason: ReasonSiteSecretConflict, message: fmt.Sprintf("%s: issued for GridNetwork %s from another grid CA; give each network its own site Secret, or both the same grid CA", at, holder)}
 		return out
 	}
-	chain, key, err := ca.Issue(site, now, r.opts.SiteCertLifetime)
+	chain, key, err := ca.Issue(site, now, r.Opts.SiteCertLifetime)
 	if err != nil {
 		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: issuing failed: %v", at, err)}
 		return out
 	}
 	if err := r.writeSiteSecret(ctx, network, exists, &secret, chain, key, caCert); err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, apiFailure(err, "write", "Secret"))}
-		r.opts.Logger.Error("site_certificate_not_written", "network", network.Name, "secret", ref.Namespace+"/"+ref.Name, "error", err.Error())
+		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}
+		r.Opts.Logger.Error("site_certificate_not_written", "network", network.Name, "secret", ref.Namespace+"/"+ref.Name, "error", err.Error())
 		return out
 	}
 	issued, err := sitetrust.ParseHeld(chain, key)
@@ -200,14 +202,14 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 	out.gossipCert, out.gossipErr = string(chain), nil
 	renew := sitetrust.RenewAt(issued.Leaf)
 	out.renewIn = renew.Sub(now)
-	r.metrics.siteCertificates.Inc()
-	r.metrics.identityExpiry.WithLabelValues(network.Name).Set(float64(issued.Leaf.NotAfter.Unix()))
+	r.Metrics.SiteCertificates.Inc()
+	r.Metrics.IdentityExpiry.WithLabelValues(network.Name).Set(float64(issued.Leaf.NotAfter.Unix()))
 	if exists && heldErr == nil {
-		r.metrics.identityRotations.WithLabelValues(rotationRotated).Inc()
+		r.Metrics.IdentityRotations.WithLabelValues(rotationRotated).Inc()
 	}
-	r.opts.Logger.Info("site_certificate_issued", "network", network.Name, "site", site, "secret", ref.Namespace+"/"+ref.Name,
+	r.Opts.Logger.Info("site_certificate_issued", "network", network.Name, "site", site, "secret", ref.Namespace+"/"+ref.Name,
 		"because", why, "not_after", issued.Leaf.NotAfter.UTC().Format(time.RFC3339), "fingerprint", sitetrust.Fingerprint(issued.Leaf.Raw))
-	r.events.record(ctx, network, "GridNetwork", corev1.EventTypeNormal, ReasonSiteCertificateIssued,
+	r.Events.Record(ctx, network, "GridNetwork", corev1.EventTypeNormal, ReasonSiteCertificateIssued,
 		fmt.Sprintf("site %s's certificate issued into Secret %s/%s (%s); valid until %s", site, ref.Namespace, ref.Name, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339)))
 	out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateIssued, message: fmt.Sprintf("site %s's certificate issued (%s); valid until %s, renewed at %s",
 		site, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
@@ -222,7 +224,7 @@ func (r *networkReconciler) gridCA(ctx context.Context, network *v1alpha1.GridNe
 	at := fmt.Sprintf("spec.tls.caSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
 	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
 	var s corev1.Secret
-	err := r.api.Get(ctx, key, &s)
+	err := r.API.Get(ctx, key, &s)
 	if apierrors.IsNotFound(err) {
 		certPEM, keyPEM, genErr := sitetrust.NewCA(now, sitetrust.CALifetime)
 		if genErr != nil {
@@ -234,26 +236,26 @@ func (r *networkReconciler) gridCA(ctx context.Context, network *v1alpha1.GridNe
 		// than an overwrite. The reconciler runs one network at a time, so
 		// this agent never races itself.
 		apply := corev1ac.Secret(ref.Name, ref.Namespace).
-			WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
+			WithLabels(map[string]string{envelope.LabelManagedBy: r.Opts.Producer, envelope.LabelNetwork: network.Name}).
 			WithType(corev1.SecretTypeTLS).
 			WithData(map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, keyCACert: certPEM})
-		err = r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer))
+		err = r.Client.Apply(ctx, apply, client.FieldOwner(r.Opts.Producer))
 		switch {
 		case err == nil:
 			wrote = true
-			r.opts.Logger.Info("grid_ca_generated", "network", network.Name, "secret", key.String())
-			r.events.record(ctx, network, "GridNetwork", corev1.EventTypeNormal, "GridCAGenerated",
+			r.Opts.Logger.Info("grid_ca_generated", "network", network.Name, "secret", key.String())
+			r.Events.Record(ctx, network, "GridNetwork", corev1.EventTypeNormal, "GridCAGenerated",
 				fmt.Sprintf("the grid CA was generated into Secret %s: give the same Secret to every other site of the grid", key))
-			err = r.api.Get(ctx, key, &s)
+			err = r.API.Get(ctx, key, &s)
 		case apierrors.IsConflict(err):
-			err = r.api.Get(ctx, key, &s)
+			err = r.API.Get(ctx, key, &s)
 		default:
-			r.opts.Logger.Error("grid_ca_not_written", "network", network.Name, "secret", key.String(), "error", err.Error())
-			return nil, nil, false, &conditionSpec{reason: ReasonGridCAGenerationFailed, message: fmt.Sprintf("%s: the Secret does not exist and %s", at, apiFailure(err, "write", "Secret"))}
+			r.Opts.Logger.Error("grid_ca_not_written", "network", network.Name, "secret", key.String(), "error", err.Error())
+			return nil, nil, false, &conditionSpec{reason: ReasonGridCAGenerationFailed, message: fmt.Sprintf("%s: the Secret does not exist and %s", at, base.APIFailure(err, "write", "Secret"))}
 		}
 	}
 	if err != nil {
-		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAUnreadable, message: fmt.Sprintf("%s: %s", at, apiFailure(err, "get", "Secret"))}
+		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAUnreadable, message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "get", "Secret"))}
 	}
 	certPEM := s.Data[corev1.TLSCertKey]
 	if len(certPEM) == 0 {
@@ -289,7 +291,7 @@ func gossipable(at string, certPEM []byte) (string, error) {
 // error counts as existing, so nothing is taken over on doubt).
 func (r *networkReconciler) networkExists(ctx context.Context, name string) bool {
 	var n v1alpha1.GridNetwork
-	return !apierrors.IsNotFound(r.client.Get(ctx, types.NamespacedName{Name: name}, &n))
+	return !apierrors.IsNotFound(r.Client.Get(ctx, types.NamespacedName{Name: name}, &n))
 }
 
 // reissueWhy says why this site's certificate is issued (or obtained)
@@ -318,7 +320,7 @@ func (r *networkReconciler) writeSiteSecret(ctx context.Context, network *v1alph
 	}
 	// A data key the agent wrote before and leaves out here (a pending
 	// key) goes: the agent's field manager owns it alone.
-	return r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership)
+	return r.Client.Apply(ctx, apply, client.FieldOwner(r.Opts.Producer), client.ForceOwnership)
 }
 
 // keepPendingKey adds the key a request asks to be certified to the
@@ -333,13 +335,13 @@ func (r *networkReconciler) keepPendingKey(ctx context.Context, network *v1alpha
 		}
 	}
 	apply := r.siteSecretApply(network, data).WithType(current.Type).WithResourceVersion(current.ResourceVersion)
-	return r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership)
+	return r.Client.Apply(ctx, apply, client.FieldOwner(r.Opts.Producer), client.ForceOwnership)
 }
 
 // siteSecretApply is the site Secret the agent applies, with data.
 func (r *networkReconciler) siteSecretApply(network *v1alpha1.GridNetwork, data map[string][]byte) *corev1ac.SecretApplyConfiguration {
 	ref := network.Spec.TLS.SiteSecretRef
 	return corev1ac.Secret(ref.Name, ref.Namespace).
-		WithLabels(map[string]string{envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network.Name}).
+		WithLabels(map[string]string{envelope.LabelManagedBy: r.Opts.Producer, envelope.LabelNetwork: network.Name}).
 		WithData(data)
 }

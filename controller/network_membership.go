@@ -19,48 +19,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
-
-// Membership is how the control plane reaches the other sites of its
-// networks, declared here in its own terms (package sites) so that the
-// controller neither imports nor needs the gossip layer: the agent wires
-// its SWIM runtime behind it, and a test may wire anything that keeps the
-// contract. Nil in Options: the agent runs without SWIM, and every network
-// stays Pending.
-type Membership interface {
-	// SetNetworkKeys installs a network's SWIM keys (nil: the network has
-	// none; failed: its key Secret did not load, so it is held).
-	SetNetworkKeys(network string, ks *swimkeys.Set, failed bool)
-	// AnnounceSeeds joins a network's resolved seeds; RejoinSeeds joins
-	// the last announced ones again.
-	AnnounceSeeds(network string, addrs []string) sites.SeedResult
-	RejoinSeeds(network string) sites.SeedResult
-	// SetIdentity says how a network's records are signed and checked;
-	// called before Publish, and again whenever the grid CA or the site
-	// certificate changes (a renewed certificate re-signs this site's
-	// records).
-	SetIdentity(network string, id sites.Identity)
-	// SetNetworkSettings says what the network's spec asks of membership:
-	// a pinned grid ID, the site's region and zone, SWIM timings.
-	SetNetworkSettings(network string, s sites.NetworkSettings)
-	// Publish announces this site's record of a network: its certificate
-	// and its providers.
-	Publish(network, certPEM string, providers []sites.Provider) error
-	// PublishSignals gossips this site's provider signals (signalTransport
-	// gossip).
-	PublishSignals(network string, signals []sites.Signal) error
-	// Forget withdraws this site from a network.
-	Forget(network string)
-	// View is what is known of a network's other sites.
-	View(network string) sites.NetworkView
-	// OnChange is called with a network's name whenever its view changes.
-	OnChange(fn func(network string))
-}
 
 // Reasons of the Membership condition (and of Ready when membership
 // keeps the network from being reconciled).
@@ -107,11 +72,11 @@ func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.G
 	ref := network.Spec.TLS.SwimKeySecretRef
 	at := fmt.Sprintf("spec.tls.swimKeySecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
 	var s corev1.Secret
-	switch err := r.api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); {
+	switch err := r.API.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); {
 	case apierrors.IsNotFound(err):
 		return nil, ReasonSwimKeyMissing, fmt.Errorf("%s: the Secret does not exist", at)
 	case err != nil:
-		return nil, ReasonSwimKeyUnreadable, fmt.Errorf("%s: %s", at, apiFailure(err, "get", "Secret"))
+		return nil, ReasonSwimKeyUnreadable, fmt.Errorf("%s: %s", at, base.APIFailure(err, "get", "Secret"))
 	}
 	ks, err = swimkeys.FromSecret(s.Data, ref.Key)
 	switch {
@@ -123,26 +88,13 @@ func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.G
 	return ks, "", nil
 }
 
-// apiFailure says why reading ("get") or writing ("write") an object of
-// kind failed, without echoing a response body.
-func apiFailure(err error, verb, kind string) string {
-	switch {
-	case apierrors.IsNotFound(err):
-		return "the " + kind + " does not exist"
-	case apierrors.IsForbidden(err):
-		return fmt.Sprintf("the agent may not %s the %s (RBAC)", verb, kind)
-	default:
-		return fmt.Sprintf("could not %s the %s (%s)", verb, kind, apierrors.ReasonForError(err))
-	}
-}
-
 // reconcileMembership loads the network's key, announces its seeds and
 // publishes this site's state (its public certificate cert, as the
 // identity step read or issued it, and its providers), in that order:
 // with a key configured that does not load, nothing is announced or
 // published.
 func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1alpha1.GridNetwork, local []sites.Provider, cert string, certErr error) membershipOutcome {
-	m := r.opts.Membership
+	m := r.Opts.Membership
 	if m == nil {
 		if membershipRequested(network) {
 			return membershipOutcome{condition: conditionSpec{reason: ReasonSwimNotRunning,
@@ -153,7 +105,7 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 	ks, reason, err := r.loadSwimKey(ctx, network)
 	if err != nil {
 		m.SetNetworkKeys(network.Name, nil, true)
-		r.opts.Logger.Error("swim_key_failed", "network", network.Name, "field", "spec.tls.swimKeySecretRef", "reason", reason, "error", err.Error())
+		r.Opts.Logger.Error("swim_key_failed", "network", network.Name, "field", "spec.tls.swimKeySecretRef", "reason", reason, "error", err.Error())
 		return membershipOutcome{keyFailed: true, condition: conditionSpec{reason: reason,
 			message: err.Error() + "; nothing is announced or published for this network until it loads"}}
 	}
@@ -172,8 +124,8 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 	for _, p := range problems {
 		key := network.Name + "/resolve/" + p.Entry
 		said[key] = true
-		if r.seedProblems.set(key, p.Err.Error()) != p.Err.Error() {
-			r.opts.Logger.Warn("swim_seed_skipped", "network", network.Name, "field", "spec.seeds", "entry", p.Entry, "error", p.Err.Error())
+		if r.seedProblems.Set(key, p.Err.Error()) != p.Err.Error() {
+			r.Opts.Logger.Warn("swim_seed_skipped", "network", network.Name, "field", "spec.seeds", "entry", p.Entry, "error", p.Err.Error())
 		}
 	}
 	if len(problems) > 0 {
@@ -181,7 +133,7 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 		for _, p := range problems {
 			bad = append(bad, fmt.Sprintf("%q (%v)", p.Entry, p.Err))
 		}
-		notes = append(notes, "spec.seeds skipped: "+joinLimited(bad, 3))
+		notes = append(notes, "spec.seeds skipped: "+base.JoinLimited(bad, 3))
 		if len(resolved) == 0 {
 			out.condition = conditionSpec{reason: ReasonSeedsUnresolvable}
 		}
@@ -196,18 +148,18 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 	for _, f := range res.Failed {
 		key := network.Name + "/join/" + f.Entry
 		said[key] = true
-		if r.seedProblems.set(key, f.Err.Error()) != f.Err.Error() {
-			r.opts.Logger.Warn("swim_seed_join_failed", "network", network.Name, "field", "spec.seeds", "address", f.Entry, "error", f.Err.Error())
+		if r.seedProblems.Set(key, f.Err.Error()) != f.Err.Error() {
+			r.Opts.Logger.Warn("swim_seed_join_failed", "network", network.Name, "field", "spec.seeds", "address", f.Entry, "error", f.Err.Error())
 		}
 	}
-	r.seedProblems.keep(network.Name+"/", said)
+	r.seedProblems.Keep(network.Name+"/", said)
 	if res.Conflict {
 		out.condition = conditionSpec{reason: ReasonGridIDConflict}
 		notes = append(notes, "a seed belongs to another grid (its grid ID differs): the merge was refused")
 	}
 
 	if certErr != nil {
-		r.opts.Logger.Error("swim_site_certificate_refused", "network", network.Name, "field", "spec.tls.siteSecretRef", "error", certErr.Error())
+		r.Opts.Logger.Error("swim_site_certificate_refused", "network", network.Name, "field", "spec.tls.siteSecretRef", "error", certErr.Error())
 		notes = append(notes, certErr.Error())
 		if out.condition.ok {
 			out.condition = conditionSpec{reason: ReasonSiteCertInvalid}
@@ -253,8 +205,8 @@ func (r *networkReconciler) membershipIdentity(ctx context.Context, network *v1a
 	if t == nil || t.CASecretRef == nil && t.CAConfigMapRef == nil {
 		return sites.Identity{Open: true}
 	}
-	tm := r.trust.get(ctx, network)
-	return sites.Identity{Roots: tm.roots, RootCerts: tm.rootCerts, Signer: tm.client}
+	tm := r.Trust.Get(ctx, network)
+	return sites.Identity{Roots: tm.Roots, RootCerts: tm.RootCerts, Signer: tm.Client}
 }
 
 // membershipRequested reports whether a network asks for anything only
@@ -280,7 +232,7 @@ func gossipProviders(items []v1alpha1.InferenceProvider, assessed []render.Provi
 			Name: p.Name, Models: a.Models, Cluster: a.Cluster, Phase: string(a.Phase),
 			ProviderKind: p.Spec.ProviderKind, BackendKind: p.Spec.BackendKind,
 			Credentialed: a.Credential != nil,
-			Drained:      drained(p),
+			Drained:      base.Drained(p),
 			Load:         measuredLoad(p),
 			Weight:       capacityWeight(p),
 		}
@@ -357,11 +309,11 @@ func (r *networkReconciler) syncGridSite(ctx context.Context, network string, s 
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "GridSite",
 		"metadata": map[string]any{"name": name, "labels": map[string]any{
-			envelope.LabelManagedBy: r.opts.Producer, envelope.LabelNetwork: network, v1alpha1.SiteLabel: s.Name,
+			envelope.LabelManagedBy: r.Opts.Producer, envelope.LabelNetwork: network, v1alpha1.SiteLabel: s.Name,
 		}},
 		"spec": spec,
 	}}
-	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(r.Opts.Producer), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply GridSite %s: %w", name, err)
 	}
 	r.gridSites.remember(name, memo)
@@ -408,7 +360,7 @@ func (p *secretPoller) NeedLeaderElection() bool { return true }
 
 func (p *secretPoller) Start(ctx context.Context) error {
 	p.last = map[string][32]byte{}
-	t := time.NewTicker(p.r.opts.SwimKeyPollInterval)
+	t := time.NewTicker(p.r.Opts.SwimKeyPollInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -422,7 +374,7 @@ func (p *secretPoller) Start(ctx context.Context) error {
 
 func (p *secretPoller) poll(ctx context.Context) {
 	var list v1alpha1.GridNetworkList
-	if err := p.r.client.List(ctx, &list); err != nil {
+	if err := p.r.Client.List(ctx, &list); err != nil {
 		return
 	}
 	for i := range list.Items {
@@ -431,9 +383,9 @@ func (p *secretPoller) poll(ctx context.Context) {
 			continue
 		}
 		if n.Spec.TLS.CASecretRef != nil || n.Spec.TLS.CAConfigMapRef != nil || n.Spec.TLS.SiteSecretRef != nil {
-			p.r.trust.refresh(ctx, n) // reports a change itself
+			p.r.Trust.Refresh(ctx, n) // reports a change itself
 		}
-		if n.Spec.TLS.SwimKeySecretRef == nil || p.r.opts.Membership == nil {
+		if n.Spec.TLS.SwimKeySecretRef == nil || p.r.Opts.Membership == nil {
 			continue
 		}
 		ks, reason, err := p.r.loadSwimKey(ctx, n)
@@ -452,7 +404,7 @@ func (p *secretPoller) poll(ctx context.Context) {
 		prev, seen := p.last[n.Name]
 		p.last[n.Name] = sum
 		if seen && prev != sum {
-			p.r.opts.Logger.Info("swim_key_secret_changed", "network", n.Name)
+			p.r.Opts.Logger.Info("swim_key_secret_changed", "network", n.Name)
 			select {
 			case p.out <- event.GenericEvent{Object: &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}}:
 			case <-ctx.Done():

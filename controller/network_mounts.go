@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 )
@@ -109,18 +110,18 @@ func (r *networkReconciler) planMount(ctx context.Context, network *v1alpha1.Gri
 		}
 		return result(mounts.PhaseError, reason, message)
 	}
-	if !r.opts.watches(gw.Namespace) {
+	if !r.Opts.Watches(gw.Namespace) {
 		return withheld(ReasonNamespaceNotWatched, fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace))
 	}
 	var d appsv1.Deployment
-	switch err := r.api.Get(ctx, types.NamespacedName{Namespace: gw.Namespace, Name: mr.DeploymentName}, &d); {
+	switch err := r.API.Get(ctx, types.NamespacedName{Namespace: gw.Namespace, Name: mr.DeploymentName}, &d); {
 	case apierrors.IsForbidden(err):
 		return withheld(mounts.ReasonDeploymentForbidden, at+": get is forbidden; the gateway grants get and patch on its Deployment "+
 			"to the agent (the praxis-gateway chart's mountReconciliation.enabled renders that Role)")
 	case apierrors.IsNotFound(err):
 		return withheld(mounts.ReasonDeploymentMissing, at+" does not exist")
 	case err != nil:
-		return withheld(mounts.ReasonDeploymentPatchFailed, at+": "+apiFailure(err, "get", "Deployment"))
+		return withheld(mounts.ReasonDeploymentPatchFailed, at+": "+base.APIFailure(err, "get", "Deployment"))
 	}
 	live, err := mounts.Inspect(&d, p.target)
 	if e := (*mounts.Error)(nil); errors.As(err, &e) {
@@ -138,7 +139,7 @@ func (r *networkReconciler) planMount(ctx context.Context, network *v1alpha1.Gri
 	}
 	note := ""
 	if len(withdrew) > 0 {
-		note = "; the overlay leaves out the clusters the running config does not have yet: " + joinLimited(withdrew, 5)
+		note = "; the overlay leaves out the clusters the running config does not have yet: " + base.JoinLimited(withdrew, 5)
 	}
 	if cfg == nil {
 		return result(mounts.PhaseError, mounts.ReasonConfigNotRendered,
@@ -153,7 +154,7 @@ func (r *networkReconciler) planMount(ctx context.Context, network *v1alpha1.Gri
 	}
 	if len(cfg.missing) > 0 {
 		return result(mounts.PhaseWaitingForSecret, mounts.ReasonSecretMissing,
-			"the config reads Secrets that are not there yet: "+joinLimited(cfg.missing, 5)+note)
+			"the config reads Secrets that are not there yet: "+base.JoinLimited(cfg.missing, 5)+note)
 	}
 	p.desired = mounts.Desired{Slot: live.ActiveSlot, ConfigRevision: mounts.ConfigRevision(cfg.config),
 		SecretsRevision: mounts.SecretsRevision(cfg.secretVersions), Projections: projections}
@@ -183,12 +184,12 @@ func (r *networkReconciler) narrowToRunning(ctx context.Context, namespace strin
 	activeRevision := ""
 	for i, slot := range slots {
 		var cm corev1.ConfigMap
-		switch err := r.api.Get(ctx, types.NamespacedName{Namespace: namespace, Name: slot}, &cm); {
+		switch err := r.API.Get(ctx, types.NamespacedName{Namespace: namespace, Name: slot}, &cm); {
 		case apierrors.IsNotFound(err) && i > 0:
 			continue // no pod can mount a slot that does not exist
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return "", nil, fmt.Errorf("get ConfigMap %s/%s: %s", namespace, slot, apiFailure(err, "get", "ConfigMap"))
+			return "", nil, fmt.Errorf("get ConfigMap %s/%s: %s", namespace, slot, base.APIFailure(err, "get", "ConfigMap"))
 		}
 		doc := cm.Data[praxisconfig.DataKey]
 		if i == 0 {
@@ -244,30 +245,30 @@ func (r *networkReconciler) patchDeployment(ctx context.Context, network *v1alph
 		key := types.NamespacedName{Namespace: gw.Namespace, Name: p.desired.Slot}
 		if _, err := r.applyManaged(ctx, key, r.gatewayLabels(network.Name, gw.GatewayName), network.Name, gw.GatewayName, map[string]string{praxisconfig.DataKey: string(p.cfg.config)},
 			p.desired.Slot == p.target.Slots[0]); err != nil {
-			r.metrics.mountPatches.WithLabelValues(kind, publishFailed).Inc()
+			r.Metrics.MountPatches.WithLabelValues(kind, base.PublishFailed).Inc()
 			p.status.Phase, p.status.Reason, p.status.Message = mounts.PhaseError, mounts.ReasonDeploymentPatchFailed, "stage the config: "+err.Error()
 			return err
 		}
 	}
 	apply := mounts.Apply(gw.Namespace, gw.DeploymentName, p.live, p.target, p.desired, p.kept)
-	err := r.client.Apply(ctx, apply, client.FieldOwner(mounts.FieldManager), client.ForceOwnership)
+	err := r.Client.Apply(ctx, apply, client.FieldOwner(mounts.FieldManager), client.ForceOwnership)
 	switch {
 	case apierrors.IsForbidden(err):
-		r.metrics.mountPatches.WithLabelValues(kind, publishRefused).Inc()
+		r.Metrics.MountPatches.WithLabelValues(kind, base.PublishRefused).Inc()
 		p.status.Phase, p.status.Reason = mounts.PhaseError, mounts.ReasonDeploymentForbidden
 		p.status.Message = at + ": patch is forbidden; the gateway grants get and patch on its Deployment to the agent"
 		return nil
 	case err != nil:
-		r.metrics.mountPatches.WithLabelValues(kind, publishFailed).Inc()
-		p.status.Phase, p.status.Reason, p.status.Message = mounts.PhaseError, mounts.ReasonDeploymentPatchFailed, at+": "+apiFailure(err, "patch", "Deployment")
+		r.Metrics.MountPatches.WithLabelValues(kind, base.PublishFailed).Inc()
+		p.status.Phase, p.status.Reason, p.status.Message = mounts.PhaseError, mounts.ReasonDeploymentPatchFailed, at+": "+base.APIFailure(err, "patch", "Deployment")
 		return err
 	}
-	r.metrics.mountPatches.WithLabelValues(kind, publishApplied).Inc()
+	r.Metrics.MountPatches.WithLabelValues(kind, base.PublishApplied).Inc()
 	owned := make([]string, 0, len(p.desired.Projections)+len(p.kept))
 	for _, pr := range append(slices.Clone(p.desired.Projections), p.kept...) {
 		owned = append(owned, pr.MountPath)
 	}
-	r.opts.Logger.Info("gateway_mounts_"+kind, "network", network.Name, "gateway", gw.GatewayName, "deployment", gw.Namespace+"/"+gw.DeploymentName,
+	r.Opts.Logger.Info("gateway_mounts_"+kind, "network", network.Name, "gateway", gw.GatewayName, "deployment", gw.Namespace+"/"+gw.DeploymentName,
 		"config_map", p.desired.Slot, "config_revision", p.desired.ConfigRevision, "mounts", owned)
 	p.status.ConfigMapName, p.status.ConfigRevision = p.desired.Slot, p.desired.ConfigRevision
 	switch kind {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/shared/envelope"
@@ -152,12 +153,12 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 	}}
 	failed := func(reason, message string) praxisOutcome {
 		out.status.Phase, out.status.Reason, out.status.Message = praxisError, reason, message
-		r.opts.Logger.Info("praxis_config_failed", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+		r.Opts.Logger.Info("praxis_config_failed", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
 			"config_map", name, "reason", reason, "message", message)
 		return out
 	}
-	if !r.opts.watches(gw.Namespace) {
-		r.metrics.praxisWrites.WithLabelValues(publishRefused).Inc()
+	if !r.Opts.Watches(gw.Namespace) {
+		r.Metrics.PraxisWrites.WithLabelValues(base.PublishRefused).Inc()
 		return failed(praxisconfig.ReasonPraxisConfigApplyFailed, fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace)), nil
 	}
 
@@ -169,11 +170,11 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 		doc, err = praxisconfig.Requirements(input, res)
 	}
 	elapsed := time.Since(start)
-	r.metrics.praxisRenderDuration.Observe(elapsed.Seconds())
-	r.opts.Logger.Debug("praxis_config_rendered", "network", network.Name, "gateway", gw.Name,
+	r.Metrics.PraxisRenderDuration.Observe(elapsed.Seconds())
+	r.Opts.Logger.Debug("praxis_config_rendered", "network", network.Name, "gateway", gw.Name,
 		"duration_ms", float64(elapsed.Microseconds())/1000, "error", errString(err))
 	if err != nil {
-		r.metrics.praxisWrites.WithLabelValues(publishRefused).Inc()
+		r.Metrics.PraxisWrites.WithLabelValues(base.PublishRefused).Inc()
 		reason, message := praxisconfig.ReasonPraxisConfigRenderFailed, err.Error()
 		if e := (*praxisconfig.Error)(nil); errors.As(err, &e) {
 			reason, message = e.Reason, e.Message
@@ -189,7 +190,7 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 		} else if reach != nil {
 			out.overlay.Candidates = reach
 			if len(withdrew) > 0 {
-				message += "; until it renders, withdrew the clusters the last applied config does not have: " + joinLimited(withdrew, 5)
+				message += "; until it renders, withdrew the clusters the last applied config does not have: " + base.JoinLimited(withdrew, 5)
 			}
 		}
 		return failed(reason, message), nil
@@ -207,16 +208,16 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 		key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
 		wrote, err := r.applyManaged(ctx, key, labels, network.Name, gw.Name, map[string]string{praxisconfig.DataKey: string(res.YAML)}, false)
 		if err != nil {
-			r.metrics.praxisWrites.WithLabelValues(publishFailed).Inc()
+			r.Metrics.PraxisWrites.WithLabelValues(base.PublishFailed).Inc()
 			return failed(praxisconfig.ReasonPraxisConfigApplyFailed, err.Error()), err
 		}
-		outcome := publishUnchanged
+		outcome := base.PublishUnchanged
 		if wrote {
-			outcome = publishApplied
-			r.opts.Logger.Info("praxis_config_applied", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+			outcome = base.PublishApplied
+			r.Opts.Logger.Info("praxis_config_applied", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
 				"config_map", name, "clusters", res.Clusters, "withdrawn", len(res.Withdrawn))
 		}
-		r.metrics.praxisWrites.WithLabelValues(outcome).Inc()
+		r.Metrics.PraxisWrites.WithLabelValues(outcome).Inc()
 	}
 	reqKey := types.NamespacedName{Namespace: gw.Namespace, Name: praxisconfig.RequirementsConfigMapName(name)}
 	if _, err := r.applyManaged(ctx, reqKey, labels, network.Name, gw.Name, map[string]string{praxisconfig.RequirementsKey: string(doc)}, false); err != nil {
@@ -235,7 +236,7 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 		out.delegated.missing, out.delegated.secretVersions = missing, versions
 	}
 	if len(missing) > 0 {
-		msg += "; Secrets the config reads that are not there yet: " + joinLimited(missing, 5)
+		msg += "; Secrets the config reads that are not there yet: " + base.JoinLimited(missing, 5)
 	}
 	out.status.Phase, out.status.Message = praxisRendered, msg
 	if out.hold != nil {
@@ -251,25 +252,25 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 // (namespace/name to version; never a value). Secrets in a namespace the
 // agent does not read cannot be checked and are named so.
 func (r *networkReconciler) mountedSecrets(ctx context.Context, reqs []praxisconfig.Requirement) ([]string, map[string]string) {
-	secrets := newSecretReader(ctx, r.api)
+	secrets := base.NewSecretReader(ctx, r.API)
 	var missing []string
 	versions := map[string]string{}
 	for _, req := range reqs {
 		ns, name := req.Secret.Namespace, req.Secret.Name
-		if !r.opts.watches(ns) {
+		if !r.Opts.Watches(ns) {
 			missing = append(missing, fmt.Sprintf("%s/%s (namespace not readable by the agent)", ns, name))
 			continue
 		}
-		res := secrets.read(ns, name)
+		res := secrets.Read(ns, name)
 		switch {
-		case res.err != nil:
-			missing = append(missing, fmt.Sprintf("%s/%s (%s)", ns, name, apiFailure(res.err, "get", "Secret")))
-		case !res.found:
+		case res.Err != nil:
+			missing = append(missing, fmt.Sprintf("%s/%s (%s)", ns, name, base.APIFailure(res.Err, "get", "Secret")))
+		case !res.Found:
 			missing = append(missing, fmt.Sprintf("%s/%s", ns, name))
 		default:
-			versions[ns+"/"+name] = res.version
+			versions[ns+"/"+name] = res.Version
 			for _, it := range req.Items {
-				if _, ok := res.shape[it.Key]; !ok {
+				if _, ok := res.Shape[it.Key]; !ok {
 					missing = append(missing, fmt.Sprintf("%s/%s key %s", ns, name, it.Key))
 				}
 			}
@@ -288,25 +289,25 @@ func (r *networkReconciler) applyManaged(ctx context.Context, key types.Namespac
 ) (bool, error) {
 	var current corev1.ConfigMap
 	var adopt *corev1.ConfigMap
-	switch err := r.api.Get(ctx, key, &current); {
+	switch err := r.API.Get(ctx, key, &current); {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return false, fmt.Errorf("get ConfigMap %s: %w", key, err)
 	case !r.mayWrite(&current, takeOver):
-		return false, fmt.Errorf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.opts.Producer)
+		return false, fmt.Errorf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.Opts.Producer)
 	default:
 		if holder, ok := claimedByAnother(&current, network, gateway); ok {
 			return false, fmt.Errorf("ConfigMap %s is held by %s; network %s gateway %s names the same ConfigMap: give one of them another configMapName",
 				key, holder, network, gateway)
 		}
-		if current.Labels[envelope.LabelManagedBy] != r.opts.Producer {
+		if current.Labels[envelope.LabelManagedBy] != r.Opts.Producer {
 			adopt = &current
 		} else if hasAll(current.Labels, labels) && hasAll(current.Data, data) {
 			return false, nil
 		}
 	}
 	apply := corev1ac.ConfigMap(key.Name, key.Namespace).WithLabels(labels).WithData(data)
-	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
+	if err := r.Client.Apply(ctx, apply, client.FieldOwner(r.Opts.Producer), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("apply ConfigMap %s: %w", key, err)
 	}
 	if adopt != nil {
@@ -321,7 +322,7 @@ func (r *networkReconciler) applyManaged(ctx context.Context, key types.Namespac
 // over), or with takeOver anybody's but another manager's.
 func (r *networkReconciler) mayWrite(cm *corev1.ConfigMap, takeOver bool) bool {
 	owner := cm.Labels[envelope.LabelManagedBy]
-	return owner == r.opts.Producer || adoptable(cm) || (takeOver && owner == "")
+	return owner == r.Opts.Producer || adoptable(cm) || (takeOver && owner == "")
 }
 
 // lastAppliedReach filters candidates to the clusters of the config
@@ -330,13 +331,13 @@ func (r *networkReconciler) mayWrite(cm *corev1.ConfigMap, takeOver bool) bool {
 // runs one of its own).
 func (r *networkReconciler) lastAppliedReach(ctx context.Context, key types.NamespacedName, candidates []envelope.Candidate) ([]envelope.Candidate, []string, error) {
 	var cm corev1.ConfigMap
-	switch err := r.api.Get(ctx, key, &cm); {
+	switch err := r.API.Get(ctx, key, &cm); {
 	case apierrors.IsNotFound(err):
 		return nil, nil, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("get ConfigMap %s: %w", key, err)
 	}
-	if cm.Labels[envelope.LabelManagedBy] != r.opts.Producer {
+	if cm.Labels[envelope.LabelManagedBy] != r.Opts.Producer {
 		return nil, nil, nil
 	}
 	clusters, err := praxisconfig.AppliedClusters([]byte(cm.Data[praxisconfig.DataKey]))

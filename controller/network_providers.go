@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/assess"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
@@ -23,11 +23,11 @@ func (r *networkReconciler) remoteProviders(ctx context.Context, network *v1alph
 	if len(view.Providers) == 0 {
 		return nil, nil
 	}
-	trusted, err := r.trustedSites(ctx, network.Name)
+	trusted, err := r.TrustedSites(ctx, network.Name)
 	if err != nil {
 		return nil, err
 	}
-	expired := expiredSites(network, view, r.opts.Now())
+	expired := expiredSites(network, view, r.Opts.Now())
 	where := make(map[string]sites.Site, len(view.Sites))
 	for _, s := range view.Sites {
 		where[s.Name] = s
@@ -39,10 +39,10 @@ func (r *networkReconciler) remoteProviders(ctx context.Context, network *v1alph
 		}
 		rp := render.Remote{Site: p.Site, Name: p.Name, Models: p.Models, Phase: v1alpha1.ProviderPhase(p.Phase), Stale: p.Stale, Drained: p.Drained, Load: p.Load, Weight: p.Weight,
 			Region: where[p.Site].Region, Zone: where[p.Site].Zone}
-		if r.opts.Signals != nil {
+		if r.Opts.Signals != nil {
 			// Its site says the provider cannot serve now: not fresh,
 			// whatever the gossiped phase.
-			if ready, known := r.opts.Signals.Ready(p.Site, p.Name); known && !ready {
+			if ready, known := r.Opts.Signals.Ready(p.Site, p.Name); known && !ready {
 				rp.Stale = true
 			}
 		}
@@ -125,31 +125,31 @@ func sitePolicy(np *v1alpha1.NetworkPolicy) render.SitePolicy {
 // hosts (spec.siteSelector), and returns them with the provider objects.
 func (r *networkReconciler) assessProviders(ctx context.Context, network *v1alpha1.GridNetwork) ([]render.Provider, []v1alpha1.InferenceProvider, error) {
 	var all v1alpha1.InferenceProviderList
-	if err := r.client.List(ctx, &all, client.MatchingFields{indexNetwork: network.Name}); err != nil {
+	if err := r.Client.List(ctx, &all, client.MatchingFields{base.IndexNetwork: network.Name}); err != nil {
 		return nil, nil, fmt.Errorf("list providers of %s: %w", network.Name, err)
 	}
 	var list v1alpha1.InferenceProviderList
 	for i := range all.Items {
-		if ok, _ := r.hosted(&all.Items[i], network); ok {
+		if ok, _ := r.Hosted(&all.Items[i], network); ok {
 			list.Items = append(list.Items, all.Items[i])
 		}
 	}
 	out := make([]render.Provider, 0, len(list.Items))
-	secrets := newSecretReader(ctx, r.api) // each Secret read once per reconcile
+	secrets := base.NewSecretReader(ctx, r.API) // each Secret read once per reconcile
 	var refs []types.NamespacedName
 	for i := range list.Items {
 		if a := list.Items[i].Spec.Auth; a != nil && a.SecretRef != nil && !a.CredentialsManagedExternally &&
-			a.SecretRef.Name != "" && r.opts.watches(a.SecretRef.Namespace) {
+			a.SecretRef.Name != "" && r.Opts.Watches(a.SecretRef.Namespace) {
 			refs = append(refs, types.NamespacedName{Namespace: a.SecretRef.Namespace, Name: a.SecretRef.Name})
 		}
 	}
-	secrets.prefetch(refs)
+	secrets.Prefetch(refs)
 	for i := range list.Items {
 		p := &list.Items[i]
 		if !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		v, err := r.assess(p, secrets)
+		v, err := r.Assess(p, secrets)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -157,14 +157,6 @@ func (r *networkReconciler) assessProviders(ctx context.Context, network *v1alph
 		out = append(out, v.Provider)
 	}
 	return out, list.Items, nil
-}
-
-func (c *common) assess(p *v1alpha1.InferenceProvider, secrets assess.Secrets) (assess.Verdict, error) {
-	return assess.Assess(p, assess.Options{
-		Secrets:                secrets,
-		SecretNamespaceWatched: c.opts.watches,
-		Health:                 c.prober.Health(p.Name),
-	})
 }
 
 // capacityWeight is a provider's placementPolicy.capacityWeight; 0 when

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
@@ -113,16 +114,16 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 		st.Phase, st.Reason, st.Message = v1alpha1.OverlayError, reason, message
 		return st
 	}
-	if !r.opts.watches(gw.Namespace) {
-		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+	if !r.Opts.Watches(gw.Namespace) {
+		r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 		return fail(ReasonNamespaceNotWatched, fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace)), nil
 	}
 
 	start := time.Now()
 	scope := envelope.Scope{Network: network.Name, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.Site}
-	renderedAt := r.opts.Now()
+	renderedAt := r.Opts.Now()
 	doc, revision, err := envelope.Build(overlay, scope, envelope.Provenance{
-		Producer: r.opts.Producer, ProducerVersion: r.opts.ProducerVersion,
+		Producer: r.Opts.Producer, ProducerVersion: r.Opts.ProducerVersion,
 		SourceName: network.Name, SourceUID: string(network.UID), SourceGeneration: network.Generation,
 		RenderedAt: renderedAt,
 	})
@@ -130,15 +131,15 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	if err == nil {
 		bare, err = envelope.BareOverlay(overlay)
 	}
-	r.metrics.renderDuration.Observe((renderTime + time.Since(start)).Seconds())
+	r.Metrics.RenderDuration.Observe((renderTime + time.Since(start)).Seconds())
 	if err != nil {
-		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 		return fail(ReasonRenderFailed, err.Error()), nil
 	}
 	st.SchemaVersion, st.RenderedRevision, st.ContentDigest = envelope.SchemaVersion, revision, revision
 	st.CandidateCount = int32(len(overlay.Candidates))
 	if size := len(doc) + len(bare); size > maxConfigMapData {
-		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 		return fail(ReasonOverlayTooLarge, fmt.Sprintf("the overlay's two copies take %d bytes, over the ConfigMap limit of %d; narrow the providers' access policies", size, maxConfigMapData)), nil
 	}
 
@@ -147,29 +148,29 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	// Read straight from the API server: the agent neither lists nor
 	// watches ConfigMaps, it gets the ones it names.
 	var current corev1.ConfigMap
-	err = r.api.Get(ctx, key, &current)
+	err = r.API.Get(ctx, key, &current)
 	var adopt *corev1.ConfigMap // written by the Grid operator: taken over
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return fail(ReasonPublishFailed, err.Error()), err
-	case current.Labels[envelope.LabelManagedBy] != r.opts.Producer && !adoptable(&current):
-		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
-		return fail(ReasonConfigMapNotOwned, fmt.Sprintf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.opts.Producer)), nil
+	case current.Labels[envelope.LabelManagedBy] != r.Opts.Producer && !adoptable(&current):
+		r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
+		return fail(ReasonConfigMapNotOwned, fmt.Sprintf("ConfigMap %s exists and is not labelled %s=%s", key, envelope.LabelManagedBy, r.Opts.Producer)), nil
 	default:
 		if holder, ok := claimedByAnother(&current, network.Name, gw.Name); ok {
 			// The first claim keeps the name; refusing here, every time,
 			// is what keeps the two networks from rewriting it in turn.
-			r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+			r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 			return fail(ReasonConfigMapNameConflict, fmt.Sprintf("ConfigMap %s is held by %s; network %s gateway %s maps to the same name: rename one of the two",
 				key, holder, network.Name, gw.Name)), nil
 		}
-		if current.Labels[envelope.LabelManagedBy] != r.opts.Producer {
+		if current.Labels[envelope.LabelManagedBy] != r.Opts.Producer {
 			adopt = &current
 			break
 		}
 		if stored, held := holds(&current, labels, annotations, scope, revision, bare); held {
-			r.metrics.publishes.WithLabelValues(publishUnchanged).Inc()
+			r.Metrics.Publishes.WithLabelValues(base.PublishUnchanged).Inc()
 			st.ConfigMapResourceVersion = current.ResourceVersion
 			st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(stored.Provenance.RenderedAt))
 			st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
@@ -178,7 +179,7 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 	}
 	if hold != nil {
 		// What the gateway holds stays: the previous entry's revision.
-		r.metrics.publishes.WithLabelValues(publishRefused).Inc()
+		r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 		held := prev
 		held.ObservedGeneration, held.Phase = network.Generation, v1alpha1.OverlayError
 		held.Reason = hold.reason
@@ -194,19 +195,19 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 			envelope.DataKeyEnvelope: string(doc),
 			envelope.DataKeyBare:     string(bare),
 		})
-	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
-		r.metrics.publishes.WithLabelValues(publishFailed).Inc()
+	if err := r.Client.Apply(ctx, apply, client.FieldOwner(r.Opts.Producer), client.ForceOwnership); err != nil {
+		r.Metrics.Publishes.WithLabelValues(base.PublishFailed).Inc()
 		return fail(ReasonPublishFailed, err.Error()), fmt.Errorf("apply ConfigMap %s: %w", key, err)
 	}
 	if adopt != nil {
 		if err := r.dropLegacyMetadata(ctx, adopt); err != nil {
 			return fail(ReasonPublishFailed, err.Error()), err
 		}
-		r.opts.Logger.Info("overlay_adopted", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+		r.Opts.Logger.Info("overlay_adopted", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
 			"config_map", name, "previous_producer", adopt.Labels[envelope.LabelManagedBy])
 	}
-	r.metrics.publishes.WithLabelValues(publishApplied).Inc()
-	r.opts.Logger.Info("overlay_published", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+	r.Metrics.Publishes.WithLabelValues(base.PublishApplied).Inc()
+	r.Opts.Logger.Info("overlay_published", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
 		"config_map", name, "revision", revision, "candidates", len(overlay.Candidates))
 	if apply.ResourceVersion != nil {
 		st.ConfigMapResourceVersion = *apply.ResourceVersion
@@ -231,7 +232,7 @@ func (r *networkReconciler) overlayMetadata(network, gateway, revision string) (
 // document, the config slot).
 func (r *networkReconciler) gatewayLabels(network, gateway string) map[string]string {
 	return map[string]string{
-		envelope.LabelManagedBy: r.opts.Producer,
+		envelope.LabelManagedBy: r.Opts.Producer,
 		envelope.LabelGateway:   gateway,
 		envelope.LabelNetwork:   network,
 	}
@@ -307,7 +308,7 @@ func (r *networkReconciler) dropLegacyMetadata(ctx context.Context, cm *corev1.C
 		return err
 	}
 	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm.Name, Namespace: cm.Namespace}}
-	if err := r.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, body), client.FieldOwner(r.opts.Producer)); err != nil {
+	if err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, body), client.FieldOwner(r.Opts.Producer)); err != nil {
 		return fmt.Errorf("remove the Grid operator's labels from ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
 	return nil
@@ -352,23 +353,23 @@ func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, name
 	}
 	key := types.NamespacedName{Namespace: namespace, Name: envelope.ConfigMapName(network, gateway)}
 	var cm corev1.ConfigMap
-	switch err := r.api.Get(ctx, key, &cm); {
+	switch err := r.API.Get(ctx, key, &cm); {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
 		return fmt.Errorf("get ConfigMap %s: %w", key, err)
 	}
-	if cm.Labels[envelope.LabelManagedBy] != r.opts.Producer || cm.Labels[envelope.LabelNetwork] != network || cm.Labels[envelope.LabelGateway] != gateway {
+	if cm.Labels[envelope.LabelManagedBy] != r.Opts.Producer || cm.Labels[envelope.LabelNetwork] != network || cm.Labels[envelope.LabelGateway] != gateway {
 		return nil // not this gateway's: another network holds the name now
 	}
-	if r.opts.DeleteOrphanedOverlays {
-		err := r.client.Delete(ctx, &cm, client.Preconditions{UID: &cm.UID})
+	if r.Opts.DeleteOrphanedOverlays {
+		err := r.Client.Delete(ctx, &cm, client.Preconditions{UID: &cm.UID})
 		if err != nil && !apierrors.IsNotFound(err) {
-			r.metrics.publishes.WithLabelValues(publishFailed).Inc()
+			r.Metrics.Publishes.WithLabelValues(base.PublishFailed).Inc()
 			return fmt.Errorf("delete ConfigMap %s: %w", key, err)
 		}
-		r.metrics.publishes.WithLabelValues(publishDeleted).Inc()
-		r.opts.Logger.Info("overlay_deleted", "network", network, "gateway", gateway, "namespace", namespace, "config_map", key.Name)
+		r.Metrics.Publishes.WithLabelValues(base.PublishDeleted).Inc()
+		r.Opts.Logger.Info("overlay_deleted", "network", network, "gateway", gateway, "namespace", namespace, "config_map", key.Name)
 		return nil
 	}
 	// The scope the gateway's sidecar expects is the stored envelope's.
@@ -382,7 +383,7 @@ func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, name
 	}
 	empty := envelope.Overlay{Network: scope.Network, LocalSite: scope.LocalSite, Candidates: []envelope.Candidate{}}
 	doc, revision, err := envelope.Build(empty, scope, envelope.Provenance{
-		Producer: r.opts.Producer, ProducerVersion: r.opts.ProducerVersion, SourceName: network, RenderedAt: r.opts.Now(),
+		Producer: r.Opts.Producer, ProducerVersion: r.Opts.ProducerVersion, SourceName: network, RenderedAt: r.Opts.Now(),
 	})
 	if err != nil {
 		return err
@@ -395,11 +396,11 @@ func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, name
 	annotations[AnnotationOrphaned] = "true"
 	apply := corev1ac.ConfigMap(key.Name, namespace).WithLabels(labels).WithAnnotations(annotations).
 		WithData(map[string]string{envelope.DataKeyEnvelope: string(doc), envelope.DataKeyBare: string(bare)})
-	if err := r.client.Apply(ctx, apply, client.FieldOwner(r.opts.Producer), client.ForceOwnership); err != nil {
-		r.metrics.publishes.WithLabelValues(publishFailed).Inc()
+	if err := r.Client.Apply(ctx, apply, client.FieldOwner(r.Opts.Producer), client.ForceOwnership); err != nil {
+		r.Metrics.Publishes.WithLabelValues(base.PublishFailed).Inc()
 		return fmt.Errorf("withdraw ConfigMap %s: %w", key, err)
 	}
-	r.metrics.publishes.WithLabelValues(publishApplied).Inc()
-	r.opts.Logger.Info("overlay_withdrawn", "network", network, "gateway", gateway, "namespace", namespace, "config_map", key.Name, "revision", revision)
+	r.Metrics.Publishes.WithLabelValues(base.PublishApplied).Inc()
+	r.Opts.Logger.Info("overlay_withdrawn", "network", network, "gateway", gateway, "namespace", namespace, "config_map", key.Name, "revision", revision)
 	return nil
 }

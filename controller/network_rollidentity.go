@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -57,26 +58,26 @@ func (r *networkReconciler) rollIdentity(ctx context.Context, network *v1alpha1.
 func (r *networkReconciler) rollOne(ctx context.Context, namespace, name, fingerprint string) *v1alpha1.IdentityRolloutStatus {
 	at := fmt.Sprintf("Deployment %s/%s", namespace, name)
 	var d appsv1.Deployment
-	err := r.api.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &d)
+	err := r.API.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &d)
 	switch {
 	case apierrors.IsForbidden(err):
 		return &v1alpha1.IdentityRolloutStatus{Reason: ReasonDeploymentForbidden, Message: at + ": get is forbidden; the gateway grants get and patch on its Deployment to the agent (see the praxis-gateway chart's overlay.identityRollout)"}
 	case apierrors.IsNotFound(err):
 		return &v1alpha1.IdentityRolloutStatus{Reason: ReasonDeploymentMissing, Message: at + " does not exist"}
 	case err != nil:
-		return &v1alpha1.IdentityRolloutStatus{Reason: ReasonDeploymentPatchFailed, Message: at + ": " + apiFailure(err, "get", "Deployment")}
+		return &v1alpha1.IdentityRolloutStatus{Reason: ReasonDeploymentPatchFailed, Message: at + ": " + base.APIFailure(err, "get", "Deployment")}
 	}
 	if d.Spec.Template.Annotations[AnnotationSiteIdentityFingerprint] == fingerprint {
 		return &v1alpha1.IdentityRolloutStatus{Fingerprint: fingerprint, Reason: ReasonIdentityCurrent, Message: at + "'s pods are rolled to the current site certificate"}
 	}
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, AnnotationSiteIdentityFingerprint, fingerprint)
-	err = r.client.Patch(ctx, &appsv1.Deployment{ObjectMeta: d.ObjectMeta}, client.RawPatch(types.StrategicMergePatchType, []byte(patch)))
+	err = r.Client.Patch(ctx, &appsv1.Deployment{ObjectMeta: d.ObjectMeta}, client.RawPatch(types.StrategicMergePatchType, []byte(patch)))
 	switch {
 	case apierrors.IsForbidden(err):
 		return &v1alpha1.IdentityRolloutStatus{Reason: ReasonDeploymentForbidden, Message: at + ": patch is forbidden; the gateway grants get and patch on its Deployment to the agent"}
 	case err != nil:
-		return &v1alpha1.IdentityRolloutStatus{Reason: ReasonDeploymentPatchFailed, Message: at + ": " + apiFailure(err, "patch", "Deployment")}
+		return &v1alpha1.IdentityRolloutStatus{Reason: ReasonDeploymentPatchFailed, Message: at + ": " + base.APIFailure(err, "patch", "Deployment")}
 	}
-	r.opts.Logger.Info("gateway_identity_rolled", "deployment", namespace+"/"+name, "fingerprint", fingerprint)
+	r.Opts.Logger.Info("gateway_identity_rolled", "deployment", namespace+"/"+name, "fingerprint", fingerprint)
 	return &v1alpha1.IdentityRolloutStatus{Fingerprint: fingerprint, Reason: ReasonIdentityRolled, Message: at + " rolled to the current site certificate"}
 }

@@ -73,10 +73,10 @@ func (r *networkReconciler) applyServing(ctx context.Context, network *v1alpha1.
 	st := v1alpha1.PraxisConfigStatus{GatewayName: gw.Name, Namespace: gw.Namespace, ConfigMapName: name, ObservedGeneration: network.Generation}
 	failed := func(message string) v1alpha1.PraxisConfigStatus {
 		st.Phase, st.Reason, st.Message = praxisError, ReasonServingConfigFailed, message
-		r.opts.Logger.Info("serving_config_failed", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace, "message", message)
+		r.Opts.Logger.Info("serving_config_failed", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace, "message", message)
 		return st
 	}
-	if !r.opts.watches(gw.Namespace) {
+	if !r.Opts.Watches(gw.Namespace) {
 		return failed(fmt.Sprintf("namespace %s is not one of the agent's namespaces", gw.Namespace)), nil
 	}
 	if o.hold != nil {
@@ -85,7 +85,7 @@ func (r *networkReconciler) applyServing(ctx context.Context, network *v1alpha1.
 	}
 	doc, err := servingconfig.Render(servingconfig.Input{
 		LocalSite: gw.Site, Candidates: o.overlay.Candidates,
-		AgentAddress: cmp.Or(spec.GridServing.SignalsAddress, r.opts.SignalsAddress), ServerName: sitetrust.DNSName(gw.Site),
+		AgentAddress: cmp.Or(spec.GridServing.SignalsAddress, r.Opts.SignalsAddress), ServerName: sitetrust.DNSName(gw.Site),
 		TLSMountPath: spec.GridServing.TLSMountPath, HopEndpoints: spec.ProviderHopEndpoints,
 	})
 	if err != nil {
@@ -98,7 +98,7 @@ func (r *networkReconciler) applyServing(ctx context.Context, network *v1alpha1.
 		return failed(err.Error()), err
 	}
 	if wrote {
-		r.opts.Logger.Info("serving_config_applied", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
+		r.Opts.Logger.Info("serving_config_applied", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
 			"config_map", name, "candidates", len(o.overlay.Candidates), "provider_hops", len(spec.ProviderHopEndpoints))
 	}
 	st.Phase = praxisRendered
@@ -112,13 +112,13 @@ func (r *networkReconciler) applyServing(ctx context.Context, network *v1alpha1.
 func (r *networkReconciler) servingOf(ctx context.Context, network, gateway, namespace string) (*corev1.ConfigMap, error) {
 	var cm corev1.ConfigMap
 	key := types.NamespacedName{Namespace: namespace, Name: servingconfig.ConfigMapName(network, gateway)}
-	switch err := r.api.Get(ctx, key, &cm); {
+	switch err := r.API.Get(ctx, key, &cm); {
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("get ConfigMap %s: %w", key, err)
 	}
-	if cm.Labels[envelope.LabelManagedBy] != r.opts.Producer || cm.Labels[envelope.LabelNetwork] != network || cm.Labels[envelope.LabelGateway] != gateway {
+	if cm.Labels[envelope.LabelManagedBy] != r.Opts.Producer || cm.Labels[envelope.LabelNetwork] != network || cm.Labels[envelope.LabelGateway] != gateway {
 		return nil, nil
 	}
 	return &cm, nil

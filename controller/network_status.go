@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/controller/render"
 )
@@ -64,16 +65,16 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	switch {
 	case overlaysFailing > 0:
 		ready.Status, ready.Reason = metav1.ConditionFalse, "OverlaysNotDistributed"
-		ready.Message += "; " + joinLimited(failing, 5)
+		ready.Message += "; " + base.JoinLimited(failing, 5)
 	case praxisFailing > overlaysFailing:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonPraxisConfigsNotRendered
-		ready.Message += "; " + joinLimited(failing, 5)
+		ready.Message += "; " + base.JoinLimited(failing, 5)
 	case servingFailing > praxisFailing:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonServingConfigFailed
-		ready.Message += "; " + joinLimited(failing, 5)
+		ready.Message += "; " + base.JoinLimited(failing, 5)
 	case len(failing) > 0:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonMountsNotReconciled
-		ready.Message += "; " + joinLimited(failing, 5)
+		ready.Message += "; " + base.JoinLimited(failing, 5)
 	}
 	// A field this release does not act on is said, never silently
 	// ignored: the network is not what it asks for.
@@ -97,7 +98,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	// Admission by load on an agent that collects no signals would see
 	// every measured provider's signal missing: the load restricts
 	// nothing there (admitProviders), and Ready says why.
-	if loadDriven(network) && r.opts.Signals == nil {
+	if loadDriven(network) && r.Opts.Signals == nil {
 		msg := "spec.scoringPolicy judges providers by load, but this agent collects no signals (--signals-addr): load restricts no provider"
 		if ready.Status == metav1.ConditionTrue {
 			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonSignalsNotCollected, msg+"; "+ready.Message
@@ -135,18 +136,18 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	}
 	orig := network.DeepCopy()
 	network.Status = *next
-	if err := r.client.Status().Patch(ctx, network, client.MergeFrom(orig)); err != nil {
+	if err := r.Client.Status().Patch(ctx, network, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("patch status of GridNetwork %s: %w", network.Name, err)
 	}
-	r.written.networks.wrote(client.ObjectKeyFromObject(network), network.ResourceVersion, network.Status.DeepCopy())
+	r.Written.Networks.Wrote(client.ObjectKeyFromObject(network), network.ResourceVersion, network.Status.DeepCopy())
 	if changed {
 		eventType := corev1.EventTypeNormal
 		if ready.Status != metav1.ConditionTrue {
 			eventType = corev1.EventTypeWarning
 		}
-		r.events.record(ctx, network, "GridNetwork", eventType, ready.Reason, ready.Message)
+		r.Events.Record(ctx, network, "GridNetwork", eventType, ready.Reason, ready.Message)
 	}
-	r.metrics.statusWrites.WithLabelValues("GridNetwork").Inc()
+	r.Metrics.StatusWrites.WithLabelValues("GridNetwork").Inc()
 	return nil
 }
 
@@ -189,15 +190,11 @@ func weighted(n *v1alpha1.GridNetwork) bool {
 // not know would have it refuse every revision. Ready is unaffected:
 // routes are delivered.
 func setSelectionCondition(network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus) {
-	setConditionWhile(&next.Conditions, weighted(network), metav1.Condition{Type: ConditionSelection, Status: metav1.ConditionFalse,
+	base.SetConditionWhile(&next.Conditions, weighted(network), metav1.Condition{Type: ConditionSelection, Status: metav1.ConditionFalse,
 		Reason: ReasonWeightsNotInContract, ObservedGeneration: network.Generation,
 		Message: "weightedRandom is not a mode of the overlay contract 1.0.0: the overlays ask the gateway for random selection within a group, " +
 			"and each candidate carries its capacityWeight as selection_weight for a gateway that weighs by it"})
 }
-
-// ReasonFieldNotSupported is the Ready condition's reason while a network
-// sets fields this release does not act on.
-const ReasonFieldNotSupported = "FieldNotSupported"
 
 // AutoDiscoverSitesLabel asks for GridSites of discovered sites.
 const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
@@ -232,26 +229,10 @@ const ReasonMountsNotReconciled = "MountsNotReconciled"
 // fails.
 const ReasonPraxisConfigsNotRendered = "PraxisConfigsNotRendered"
 
-// joinLimited joins at most n items and says how many more there are, so
-// a condition message stays short.
-func joinLimited(items []string, n int) string {
-	out := ""
-	for i, s := range items {
-		if i == n {
-			return out + fmt.Sprintf(" and %d more", len(items)-n)
-		}
-		if i > 0 {
-			out += ", "
-		}
-		out += s
-	}
-	return out
-}
-
 // summariseDeliveries tells the delivery tracker the network's gateways
 // and puts what their pods report in each overlay status.
 func (r *networkReconciler) summariseDeliveries(network string, gws []render.Gateway, statuses []v1alpha1.GatewayOverlayStatus) {
-	d := r.opts.Deliveries
+	d := r.Opts.Deliveries
 	if d == nil {
 		return
 	}

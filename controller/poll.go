@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/signals"
@@ -39,8 +41,9 @@ const (
 // the body says; a sample's age is the answer's Date minus its stamp, so
 // the two sites' clocks never meet.
 type signalPoller struct {
-	c        *common
-	failures reasonLog // by site
+	c        *base.Env
+	trust    *trustmaterial.Cache
+	failures base.ReasonLog // by site
 	// heard is when each site's gossiped signals record (by version) was
 	// first read here: its samples' ages count from then.
 	mu    sync.Mutex
@@ -49,22 +52,22 @@ type signalPoller struct {
 	polls *prometheus.CounterVec
 }
 
-func newSignalPoller(c *common) *signalPoller {
-	p := &signalPoller{c: c, heard: map[string]heardRecord{}}
+func newSignalPoller(c *base.Env, trust *trustmaterial.Cache) *signalPoller {
+	p := &signalPoller{c: c, trust: trust, heard: map[string]heardRecord{}}
 	p.polls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_polls_total",
 		Help: "Polls of peer sites' signals, by outcome (ok, no_address, trust_material, untrusted_peer, status, too_large, not_exposition, or a probe outcome: timeout, connection_refused, tls_error...).",
 	}, []string{"outcome"})
-	c.opts.Registerer.MustRegister(p.polls)
+	c.Opts.Registerer.MustRegister(p.polls)
 	return p
 }
 
 func (p *signalPoller) round(ctx context.Context) {
 	var networks v1alpha1.GridNetworkList
-	if err := p.c.client.List(ctx, &networks); err != nil {
+	if err := p.c.Client.List(ctx, &networks); err != nil {
 		return
 	}
-	if p.c.opts.Membership == nil {
+	if p.c.Opts.Membership == nil {
 		return
 	}
 	var wg sync.WaitGroup
@@ -74,11 +77,11 @@ func (p *signalPoller) round(ctx context.Context) {
 			p.fromGossip(ctx, n)
 			continue
 		}
-		sites, err := p.c.gridSitesOf(ctx, n.Name)
+		sites, err := p.c.GridSitesOf(ctx, n.Name)
 		if err != nil {
 			continue
 		}
-		view := p.c.opts.Membership.View(n.Name)
+		view := p.c.Opts.Membership.View(n.Name)
 		for j := range sites {
 			gs := &sites[j]
 			if gs.Status.Phase != sitetrust.PhaseActive || !gs.DeletionTimestamp.IsZero() {
@@ -87,7 +90,7 @@ func (p *signalPoller) round(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p.poll(ctx, n, gs, swimHost(view, siteOf(gs)))
+				p.poll(ctx, n, gs, swimHost(view, base.SiteOf(gs)))
 			}()
 		}
 	}
@@ -115,8 +118,8 @@ func swimHost(view sites.NetworkView, site string) string {
 }
 
 func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1alpha1.GridSite, host string) {
-	site := siteOf(gs)
-	if p.c.opts.SignalsPeerPort == 0 {
+	site := base.SiteOf(gs)
+	if p.c.Opts.SignalsPeerPort == 0 {
 		p.fail(site, "no_address", "no signals port is known for peers (--signals-peer-port)")
 		return
 	}
@@ -124,19 +127,19 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 		p.fail(site, "no_address", "the site advertises no SWIM address to find its signals at")
 		return
 	}
-	tm := p.c.trust.get(ctx, n)
-	if tm == nil || tm.roots == nil || tm.client == nil {
+	tm := p.trust.Get(ctx, n)
+	if tm == nil || tm.Roots == nil || tm.Client == nil {
 		p.fail(site, "trust_material", "this site has no grid CA or site certificate to poll with")
 		return
 	}
-	target := sitetrust.Target{ServerName: sitetrust.DNSName(site), Roots: tm.roots, Pins: pinsOf(gs), SPIFFE: spiffeMode(n), Site: site}
+	target := sitetrust.Target{ServerName: sitetrust.DNSName(site), Roots: tm.Roots, Pins: base.PinsOf(gs), SPIFFE: base.SpiffeMode(n), Site: site}
 	var verifyErr error
 	cfg := &tls.Config{
 		// VerifyConnection checks what a site probe checks, and names why
 		// a peer is refused.
 		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
 		ServerName:         target.ServerName,
-		Certificates:       []tls.Certificate{*tm.client},
+		Certificates:       []tls.Certificate{*tm.Client},
 		MinVersion:         tls.VersionTLS13,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			verifyErr = target.Verify(cs.PeerCertificates, time.Now())
@@ -148,9 +151,9 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 		// The peer's host comes from gossip: the destination rule
 		// applies, as it does to every address the agent did not take
 		// from its own configuration.
-		DialContext: p.c.opts.ProbeDestinations.Dialer(pollTimeout),
+		DialContext: p.c.Opts.ProbeDestinations.Dialer(pollTimeout),
 	}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	url := "https://" + net.JoinHostPort(host, fmt.Sprint(p.c.opts.SignalsPeerPort)) + signals.Path
+	url := "https://" + net.JoinHostPort(host, fmt.Sprint(p.c.Opts.SignalsPeerPort)) + signals.Path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 	if err != nil {
 		p.fail(site, "no_address", err.Error())
@@ -186,7 +189,7 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 		p.fail(site, "not_exposition", "the answer is not Prometheus text")
 		return
 	}
-	now := p.c.opts.Now()
+	now := p.c.Opts.Now()
 	date, err := http.ParseTime(resp.Header.Get("Date"))
 	if err != nil {
 		date = now
@@ -213,15 +216,15 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 	}
 	p.storePeer(site, byProvider, now)
 	p.polls.WithLabelValues("ok").Inc()
-	if p.failures.set(site, "") != "" {
-		p.c.opts.Logger.Info("signals_poll_recovered", "site", site)
+	if p.failures.Set(site, "") != "" {
+		p.c.Opts.Logger.Info("signals_poll_recovered", "site", site)
 	}
 }
 
 // storePeer replaces a peer's rows with what it now says: each provider's
 // samples, served until three intervals past the oldest of them.
 func (p *signalPoller) storePeer(site string, byProvider map[string][]signals.Sample, now time.Time) {
-	stale := 3 * p.c.opts.SignalsInterval
+	stale := 3 * p.c.Opts.SignalsInterval
 	seen := map[string]bool{}
 	for provider, samples := range byProvider {
 		seen[provider] = true
@@ -231,15 +234,15 @@ func (p *signalPoller) storePeer(site string, byProvider map[string][]signals.Sa
 				oldest = s.At
 			}
 		}
-		p.c.opts.Signals.Set(site, provider, signals.PartPeer, samples, oldest.Add(stale))
+		p.c.Opts.Signals.Set(site, provider, signals.PartPeer, samples, oldest.Add(stale))
 	}
-	p.c.opts.Signals.Retain(site, signals.PartPeer, seen)
+	p.c.Opts.Signals.Retain(site, signals.PartPeer, seen)
 }
 
 func (p *signalPoller) fail(site, outcome, why string) {
 	p.polls.WithLabelValues(outcome).Inc()
-	if p.failures.set(site, why) != why {
-		p.c.opts.Logger.Warn("signals_poll_failed", "site", site, "outcome", outcome, "reason", why)
+	if p.failures.Set(site, why) != why {
+		p.c.Opts.Logger.Warn("signals_poll_failed", "site", site, "outcome", outcome, "reason", why)
 	}
 }
 
@@ -252,12 +255,12 @@ type heardRecord struct {
 // Active sites, as their records carry them, into the store. A site not
 // trusted has none taken.
 func (p *signalPoller) fromGossip(ctx context.Context, n *v1alpha1.GridNetwork) {
-	trusted, err := p.c.trustedSites(ctx, n.Name)
+	trusted, err := p.c.TrustedSites(ctx, n.Name)
 	if err != nil {
 		return
 	}
-	now := p.c.opts.Now()
-	for _, rs := range p.c.opts.Membership.View(n.Name).Signals {
+	now := p.c.Opts.Now()
+	for _, rs := range p.c.Opts.Membership.View(n.Name).Signals {
 		if !trusted[rs.Site] {
 			continue
 		}

@@ -22,12 +22,17 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/assess"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
 type providerReconciler struct {
-	*common
+	*base.Env
+	endpoints *endpoints
+	// scrapeStatus is each provider's last metrics scrape, for its
+	// MetricsScraped condition.
+	scrapeStatus *scrapeStatus
 }
 
 func (r *providerReconciler) setup(mgr ctrl.Manager, health <-chan event.GenericEvent) error {
@@ -44,40 +49,40 @@ func (r *providerReconciler) setup(mgr ctrl.Manager, health <-chan event.Generic
 // phase.
 func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var p v1alpha1.InferenceProvider
-	err := r.client.Get(ctx, req.NamespacedName, &p)
+	err := r.Client.Get(ctx, req.NamespacedName, &p)
 	if apierrors.IsNotFound(err) || (err == nil && !p.DeletionTimestamp.IsZero()) {
-		r.prober.Remove(req.Name)
-		r.written.providers.forget(req.NamespacedName)
+		r.Prober.Remove(req.Name)
+		r.Written.Providers.Forget(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	p.Status = *r.written.providers.current(req.NamespacedName, p.ResourceVersion, &p.Status).DeepCopy()
-	network, err := r.networkOf(ctx, &p)
+	p.Status = *r.Written.Providers.Current(req.NamespacedName, p.ResourceVersion, &p.Status).DeepCopy()
+	network, err := r.NetworkOf(ctx, &p)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	hosted, why := r.hosted(&p, network)
+	hosted, why := r.Hosted(&p, network)
 	var v assess.Verdict
 	if hosted {
 		if err := r.ensureProbe(&p); err != nil {
 			return reconcile.Result{}, err
 		}
-		if v, err = r.assess(&p, newSecretReader(ctx, r.api)); err != nil {
+		if v, err = r.Assess(&p, base.NewSecretReader(ctx, r.API)); err != nil {
 			return reconcile.Result{}, err
 		}
 	} else {
 		// Another site offers it: nothing here probes, scrapes or
 		// routes it.
-		r.prober.Remove(p.Name)
+		r.Prober.Remove(p.Name)
 		v.Phase, v.Reason, v.Message = v1alpha1.ProviderPending, ReasonSiteNotSelected, why
 	}
 	before := p.Status.Phase
 	next := p.Status.DeepCopy()
 	next.ObservedGeneration = p.Generation
 	next.Phase, next.Reason, next.Message = v.Phase, v.Reason, v.Message
-	meta.SetStatusCondition(&next.Conditions, acceptedCondition(unsupportedProviderFields(&p), p.Generation))
+	meta.SetStatusCondition(&next.Conditions, base.AcceptedCondition(base.UnsupportedProviderFields(&p), p.Generation))
 	if p.Spec.SiteSelector == nil {
 		meta.RemoveStatusCondition(&next.Conditions, ConditionHosted)
 	} else {
@@ -95,24 +100,24 @@ func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	setDrainingCondition(&p, next)
 	r.setScrapedCondition(&p, next)
 	if equality.Semantic.DeepEqual(&p.Status, next) {
-		return r.opts.resync(), nil
+		return r.Opts.Resync(), nil
 	}
 	orig := p.DeepCopy()
 	p.Status = *next
-	if err := r.client.Status().Patch(ctx, &p, client.MergeFrom(orig)); err != nil {
-		return retryConflicts(fmt.Errorf("patch status of InferenceProvider %s: %w", p.Name, err))
+	if err := r.Client.Status().Patch(ctx, &p, client.MergeFrom(orig)); err != nil {
+		return base.RetryConflicts(fmt.Errorf("patch status of InferenceProvider %s: %w", p.Name, err))
 	}
-	r.written.providers.wrote(req.NamespacedName, p.ResourceVersion, p.Status.DeepCopy())
-	r.metrics.statusWrites.WithLabelValues("InferenceProvider").Inc()
+	r.Written.Providers.Wrote(req.NamespacedName, p.ResourceVersion, p.Status.DeepCopy())
+	r.Metrics.StatusWrites.WithLabelValues("InferenceProvider").Inc()
 	if before != v.Phase {
-		r.opts.Logger.Info("provider_phase", "provider", p.Name, "phase", v.Phase, "reason", v.Reason)
+		r.Opts.Logger.Info("provider_phase", "provider", p.Name, "phase", v.Phase, "reason", v.Reason)
 		eventType := corev1.EventTypeNormal
 		if v.Phase != v1alpha1.ProviderAvailable {
 			eventType = corev1.EventTypeWarning
 		}
-		r.events.record(ctx, &p, "InferenceProvider", eventType, v.Reason, v.Message)
+		r.Events.Record(ctx, &p, "InferenceProvider", eventType, v.Reason, v.Message)
 	}
-	return r.opts.resync(), nil
+	return r.Opts.Resync(), nil
 }
 
 // Draining is True while the provider's owner drains it
@@ -125,19 +130,9 @@ const (
 // setDrainingCondition says so while the provider is drained; otherwise
 // the condition is absent.
 func setDrainingCondition(p *v1alpha1.InferenceProvider, next *v1alpha1.InferenceProviderStatus) {
-	setConditionWhile(&next.Conditions, drained(p), metav1.Condition{Type: ConditionDraining, Status: metav1.ConditionTrue,
+	base.SetConditionWhile(&next.Conditions, base.Drained(p), metav1.Condition{Type: ConditionDraining, Status: metav1.ConditionTrue,
 		Reason: ReasonDrainRequested, ObservedGeneration: p.Generation,
 		Message: "trafficPolicy.drain: every overlay lists the provider existing_only; sessions on it continue, new ones go elsewhere"})
-}
-
-// setConditionWhile sets c while there is a reason to (while), and
-// removes a condition of its type otherwise.
-func setConditionWhile(conditions *[]metav1.Condition, while bool, c metav1.Condition) {
-	if !while {
-		meta.RemoveStatusCondition(conditions, c.Type)
-		return
-	}
-	meta.SetStatusCondition(conditions, c)
 }
 
 // setScrapedCondition says whether the provider's metrics are scraped
@@ -160,10 +155,10 @@ func (r *providerReconciler) setScrapedCondition(p *v1alpha1.InferenceProvider, 
 func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 	hc := p.Spec.HealthCheck
 	if hc == nil {
-		r.prober.Remove(p.Name)
+		r.Prober.Remove(p.Name)
 		return nil
 	}
-	ctx, err := r.lifetime.context()
+	ctx, err := r.Lifetime.Context()
 	if err != nil {
 		return err
 	}
@@ -177,14 +172,14 @@ func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 	target := probe.Target{URL: url, Origin: p.Spec.Endpoint, Period: healthPeriod(hc), Timeout: parseDuration(hc.Timeout)}
 	// Externally managed credentials are not Grid's to send.
 	if auth := p.Spec.Auth; auth != nil && auth.Strategy == v1alpha1.AuthStrategyBearerToken && auth.SecretRef != nil &&
-		!auth.CredentialsManagedExternally && r.opts.watches(auth.SecretRef.Namespace) {
-		target.Token = readToken(r.api, auth.SecretRef.Namespace, auth.SecretRef.Name, auth.SecretRef.Key, r.opts.ProbeSecretSelector)
+		!auth.CredentialsManagedExternally && r.Opts.Watches(auth.SecretRef.Namespace) {
+		target.Token = base.ReadToken(r.API, auth.SecretRef.Namespace, auth.SecretRef.Name, auth.SecretRef.Key, r.Opts.ProbeSecretSelector)
 	}
 	// A probe reads its material afresh: a rotation is used from the
 	// next probe on.
-	target.Endpoint = r.endpointFor(p, featureHealthCheck, hc.TLS, hc.Auth,
-		func(ctx context.Context) endpointtls.Source { return r.newMaterialReader(ctx) })
-	r.prober.Ensure(ctx, p.Name, target)
+	target.Endpoint = r.endpoints.endpointFor(p, featureHealthCheck, hc.TLS, hc.Auth,
+		func(ctx context.Context) endpointtls.Source { return r.endpoints.newMaterialReader(ctx) })
+	r.Prober.Ensure(ctx, p.Name, target)
 	return nil
 }
 

@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/gossip/sites"
@@ -35,12 +35,14 @@ const (
 // probes' destination rule and bounded in time and size. A scrape that
 // fails leaves the last rows to expire: stale is absent, never zero.
 type signalCollector struct {
-	c                        *common
+	c                        *base.Env
+	endpoints                *endpoints
+	scrapeStatus             *scrapeStatus
 	scrapes, upstreamScrapes *prometheus.CounterVec
 }
 
-func newSignalCollector(c *common) *signalCollector {
-	s := &signalCollector{c: c}
+func newSignalCollector(c *base.Env, e *endpoints, scraped *scrapeStatus) *signalCollector {
+	s := &signalCollector{c: c, endpoints: e, scrapeStatus: scraped}
 	s.scrapes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_scrapes_total",
 		Help: "Scrapes of providers' metrics for the site's signals, by outcome (ok, a probe outcome such as timeout or too_large, not_exposition, or the reason a scrape was not sent, such as MetricsTlsSecretMissing).",
@@ -49,7 +51,7 @@ func newSignalCollector(c *common) *signalCollector {
 		Name: "grid_provider_scrape_total",
 		Help: "Scrapes of providers' metrics (upstream's name; the outcomes of gridsync_signals_scrapes_total).",
 	}, []string{"outcome"})
-	c.opts.Registerer.MustRegister(s.scrapes, s.upstreamScrapes, scrapedCollector{c.scrapeStatus})
+	c.Opts.Registerer.MustRegister(s.scrapes, s.upstreamScrapes, scrapedCollector{scraped})
 	return s
 }
 
@@ -90,56 +92,21 @@ func (l *signalLoop) Start(ctx context.Context) error {
 	}
 }
 
-// reasonLog remembers the last problem logged per key, so that a problem
-// is logged when it starts or changes, not at every round.
-type reasonLog struct {
-	mu   sync.Mutex
-	last map[string]string
-}
-
-// set records key's problem ("" for none) and returns the one before.
-func (r *reasonLog) set(key, why string) (before string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		r.last = map[string]string{}
-	}
-	before = r.last[key]
-	if why == "" {
-		delete(r.last, key)
-	} else {
-		r.last[key] = why
-	}
-	return before
-}
-
-// keep forgets the problems under prefix that are not in current: a
-// problem that comes back is logged again.
-func (r *reasonLog) keep(prefix string, current map[string]bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k := range r.last {
-		if strings.HasPrefix(k, prefix) && !current[k] {
-			delete(r.last, k)
-		}
-	}
-}
-
 func (s *signalCollector) collect(ctx context.Context) {
-	store, site := s.c.opts.Signals, s.c.opts.SiteName
+	store, site := s.c.Opts.Signals, s.c.Opts.SiteName
 	var list v1alpha1.InferenceProviderList
-	if err := s.c.client.List(ctx, &list); err != nil {
-		s.c.opts.Logger.Warn("signals_list_failed", "error", err)
+	if err := s.c.Client.List(ctx, &list); err != nil {
+		s.c.Opts.Logger.Warn("signals_list_failed", "error", err)
 		return
 	}
 	// A provider another site hosts (spec.siteSelector) is that site's to
 	// scrape and send.
 	list.Items = slices.DeleteFunc(list.Items, func(p v1alpha1.InferenceProvider) bool { return !s.hostedHere(ctx, &p) })
-	now := s.c.opts.Now()
-	ttl := 3 * s.c.opts.SignalsInterval
+	now := s.c.Opts.Now()
+	ttl := 3 * s.c.Opts.SignalsInterval
 	present, scraped := map[string]bool{}, map[string]bool{}
 	sem := make(chan struct{}, maxScrapesAtOnce)
-	material := s.c.newMaterialReader(ctx) // this round's: a rotation is used from the next round on
+	material := s.endpoints.newMaterialReader(ctx) // this round's: a rotation is used from the next round on
 	var wg sync.WaitGroup
 	for i := range list.Items {
 		p := &list.Items[i]
@@ -165,8 +132,8 @@ func (s *signalCollector) collect(ctx context.Context) {
 	}
 	store.Retain(site, signals.PartHealth, present)
 	store.Retain(site, signals.PartLoad, present)
-	s.c.scrapeStatus.retain(scraped)
-	s.c.prober.RetainClients(endpointKey(featureMetrics, ""), scraped)
+	s.scrapeStatus.retain(scraped)
+	s.c.Prober.RetainClients(endpointKey(featureMetrics, ""), scraped)
 	store.Expire()
 	s.gossip(ctx, list.Items, now)
 }
@@ -175,15 +142,15 @@ func (s *signalCollector) collect(ctx context.Context) {
 // whose signals travel by gossip (the default): each network gets its own
 // providers' rows, ages as of now.
 func (s *signalCollector) gossip(ctx context.Context, providers []v1alpha1.InferenceProvider, now time.Time) {
-	m := s.c.opts.Membership
+	m := s.c.Opts.Membership
 	if m == nil {
 		return
 	}
 	var networks v1alpha1.GridNetworkList
-	if err := s.c.client.List(ctx, &networks); err != nil {
+	if err := s.c.Client.List(ctx, &networks); err != nil {
 		return
 	}
-	site := s.c.opts.SiteName
+	site := s.c.Opts.SiteName
 	for i := range networks.Items {
 		n := &networks.Items[i]
 		if transportMode(n) != v1alpha1.SignalTransportGossip {
@@ -196,7 +163,7 @@ func (s *signalCollector) gossip(ctx context.Context, providers []v1alpha1.Infer
 			}
 		}
 		var out []sites.Signal
-		for _, r := range s.c.opts.Signals.Rows(func(rs, rp string) bool { return rs == site && mine[rp] }) {
+		for _, r := range s.c.Opts.Signals.Rows(func(rs, rp string) bool { return rs == site && mine[rp] }) {
 			for _, smp := range r.Samples {
 				if len(out) >= maxGossipSignals {
 					break
@@ -212,7 +179,7 @@ func (s *signalCollector) gossip(ctx context.Context, providers []v1alpha1.Infer
 			}
 		}
 		if err := m.PublishSignals(n.Name, out); err != nil {
-			s.c.opts.Logger.Warn("signals_gossip_failed", "network", n.Name, "error", err)
+			s.c.Opts.Logger.Warn("signals_gossip_failed", "network", n.Name, "error", err)
 		}
 	}
 }
@@ -222,7 +189,7 @@ const maxGossipSignals = 4096
 
 // health is a provider's phase and last probe, as series.
 func (s *signalCollector) health(p *v1alpha1.InferenceProvider, now time.Time) []signals.Sample {
-	h := s.c.prober.Health(p.Name)
+	h := s.c.Prober.Health(p.Name)
 	at := now
 	var out []signals.Sample
 	if h.Probed {
@@ -262,8 +229,8 @@ func (s *signalCollector) healthySignal(p *v1alpha1.InferenceProvider) (float64,
 	if mc == nil || mc.SignalNames.Healthy == "" {
 		return 0, time.Time{}, false
 	}
-	site := s.c.opts.SiteName
-	for _, r := range s.c.opts.Signals.Rows(func(rs, rp string) bool { return rs == site && rp == p.Name }) {
+	site := s.c.Opts.SiteName
+	for _, r := range s.c.Opts.Signals.Rows(func(rs, rp string) bool { return rs == site && rp == p.Name }) {
 		if r.Part != signals.PartLoad {
 			continue
 		}
@@ -288,10 +255,10 @@ func probePeriod(p *v1alpha1.InferenceProvider) time.Duration {
 // round's reader.
 func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider, material *materialReader) {
 	mc := p.Spec.MetricsConfig
-	store, site := s.c.opts.Signals, s.c.opts.SiteName
-	endpoint := s.c.endpointFor(p, featureMetrics, mc.TLS, mc.Auth, func(context.Context) endpointtls.Source { return material })
+	store, site := s.c.Opts.Signals, s.c.Opts.SiteName
+	endpoint := s.endpoints.endpointFor(p, featureMetrics, mc.TLS, mc.Auth, func(context.Context) endpointtls.Source { return material })
 	if endpoint == nil {
-		s.c.prober.DropClient(endpointKey(featureMetrics, p.Name))
+		s.c.Prober.DropClient(endpointKey(featureMetrics, p.Name))
 	}
 	wanted := declaredSignals(mc.SignalNames)
 	if len(wanted) == 0 {
@@ -306,8 +273,8 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	}
 	url := joinPath(base, cmp.Or(mc.Path, "/metrics"))
 	start := time.Now()
-	body, err := s.c.prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.opts.SignalsScrapeMaxBytes, endpoint)
-	s.c.opts.Logger.Debug("signals_scraped", "provider", p.Name, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+	body, err := s.c.Prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.Opts.SignalsScrapeMaxBytes, endpoint)
+	s.c.Opts.Logger.Debug("signals_scraped", "provider", p.Name, "duration_ms", float64(time.Since(start).Microseconds())/1000)
 	var config *probe.ConfigError
 	if errors.As(err, &config) {
 		// Fail closed: nothing was sent, and the last rows expire.
@@ -329,7 +296,7 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	}
 	s.scraped("ok")
 	s.outcome(p.Name, scrapeResult{ok: true, reason: ReasonScraped, message: "the last scrape succeeded"})
-	now := s.c.opts.Now()
+	now := s.c.Opts.Now()
 	samples := make([]signals.Sample, 0, len(parsed))
 	for _, ps := range parsed {
 		if mc.PoolName != "" && ps.Label("name") != mc.PoolName {
@@ -339,7 +306,7 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 		samples = append(samples, ps.Sample)
 	}
 	samples = append(samples, normalisedLoad(samples, mc)...)
-	stale := 3 * s.c.opts.SignalsInterval
+	stale := 3 * s.c.Opts.SignalsInterval
 	if mc.StaleMetricsSeconds != nil {
 		stale = time.Duration(*mc.StaleMetricsSeconds) * time.Second
 	}
@@ -367,11 +334,11 @@ func normalisedLoad(samples []signals.Sample, mc *v1alpha1.MetricsConfig) []sign
 // outcome records a provider's scrape: a change is logged when it is a
 // problem and reaches the provider's MetricsScraped condition.
 func (s *signalCollector) outcome(provider string, r scrapeResult) {
-	if !s.c.scrapeStatus.set(provider, r) {
+	if !s.scrapeStatus.set(provider, r) {
 		return
 	}
 	if !r.ok {
-		s.c.opts.Logger.Warn("signals_scrape_skipped", "provider", provider, "reason", r.reason, "message", r.message)
+		s.c.Opts.Logger.Warn("signals_scrape_skipped", "provider", provider, "reason", r.reason, "message", r.message)
 	}
 }
 
@@ -504,7 +471,7 @@ func (d *Directory) Providers(ctx context.Context, callerSite string, ownGateway
 	}
 	r := d.r
 	var networks v1alpha1.GridNetworkList
-	if err := r.client.List(ctx, &networks); err != nil {
+	if err := r.Client.List(ctx, &networks); err != nil {
 		return nil, err
 	}
 	out := []ProviderEntry{}
@@ -519,13 +486,13 @@ func (d *Directory) Providers(ctx context.Context, callerSite string, ownGateway
 			if !routable(p.Phase) || !p.Admits(gw) || !gw.Policy.Allows(gw.Site, p.Name) {
 				continue
 			}
-			out = append(out, ProviderEntry{Name: p.Name, Network: n.Name, Site: r.opts.SiteName, Local: true,
+			out = append(out, ProviderEntry{Name: p.Name, Network: n.Name, Site: r.Opts.SiteName, Local: true,
 				Models: p.Models, Phase: string(p.Phase), Fresh: p.Phase == v1alpha1.ProviderAvailable})
 		}
-		if !ownGateway || r.opts.Membership == nil {
+		if !ownGateway || r.Opts.Membership == nil {
 			continue // a peer is never handed a third site's providers
 		}
-		remote, err := r.remoteProviders(ctx, n, r.opts.Membership.View(n.Name))
+		remote, err := r.remoteProviders(ctx, n, r.Opts.Membership.View(n.Name))
 		if err != nil {
 			return nil, err
 		}
@@ -550,10 +517,10 @@ func (s *signalCollector) hostedHere(ctx context.Context, p *v1alpha1.InferenceP
 	if p.Spec.SiteSelector == nil {
 		return true
 	}
-	n, err := s.c.networkOf(ctx, p)
+	n, err := s.c.NetworkOf(ctx, p)
 	if err != nil {
 		return true
 	}
-	ok, _ := s.c.hosted(p, n)
+	ok, _ := s.c.Hosted(p, n)
 	return ok
 }

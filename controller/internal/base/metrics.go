@@ -1,4 +1,4 @@
-package controller
+package base
 
 import (
 	"context"
@@ -14,121 +14,120 @@ import (
 
 // Publication outcomes.
 const (
-	publishApplied   = "applied"
-	publishUnchanged = "unchanged"
-	publishDeleted   = "deleted"
-	publishFailed    = "failed"
-	publishRefused   = "refused" // not rendered or not ours to write
+	PublishApplied   = "applied"
+	PublishUnchanged = "unchanged"
+	PublishDeleted   = "deleted"
+	PublishFailed    = "failed"
+	PublishRefused   = "refused" // not rendered or not ours to write
 )
 
-type metrics struct {
-	publishes      *prometheus.CounterVec
-	statusWrites   *prometheus.CounterVec
-	renderDuration prometheus.Histogram
+// Metrics are the controller's metrics, shared by its reconcilers.
+type Metrics struct {
+	Publishes      *prometheus.CounterVec
+	StatusWrites   *prometheus.CounterVec
+	RenderDuration prometheus.Histogram
 	// Site trust.
-	siteCertificates prometheus.Counter
-	// identityExpiry and identityRotations are upstream's names for the
+	SiteCertificates prometheus.Counter
+	// IdentityExpiry and IdentityRotations are upstream's names for the
 	// site certificate's expiry and its renewals.
-	identityExpiry    *prometheus.GaugeVec
-	identityRotations *prometheus.CounterVec
-	siteProbes        *prometheus.CounterVec
-	probeDuration     prometheus.Histogram
+	IdentityExpiry    *prometheus.GaugeVec
+	IdentityRotations *prometheus.CounterVec
+	SiteProbes        *prometheus.CounterVec
+	ProbeDuration     prometheus.Histogram
 	// Upstream's names for the probes and the phase changes, so that its
 	// dashboards and alerts work on this agent.
-	gatewayProbes        *prometheus.CounterVec
-	gatewayProbeDuration prometheus.Histogram
-	phaseTransitions     *prometheus.CounterVec
+	GatewayProbes        *prometheus.CounterVec
+	GatewayProbeDuration prometheus.Histogram
+	PhaseTransitions     *prometheus.CounterVec
 	// Generated Praxis configs.
-	praxisWrites         *prometheus.CounterVec
-	mountPatches         *prometheus.CounterVec
-	praxisRenderDuration prometheus.Histogram
+	PraxisWrites         *prometheus.CounterVec
+	MountPatches         *prometheus.CounterVec
+	PraxisRenderDuration prometheus.Histogram
 }
 
-// newMetrics registers the controller's metrics; sites (the cache) is
-// what grid_sites counts when scraped.
-func newMetrics(reg prometheus.Registerer, sites client.Reader) (*metrics, error) {
-	m := &metrics{
-		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
+// NewMetrics registers the controller's metrics; sites (the cache) is
+// what grid_sites counts when scraped. The caller sets up the label values
+// of IdentityRotations (the results are the identity stage's).
+func NewMetrics(reg prometheus.Registerer, sites client.Reader) (*Metrics, error) {
+	m := &Metrics{
+		Publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_overlay_publishes_total",
 			Help: "Overlay ConfigMap publications by outcome: applied, unchanged (revision already stored), deleted (gateway or network gone), failed, refused.",
 		}, []string{"outcome"}),
-		statusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_status_writes_total",
 			Help: "Status writes by kind (GridNetwork, InferenceProvider); written only when the status changes.",
 		}, []string{"kind"}),
-		renderDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		RenderDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gridsync_controller_render_duration_seconds",
 			Help:    "Time to render and build one gateway's overlay envelope.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
-		siteCertificates: prometheus.NewCounter(prometheus.CounterOpts{
+		SiteCertificates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "grid_site_certificates_issued_total",
 			Help: "Site certificates this agent issued into a site Secret (first issue, renewal, reissue).",
 		}),
-		identityExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		IdentityExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "grid_site_identity_expiry_timestamp_seconds",
 			Help: "When this site's certificate in a network expires (Unix seconds): the one to alert on.",
 		}, []string{"network"}),
-		identityRotations: prometheus.NewCounterVec(prometheus.CounterOpts{
+		IdentityRotations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_site_identity_rotations_total",
 			Help: "Site certificate renewals by result: enrolled (a first certificate), rotated, refused (by the issuer), failed (no answer), expired (found expired).",
 		}, []string{"result"}),
-		siteProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		SiteProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_site_probes_total",
 			Help: "Probes of remote sites' gateways by outcome: TlsVerified or the reason that kept the site from Active.",
 		}, []string{"outcome"}),
-		probeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		ProbeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "grid_site_probe_duration_seconds",
 			Help:    "Time of one probe of a remote site's gateway: connect, mutual-TLS handshake, the wait for the gateway's verdict.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
-		gatewayProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		GatewayProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_gateway_probe_total",
 			Help: "Probes of remote sites' gateways (upstream's name) by outcome (TlsVerified or the reason that kept the site from Active) and tls_mode (mtls, plaintext).",
 		}, []string{"outcome", "tls_mode"}),
-		gatewayProbeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		GatewayProbeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "grid_gateway_probe_duration_seconds",
 			Help:    "Time of one probe of a remote site's gateway (upstream's name; the same observations as grid_site_probe_duration_seconds).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
-		phaseTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		PhaseTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_site_phase_transition_total",
 			Help: "GridSite phase changes by from_phase, to_phase and the reason of the new phase.",
 		}, []string{"from_phase", "to_phase", "reason"}),
-		praxisWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+		PraxisWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_praxis_config_writes_total",
 			Help: "Generated praxis.yaml ConfigMap writes by outcome: applied, unchanged (the same bytes already stored), failed, refused (not rendered or not ours to write).",
 		}, []string{"outcome"}),
-		mountPatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+		MountPatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_mount_patches_total",
 			Help: "Pod-template patches of delegated gateway Deployments by kind (switch: the config slot, Secret projections and revisions in one patch; prune: obsolete projections removed after a rollout) and outcome (applied, failed, refused).",
 		}, []string{"kind", "outcome"}),
-		praxisRenderDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		PraxisRenderDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gridsync_controller_praxis_config_render_duration_seconds",
 			Help:    "Time to render one gateway's praxis.yaml.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 	}
-	for _, o := range []string{publishApplied, publishUnchanged, publishDeleted, publishFailed, publishRefused} {
-		m.publishes.WithLabelValues(o)
+	for _, o := range []string{PublishApplied, PublishUnchanged, PublishDeleted, PublishFailed, PublishRefused} {
+		m.Publishes.WithLabelValues(o)
 	}
-	for _, o := range []string{publishApplied, publishUnchanged, publishFailed, publishRefused} {
-		m.praxisWrites.WithLabelValues(o)
+	for _, o := range []string{PublishApplied, PublishUnchanged, PublishFailed, PublishRefused} {
+		m.PraxisWrites.WithLabelValues(o)
 	}
 	for _, k := range []string{"switch", "prune"} {
-		for _, o := range []string{publishApplied, publishFailed, publishRefused} {
-			m.mountPatches.WithLabelValues(k, o)
+		for _, o := range []string{PublishApplied, PublishFailed, PublishRefused} {
+			m.MountPatches.WithLabelValues(k, o)
 		}
 	}
-	for _, r := range []string{rotationEnrolled, rotationRotated, rotationRefused, rotationFailed, rotationExpired} {
-		m.identityRotations.WithLabelValues(r)
-	}
 	for _, k := range []string{"GridNetwork", "InferenceProvider", "GridSite"} {
-		m.statusWrites.WithLabelValues(k)
+		m.StatusWrites.WithLabelValues(k)
 	}
-	for _, c := range []prometheus.Collector{m.publishes, m.statusWrites, m.renderDuration,
-		m.siteCertificates, m.identityExpiry, m.identityRotations, m.siteProbes, m.probeDuration, sitePhases{sites}, m.praxisWrites, m.mountPatches, m.praxisRenderDuration,
-		m.gatewayProbes, m.gatewayProbeDuration, m.phaseTransitions} {
+	for _, c := range []prometheus.Collector{m.Publishes, m.StatusWrites, m.RenderDuration,
+		m.SiteCertificates, m.IdentityExpiry, m.IdentityRotations, m.SiteProbes, m.ProbeDuration, sitePhases{sites}, m.PraxisWrites, m.MountPatches, m.PraxisRenderDuration,
+		m.GatewayProbes, m.GatewayProbeDuration, m.PhaseTransitions} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

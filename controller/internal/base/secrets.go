@@ -1,4 +1,4 @@
-package controller
+package base
 
 import (
 	"context"
@@ -15,26 +15,26 @@ import (
 	"github.com/gridsync/gridsync/controller/probe"
 )
 
-// secretReader answers assess.Secrets with gets straight from the API
+// SecretReader answers assess.Secrets with gets straight from the API
 // server: the agent never lists, watches or caches Secrets, and keeps
 // nothing of a value but whether it is usable. One reader serves one
 // reconcile, reading each Secret once.
-type secretReader struct {
+type SecretReader struct {
 	ctx    context.Context
 	reader client.Reader
-	memo   map[types.NamespacedName]secretShapeResult
+	memo   map[types.NamespacedName]SecretShapeResult
 }
 
-type secretShapeResult struct {
-	shape assess.SecretShape
-	found bool
-	err   error
-	// version is the Secret's resourceVersion: a rotation changes it.
-	version string
+type SecretShapeResult struct {
+	Shape assess.SecretShape
+	Found bool
+	Err   error
+	// Version is the Secret's resourceVersion: a rotation changes it.
+	Version string
 }
 
-func newSecretReader(ctx context.Context, reader client.Reader) *secretReader {
-	return &secretReader{ctx: ctx, reader: reader, memo: map[types.NamespacedName]secretShapeResult{}}
+func NewSecretReader(ctx context.Context, reader client.Reader) *SecretReader {
+	return &SecretReader{ctx: ctx, reader: reader, memo: map[types.NamespacedName]SecretShapeResult{}}
 }
 
 // prefetchConcurrency bounds the gets in flight when a reconcile reads the
@@ -42,8 +42,8 @@ func newSecretReader(ctx context.Context, reader client.Reader) *secretReader {
 // providers waited for a hundred round trips.
 const prefetchConcurrency = 8
 
-// prefetch reads the Secrets at keys concurrently into the memo.
-func (r *secretReader) prefetch(keys []types.NamespacedName) {
+// Prefetch reads the Secrets at keys concurrently into the memo.
+func (r *SecretReader) Prefetch(keys []types.NamespacedName) {
 	var todo []types.NamespacedName
 	seen := map[types.NamespacedName]bool{}
 	for _, key := range keys {
@@ -52,7 +52,7 @@ func (r *secretReader) prefetch(keys []types.NamespacedName) {
 			todo = append(todo, key)
 		}
 	}
-	results := make([]secretShapeResult, len(todo))
+	results := make([]SecretShapeResult, len(todo))
 	var g errgroup.Group
 	g.SetLimit(prefetchConcurrency)
 	for i, key := range todo {
@@ -67,12 +67,12 @@ func (r *secretReader) prefetch(keys []types.NamespacedName) {
 	}
 }
 
-func (r *secretReader) SecretShape(namespace, name string) (assess.SecretShape, bool, error) {
-	res := r.read(namespace, name)
-	return res.shape, res.found, res.err
+func (r *SecretReader) SecretShape(namespace, name string) (assess.SecretShape, bool, error) {
+	res := r.Read(namespace, name)
+	return res.Shape, res.Found, res.Err
 }
 
-func (r *secretReader) read(namespace, name string) secretShapeResult {
+func (r *SecretReader) Read(namespace, name string) SecretShapeResult {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	if res, ok := r.memo[key]; ok {
 		return res
@@ -83,29 +83,29 @@ func (r *secretReader) read(namespace, name string) secretShapeResult {
 }
 
 // get reads one Secret's shape from the API server.
-func (r *secretReader) get(key types.NamespacedName) secretShapeResult {
-	var res secretShapeResult
+func (r *SecretReader) get(key types.NamespacedName) SecretShapeResult {
+	var res SecretShapeResult
 	var s corev1.Secret
 	switch err := r.reader.Get(r.ctx, key, &s); {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		res.err = err
+		res.Err = err
 	default:
-		res.found, res.version = true, s.ResourceVersion
-		res.shape = make(assess.SecretShape, len(s.Data))
+		res.Found, res.Version = true, s.ResourceVersion
+		res.Shape = make(assess.SecretShape, len(s.Data))
 		for k, v := range s.Data {
-			res.shape[k] = len(v) > 0 && utf8.Valid(v)
+			res.Shape[k] = len(v) > 0 && utf8.Valid(v)
 		}
 	}
 	return res
 }
 
-// readToken reads a bearer token straight from the API server, for a
+// ReadToken reads a bearer token straight from the API server, for a
 // health probe: the cache has no values. With a selector, a Secret whose
 // labels do not match gives no token (probe.ErrTokenWithheld): a cluster
 // owner who does not trust every InferenceProvider writer marks the
 // Secrets that may be sent.
-func readToken(reader client.Reader, namespace, name, key string, selector labels.Selector) func(context.Context) (string, error) {
+func ReadToken(reader client.Reader, namespace, name, key string, selector labels.Selector) func(context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
 		var s corev1.Secret
 		if err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &s); err != nil {

@@ -1,4 +1,4 @@
-package controller
+package base
 
 import (
 	"sync"
@@ -9,12 +9,12 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 )
 
-// maxWrittenStatuses bounds what a statusMemo holds: an entry lives from
+// maxWrittenStatuses bounds what a StatusMemo holds: an entry lives from
 // a status write until the cache shows it, so only an object deleted in
 // between leaves one behind.
 const maxWrittenStatuses = 4096
 
-// statusMemo remembers the status the agent last wrote to each object,
+// StatusMemo remembers the status the agent last wrote to each object,
 // with the resourceVersion the write returned, until the informer cache
 // shows that write.
 //
@@ -28,7 +28,7 @@ const maxWrittenStatuses = 4096
 // way: it leaves out every field the stale copy already had right. Only
 // the leading agent writes these statuses, so what it wrote last is what
 // the API server holds until the cache shows a version of its own.
-type statusMemo[S any] struct {
+type StatusMemo[S any] struct {
 	mu      sync.Mutex
 	written map[types.NamespacedName]writtenStatus[S]
 }
@@ -38,15 +38,15 @@ type writtenStatus[S any] struct {
 	status          *S
 }
 
-func newStatusMemo[S any]() *statusMemo[S] {
-	return &statusMemo[S]{written: map[types.NamespacedName]writtenStatus[S]{}}
+func NewStatusMemo[S any]() *StatusMemo[S] {
+	return &StatusMemo[S]{written: map[types.NamespacedName]writtenStatus[S]{}}
 }
 
-// current is the object's status as the API server holds it, as far as
+// Current is the object's status as the API server holds it, as far as
 // the agent knows: the cached one once the cache shows the agent's last
 // write, else the one last written. The caller must not modify what it
 // returns.
-func (m *statusMemo[S]) current(key types.NamespacedName, cachedVersion string, cached *S) *S {
+func (m *StatusMemo[S]) Current(key types.NamespacedName, cachedVersion string, cached *S) *S {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	w, ok := m.written[key]
@@ -60,8 +60,8 @@ func (m *statusMemo[S]) current(key types.NamespacedName, cachedVersion string, 
 	return w.status
 }
 
-// wrote records a status written; status must not be modified afterwards.
-func (m *statusMemo[S]) wrote(key types.NamespacedName, resourceVersion string, status *S) {
+// Wrote records a status written; status must not be modified afterwards.
+func (m *StatusMemo[S]) Wrote(key types.NamespacedName, resourceVersion string, status *S) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.written[key]; !ok && len(m.written) >= maxWrittenStatuses {
@@ -70,25 +70,25 @@ func (m *statusMemo[S]) wrote(key types.NamespacedName, resourceVersion string, 
 	m.written[key] = writtenStatus[S]{resourceVersion: resourceVersion, status: status}
 }
 
-// forget drops an object's entry (the object is gone).
-func (m *statusMemo[S]) forget(key types.NamespacedName) {
+// Forget drops an object's entry (the object is gone).
+func (m *StatusMemo[S]) Forget(key types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.written, key)
 }
 
-// writtenStatuses are the memos of the three kinds whose status the
+// WrittenStatuses are the memos of the three kinds whose status the
 // agent writes.
-type writtenStatuses struct {
-	networks  *statusMemo[v1alpha1.GridNetworkStatus]
-	sites     *statusMemo[v1alpha1.GridSiteStatus]
-	providers *statusMemo[v1alpha1.InferenceProviderStatus]
+type WrittenStatuses struct {
+	Networks  *StatusMemo[v1alpha1.GridNetworkStatus]
+	Sites     *StatusMemo[v1alpha1.GridSiteStatus]
+	Providers *StatusMemo[v1alpha1.InferenceProviderStatus]
 }
 
-func newWrittenStatuses() *writtenStatuses {
-	return &writtenStatuses{
-		networks:  newStatusMemo[v1alpha1.GridNetworkStatus](),
-		sites:     newStatusMemo[v1alpha1.GridSiteStatus](),
-		providers: newStatusMemo[v1alpha1.InferenceProviderStatus](),
+func NewWrittenStatuses() *WrittenStatuses {
+	return &WrittenStatuses{
+		Networks:  NewStatusMemo[v1alpha1.GridNetworkStatus](),
+		Sites:     NewStatusMemo[v1alpha1.GridSiteStatus](),
+		Providers: NewStatusMemo[v1alpha1.InferenceProviderStatus](),
 	}
 }

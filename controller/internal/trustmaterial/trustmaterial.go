@@ -1,0 +1,197 @@
+// Package trustmaterial holds each GridNetwork's trust material (the grid
+// CA and this site's certificate and key), read from the Secrets the
+// network names and shared by the identity stage, the GridSite probes and
+// the signals poll.
+package trustmaterial
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/trust/sitetrust"
+)
+
+// KeyCACert is the key of the grid CA's certificate in a ConfigMap or
+// Secret.
+const KeyCACert = "ca.crt"
+
+// New is an empty cache that reads Secrets and ConfigMaps through api.
+func New(api client.Reader) *Cache { return &Cache{api: api} }
+
+// Problem is trust material that is missing or invalid.
+type Problem struct {
+	Invalid bool
+	Message string
+}
+
+// Material is what a network's probes need: the grid CA's
+// certificates and this site's certificate and key. Version changes when
+// what the Secrets hold changes, so that every site is probed again.
+type Material struct {
+	Version uint64
+	loaded  uint64 // the load's sequence number
+
+	digest        [sha256.Size]byte
+	Roots         *x509.CertPool
+	RootCerts     []*x509.Certificate
+	RootsProblem  *Problem
+	Client        *tls.Certificate
+	ClientProblem *Problem
+}
+
+// Cache holds each network's trust material, loaded from its Secrets
+// (the agent gets them by name; it does not watch Secrets) and reloaded by
+// Refresh: the periodic Secret poll and the network reconciler after it
+// wrote one.
+type Cache struct {
+	api     client.Reader
+	mu      sync.Mutex
+	loads   uint64
+	entries map[string]*Material
+	// Changed is told the network whose material changed.
+	Changed func(network string)
+}
+
+// Get is the network's material, loaded on first use.
+func (c *Cache) Get(ctx context.Context, network *v1alpha1.GridNetwork) *Material {
+	c.mu.Lock()
+	tm := c.entries[network.Name]
+	c.mu.Unlock()
+	if tm != nil {
+		return tm
+	}
+	c.Refresh(ctx, network)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[network.Name]
+}
+
+// Refresh reloads a network's trust material and, when it differs from
+// what was held, bumps its version and reports the change.
+func (c *Cache) Refresh(ctx context.Context, network *v1alpha1.GridNetwork) {
+	c.mu.Lock()
+	c.loads++
+	seq := c.loads
+	c.mu.Unlock()
+	tm := Load(ctx, c.api, network)
+	tm.loaded = seq
+	c.mu.Lock()
+	prev := c.entries[network.Name]
+	// A load that started later and already stored wins: an older one
+	// (a probe's, begun before the agent wrote a Secret) must not put
+	// back what it read.
+	if prev != nil && (prev.digest == tm.digest || prev.loaded > seq) {
+		c.mu.Unlock()
+		return
+	}
+	if prev != nil {
+		tm.Version = prev.Version + 1
+	}
+	if c.entries == nil {
+		c.entries = map[string]*Material{}
+	}
+	c.entries[network.Name] = tm
+	c.mu.Unlock()
+	if prev != nil && c.Changed != nil {
+		c.Changed(network.Name)
+	}
+}
+
+// Forget drops a network's material (the network is gone).
+func (c *Cache) Forget(network string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, network)
+}
+
+// Load reads a network's CA (caConfigMapRef, else ca.crt or tls.crt
+// of caSecretRef) and site identity (tls.crt and tls.key of
+// siteSecretRef). Messages name fields and objects, never contents.
+func Load(ctx context.Context, api client.Reader, network *v1alpha1.GridNetwork) *Material {
+	tm := &Material{}
+	h := sha256.New()
+	t := network.Spec.TLS
+	if t == nil {
+		t = &v1alpha1.GridTLS{}
+	}
+	var caPEM []byte
+	var caAt string
+	switch {
+	case t.CAConfigMapRef != nil:
+		ref := t.CAConfigMapRef
+		key := ref.Key
+		if key == "" {
+			key = KeyCACert
+		}
+		caAt = fmt.Sprintf("spec.tls.caConfigMapRef (ConfigMap %s/%s, key %s)", ref.Namespace, ref.Name, key)
+		var cm corev1.ConfigMap
+		if err := api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &cm); err != nil {
+			tm.RootsProblem = &Problem{Message: caAt + ": " + base.APIFailure(err, "get", "ConfigMap")}
+		} else if caPEM = []byte(cm.Data[key]); len(caPEM) == 0 {
+			tm.RootsProblem = &Problem{Message: caAt + ": the key is missing or empty"}
+		}
+	case t.CASecretRef != nil:
+		ref := t.CASecretRef
+		caAt = fmt.Sprintf("spec.tls.caSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
+		var s corev1.Secret
+		if err := api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
+			tm.RootsProblem = &Problem{Message: caAt + ": " + base.APIFailure(err, "get", "Secret")}
+		} else if caPEM = s.Data[KeyCACert]; len(caPEM) == 0 {
+			if caPEM = s.Data[corev1.TLSCertKey]; len(caPEM) == 0 {
+				tm.RootsProblem = &Problem{Message: caAt + ": neither ca.crt nor tls.crt holds the grid CA"}
+			}
+		}
+	default:
+		tm.RootsProblem = &Problem{Message: "spec.tls.caSecretRef (or caConfigMapRef) names no grid CA"}
+	}
+	if tm.RootsProblem == nil {
+		certs, err := sitetrust.ParseCertificates(caPEM)
+		if err != nil {
+			tm.RootsProblem = &Problem{Invalid: true, Message: caAt + ": the grid CA: " + err.Error()}
+		} else {
+			tm.Roots, tm.RootCerts = x509.NewCertPool(), certs
+			for _, c := range certs {
+				tm.Roots.AddCert(c)
+				h.Write(c.Raw)
+			}
+		}
+	}
+	h.Write([]byte{0})
+	if ref := t.SiteSecretRef; ref == nil {
+		tm.ClientProblem = &Problem{Message: "spec.tls.siteSecretRef names no site certificate (the probe's client identity)"}
+	} else {
+		at := fmt.Sprintf("spec.tls.siteSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
+		var s corev1.Secret
+		if err := api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
+			tm.ClientProblem = &Problem{Message: at + ": " + base.APIFailure(err, "get", "Secret")}
+		} else if len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
+			tm.ClientProblem = &Problem{Message: at + ": tls.crt or tls.key is missing (not issued yet?)"}
+		} else if held, err := sitetrust.ParseHeld(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]); err != nil {
+			tm.ClientProblem = &Problem{Invalid: true, Message: at + ": " + err.Error()}
+		} else {
+			tm.Client = &held.Pair
+			for _, c := range held.Pair.Certificate {
+				h.Write(c)
+			}
+			h.Write(s.Data[corev1.TLSPrivateKeyKey])
+		}
+	}
+	for _, p := range []*Problem{tm.RootsProblem, tm.ClientProblem} {
+		if p != nil {
+			h.Write([]byte(p.Message))
+		}
+	}
+	copy(tm.digest[:], h.Sum(nil))
+	return tm
+}

@@ -1,0 +1,31 @@
+package controller
+
+import "github.com/gridsync/gridsync/controller/internal/base"
+
+// Membership is how the control plane reaches the other sites of its
+// networks (see base.Membership): the agent wires its SWIM runtime behind
+// it. Nil in Options: the agent runs without SWIM, and every network stays
+// Pending.
+type Membership = base.Membership
+
+// DeliveryTracker holds what gateway pods report they deliver (see
+// base.DeliveryTracker).
+type DeliveryTracker = base.DeliveryTracker
+
+// Labels a site is known by to an InferenceProvider's spec.siteSelector,
+// beside grid.praxis.fast/site.
+const (
+	RegionLabel = base.RegionLabel
+	ZoneLabel   = base.ZoneLabel
+)
+
+// Accepted condition of a GridSite or an InferenceProvider.
+const (
+	ConditionAccepted = base.ConditionAccepted
+	ReasonAccepted    = base.ReasonAccepted
+)
+
+// ReasonFieldNotSupported is the reason of Ready (a GridNetwork) or
+// Accepted (a GridSite, an InferenceProvider) while the object sets
+// fields this release accepts and does not act on.
+const ReasonFieldNotSupported = base.ReasonFieldNotSupported
