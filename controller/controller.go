@@ -32,6 +32,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/gridsite"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/gossip/seeds"
@@ -311,7 +312,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 		n.Name = network
 		life.Send(fromMembership, event.GenericEvent{Object: n})
 		if ctx, err := life.Context(); err == nil {
-			reprobeSites(ctx, shared, network, reprobe)
+			gridsite.ReprobeSites(ctx, shared, network, reprobe)
 		}
 	}
 	trust.Changed = networkChanged
@@ -370,7 +371,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if err := nr.setup(mgr, toNetworks, fromMembership); err != nil {
 		return err
 	}
-	if err := (&siteReconciler{Env: shared, Trust: trust}).setup(mgr, reprobe); err != nil {
+	if err := (&gridsite.Reconciler{Env: shared, Trust: trust}).Setup(mgr, reprobe); err != nil {
 		return err
 	}
 	return (&providerReconciler{Env: shared, endpoints: endpoints, scrapeStatus: scraped}).setup(mgr, toProviders)

@@ -1,6 +1,9 @@
 package controller
 
-import "github.com/gridsync/gridsync/controller/internal/base"
+import (
+	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/gridsite"
+)
 
 // Membership is how the control plane reaches the other sites of its
 // networks (see base.Membership): the agent wires its SWIM runtime behind
@@ -29,3 +32,13 @@ const (
 // Accepted (a GridSite, an InferenceProvider) while the object sets
 // fields this release accepts and does not act on.
 const ReasonFieldNotSupported = base.ReasonFieldNotSupported
+
+// Condition types and reasons of a GridSite, as kubectl wait and GitOps
+// health checks read them.
+const (
+	ConditionDiscovered = gridsite.ConditionDiscovered
+	ConditionConnected  = gridsite.ConditionConnected
+	ReasonSiteLeft      = gridsite.ReasonSiteLeft
+	ReasonNotDiscovered = gridsite.ReasonNotDiscovered
+	ReasonNetworkAbsent = gridsite.ReasonNetworkAbsent
+)

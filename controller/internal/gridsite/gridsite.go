@@ -1,4 +1,9 @@
-package controller
+// Package gridsite is the GridSite controller. It owns every GridSite's
+// status: it probes the site's gateway over mutual TLS and sets the phase
+// the outcome leads to (package sitetrust). Discovery (the network
+// reconciler) writes only the spec's network and gateway address. Only an
+// Active site's providers reach overlays.
+package gridsite
 
 import (
 	"context"
@@ -31,12 +36,6 @@ import (
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
-// The GridSite controller owns every GridSite's status: it probes the
-// site's gateway over mutual TLS and sets the phase the outcome leads to
-// (package sitetrust). Discovery (the network reconciler) writes only the
-// spec's network and gateway address. Only an Active site's providers
-// reach overlays.
-
 // siteProbeConcurrency is how many sites are probed at once: probes wait
 // on the network, not the CPU.
 const siteProbeConcurrency = 16
@@ -49,7 +48,9 @@ const lastProbeRefresh = 5 * time.Minute
 // maxStatusMessage bounds a GridSite's status message.
 const maxStatusMessage = 1024
 
-type siteReconciler struct {
+// Reconciler is the GridSite controller; Trust is the networks' trust
+// material its probes use.
+type Reconciler struct {
 	*base.Env
 	Trust *trustmaterial.Cache
 	mu    sync.Mutex
@@ -64,7 +65,9 @@ type probeMemo struct {
 	outcome sitetrust.Outcome
 }
 
-func (r *siteReconciler) setup(mgr ctrl.Manager, reprobe <-chan event.GenericEvent) error {
+// Setup registers the controller with mgr; a GridSite sent on reprobe is
+// reconciled (and probed, when its inputs changed).
+func (r *Reconciler) Setup(mgr ctrl.Manager, reprobe <-chan event.GenericEvent) error {
 	r.memo = map[string]probeMemo{}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("gridsite").
@@ -74,7 +77,7 @@ func (r *siteReconciler) setup(mgr ctrl.Manager, reprobe <-chan event.GenericEve
 		Complete(r)
 }
 
-func (r *siteReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var gs v1alpha1.GridSite
 	if err := r.Client.Get(ctx, req.NamespacedName, &gs); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -146,7 +149,7 @@ func (r *siteReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 
 // evaluate probes the site when its inputs changed or the period passed,
 // and otherwise returns the last outcome; probed says which.
-func (r *siteReconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, network *v1alpha1.GridNetwork, netErr error, site string, now time.Time) (sitetrust.Outcome, bool) {
+func (r *Reconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, network *v1alpha1.GridNetwork, netErr error, site string, now time.Time) (sitetrust.Outcome, bool) {
 	var addr, mode, serverName string
 	mode = "Mutual"
 	if ep := gs.Spec.GatewayEndpoint; ep != nil {
@@ -221,7 +224,7 @@ func (r *siteReconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, ne
 
 // gossipedAddress is the gateway address site gossips in network, "" when
 // none is known.
-func (r *siteReconciler) gossipedAddress(network, site string) string {
+func (r *Reconciler) gossipedAddress(network, site string) string {
 	if r.Opts.Membership == nil {
 		return ""
 	}
@@ -236,7 +239,7 @@ func (r *siteReconciler) gossipedAddress(network, site string) string {
 // probeOnce runs probe unless the same inputs were probed within half a
 // period (a reconcile for gossip alone, which changes no input of the
 // probe, does not probe again).
-func (r *siteReconciler) probeOnce(name, inputs string, now time.Time, probe func() sitetrust.Outcome) (sitetrust.Outcome, bool) {
+func (r *Reconciler) probeOnce(name, inputs string, now time.Time, probe func() sitetrust.Outcome) (sitetrust.Outcome, bool) {
 	r.mu.Lock()
 	m, ok := r.memo[name]
 	r.mu.Unlock()
@@ -260,7 +263,7 @@ func (r *siteReconciler) probeOnce(name, inputs string, now time.Time, probe fun
 	return o, true
 }
 
-func (r *siteReconciler) forget(name string) {
+func (r *Reconciler) forget(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.memo, name)
@@ -268,7 +271,7 @@ func (r *siteReconciler) forget(name string) {
 
 // writeStatus patches the GridSite's status when it changed; lastProbeTime
 // alone is refreshed every lastProbeRefresh.
-func (r *siteReconciler) writeStatus(ctx context.Context, gs *v1alpha1.GridSite, site string, phase v1alpha1.SitePhase, reason, message, certPEM string,
+func (r *Reconciler) writeStatus(ctx context.Context, gs *v1alpha1.GridSite, site string, phase v1alpha1.SitePhase, reason, message, certPEM string,
 	gossip *sites.Site, conds []metav1.Condition, probed bool, now time.Time,
 ) error {
 	if len(message) > maxStatusMessage {
@@ -331,10 +334,10 @@ func orDash(p v1alpha1.SitePhase) string {
 	return string(p)
 }
 
-// reprobeSites has every GridSite of a network reconciled: its trust
+// ReprobeSites has every GridSite of a network reconciled: its trust
 // material or its gossip changed. A site whose probe inputs did not change
 // is not probed again before its period.
-func reprobeSites(ctx context.Context, c *base.Env, network string, out chan<- event.GenericEvent) {
+func ReprobeSites(ctx context.Context, c *base.Env, network string, out chan<- event.GenericEvent) {
 	sites, err := c.GridSitesOf(ctx, network)
 	if err != nil {
 		return
