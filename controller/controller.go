@@ -33,6 +33,7 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
+	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/gossip/seeds"
@@ -291,12 +292,12 @@ func Setup(mgr manager.Manager, opts Options) error {
 		Written:  base.NewWrittenStatuses(),
 	}
 	trust := trustmaterial.New(mgr.GetAPIReader())
-	endpoints := &endpoints{env: shared, tokens: &scraperTokens{writer: mgr.GetClient(), account: opts.ScraperServiceAccount, now: opts.Now}}
-	scraped := &scrapeStatus{changed: func(provider string) {
+	endpoints := provider.NewEndpoints(shared, opts.ScraperServiceAccount)
+	scraped := provider.NewScrapeStatus(func(name string) {
 		p := &v1alpha1.InferenceProvider{}
-		p.Name = provider
+		p.Name = name
 		life.Send(toProviders, event.GenericEvent{Object: p})
-	}}
+	})
 	nr := &networkReconciler{Env: shared, Trust: trust,
 		seedResolver: seeds.NewCachingResolver(opts.SeedResolver, seeds.DefaultCacheTTL, opts.Now)}
 	if opts.Directory != nil {
@@ -374,5 +375,5 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if err := (&gridsite.Reconciler{Env: shared, Trust: trust}).Setup(mgr, reprobe); err != nil {
 		return err
 	}
-	return (&providerReconciler{Env: shared, endpoints: endpoints, scrapeStatus: scraped}).setup(mgr, toProviders)
+	return (&provider.Reconciler{Env: shared, Endpoints: endpoints, ScrapeStatus: scraped}).Setup(mgr, toProviders)
 }

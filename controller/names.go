@@ -3,6 +3,7 @@ package controller
 import (
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
+	"github.com/gridsync/gridsync/controller/internal/provider"
 )
 
 // Membership is how the control plane reaches the other sites of its
@@ -41,4 +42,27 @@ const (
 	ReasonSiteLeft      = gridsite.ReasonSiteLeft
 	ReasonNotDiscovered = gridsite.ReasonNotDiscovered
 	ReasonNetworkAbsent = gridsite.ReasonNetworkAbsent
+)
+
+// Reasons of an InferenceProvider's Hosted condition.
+const (
+	ConditionHosted       = provider.ConditionHosted
+	ReasonSiteSelected    = provider.ReasonSiteSelected
+	ReasonSiteNotSelected = provider.ReasonSiteNotSelected
+)
+
+// Draining is True while the provider's owner drains it
+// (trafficPolicy.drain): every overlay lists it existing_only.
+const (
+	ConditionDraining    = provider.ConditionDraining
+	ReasonDrainRequested = provider.ReasonDrainRequested
+)
+
+// The MetricsScraped condition of a provider with spec.metricsConfig:
+// whether the agent reads its load signals, and if not, why.
+const (
+	ConditionMetricsScraped = provider.ConditionMetricsScraped
+	ReasonScraped           = provider.ReasonScraped
+	ReasonScrapeFailed      = provider.ReasonScrapeFailed
+	ReasonNoSignalNames     = provider.ReasonNoSignalNames
 )

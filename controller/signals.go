@@ -12,6 +12,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/gossip/sites"
@@ -36,12 +37,12 @@ const (
 // fails leaves the last rows to expire: stale is absent, never zero.
 type signalCollector struct {
 	c                        *base.Env
-	endpoints                *endpoints
-	scrapeStatus             *scrapeStatus
+	endpoints                *provider.Endpoints
+	scrapeStatus             *provider.ScrapeStatus
 	scrapes, upstreamScrapes *prometheus.CounterVec
 }
 
-func newSignalCollector(c *base.Env, e *endpoints, scraped *scrapeStatus) *signalCollector {
+func newSignalCollector(c *base.Env, e *provider.Endpoints, scraped *provider.ScrapeStatus) *signalCollector {
 	s := &signalCollector{c: c, endpoints: e, scrapeStatus: scraped}
 	s.scrapes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_scrapes_total",
@@ -51,7 +52,7 @@ func newSignalCollector(c *base.Env, e *endpoints, scraped *scrapeStatus) *signa
 		Name: "grid_provider_scrape_total",
 		Help: "Scrapes of providers' metrics (upstream's name; the outcomes of gridsync_signals_scrapes_total).",
 	}, []string{"outcome"})
-	c.Opts.Registerer.MustRegister(s.scrapes, s.upstreamScrapes, scrapedCollector{scraped})
+	c.Opts.Registerer.MustRegister(s.scrapes, s.upstreamScrapes, scraped.Collector())
 	return s
 }
 
@@ -106,7 +107,7 @@ func (s *signalCollector) collect(ctx context.Context) {
 	ttl := 3 * s.c.Opts.SignalsInterval
 	present, scraped := map[string]bool{}, map[string]bool{}
 	sem := make(chan struct{}, maxScrapesAtOnce)
-	material := s.endpoints.newMaterialReader(ctx) // this round's: a rotation is used from the next round on
+	material := s.endpoints.NewMaterialReader(ctx) // this round's: a rotation is used from the next round on
 	var wg sync.WaitGroup
 	for i := range list.Items {
 		p := &list.Items[i]
@@ -132,8 +133,8 @@ func (s *signalCollector) collect(ctx context.Context) {
 	}
 	store.Retain(site, signals.PartHealth, present)
 	store.Retain(site, signals.PartLoad, present)
-	s.scrapeStatus.retain(scraped)
-	s.c.Prober.RetainClients(endpointKey(featureMetrics, ""), scraped)
+	s.scrapeStatus.Retain(scraped)
+	s.c.Prober.RetainClients(provider.EndpointKey(provider.FeatureMetrics, ""), scraped)
 	store.Expire()
 	s.gossip(ctx, list.Items, now)
 }
@@ -245,7 +246,7 @@ func (s *signalCollector) healthySignal(p *v1alpha1.InferenceProvider) (float64,
 
 func probePeriod(p *v1alpha1.InferenceProvider) time.Duration {
 	if hc := p.Spec.HealthCheck; hc != nil {
-		return healthPeriod(hc)
+		return provider.HealthPeriod(hc)
 	}
 	return 0
 }
@@ -253,17 +254,17 @@ func probePeriod(p *v1alpha1.InferenceProvider) time.Duration {
 // scrape reads a provider's declared load series, with its TLS and
 // credential when it configures them; material is read through the
 // round's reader.
-func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider, material *materialReader) {
+func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider, material *provider.MaterialReader) {
 	mc := p.Spec.MetricsConfig
 	store, site := s.c.Opts.Signals, s.c.Opts.SiteName
-	endpoint := s.endpoints.endpointFor(p, featureMetrics, mc.TLS, mc.Auth, func(context.Context) endpointtls.Source { return material })
+	endpoint := s.endpoints.EndpointFor(p, provider.FeatureMetrics, mc.TLS, mc.Auth, func(context.Context) endpointtls.Source { return material })
 	if endpoint == nil {
-		s.c.Prober.DropClient(endpointKey(featureMetrics, p.Name))
+		s.c.Prober.DropClient(provider.EndpointKey(provider.FeatureMetrics, p.Name))
 	}
 	wanted := declaredSignals(mc.SignalNames)
 	if len(wanted) == 0 {
-		s.outcome(p.Name, scrapeResult{reason: ReasonNoSignalNames,
-			message: "metricsConfig.signalNames names no series: nothing is scraped"})
+		s.outcome(p.Name, provider.ScrapeResult{Reason: ReasonNoSignalNames,
+			Message: "metricsConfig.signalNames names no series: nothing is scraped"})
 		store.Drop(site, p.Name, signals.PartLoad)
 		return
 	}
@@ -271,31 +272,31 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	if base == "" {
 		base = p.Spec.Endpoint
 	}
-	url := joinPath(base, cmp.Or(mc.Path, "/metrics"))
+	url := provider.JoinPath(base, cmp.Or(mc.Path, "/metrics"))
 	start := time.Now()
 	body, err := s.c.Prober.Fetch(ctx, url, scrapeTimeout(mc.Timeout), s.c.Opts.SignalsScrapeMaxBytes, endpoint)
 	s.c.Opts.Logger.Debug("signals_scraped", "provider", p.Name, "duration_ms", float64(time.Since(start).Microseconds())/1000)
 	var config *probe.ConfigError
 	if errors.As(err, &config) {
 		// Fail closed: nothing was sent, and the last rows expire.
-		reason := featureMetrics + config.Reason
+		reason := provider.FeatureMetrics + config.Reason
 		s.scraped(reason)
-		s.outcome(p.Name, scrapeResult{reason: reason, message: "not scraped: " + config.Message})
+		s.outcome(p.Name, provider.ScrapeResult{Reason: reason, Message: "not scraped: " + config.Message})
 		return
 	}
 	if err != nil {
 		s.scraped(err.Error())
-		s.outcome(p.Name, scrapeResult{reason: ReasonScrapeFailed, message: "the last scrape failed: " + err.Error()})
+		s.outcome(p.Name, provider.ScrapeResult{Reason: ReasonScrapeFailed, Message: "the last scrape failed: " + err.Error()})
 		return // the last rows expire on their own
 	}
 	parsed, err := signals.Parse(body, func(m string) bool { return wanted[m] })
 	if err != nil {
 		s.scraped("not_exposition")
-		s.outcome(p.Name, scrapeResult{reason: ReasonScrapeFailed, message: "the last scrape failed: the answer is not Prometheus text"})
+		s.outcome(p.Name, provider.ScrapeResult{Reason: ReasonScrapeFailed, Message: "the last scrape failed: the answer is not Prometheus text"})
 		return
 	}
 	s.scraped("ok")
-	s.outcome(p.Name, scrapeResult{ok: true, reason: ReasonScraped, message: "the last scrape succeeded"})
+	s.outcome(p.Name, provider.ScrapeResult{OK: true, Reason: ReasonScraped, Message: "the last scrape succeeded"})
 	now := s.c.Opts.Now()
 	samples := make([]signals.Sample, 0, len(parsed))
 	for _, ps := range parsed {
@@ -333,94 +334,12 @@ func normalisedLoad(samples []signals.Sample, mc *v1alpha1.MetricsConfig) []sign
 // skip logs a provider's scrape problem once per change of it.
 // outcome records a provider's scrape: a change is logged when it is a
 // problem and reaches the provider's MetricsScraped condition.
-func (s *signalCollector) outcome(provider string, r scrapeResult) {
-	if !s.scrapeStatus.set(provider, r) {
+func (s *signalCollector) outcome(provider string, r provider.ScrapeResult) {
+	if !s.scrapeStatus.Set(provider, r) {
 		return
 	}
-	if !r.ok {
-		s.c.Opts.Logger.Warn("signals_scrape_skipped", "provider", provider, "reason", r.reason, "message", r.message)
-	}
-}
-
-// The MetricsScraped condition of a provider with spec.metricsConfig:
-// whether the agent reads its load signals, and if not, why.
-const (
-	ConditionMetricsScraped = "MetricsScraped"
-	ReasonScraped           = "Scraped"
-	ReasonScrapeFailed      = "ScrapeFailed"
-	ReasonNoSignalNames     = "NoSignalNames"
-)
-
-type scrapeResult struct {
-	ok              bool
-	reason, message string
-}
-
-// scrapeStatus is the last scrape outcome of each provider, set by the
-// signals collector and read by the provider reconciler, which a change
-// wakes so that the provider's status says what the log says.
-type scrapeStatus struct {
-	mu      sync.Mutex
-	last    map[string]scrapeResult
-	changed func(provider string)
-}
-
-// set records provider's outcome and says whether it changed.
-func (s *scrapeStatus) set(provider string, r scrapeResult) bool {
-	s.mu.Lock()
-	if s.last == nil {
-		s.last = map[string]scrapeResult{}
-	}
-	prev, seen := s.last[provider]
-	s.last[provider] = r
-	s.mu.Unlock()
-	if seen && prev == r {
-		return false
-	}
-	if s.changed != nil {
-		s.changed(provider)
-	}
-	return true
-}
-
-var providerScrapedDesc = prometheus.NewDesc("gridsync_signals_provider_scraped",
-	"1 when the provider's last metrics scrape succeeded, 0 when it failed or could not be sent (its MetricsScraped condition says why); one series per provider with spec.metricsConfig.",
-	[]string{"provider"}, nil)
-
-// scrapedCollector exports each provider's last scrape outcome, so that an
-// alert can name the provider whose load the agent no longer reads.
-type scrapedCollector struct{ s *scrapeStatus }
-
-func (c scrapedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- providerScrapedDesc }
-
-func (c scrapedCollector) Collect(ch chan<- prometheus.Metric) {
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
-	for provider, r := range c.s.last {
-		v := 0.0
-		if r.ok {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(providerScrapedDesc, prometheus.GaugeValue, v, provider)
-	}
-}
-
-func (s *scrapeStatus) get(provider string) (scrapeResult, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.last[provider]
-	return r, ok
-}
-
-// retain forgets providers no longer scraped (gone, or without
-// metricsConfig).
-func (s *scrapeStatus) retain(keep map[string]bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for p := range s.last {
-		if !keep[p] {
-			delete(s.last, p)
-		}
+	if !r.OK {
+		s.c.Opts.Logger.Warn("signals_scrape_skipped", "provider", provider, "reason", r.Reason, "message", r.Message)
 	}
 }
 
@@ -436,7 +355,7 @@ func declaredSignals(n v1alpha1.MetricSignalNames) map[string]bool {
 
 // scrapeTimeout reads "2s" or "500ms", bounded by the probes' maximum.
 func scrapeTimeout(s string) time.Duration {
-	return min(cmp.Or(parseDuration(s), defaultScrapeTimeout), probe.MaxTimeout)
+	return min(cmp.Or(provider.ParseDuration(s), defaultScrapeTimeout), probe.MaxTimeout)
 }
 
 // ProviderEntry is one provider of the discovery API.

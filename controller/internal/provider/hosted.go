@@ -1,4 +1,4 @@
-package controller
+package provider
 
 // Reasons of an InferenceProvider's Hosted condition.
 const (

@@ -1,4 +1,4 @@
-package controller
+package provider
 
 import (
 	"context"
@@ -22,24 +22,30 @@ import (
 // The kinds of request a provider's endpoint settings apply to: each has
 // its own client (connections, TLS sessions) and its own status reasons.
 const (
-	featureHealthCheck = "HealthCheck"
-	featureMetrics     = "Metrics"
+	FeatureHealthCheck = "HealthCheck"
+	FeatureMetrics     = "Metrics"
 )
 
-// endpoints are the providers' endpoint settings as the prober's clients
+// Endpoints are the providers' endpoint settings as the prober's clients
 // use them: TLS material read from the API server, and the scraper
 // ServiceAccount's tokens.
-type endpoints struct {
+type Endpoints struct {
 	env    *base.Env
 	tokens *scraperTokens
 }
 
-// endpointFor is the provider's TLS and credential for one feature: the
+// NewEndpoints reads material and tokens for env's reconcilers; scraper is
+// the ServiceAccount whose tokens are sent where a provider asks for one.
+func NewEndpoints(env *base.Env, scraper types.NamespacedName) *Endpoints {
+	return &Endpoints{env: env, tokens: &scraperTokens{writer: env.Client, account: scraper, now: env.Opts.Now}}
+}
+
+// EndpointFor is the provider's TLS and credential for one feature: the
 // feature's own tls (healthCheck.tls, metricsConfig.tls) or else
 // spec.tls, and the feature's auth. Nil when neither is set: HTTPS is
 // then verified against the prober's roots, as before. src reads the
 // material at each request.
-func (e *endpoints) endpointFor(p *v1alpha1.InferenceProvider, feature string, own *v1alpha1.EndpointTLSConfig,
+func (e *Endpoints) EndpointFor(p *v1alpha1.InferenceProvider, feature string, own *v1alpha1.EndpointTLSConfig,
 	auth *v1alpha1.EndpointAuth, src func(context.Context) endpointtls.Source) *probe.Endpoint {
 	cfg := own
 	if cfg == nil {
@@ -48,7 +54,7 @@ func (e *endpoints) endpointFor(p *v1alpha1.InferenceProvider, feature string, o
 	if cfg == nil && auth == nil {
 		return nil
 	}
-	out := &probe.Endpoint{Key: endpointKey(feature, p.Name)}
+	out := &probe.Endpoint{Key: EndpointKey(feature, p.Name)}
 	if cfg != nil {
 		cfg = cfg.DeepCopy()
 		out.TLS = func(ctx context.Context) (*endpointtls.Raw, error) { return endpointtls.Read(ctx, cfg, src(ctx)) }
@@ -60,11 +66,11 @@ func (e *endpoints) endpointFor(p *v1alpha1.InferenceProvider, feature string, o
 	return out
 }
 
-// endpointKey names a provider's client for one feature among the
+// EndpointKey names a provider's client for one feature among the
 // prober's clients.
-func endpointKey(feature, provider string) string { return feature + "/" + provider }
+func EndpointKey(feature, provider string) string { return feature + "/" + provider }
 
-// materialReader reads TLS material for endpointtls with gets straight
+// MaterialReader reads TLS material for endpointtls with gets straight
 // from the API server, in the namespaces the agent works in only, each
 // object once per reader: a scrape round's reader is shared by its
 // providers, which often name the same CA. The Secrets of the site's own
@@ -72,7 +78,7 @@ func endpointKey(feature, provider string) string { return feature + "/" + provi
 // are never read for a provider: whoever writes an InferenceProvider
 // could otherwise have the agent present its site certificate to any
 // endpoint, a remote site's gateway among them, and act as its site there.
-type materialReader struct {
+type MaterialReader struct {
 	api      client.Reader
 	allowed  func(namespace string) bool
 	identity map[types.NamespacedName]bool
@@ -88,8 +94,10 @@ type materialRead struct {
 	err   error
 }
 
-func (e *endpoints) newMaterialReader(ctx context.Context) *materialReader {
-	r := &materialReader{api: e.env.API, allowed: e.env.Opts.Watches, memo: map[string]*materialRead{}, identity: map[types.NamespacedName]bool{}}
+// NewMaterialReader is a reader of TLS material for one probe or one
+// scrape round.
+func (e *Endpoints) NewMaterialReader(ctx context.Context) *MaterialReader {
+	r := &MaterialReader{api: e.env.API, allowed: e.env.Opts.Watches, memo: map[string]*materialRead{}, identity: map[types.NamespacedName]bool{}}
 	var networks v1alpha1.GridNetworkList
 	if err := e.env.Client.List(ctx, &networks); err != nil {
 		// The site's identity unknown, no Secret is read this time.
@@ -115,7 +123,7 @@ func (e *endpoints) newMaterialReader(ctx context.Context) *materialReader {
 	return r
 }
 
-func (r *materialReader) Secret(ctx context.Context, namespace, name string) (map[string][]byte, bool, error) {
+func (r *MaterialReader) Secret(ctx context.Context, namespace, name string) (map[string][]byte, bool, error) {
 	if r.identity[types.NamespacedName{Namespace: namespace, Name: name}] {
 		return nil, false, fmt.Errorf("%w: it holds the site's own identity (a GridNetwork's spec.tls names it), which is never presented to a provider", endpointtls.ErrForbidden)
 	}
@@ -126,7 +134,7 @@ func (r *materialReader) Secret(ctx context.Context, namespace, name string) (ma
 	})
 }
 
-func (r *materialReader) ConfigMap(ctx context.Context, namespace, name string) (map[string][]byte, bool, error) {
+func (r *MaterialReader) ConfigMap(ctx context.Context, namespace, name string) (map[string][]byte, bool, error) {
 	return r.read("ConfigMap", namespace, name, func(key types.NamespacedName) (map[string][]byte, error) {
 		var cm corev1.ConfigMap
 		if err := r.api.Get(ctx, key, &cm); err != nil {
@@ -143,7 +151,7 @@ func (r *materialReader) ConfigMap(ctx context.Context, namespace, name string) 
 	})
 }
 
-func (r *materialReader) read(kind, namespace, name string,
+func (r *MaterialReader) read(kind, namespace, name string,
 	get func(types.NamespacedName) (map[string][]byte, error)) (map[string][]byte, bool, error) {
 	if r.allowed != nil && !r.allowed(namespace) {
 		return nil, false, fmt.Errorf("%w: its namespace is not one the agent works in", endpointtls.ErrForbidden)

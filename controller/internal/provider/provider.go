@@ -1,4 +1,8 @@
-package controller
+// Package provider is the InferenceProvider controller: each provider's
+// health probe, phase and conditions (Accepted, Hosted, Ready, Draining,
+// MetricsScraped), and the endpoint settings (TLS material, scraper
+// tokens) its probes and the signals collector's scrapes use.
+package provider
 
 import (
 	"context"
@@ -27,15 +31,19 @@ import (
 	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
-type providerReconciler struct {
+// Reconciler is the InferenceProvider controller: it keeps each hosted
+// provider's health probe running and reports its phase and conditions.
+type Reconciler struct {
 	*base.Env
-	endpoints *endpoints
-	// scrapeStatus is each provider's last metrics scrape, for its
+	Endpoints *Endpoints
+	// ScrapeStatus is each provider's last metrics scrape, for its
 	// MetricsScraped condition.
-	scrapeStatus *scrapeStatus
+	ScrapeStatus *ScrapeStatus
 }
 
-func (r *providerReconciler) setup(mgr ctrl.Manager, health <-chan event.GenericEvent) error {
+// Setup registers the controller with mgr; a provider sent on health is
+// reconciled (its probe's health or its scrape outcome changed).
+func (r *Reconciler) Setup(mgr ctrl.Manager, health <-chan event.GenericEvent) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("inferenceprovider").
 		For(&v1alpha1.InferenceProvider{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -47,7 +55,7 @@ func (r *providerReconciler) setup(mgr ctrl.Manager, health <-chan event.Generic
 
 // Reconcile keeps the provider's health probe running and reports its
 // phase.
-func (r *providerReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var p v1alpha1.InferenceProvider
 	err := r.Client.Get(ctx, req.NamespacedName, &p)
 	if apierrors.IsNotFound(err) || (err == nil && !p.DeletionTimestamp.IsZero()) {
@@ -138,21 +146,21 @@ func setDrainingCondition(p *v1alpha1.InferenceProvider, next *v1alpha1.Inferenc
 // setScrapedCondition says whether the provider's metrics are scraped
 // into the site's signals, for a provider with spec.metricsConfig once
 // the collector has tried; otherwise the condition is absent.
-func (r *providerReconciler) setScrapedCondition(p *v1alpha1.InferenceProvider, next *v1alpha1.InferenceProviderStatus) {
-	res, known := r.scrapeStatus.get(p.Name)
+func (r *Reconciler) setScrapedCondition(p *v1alpha1.InferenceProvider, next *v1alpha1.InferenceProviderStatus) {
+	res, known := r.ScrapeStatus.get(p.Name)
 	if p.Spec.MetricsConfig == nil || !known {
 		meta.RemoveStatusCondition(&next.Conditions, ConditionMetricsScraped)
 		return
 	}
-	c := metav1.Condition{Type: ConditionMetricsScraped, Status: metav1.ConditionFalse, Reason: res.reason, Message: res.message, ObservedGeneration: p.Generation}
-	if res.ok {
+	c := metav1.Condition{Type: ConditionMetricsScraped, Status: metav1.ConditionFalse, Reason: res.Reason, Message: res.Message, ObservedGeneration: p.Generation}
+	if res.OK {
 		c.Status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&next.Conditions, c)
 }
 
 // ensureProbe starts, updates or stops the provider's health probe.
-func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
+func (r *Reconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 	hc := p.Spec.HealthCheck
 	if hc == nil {
 		r.Prober.Remove(p.Name)
@@ -167,9 +175,9 @@ func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 		url = p.Spec.Endpoint // no override: the provider's own endpoint
 	}
 	if hc.Path != "" {
-		url = joinPath(url, hc.Path)
+		url = JoinPath(url, hc.Path)
 	}
-	target := probe.Target{URL: url, Origin: p.Spec.Endpoint, Period: healthPeriod(hc), Timeout: parseDuration(hc.Timeout)}
+	target := probe.Target{URL: url, Origin: p.Spec.Endpoint, Period: HealthPeriod(hc), Timeout: ParseDuration(hc.Timeout)}
 	// Externally managed credentials are not Grid's to send.
 	if auth := p.Spec.Auth; auth != nil && auth.Strategy == v1alpha1.AuthStrategyBearerToken && auth.SecretRef != nil &&
 		!auth.CredentialsManagedExternally && r.Opts.Watches(auth.SecretRef.Namespace) {
@@ -177,8 +185,8 @@ func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 	}
 	// A probe reads its material afresh: a rotation is used from the
 	// next probe on.
-	target.Endpoint = r.endpoints.endpointFor(p, featureHealthCheck, hc.TLS, hc.Auth,
-		func(ctx context.Context) endpointtls.Source { return r.endpoints.newMaterialReader(ctx) })
+	target.Endpoint = r.Endpoints.EndpointFor(p, FeatureHealthCheck, hc.TLS, hc.Auth,
+		func(ctx context.Context) endpointtls.Source { return r.Endpoints.NewMaterialReader(ctx) })
 	r.Prober.Ensure(ctx, p.Name, target)
 	return nil
 }
@@ -186,10 +194,10 @@ func (r *providerReconciler) ensureProbe(p *v1alpha1.InferenceProvider) error {
 // defaultHealthPeriod is the interval of a health check that sets none.
 const defaultHealthPeriod = 30 * time.Second
 
-// healthPeriod is the health check's interval: interval, or
+// HealthPeriod is the health check's interval: interval, or
 // periodSeconds (its earlier name), or 30 s.
-func healthPeriod(hc *v1alpha1.HealthCheck) time.Duration {
-	if d := parseDuration(hc.Interval); d > 0 {
+func HealthPeriod(hc *v1alpha1.HealthCheck) time.Duration {
+	if d := ParseDuration(hc.Interval); d > 0 {
 		return d
 	}
 	if hc.PeriodSeconds > 0 {
@@ -198,15 +206,15 @@ func healthPeriod(hc *v1alpha1.HealthCheck) time.Duration {
 	return defaultHealthPeriod
 }
 
-// joinPath appends a path to a base URL, with one slash between them (the
+// JoinPath appends a path to a base URL, with one slash between them (the
 // probes' and scrapes' path fields).
-func joinPath(base, path string) string {
+func JoinPath(base, path string) string {
 	return strings.TrimSuffix(base, "/") + "/" + strings.TrimPrefix(path, "/")
 }
 
-// parseDuration reads a duration the schema admitted; 0 when empty,
+// ParseDuration reads a duration the schema admitted; 0 when empty,
 // unreadable or not positive (the default applies).
-func parseDuration(s string) time.Duration {
+func ParseDuration(s string) time.Duration {
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
 		return 0
