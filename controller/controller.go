@@ -34,6 +34,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
 	"github.com/gridsync/gridsync/controller/internal/provider"
+	"github.com/gridsync/gridsync/controller/internal/signalcollect"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/gossip/seeds"
@@ -365,7 +366,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 				life.Send(fromMembership, event.GenericEvent{Object: n})
 			}
 		}
-		if err := mgr.Add(&signalLoop{collector: newSignalCollector(shared, endpoints, scraped), peers: newSignalPoller(shared, trust), every: opts.SignalsInterval, settled: settled}); err != nil {
+		if err := mgr.Add(&signalcollect.Loop{Collector: signalcollect.NewCollector(shared, endpoints, scraped), Peers: signalcollect.NewPoller(shared, trust), Every: opts.SignalsInterval, Settled: settled}); err != nil {
 			return err
 		}
 	}

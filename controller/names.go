@@ -4,6 +4,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
 	"github.com/gridsync/gridsync/controller/internal/provider"
+	"github.com/gridsync/gridsync/controller/internal/signalcollect"
 )
 
 // Membership is how the control plane reaches the other sites of its
@@ -66,3 +67,14 @@ const (
 	ReasonScrapeFailed      = provider.ReasonScrapeFailed
 	ReasonNoSignalNames     = provider.ReasonNoSignalNames
 )
+
+// Defaults of the signals collection.
+const (
+	DefaultSignalsInterval = signalcollect.DefaultSignalsInterval
+	// DefaultScrapeMaxBytes bounds a provider's metrics body.
+	DefaultScrapeMaxBytes = signalcollect.DefaultScrapeMaxBytes
+)
+
+// PollMaxBytes bounds a peer's answer to a poll of its signals, as
+// upstream's relay does.
+const PollMaxBytes = signalcollect.PollMaxBytes

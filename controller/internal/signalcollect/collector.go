@@ -1,4 +1,9 @@
-package controller
+// Package signalcollect is the leader's signals work, every
+// SignalsInterval: this site's provider signals (health and scraped load)
+// collected into the signals store and gossiped, then the peers' signals
+// taken in, polled (signalTransport poll) or read from membership
+// (gossip).
+package signalcollect
 
 import (
 	"cmp"
@@ -14,7 +19,6 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/probe"
-	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/signals"
 	"github.com/gridsync/gridsync/trust/endpointtls"
@@ -30,20 +34,23 @@ const (
 	defaultScrapeTimeout = 2 * time.Second
 )
 
-// signalCollector keeps this site's rows of the signals store: every
+// Collector keeps this site's rows of the signals store: every
 // provider's health (its phase and last probe) and, for a provider with
 // spec.metricsConfig, the load series it declares, scraped under the
 // probes' destination rule and bounded in time and size. A scrape that
 // fails leaves the last rows to expire: stale is absent, never zero.
-type signalCollector struct {
+type Collector struct {
 	c                        *base.Env
 	endpoints                *provider.Endpoints
 	scrapeStatus             *provider.ScrapeStatus
 	scrapes, upstreamScrapes *prometheus.CounterVec
 }
 
-func newSignalCollector(c *base.Env, e *provider.Endpoints, scraped *provider.ScrapeStatus) *signalCollector {
-	s := &signalCollector{c: c, endpoints: e, scrapeStatus: scraped}
+// NewCollector is the collector of env's site: e and scraped are the
+// provider reconciler's endpoints and scrape status. It registers its
+// metrics.
+func NewCollector(c *base.Env, e *provider.Endpoints, scraped *provider.ScrapeStatus) *Collector {
+	s := &Collector{c: c, endpoints: e, scrapeStatus: scraped}
 	s.scrapes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_scrapes_total",
 		Help: "Scrapes of providers' metrics for the site's signals, by outcome (ok, a probe outcome such as timeout or too_large, not_exposition, or the reason a scrape was not sent, such as MetricsTlsSecretMissing).",
@@ -57,33 +64,33 @@ func newSignalCollector(c *base.Env, e *provider.Endpoints, scraped *provider.Sc
 }
 
 // scraped counts one scrape's outcome under both names.
-func (s *signalCollector) scraped(outcome string) {
+func (s *Collector) scraped(outcome string) {
 	s.scrapes.WithLabelValues(outcome).Inc()
 	s.upstreamScrapes.WithLabelValues(outcome).Inc()
 }
 
-// signalLoop is the leader's signals work, every SignalsInterval: this
+// Loop is the leader's signals work, every SignalsInterval: this
 // site's rows collected (and gossiped), then the peers' taken in.
-type signalLoop struct {
-	collector *signalCollector
-	peers     *signalPoller
-	every     time.Duration
-	// settled is told after each round: the networks whose overlays
+type Loop struct {
+	Collector *Collector
+	Peers     *Poller
+	Every     time.Duration
+	// Settled is told after each round: the networks whose overlays
 	// follow load signals are looked at again.
-	settled func(context.Context)
+	Settled func(context.Context)
 }
 
 // NeedLeaderElection: the leader's signals are the site's.
-func (l *signalLoop) NeedLeaderElection() bool { return true }
+func (l *Loop) NeedLeaderElection() bool { return true }
 
-func (l *signalLoop) Start(ctx context.Context) error {
-	t := time.NewTicker(l.every)
+func (l *Loop) Start(ctx context.Context) error {
+	t := time.NewTicker(l.Every)
 	defer t.Stop()
 	for {
-		l.collector.collect(ctx)
-		l.peers.round(ctx)
-		if l.settled != nil {
-			l.settled(ctx)
+		l.Collector.collect(ctx)
+		l.Peers.round(ctx)
+		if l.Settled != nil {
+			l.Settled(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -93,7 +100,7 @@ func (l *signalLoop) Start(ctx context.Context) error {
 	}
 }
 
-func (s *signalCollector) collect(ctx context.Context) {
+func (s *Collector) collect(ctx context.Context) {
 	store, site := s.c.Opts.Signals, s.c.Opts.SiteName
 	var list v1alpha1.InferenceProviderList
 	if err := s.c.Client.List(ctx, &list); err != nil {
@@ -142,7 +149,7 @@ func (s *signalCollector) collect(ctx context.Context) {
 // gossip publishes this site's signals into membership for every network
 // whose signals travel by gossip (the default): each network gets its own
 // providers' rows, ages as of now.
-func (s *signalCollector) gossip(ctx context.Context, providers []v1alpha1.InferenceProvider, now time.Time) {
+func (s *Collector) gossip(ctx context.Context, providers []v1alpha1.InferenceProvider, now time.Time) {
 	m := s.c.Opts.Membership
 	if m == nil {
 		return
@@ -189,7 +196,7 @@ func (s *signalCollector) gossip(ctx context.Context, providers []v1alpha1.Infer
 const maxGossipSignals = 4096
 
 // health is a provider's phase and last probe, as series.
-func (s *signalCollector) health(p *v1alpha1.InferenceProvider, now time.Time) []signals.Sample {
+func (s *Collector) health(p *v1alpha1.InferenceProvider, now time.Time) []signals.Sample {
 	h := s.c.Prober.Health(p.Name)
 	at := now
 	var out []signals.Sample
@@ -225,7 +232,7 @@ func (s *signalCollector) health(p *v1alpha1.InferenceProvider, now time.Time) [
 
 // healthySignal is the fresh value of the provider's declared health
 // gauge, if it has one.
-func (s *signalCollector) healthySignal(p *v1alpha1.InferenceProvider) (float64, time.Time, bool) {
+func (s *Collector) healthySignal(p *v1alpha1.InferenceProvider) (float64, time.Time, bool) {
 	mc := p.Spec.MetricsConfig
 	if mc == nil || mc.SignalNames.Healthy == "" {
 		return 0, time.Time{}, false
@@ -254,7 +261,7 @@ func probePeriod(p *v1alpha1.InferenceProvider) time.Duration {
 // scrape reads a provider's declared load series, with its TLS and
 // credential when it configures them; material is read through the
 // round's reader.
-func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider, material *provider.MaterialReader) {
+func (s *Collector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider, material *provider.MaterialReader) {
 	mc := p.Spec.MetricsConfig
 	store, site := s.c.Opts.Signals, s.c.Opts.SiteName
 	endpoint := s.endpoints.EndpointFor(p, provider.FeatureMetrics, mc.TLS, mc.Auth, func(context.Context) endpointtls.Source { return material })
@@ -263,7 +270,7 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	}
 	wanted := declaredSignals(mc.SignalNames)
 	if len(wanted) == 0 {
-		s.outcome(p.Name, provider.ScrapeResult{Reason: ReasonNoSignalNames,
+		s.outcome(p.Name, provider.ScrapeResult{Reason: provider.ReasonNoSignalNames,
 			Message: "metricsConfig.signalNames names no series: nothing is scraped"})
 		store.Drop(site, p.Name, signals.PartLoad)
 		return
@@ -286,17 +293,17 @@ func (s *signalCollector) scrape(ctx context.Context, p *v1alpha1.InferenceProvi
 	}
 	if err != nil {
 		s.scraped(err.Error())
-		s.outcome(p.Name, provider.ScrapeResult{Reason: ReasonScrapeFailed, Message: "the last scrape failed: " + err.Error()})
+		s.outcome(p.Name, provider.ScrapeResult{Reason: provider.ReasonScrapeFailed, Message: "the last scrape failed: " + err.Error()})
 		return // the last rows expire on their own
 	}
 	parsed, err := signals.Parse(body, func(m string) bool { return wanted[m] })
 	if err != nil {
 		s.scraped("not_exposition")
-		s.outcome(p.Name, provider.ScrapeResult{Reason: ReasonScrapeFailed, Message: "the last scrape failed: the answer is not Prometheus text"})
+		s.outcome(p.Name, provider.ScrapeResult{Reason: provider.ReasonScrapeFailed, Message: "the last scrape failed: the answer is not Prometheus text"})
 		return
 	}
 	s.scraped("ok")
-	s.outcome(p.Name, provider.ScrapeResult{OK: true, Reason: ReasonScraped, Message: "the last scrape succeeded"})
+	s.outcome(p.Name, provider.ScrapeResult{OK: true, Reason: provider.ReasonScraped, Message: "the last scrape succeeded"})
 	now := s.c.Opts.Now()
 	samples := make([]signals.Sample, 0, len(parsed))
 	for _, ps := range parsed {
@@ -334,7 +341,7 @@ func normalisedLoad(samples []signals.Sample, mc *v1alpha1.MetricsConfig) []sign
 // skip logs a provider's scrape problem once per change of it.
 // outcome records a provider's scrape: a change is logged when it is a
 // problem and reaches the provider's MetricsScraped condition.
-func (s *signalCollector) outcome(provider string, r provider.ScrapeResult) {
+func (s *Collector) outcome(provider string, r provider.ScrapeResult) {
 	if !s.scrapeStatus.Set(provider, r) {
 		return
 	}
@@ -358,81 +365,9 @@ func scrapeTimeout(s string) time.Duration {
 	return min(cmp.Or(provider.ParseDuration(s), defaultScrapeTimeout), probe.MaxTimeout)
 }
 
-// ProviderEntry is one provider of the discovery API.
-type ProviderEntry struct {
-	Name    string   `json:"name"`
-	Network string   `json:"network"`
-	Site    string   `json:"site"`
-	Local   bool     `json:"local"`
-	Models  []string `json:"models"`
-	Phase   string   `json:"phase"`
-	Fresh   bool     `json:"fresh"`
-}
-
-// Directory answers the provider discovery API (GET /v1/grid/providers)
-// from the controller's caches. NewManager fills it in.
-type Directory struct {
-	r *networkReconciler
-}
-
-// ErrDirectoryNotReady: the controller has not started.
-var ErrDirectoryNotReady = errors.New("the provider directory is not ready")
-
-// Providers lists what a caller may use: callerSite is a peer site, or
-// this site's own name for its co-located gateway (ownGateway). A peer
-// gets this site's providers that the network's policy and each
-// provider's access policy admit for it; the gateway gets those and the
-// providers of trusted (Active) remote sites as well. Unavailable
-// providers are left out, as they are from overlays.
-func (d *Directory) Providers(ctx context.Context, callerSite string, ownGateway bool) ([]ProviderEntry, error) {
-	if d == nil || d.r == nil {
-		return nil, ErrDirectoryNotReady
-	}
-	r := d.r
-	var networks v1alpha1.GridNetworkList
-	if err := r.Client.List(ctx, &networks); err != nil {
-		return nil, err
-	}
-	out := []ProviderEntry{}
-	for i := range networks.Items {
-		n := &networks.Items[i]
-		gw := render.Gateway{Site: callerSite, Policy: sitePolicy(n.Spec.NetworkPolicy)}
-		local, _, err := r.assessProviders(ctx, n)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range local {
-			if !routable(p.Phase) || !p.Admits(gw) || !gw.Policy.Allows(gw.Site, p.Name) {
-				continue
-			}
-			out = append(out, ProviderEntry{Name: p.Name, Network: n.Name, Site: r.Opts.SiteName, Local: true,
-				Models: p.Models, Phase: string(p.Phase), Fresh: p.Phase == v1alpha1.ProviderAvailable})
-		}
-		if !ownGateway || r.Opts.Membership == nil {
-			continue // a peer is never handed a third site's providers
-		}
-		remote, err := r.remoteProviders(ctx, n, r.Opts.Membership.View(n.Name))
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range remote {
-			if !routable(p.Phase) || !render.AdmitsSite(p.Sites, gw.Site) || !gw.Policy.Allows(gw.Site, p.Site) {
-				continue
-			}
-			out = append(out, ProviderEntry{Name: p.Name, Network: n.Name, Site: p.Site, Models: p.Models, Phase: string(p.Phase),
-				Fresh: p.Phase == v1alpha1.ProviderAvailable && !p.Stale})
-		}
-	}
-	return out, nil
-}
-
-func routable(phase v1alpha1.ProviderPhase) bool {
-	return phase == v1alpha1.ProviderAvailable || phase == v1alpha1.ProviderDegraded
-}
-
 // hostedHere says whether this site hosts the provider; a network that
 // cannot be read hosts it (its signals are only what the site scrapes).
-func (s *signalCollector) hostedHere(ctx context.Context, p *v1alpha1.InferenceProvider) bool {
+func (s *Collector) hostedHere(ctx context.Context, p *v1alpha1.InferenceProvider) bool {
 	if p.Spec.SiteSelector == nil {
 		return true
 	}

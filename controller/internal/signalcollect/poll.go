@@ -1,4 +1,4 @@
-package controller
+package signalcollect
 
 import (
 	"context"
@@ -32,7 +32,7 @@ const (
 	pollTimeout      = 2 * time.Second
 )
 
-// signalPoller is signalTransport poll: every interval each agent reads
+// Poller is signalTransport poll: every interval each agent reads
 // the signals of every Active peer of a poll-mode network, at the peer's
 // gossip-advertised host and the signals port, over mutual TLS with the
 // site certificate, checking the peer as a site probe does (the grid CA,
@@ -40,7 +40,7 @@ const (
 // for its own site are kept, keyed by the verified site, never by what
 // the body says; a sample's age is the answer's Date minus its stamp, so
 // the two sites' clocks never meet.
-type signalPoller struct {
+type Poller struct {
 	c        *base.Env
 	trust    *trustmaterial.Cache
 	failures base.ReasonLog // by site
@@ -52,8 +52,10 @@ type signalPoller struct {
 	polls *prometheus.CounterVec
 }
 
-func newSignalPoller(c *base.Env, trust *trustmaterial.Cache) *signalPoller {
-	p := &signalPoller{c: c, trust: trust, heard: map[string]heardRecord{}}
+// NewPoller is the peers' signals reader; trust is the networks' trust
+// material its polls present and check. It registers its metrics.
+func NewPoller(c *base.Env, trust *trustmaterial.Cache) *Poller {
+	p := &Poller{c: c, trust: trust, heard: map[string]heardRecord{}}
 	p.polls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_polls_total",
 		Help: "Polls of peer sites' signals, by outcome (ok, no_address, trust_material, untrusted_peer, status, too_large, not_exposition, or a probe outcome: timeout, connection_refused, tls_error...).",
@@ -62,7 +64,7 @@ func newSignalPoller(c *base.Env, trust *trustmaterial.Cache) *signalPoller {
 	return p
 }
 
-func (p *signalPoller) round(ctx context.Context) {
+func (p *Poller) round(ctx context.Context) {
 	var networks v1alpha1.GridNetworkList
 	if err := p.c.Client.List(ctx, &networks); err != nil {
 		return
@@ -117,7 +119,7 @@ func swimHost(view sites.NetworkView, site string) string {
 	return ""
 }
 
-func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1alpha1.GridSite, host string) {
+func (p *Poller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1alpha1.GridSite, host string) {
 	site := base.SiteOf(gs)
 	if p.c.Opts.SignalsPeerPort == 0 {
 		p.fail(site, "no_address", "no signals port is known for peers (--signals-peer-port)")
@@ -223,7 +225,7 @@ func (p *signalPoller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1
 
 // storePeer replaces a peer's rows with what it now says: each provider's
 // samples, served until three intervals past the oldest of them.
-func (p *signalPoller) storePeer(site string, byProvider map[string][]signals.Sample, now time.Time) {
+func (p *Poller) storePeer(site string, byProvider map[string][]signals.Sample, now time.Time) {
 	stale := 3 * p.c.Opts.SignalsInterval
 	seen := map[string]bool{}
 	for provider, samples := range byProvider {
@@ -239,7 +241,7 @@ func (p *signalPoller) storePeer(site string, byProvider map[string][]signals.Sa
 	p.c.Opts.Signals.Retain(site, signals.PartPeer, seen)
 }
 
-func (p *signalPoller) fail(site, outcome, why string) {
+func (p *Poller) fail(site, outcome, why string) {
 	p.polls.WithLabelValues(outcome).Inc()
 	if p.failures.Set(site, why) != why {
 		p.c.Opts.Logger.Warn("signals_poll_failed", "site", site, "outcome", outcome, "reason", why)
@@ -254,7 +256,7 @@ type heardRecord struct {
 // fromGossip is signalTransport gossip: the signals of the network's
 // Active sites, as their records carry them, into the store. A site not
 // trusted has none taken.
-func (p *signalPoller) fromGossip(ctx context.Context, n *v1alpha1.GridNetwork) {
+func (p *Poller) fromGossip(ctx context.Context, n *v1alpha1.GridNetwork) {
 	trusted, err := p.c.TrustedSites(ctx, n.Name)
 	if err != nil {
 		return
