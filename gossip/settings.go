@@ -40,7 +40,10 @@ func (r *Runtime) SetNetworkSettings(network string, s sites.NetworkSettings) {
 	if repin {
 		r.adoptLocked(gridID{ID: pin, By: r.cfg.Site, At: r.cfg.Now().Unix(), Pinned: true}, "pinned")
 	}
-	restart := r.ml != nil && r.timingsLocked() != r.running
+	// Poked whether or not a node runs: a change that lands while the
+	// node restarts (after the new node read the timings, before it is
+	// up) is then seen by the new node's loop, which compares again.
+	restart := r.timingsLocked() != r.running
 	local, announced := r.locals[network]
 	r.mu.Unlock()
 	if restart {

@@ -158,7 +158,7 @@ func TestAgentChartAlertsAndDashboardNameSeriesTheAgentExports(t *testing.T) {
 		}
 	}
 
-	declared := sourceStrings(t, "agent", "controller", "shared")
+	declared := sourceStrings(t, "cmd", "controller", "delivery", "gossip", "internal", "listener", "shared", "signals", "trust")
 	names := map[string]bool{}
 	for _, e := range exprs {
 		for _, n := range metricName.FindAllString(e, -1) {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/gridsync/gridsync/test/testproc"
 )
 
 // FreeTCPUDPAddr is a loopback address whose port is free for both TCP
@@ -33,7 +35,9 @@ func FreeTCPUDPAddr(t testing.TB) string {
 		_ = l.Close()
 		if err == nil {
 			_ = u.Close()
-			return addr
+			if testproc.Claim(addr) { // never a port given out before
+				return addr
+			}
 		}
 	}
 	t.Fatal("no loopback port free for TCP and UDP")

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -84,13 +85,36 @@ func (pr *Proc) Running() bool {
 }
 
 // FreeAddr is a loopback TCP address nobody listens on.
+//
+// The kernel may hand the same free port to two binds in a row once the
+// first is closed, so a port already given out in this process is never
+// given again: an agent given one address for its health port and
+// another for its signals listener once got the same port twice, and
+// exited on the second bind.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
+	for range 50 {
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := l.Addr().String()
+		require.NoError(t, l.Close())
+		if Claim(addr) {
+			return addr
+		}
+	}
+	t.Fatal("no loopback port free that this process has not given out")
+	return ""
+}
+
+// handedOut are the addresses FreeAddr and its kin gave out in this
+// process.
+var handedOut sync.Map
+
+// Claim records addr as given out, and reports whether it was not
+// before: a helper that finds free ports gives only claimed ones.
+func Claim(addr string) bool {
+	_, had := handedOut.LoadOrStore(addr, struct{}{})
+	return !had
 }
 
 // WaitOK waits up to 10 s for url to answer 200.

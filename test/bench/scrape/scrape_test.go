@@ -214,6 +214,9 @@ func runCase(b *testing.B, mode string) {
 	defer removeProviders(ctx, b, admin, network)
 	pid := agent.Cmd.Process.Pid
 	measure.Until(b, 2*time.Minute, 50*time.Millisecond, "every provider scraped in the warm-up rounds", func() bool {
+		if !agent.Running() {
+			b.Fatal("the agent exited before the warm-up rounds ended") // its output follows
+		}
 		return c.scrapes.Load() >= int64(warmup*providers)
 	})
 
