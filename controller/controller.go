@@ -33,6 +33,7 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
+	"github.com/gridsync/gridsync/controller/internal/overlay"
 	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/internal/signalcollect"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
@@ -239,7 +240,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range []string{rotationEnrolled, rotationRotated, rotationRefused, rotationFailed, rotationExpired} {
+	for _, r := range overlay.RotationResults() {
 		metrics.IdentityRotations.WithLabelValues(r)
 	}
 	ctx := context.Background()
@@ -299,8 +300,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 		p.Name = name
 		life.Send(toProviders, event.GenericEvent{Object: p})
 	})
-	nr := &networkReconciler{Env: shared, Trust: trust,
-		seedResolver: seeds.NewCachingResolver(opts.SeedResolver, seeds.DefaultCacheTTL, opts.Now)}
+	nr := overlay.New(shared, trust, opts.SeedResolver)
 	if opts.Directory != nil {
 		opts.Directory.r = nr
 	}
@@ -350,7 +350,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 			life.Send(fromMembership, event.GenericEvent{Object: n})
 		})
 	}
-	if err := mgr.Add(&secretPoller{r: nr, out: fromMembership}); err != nil {
+	if err := mgr.Add(nr.SecretPoller(fromMembership)); err != nil {
 		return err
 	}
 	if opts.Signals != nil {
@@ -360,7 +360,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 		// This site's signals, then its peers': polled (poll mode) or
 		// read from membership (gossip).
 		settled := func(ctx context.Context) {
-			for _, name := range loadDrivenNetworks(ctx, mgr.GetCache()) {
+			for _, name := range overlay.LoadDrivenNetworks(ctx, mgr.GetCache()) {
 				n := &v1alpha1.GridNetwork{}
 				n.Name = name
 				life.Send(fromMembership, event.GenericEvent{Object: n})
@@ -370,7 +370,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 			return err
 		}
 	}
-	if err := nr.setup(mgr, toNetworks, fromMembership); err != nil {
+	if err := nr.Setup(mgr, toNetworks, fromMembership); err != nil {
 		return err
 	}
 	if err := (&gridsite.Reconciler{Env: shared, Trust: trust}).Setup(mgr, reprobe); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/overlay"
 	"github.com/gridsync/gridsync/controller/render"
 )
 
@@ -22,7 +23,7 @@ type ProviderEntry struct {
 // Directory answers the provider discovery API (GET /v1/grid/providers)
 // from the controller's caches. NewManager fills it in.
 type Directory struct {
-	r *networkReconciler
+	r *overlay.Reconciler
 }
 
 // ErrDirectoryNotReady: the controller has not started.
@@ -46,8 +47,8 @@ func (d *Directory) Providers(ctx context.Context, callerSite string, ownGateway
 	out := []ProviderEntry{}
 	for i := range networks.Items {
 		n := &networks.Items[i]
-		gw := render.Gateway{Site: callerSite, Policy: sitePolicy(n.Spec.NetworkPolicy)}
-		local, _, err := r.assessProviders(ctx, n)
+		gw := render.Gateway{Site: callerSite, Policy: overlay.SitePolicy(n.Spec.NetworkPolicy)}
+		local, _, err := r.AssessProviders(ctx, n)
 		if err != nil {
 			return nil, err
 		}
@@ -61,7 +62,7 @@ func (d *Directory) Providers(ctx context.Context, callerSite string, ownGateway
 		if !ownGateway || r.Opts.Membership == nil {
 			continue // a peer is never handed a third site's providers
 		}
-		remote, err := r.remoteProviders(ctx, n, r.Opts.Membership.View(n.Name))
+		remote, err := r.RemoteProviders(ctx, n, r.Opts.Membership.View(n.Name))
 		if err != nil {
 			return nil, err
 		}

@@ -1,10 +1,15 @@
 package controller
 
 import (
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
+	"github.com/gridsync/gridsync/controller/internal/overlay"
 	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/internal/signalcollect"
+	"github.com/gridsync/gridsync/trust/enrol"
 )
 
 // Membership is how the control plane reaches the other sites of its
@@ -78,3 +83,101 @@ const (
 // PollMaxBytes bounds a peer's answer to a poll of its signals, as
 // upstream's relay does.
 const PollMaxBytes = signalcollect.PollMaxBytes
+
+// ConditionSiteIdentity is the network's condition on this site's
+// certificate; these are its reasons.
+const (
+	ConditionSiteIdentity         = overlay.ConditionSiteIdentity
+	ReasonSiteCertificateIssued   = overlay.ReasonSiteCertificateIssued
+	ReasonSiteCertificateCurrent  = overlay.ReasonSiteCertificateCurrent
+	ReasonSiteCertificateGiven    = overlay.ReasonSiteCertificateGiven
+	ReasonNoSiteIdentity          = overlay.ReasonNoSiteIdentity
+	ReasonGridCAUnreadable        = overlay.ReasonGridCAUnreadable
+	ReasonGridCAInvalid           = overlay.ReasonGridCAInvalid
+	ReasonGridCAGenerationFailed  = overlay.ReasonGridCAGenerationFailed
+	ReasonSiteSecretUnreadable    = overlay.ReasonSiteSecretUnreadable
+	ReasonSiteNameMissing         = overlay.ReasonSiteNameMissing
+	ReasonSiteCertificateMissing  = overlay.ReasonSiteCertificateMissing
+	ReasonSiteCertificateFailed   = overlay.ReasonSiteCertificateFailed
+	ReasonSiteSecretConflict      = overlay.ReasonSiteSecretConflict
+	ReasonSiteCertificateEnrolled = overlay.ReasonSiteCertificateEnrolled
+	ReasonSiteCertificateRenewed  = overlay.ReasonSiteCertificateRenewed
+	ReasonEnrollmentTokenMissing  = overlay.ReasonEnrollmentTokenMissing
+	ReasonEnrollmentRefused       = overlay.ReasonEnrollmentRefused
+	ReasonIssuerUnreachable       = overlay.ReasonIssuerUnreachable
+	ReasonIdentityExpired         = overlay.ReasonIdentityExpired
+)
+
+// ConditionMembership is the network's SWIM condition; these are its
+// reasons (and Ready's when membership keeps the network from being
+// reconciled).
+const (
+	ConditionMembership     = overlay.ConditionMembership
+	ReasonSwimNotRunning    = overlay.ReasonSwimNotRunning
+	ReasonSwimKeyMissing    = overlay.ReasonSwimKeyMissing
+	ReasonSwimKeyInvalid    = overlay.ReasonSwimKeyInvalid
+	ReasonSwimKeyUnreadable = overlay.ReasonSwimKeyUnreadable
+	ReasonSwimKeyPending    = overlay.ReasonSwimKeyPending
+	ReasonSeedsUnresolvable = overlay.ReasonSeedsUnresolvable
+	ReasonGridIDConflict    = overlay.ReasonGridIDConflict
+	ReasonSiteCertInvalid   = overlay.ReasonSiteCertInvalid
+	ReasonMembershipRunning = overlay.ReasonMembershipRunning
+	ReasonStandby           = overlay.ReasonStandby
+)
+
+// AutoDiscoverSitesLabel on a GridNetwork asks for GridSites of the
+// sites discovered in it.
+const AutoDiscoverSitesLabel = overlay.AutoDiscoverSitesLabel
+
+// Reasons of a gateway's overlay phase, and AnnotationOrphaned, the mark
+// of an overlay ConfigMap whose gateway or network is gone.
+const (
+	ReasonPublished             = overlay.ReasonPublished
+	ReasonNamespaceNotWatched   = overlay.ReasonNamespaceNotWatched
+	ReasonConfigMapNotOwned     = overlay.ReasonConfigMapNotOwned
+	ReasonConfigMapNameConflict = overlay.ReasonConfigMapNameConflict
+	ReasonOverlayTooLarge       = overlay.ReasonOverlayTooLarge
+	ReasonPublishFailed         = overlay.ReasonPublishFailed
+	ReasonRenderFailed          = overlay.ReasonRenderFailed
+	AnnotationOrphaned          = overlay.AnnotationOrphaned
+)
+
+// AnnotationSiteIdentityFingerprint is the pod-template annotation that
+// rolls an opted-in gateway Deployment to a renewed site certificate;
+// these are the reasons of a gateway's identityRollout status.
+const (
+	AnnotationSiteIdentityFingerprint = overlay.AnnotationSiteIdentityFingerprint
+	ReasonIdentityRolled              = overlay.ReasonIdentityRolled
+	ReasonIdentityCurrent             = overlay.ReasonIdentityCurrent
+	ReasonDeploymentForbidden         = overlay.ReasonDeploymentForbidden
+	ReasonDeploymentMissing           = overlay.ReasonDeploymentMissing
+	ReasonDeploymentPatchFailed       = overlay.ReasonDeploymentPatchFailed
+)
+
+// Conditions and reasons of a GridNetwork's Ready and Selection (see the
+// overlay package for each one's meaning).
+const (
+	ConditionSelection             = overlay.ConditionSelection
+	ReasonWeightsNotInContract     = overlay.ReasonWeightsNotInContract
+	ReasonMountsNotReconciled      = overlay.ReasonMountsNotReconciled
+	ReasonPraxisConfigsNotRendered = overlay.ReasonPraxisConfigsNotRendered
+	ReasonSignalsNotCollected      = overlay.ReasonSignalsNotCollected
+	ReasonServingConfigFailed      = overlay.ReasonServingConfigFailed
+)
+
+// EnrolmentAuthority is the issuer's side of enrolment (see
+// overlay.EnrolmentAuthority): the CA of a network whose site
+// certificates this site issues, read uncached through api.
+func EnrolmentAuthority(api client.Reader) enrol.CA { return overlay.EnrolmentAuthority(api) }
+
+// OfflinePraxisConfig is one gateway's Praxis config rendered from
+// manifests, without a cluster.
+type OfflinePraxisConfig = overlay.OfflinePraxisConfig
+
+// RenderPraxisConfigs renders the Praxis config of every gateway of a
+// network that asks for one, as the agent would with every provider of
+// the network Available, every Secret a provider names present, and no
+// remote site (see overlay.RenderPraxisConfigs).
+func RenderPraxisConfigs(network *v1alpha1.GridNetwork, providers []v1alpha1.InferenceProvider) []OfflinePraxisConfig {
+	return overlay.RenderPraxisConfigs(network, providers)
+}

@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"cmp"
@@ -27,7 +27,7 @@ const ReasonServingConfigFailed = "ServingConfigFailed"
 // longer asks for one, its candidates withdrawn (the agent deletes no
 // ConfigMap it is not asked to: its RBAC grants no delete by default). An error of one gateway is returned after
 // the others were done.
-func (r *networkReconciler) reconcileServing(ctx context.Context, network *v1alpha1.GridNetwork, overlays []gatewayOverlay) ([]v1alpha1.PraxisConfigStatus, error) {
+func (r *Reconciler) reconcileServing(ctx context.Context, network *v1alpha1.GridNetwork, overlays []gatewayOverlay) ([]v1alpha1.PraxisConfigStatus, error) {
 	specs := map[types.NamespacedName]*v1alpha1.ConsumerGateway{}
 	for i := range network.Spec.ConsumerGateways {
 		g := &network.Spec.ConsumerGateways[i]
@@ -67,7 +67,7 @@ func (r *networkReconciler) reconcileServing(ctx context.Context, network *v1alp
 }
 
 // applyServing renders and applies one gateway's serving config.
-func (r *networkReconciler) applyServing(ctx context.Context, network *v1alpha1.GridNetwork, o gatewayOverlay, spec *v1alpha1.ConsumerGateway) (v1alpha1.PraxisConfigStatus, error) {
+func (r *Reconciler) applyServing(ctx context.Context, network *v1alpha1.GridNetwork, o gatewayOverlay, spec *v1alpha1.ConsumerGateway) (v1alpha1.PraxisConfigStatus, error) {
 	gw := o.gateway
 	name := servingconfig.ConfigMapName(network.Name, gw.Name)
 	st := v1alpha1.PraxisConfigStatus{GatewayName: gw.Name, Namespace: gw.Namespace, ConfigMapName: name, ObservedGeneration: network.Generation}
@@ -109,7 +109,7 @@ func (r *networkReconciler) applyServing(ctx context.Context, network *v1alpha1.
 
 // servingOf reads the serving ConfigMap this agent manages for a
 // network's gateway; nil when there is none of its own.
-func (r *networkReconciler) servingOf(ctx context.Context, network, gateway, namespace string) (*corev1.ConfigMap, error) {
+func (r *Reconciler) servingOf(ctx context.Context, network, gateway, namespace string) (*corev1.ConfigMap, error) {
 	var cm corev1.ConfigMap
 	key := types.NamespacedName{Namespace: namespace, Name: servingconfig.ConfigMapName(network, gateway)}
 	switch err := r.API.Get(ctx, key, &cm); {
@@ -128,7 +128,7 @@ func (r *networkReconciler) servingOf(ctx context.Context, network, gateway, nam
 // gateway that left its network (as its overlay is withdrawn) or stopped
 // asking for one: the embedded gateway then routes nowhere rather than
 // keep the last list.
-func (r *networkReconciler) withdrawServing(ctx context.Context, network, gateway, namespace string) error {
+func (r *Reconciler) withdrawServing(ctx context.Context, network, gateway, namespace string) error {
 	cm, err := r.servingOf(ctx, network, gateway, namespace)
 	if err != nil || cm == nil {
 		return err

@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
-// remoteProviders are the provider records gossiped by the sites whose
+// RemoteProviders are the provider records gossiped by the sites whose
 // GridSite is Active; a record whose access policy does not parse is left
 // out (fail closed), and so is a stale one older than the network's
 // spec.staleCandidateTtlSeconds.
-func (r *networkReconciler) remoteProviders(ctx context.Context, network *v1alpha1.GridNetwork, view sites.NetworkView) ([]render.Remote, error) {
+func (r *Reconciler) RemoteProviders(ctx context.Context, network *v1alpha1.GridNetwork, view sites.NetworkView) ([]render.Remote, error) {
 	if len(view.Providers) == 0 {
 		return nil, nil
 	}
@@ -77,7 +77,7 @@ func expiredSites(network *v1alpha1.GridNetwork, view sites.NetworkView, now tim
 
 // gateways lists the network's consumer gateways, each once.
 func gateways(n *v1alpha1.GridNetwork) []render.Gateway {
-	policy := sitePolicy(n.Spec.NetworkPolicy)
+	policy := SitePolicy(n.Spec.NetworkPolicy)
 	seen := map[types.NamespacedName]bool{}
 	var out []render.Gateway
 	for _, g := range n.Spec.ConsumerGateways {
@@ -105,8 +105,8 @@ func gateways(n *v1alpha1.GridNetwork) []render.Gateway {
 	return out
 }
 
-// sitePolicy reads the network's networkPolicy.
-func sitePolicy(np *v1alpha1.NetworkPolicy) render.SitePolicy {
+// SitePolicy reads the network's networkPolicy.
+func SitePolicy(np *v1alpha1.NetworkPolicy) render.SitePolicy {
 	var p render.SitePolicy
 	if np == nil {
 		return p
@@ -121,9 +121,9 @@ func sitePolicy(np *v1alpha1.NetworkPolicy) render.SitePolicy {
 	return p
 }
 
-// assessProviders assesses every provider of the network this site
+// AssessProviders assesses every provider of the network this site
 // hosts (spec.siteSelector), and returns them with the provider objects.
-func (r *networkReconciler) assessProviders(ctx context.Context, network *v1alpha1.GridNetwork) ([]render.Provider, []v1alpha1.InferenceProvider, error) {
+func (r *Reconciler) AssessProviders(ctx context.Context, network *v1alpha1.GridNetwork) ([]render.Provider, []v1alpha1.InferenceProvider, error) {
 	var all v1alpha1.InferenceProviderList
 	if err := r.Client.List(ctx, &all, client.MatchingFields{base.IndexNetwork: network.Name}); err != nil {
 		return nil, nil, fmt.Errorf("list providers of %s: %w", network.Name, err)

@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"context"
@@ -34,7 +34,7 @@ const (
 // patched with the access its gateway granted (get and patch on that one
 // Deployment; the agent's own RBAC grants none), and a refusal names the
 // verb refused. certPEM is the site certificate as gossiped.
-func (r *networkReconciler) rollIdentity(ctx context.Context, network *v1alpha1.GridNetwork, certPEM string, statuses []v1alpha1.GatewayOverlayStatus) {
+func (r *Reconciler) rollIdentity(ctx context.Context, network *v1alpha1.GridNetwork, certPEM string, statuses []v1alpha1.GatewayOverlayStatus) {
 	fingerprint := ""
 	if certs, err := sitetrust.ParseCertificates([]byte(certPEM)); err == nil {
 		fingerprint = sitetrust.Fingerprint(certs[0].Raw)
@@ -55,7 +55,7 @@ func (r *networkReconciler) rollIdentity(ctx context.Context, network *v1alpha1.
 	}
 }
 
-func (r *networkReconciler) rollOne(ctx context.Context, namespace, name, fingerprint string) *v1alpha1.IdentityRolloutStatus {
+func (r *Reconciler) rollOne(ctx context.Context, namespace, name, fingerprint string) *v1alpha1.IdentityRolloutStatus {
 	at := fmt.Sprintf("Deployment %s/%s", namespace, name)
 	var d appsv1.Deployment
 	err := r.API.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &d)

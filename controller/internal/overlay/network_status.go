@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 )
 
 // writeStatus writes the network's status when it differs.
-func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
+func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
 	praxis, serving []v1alpha1.PraxisConfigStatus, mountStatus []v1alpha1.MountReconciliationStatus, swim membershipOutcome, identity identityOutcome,
 ) error {
 	next := network.Status.DeepCopy()
@@ -79,7 +79,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	// A field this release does not act on is said, never silently
 	// ignored: the network is not what it asks for.
 	if unsupported := unsupportedFields(network); len(unsupported) > 0 {
-		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonFieldNotSupported
+		ready.Status, ready.Reason = metav1.ConditionFalse, base.ReasonFieldNotSupported
 		ready.Message = "not supported by this release, so not in effect: " + strings.Join(unsupported, ", ") + "; " + ready.Message
 	}
 	// Membership that keeps the network from what it asks for is said in
@@ -89,7 +89,7 @@ func (r *networkReconciler) writeStatus(ctx context.Context, network *v1alpha1.G
 	case swim.keyFailed:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.condition.reason, swim.condition.message
 	case swim.condition.reason == ReasonSwimNotRunning && !swim.condition.ok:
-		if ready.Reason != ReasonFieldNotSupported {
+		if ready.Reason != base.ReasonFieldNotSupported {
 			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonSwimNotRunning, swim.condition.message+"; "+ready.Message
 		} else {
 			ready.Message += "; " + swim.condition.message
@@ -231,7 +231,7 @@ const ReasonPraxisConfigsNotRendered = "PraxisConfigsNotRendered"
 
 // summariseDeliveries tells the delivery tracker the network's gateways
 // and puts what their pods report in each overlay status.
-func (r *networkReconciler) summariseDeliveries(network string, gws []render.Gateway, statuses []v1alpha1.GatewayOverlayStatus) {
+func (r *Reconciler) summariseDeliveries(network string, gws []render.Gateway, statuses []v1alpha1.GatewayOverlayStatus) {
 	d := r.Opts.Deliveries
 	if d == nil {
 		return

@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"context"
@@ -105,7 +105,7 @@ func praxisSpec(network *v1alpha1.GridNetwork, gw render.Gateway) *v1alpha1.Prax
 // delegated (for the mount stage, which stages and rolls them instead of
 // this stage writing them); an error of one gateway is returned after the
 // others were done.
-func (r *networkReconciler) reconcilePraxisConfigs(ctx context.Context, network *v1alpha1.GridNetwork, items []v1alpha1.InferenceProvider,
+func (r *Reconciler) reconcilePraxisConfigs(ctx context.Context, network *v1alpha1.GridNetwork, items []v1alpha1.InferenceProvider,
 	overlays []gatewayOverlay,
 ) ([]gatewayOverlay, []v1alpha1.PraxisConfigStatus, map[types.NamespacedName]*delegatedConfig, error) {
 	out := make([]gatewayOverlay, 0, len(overlays))
@@ -143,7 +143,7 @@ func (r *networkReconciler) reconcilePraxisConfigs(ctx context.Context, network 
 // for a retry. A gateway whose mounts are delegated gets its requirements
 // document here and its config from the mount stage, which writes it to
 // the slot no pod reads and rolls the Deployment to it.
-func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway,
+func (r *Reconciler) reconcilePraxisConfig(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway,
 	spec *v1alpha1.PraxisConfig, overlay envelope.Overlay, in praxisInputs,
 ) (praxisOutcome, error) {
 	name := praxisconfig.ConfigMapName(*spec)
@@ -251,7 +251,7 @@ func (r *networkReconciler) reconcilePraxisConfig(ctx context.Context, network *
 // absent or lack a key, and the resourceVersions of the others
 // (namespace/name to version; never a value). Secrets in a namespace the
 // agent does not read cannot be checked and are named so.
-func (r *networkReconciler) mountedSecrets(ctx context.Context, reqs []praxisconfig.Requirement) ([]string, map[string]string) {
+func (r *Reconciler) mountedSecrets(ctx context.Context, reqs []praxisconfig.Requirement) ([]string, map[string]string) {
 	secrets := base.NewSecretReader(ctx, r.API)
 	var missing []string
 	versions := map[string]string{}
@@ -284,7 +284,7 @@ func (r *networkReconciler) mountedSecrets(ctx context.Context, reqs []praxiscon
 // It refuses a ConfigMap made by somebody else (the Grid operator's are
 // taken over, and with takeOver any unlabelled one: a delegated gateway's
 // bootstrap config) or held by another network or gateway.
-func (r *networkReconciler) applyManaged(ctx context.Context, key types.NamespacedName, labels map[string]string,
+func (r *Reconciler) applyManaged(ctx context.Context, key types.NamespacedName, labels map[string]string,
 	network, gateway string, data map[string]string, takeOver bool,
 ) (bool, error) {
 	var current corev1.ConfigMap
@@ -320,7 +320,7 @@ func (r *networkReconciler) applyManaged(ctx context.Context, key types.Namespac
 
 // mayWrite: the ConfigMap is the agent's, the Grid operator's (taken
 // over), or with takeOver anybody's but another manager's.
-func (r *networkReconciler) mayWrite(cm *corev1.ConfigMap, takeOver bool) bool {
+func (r *Reconciler) mayWrite(cm *corev1.ConfigMap, takeOver bool) bool {
 	owner := cm.Labels[envelope.LabelManagedBy]
 	return owner == r.Opts.Producer || adoptable(cm) || (takeOver && owner == "")
 }
@@ -329,7 +329,7 @@ func (r *networkReconciler) mayWrite(cm *corev1.ConfigMap, takeOver bool) bool {
 // stored in the ConfigMap, and names the clusters left out. It returns nil
 // candidates when there is no config of this agent's there (the gateway
 // runs one of its own).
-func (r *networkReconciler) lastAppliedReach(ctx context.Context, key types.NamespacedName, candidates []envelope.Candidate) ([]envelope.Candidate, []string, error) {
+func (r *Reconciler) lastAppliedReach(ctx context.Context, key types.NamespacedName, candidates []envelope.Candidate) ([]envelope.Candidate, []string, error) {
 	var cm corev1.ConfigMap
 	switch err := r.API.Get(ctx, key, &cm); {
 	case apierrors.IsNotFound(err):

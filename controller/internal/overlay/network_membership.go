@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
@@ -65,7 +66,7 @@ type conditionSpec struct {
 
 // loadSwimKey reads a network's SWIM key Secret. The error's message names
 // the field and the Secret, never its bytes; reason is the status reason.
-func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.GridNetwork) (ks *swimkeys.Set, reason string, err error) {
+func (r *Reconciler) loadSwimKey(ctx context.Context, network *v1alpha1.GridNetwork) (ks *swimkeys.Set, reason string, err error) {
 	if network.Spec.TLS == nil || network.Spec.TLS.SwimKeySecretRef == nil {
 		return nil, "", nil
 	}
@@ -93,7 +94,7 @@ func (r *networkReconciler) loadSwimKey(ctx context.Context, network *v1alpha1.G
 // identity step read or issued it, and its providers), in that order:
 // with a key configured that does not load, nothing is announced or
 // published.
-func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1alpha1.GridNetwork, local []sites.Provider, cert string, certErr error) membershipOutcome {
+func (r *Reconciler) reconcileMembership(ctx context.Context, network *v1alpha1.GridNetwork, local []sites.Provider, cert string, certErr error) membershipOutcome {
 	m := r.Opts.Membership
 	if m == nil {
 		if membershipRequested(network) {
@@ -200,7 +201,7 @@ func (r *networkReconciler) reconcileMembership(ctx context.Context, network *v1
 // with the site certificate and against the grid CA the trust probes use.
 // A network that declares no grid CA is open: its records are neither
 // signed nor checked.
-func (r *networkReconciler) membershipIdentity(ctx context.Context, network *v1alpha1.GridNetwork) sites.Identity {
+func (r *Reconciler) membershipIdentity(ctx context.Context, network *v1alpha1.GridNetwork) sites.Identity {
 	t := network.Spec.TLS
 	if t == nil || t.CASecretRef == nil && t.CAConfigMapRef == nil {
 		return sites.Identity{Open: true}
@@ -276,7 +277,7 @@ func gridSiteName(network, site string) string {
 // syncGridSites creates the GridSites of the network's remote sites and
 // keeps their gateway address, writing only what changed since the last
 // write. Their status is the GridSite controller's.
-func (r *networkReconciler) syncGridSites(ctx context.Context, network *v1alpha1.GridNetwork, view sites.NetworkView) error {
+func (r *Reconciler) syncGridSites(ctx context.Context, network *v1alpha1.GridNetwork, view sites.NetworkView) error {
 	if network.Labels[AutoDiscoverSitesLabel] != "true" {
 		return nil
 	}
@@ -289,7 +290,7 @@ func (r *networkReconciler) syncGridSites(ctx context.Context, network *v1alpha1
 	return firstErr
 }
 
-func (r *networkReconciler) syncGridSite(ctx context.Context, network string, s sites.Site) error {
+func (r *Reconciler) syncGridSite(ctx context.Context, network string, s sites.Site) error {
 	name := gridSiteName(network, s.Name)
 	memo := s.GatewayAddress + "\x00" + s.Region + "\x00" + s.Zone
 	if r.gridSites.seen(name, memo) {
@@ -342,6 +343,12 @@ func (m *writeMemo) remember(name, memo string) {
 	m.last[name] = memo
 }
 
+// SecretPoller is the runnable that polls the networks' Secrets (see
+// secretPoller); it sends the networks to reconcile to out.
+func (r *Reconciler) SecretPoller(out chan<- event.GenericEvent) manager.Runnable {
+	return &secretPoller{r: r, out: out}
+}
+
 // secretPoller reads the networks' SWIM key and trust Secrets every
 // SwimKeyPollInterval (the agent gets Secrets, it does not watch them).
 // A SWIM key Secret that changed has its network reconciled: that is how
@@ -350,7 +357,7 @@ func (m *writeMemo) remember(name, memo string) {
 // network reconciled (a deleted site Secret is issued again) and its
 // sites probed again.
 type secretPoller struct {
-	r    *networkReconciler
+	r    *Reconciler
 	out  chan<- event.GenericEvent
 	last map[string][32]byte
 }

@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"context"
@@ -155,7 +155,7 @@ func measuredLoad(p *v1alpha1.InferenceProvider) []string {
 // so signals that move every scrape must not make a revision every
 // scrape. A drain, a provider come or gone, acts at once. It returns how
 // soon to come back for a change held back, or 0.
-func (r *networkReconciler) admitProviders(network *v1alpha1.GridNetwork, items []v1alpha1.InferenceProvider,
+func (r *Reconciler) admitProviders(network *v1alpha1.GridNetwork, items []v1alpha1.InferenceProvider,
 	local []render.Provider, remote []render.Remote, now time.Time,
 ) time.Duration {
 	policy, interval := admissionPolicy(network)
@@ -250,9 +250,9 @@ func (na *networkAdmission) settle(desired map[string]verdict, interval time.Dur
 	return 0
 }
 
-// loadDrivenNetworks names the networks whose overlays follow load
+// LoadDrivenNetworks names the networks whose overlays follow load
 // signals: the signals loop asks them to be looked at after each round.
-func loadDrivenNetworks(ctx context.Context, c client.Reader) []string {
+func LoadDrivenNetworks(ctx context.Context, c client.Reader) []string {
 	var list v1alpha1.GridNetworkList
 	if c.List(ctx, &list) != nil {
 		return nil

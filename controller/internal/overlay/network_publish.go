@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"context"
@@ -47,7 +47,7 @@ const maxConfigMapData = 1 << 20
 // publishesAtOnce bounds the ConfigMap writes of one reconcile in flight.
 const publishesAtOnce = 8
 
-func (r *networkReconciler) publishOverlays(ctx context.Context, network *v1alpha1.GridNetwork, overlays []gatewayOverlay) ([]v1alpha1.GatewayOverlayStatus, error) {
+func (r *Reconciler) publishOverlays(ctx context.Context, network *v1alpha1.GridNetwork, overlays []gatewayOverlay) ([]v1alpha1.GatewayOverlayStatus, error) {
 	previous := map[types.NamespacedName]v1alpha1.GatewayOverlayStatus{}
 	for _, s := range network.Status.OverlayStatus {
 		previous[types.NamespacedName{Namespace: s.Namespace, Name: s.GatewayName}] = s
@@ -102,7 +102,7 @@ func (r *networkReconciler) publishOverlays(ctx context.Context, network *v1alph
 // the gateway cannot inject yet, or one for a delegated Deployment the
 // agent cannot read): the stored overlay stays, and the entry says why. renderTime is how long rendering
 // the overlay took, for the render metric.
-func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, overlay envelope.Overlay, hold *overlayHold,
+func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork, gw render.Gateway, overlay envelope.Overlay, hold *overlayHold,
 	renderTime time.Duration, prev v1alpha1.GatewayOverlayStatus,
 ) (v1alpha1.GatewayOverlayStatus, error) {
 	name := envelope.ConfigMapName(network.Name, gw.Name)
@@ -219,7 +219,7 @@ func (r *networkReconciler) publish(ctx context.Context, network *v1alpha1.GridN
 
 // overlayMetadata is the labels and annotations the contract puts on an
 // overlay ConfigMap.
-func (r *networkReconciler) overlayMetadata(network, gateway, revision string) (labels, annotations map[string]string) {
+func (r *Reconciler) overlayMetadata(network, gateway, revision string) (labels, annotations map[string]string) {
 	return r.gatewayLabels(network, gateway), map[string]string{
 		envelope.AnnotationSchemaVersion: envelope.SchemaVersion,
 		envelope.AnnotationRevision:      revision,
@@ -230,7 +230,7 @@ func (r *networkReconciler) overlayMetadata(network, gateway, revision string) (
 // gatewayLabels are the labels of every ConfigMap the agent manages for a
 // network's gateway (its overlay, generated configs, the requirements
 // document, the config slot).
-func (r *networkReconciler) gatewayLabels(network, gateway string) map[string]string {
+func (r *Reconciler) gatewayLabels(network, gateway string) map[string]string {
 	return map[string]string{
 		envelope.LabelManagedBy: r.Opts.Producer,
 		envelope.LabelGateway:   gateway,
@@ -288,7 +288,7 @@ func adoptable(cm *corev1.ConfigMap) bool {
 // dropLegacyMetadata removes the Grid operator's older labels and
 // annotations from an adopted ConfigMap: another field manager owns
 // them, so the apply alone would leave them.
-func (r *networkReconciler) dropLegacyMetadata(ctx context.Context, cm *corev1.ConfigMap) error {
+func (r *Reconciler) dropLegacyMetadata(ctx context.Context, cm *corev1.ConfigMap) error {
 	patch := map[string]map[string]map[string]any{"metadata": {"labels": {}, "annotations": {}}}
 	for k := range cm.Labels {
 		if strings.HasPrefix(k, envelope.LegacyPrefix) {
@@ -347,7 +347,7 @@ const AnnotationOrphaned = "grid.praxis.fast/orphaned"
 // ConfigMap is deleted (which the sidecar treats as an outage, keeping the
 // last routes). Only a ConfigMap this agent manages for that network and
 // gateway is touched.
-func (r *networkReconciler) withdraw(ctx context.Context, network, gateway, namespace string) error {
+func (r *Reconciler) withdraw(ctx context.Context, network, gateway, namespace string) error {
 	if err := r.withdrawServing(ctx, network, gateway, namespace); err != nil {
 		return err
 	}

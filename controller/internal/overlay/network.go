@@ -1,4 +1,10 @@
-package controller
+// Package overlay is the GridNetwork reconciler (controller gridnetwork):
+// one pipeline that assesses a network's providers, keeps the site's
+// identity and membership, renders one overlay per consumer gateway,
+// generates the gateways' Praxis configs, publishes the overlays, and
+// writes the network's status. The stages are in network_*.go, in the
+// order reconcile runs them.
+package overlay
 
 import (
 	"cmp"
@@ -25,7 +31,9 @@ import (
 	"github.com/gridsync/gridsync/gossip/seeds"
 )
 
-type networkReconciler struct {
+// Reconciler reconciles GridNetworks; New builds it and Setup registers
+// it with a manager.
+type Reconciler struct {
 	*base.Env
 	Trust     *trustmaterial.Cache
 	gridSites writeMemo
@@ -38,7 +46,18 @@ type networkReconciler struct {
 	admission admissionBook
 }
 
-func (r *networkReconciler) setup(mgr ctrl.Manager, health, fromMembership <-chan event.GenericEvent) error {
+// New returns the network reconciler; seedResolver resolves spec.seeds
+// (cached here).
+func New(env *base.Env, trust *trustmaterial.Cache, seedResolver seeds.Resolver) *Reconciler {
+	return &Reconciler{Env: env, Trust: trust,
+		seedResolver: seeds.NewCachingResolver(seedResolver, seeds.DefaultCacheTTL, env.Opts.Now)}
+}
+
+// Setup registers the reconciler with mgr: it watches GridNetworks,
+// their providers and GridSites, the provider health events on health and
+// the membership, SWIM key, trust and delivery events on fromMembership
+// (when not nil).
+func (r *Reconciler) Setup(mgr ctrl.Manager, health, fromMembership <-chan event.GenericEvent) error {
 	b := ctrl.NewControllerManagedBy(mgr)
 	if fromMembership != nil {
 		b = b.WatchesRawSource(source.Channel(fromMembership, &handler.EnqueueRequestForObject{}))
@@ -69,7 +88,7 @@ func providerNetwork(_ context.Context, o client.Object) []reconcile.Request {
 
 // providerByName maps a health event (which names the provider only) to
 // the provider's network.
-func (r *networkReconciler) providerByName(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) providerByName(ctx context.Context, o client.Object) []reconcile.Request {
 	var p v1alpha1.InferenceProvider
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: o.GetName()}, &p); err != nil {
 		return nil
@@ -78,7 +97,7 @@ func (r *networkReconciler) providerByName(ctx context.Context, o client.Object)
 }
 
 // Reconcile publishes the overlay of every consumer gateway of a network.
-func (r *networkReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	start := time.Now()
 	gatewayCount, retry, err := r.reconcile(ctx, req.Name)
 	// One line per reconcile at debug level: what operators (and the
@@ -130,13 +149,13 @@ func errString(err error) string {
 // returns its own result; none reads another's state. It returns how many
 // gateways the network has, and how soon to try again when that is sooner
 // than the resync.
-func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, time.Duration, error) {
+func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Duration, error) {
 	network, live, err := r.admit(ctx, name)
 	if err != nil || !live {
 		return 0, 0, err
 	}
 
-	local, items, err := r.assessProviders(ctx, network)
+	local, items, err := r.AssessProviders(ctx, network)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -150,7 +169,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 		// published, the overlays keep what they had.
 		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, network.Status.MountReconciliationStatus, swim, identity)
 	}
-	remote, err := r.remoteProviders(ctx, network, swim.view)
+	remote, err := r.RemoteProviders(ctx, network, swim.view)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -189,7 +208,7 @@ func (r *networkReconciler) reconcile(ctx context.Context, name string) (int, ti
 // run. A live network gets the finalizer first: without listing
 // ConfigMaps the agent finds a deleted network's overlays only from the
 // network itself.
-func (r *networkReconciler) admit(ctx context.Context, name string) (*v1alpha1.GridNetwork, bool, error) {
+func (r *Reconciler) admit(ctx context.Context, name string) (*v1alpha1.GridNetwork, bool, error) {
 	var network v1alpha1.GridNetwork
 	key := types.NamespacedName{Name: name}
 	err := r.Client.Get(ctx, key, &network)
@@ -227,7 +246,7 @@ const overlaysFinalizer = "grid.praxis.fast/overlays"
 
 // finalize withdraws the overlays of a network being deleted, then lets
 // it go.
-func (r *networkReconciler) finalize(ctx context.Context, network *v1alpha1.GridNetwork) error {
+func (r *Reconciler) finalize(ctx context.Context, network *v1alpha1.GridNetwork) error {
 	if r.Opts.Deliveries != nil {
 		r.Opts.Deliveries.SetGateways(network.Name, nil)
 	}

@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"cmp"
@@ -59,7 +59,7 @@ type mountPlan struct {
 // pods can reach. A populated revision waits while the Deployment cannot
 // be read or does not opt in (an empty one never does: it only stops
 // routing). It writes nothing.
-func (r *networkReconciler) planMounts(ctx context.Context, network *v1alpha1.GridNetwork, overlays []gatewayOverlay,
+func (r *Reconciler) planMounts(ctx context.Context, network *v1alpha1.GridNetwork, overlays []gatewayOverlay,
 	delegated map[types.NamespacedName]*delegatedConfig,
 ) []*mountPlan {
 	var plans []*mountPlan
@@ -90,7 +90,7 @@ func (r *networkReconciler) planMounts(ctx context.Context, network *v1alpha1.Gr
 	return plans
 }
 
-func (r *networkReconciler) planMount(ctx context.Context, network *v1alpha1.GridNetwork, o *gatewayOverlay, spec *v1alpha1.PraxisConfig,
+func (r *Reconciler) planMount(ctx context.Context, network *v1alpha1.GridNetwork, o *gatewayOverlay, spec *v1alpha1.PraxisConfig,
 	cfg *delegatedConfig, st v1alpha1.MountReconciliationStatus,
 ) *mountPlan {
 	gw, mr := o.gateway, spec.MountReconciliation
@@ -173,7 +173,7 @@ func (r *networkReconciler) planMount(ctx context.Context, network *v1alpha1.Gri
 // narrowToRunning leaves out of the overlay the candidates whose cluster
 // a running pod's config lacks, and returns the revision of the active
 // slot's config and the clusters left out.
-func (r *networkReconciler) narrowToRunning(ctx context.Context, namespace string, t mounts.Target, active string, settled bool,
+func (r *Reconciler) narrowToRunning(ctx context.Context, namespace string, t mounts.Target, active string, settled bool,
 	o *gatewayOverlay,
 ) (string, []string, error) {
 	slots := []string{active}
@@ -215,7 +215,7 @@ func (r *networkReconciler) narrowToRunning(ctx context.Context, namespace strin
 // written to the slot no pod mounts, then one server-side apply moves the
 // pod template to it with its projections and revisions; a plan that
 // prunes applies the template without the obsolete projections.
-func (r *networkReconciler) applyMounts(ctx context.Context, network *v1alpha1.GridNetwork, plans []*mountPlan) ([]v1alpha1.MountReconciliationStatus, bool, error) {
+func (r *Reconciler) applyMounts(ctx context.Context, network *v1alpha1.GridNetwork, plans []*mountPlan) ([]v1alpha1.MountReconciliationStatus, bool, error) {
 	statuses := make([]v1alpha1.MountReconciliationStatus, 0, len(plans))
 	var firstErr error
 	rolling := false
@@ -234,7 +234,7 @@ func (r *networkReconciler) applyMounts(ctx context.Context, network *v1alpha1.G
 	return statuses, rolling, firstErr
 }
 
-func (r *networkReconciler) patchDeployment(ctx context.Context, network *v1alpha1.GridNetwork, p *mountPlan) error {
+func (r *Reconciler) patchDeployment(ctx context.Context, network *v1alpha1.GridNetwork, p *mountPlan) error {
 	gw := p.status
 	at := fmt.Sprintf("Deployment %s/%s", gw.Namespace, gw.DeploymentName)
 	kind := "prune"

@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"github.com/gridsync/gridsync/api/v1alpha1"

@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"bytes"
@@ -50,6 +50,13 @@ const (
 	rotationExpired  = "expired"
 )
 
+// RotationResults are the result label values of
+// grid_site_identity_rotations_total, set up at zero when it is
+// registered.
+func RotationResults() []string {
+	return []string{rotationEnrolled, rotationRotated, rotationRefused, rotationFailed, rotationExpired}
+}
+
 // siteCertificateMode is how the network's site obtains its certificate;
 // "" when spec.tls.siteCertificate is unset (issued when the CA's key is
 // here, provided otherwise).
@@ -64,7 +71,7 @@ func siteCertificateMode(t *v1alpha1.GridTLS) v1alpha1.SiteCertificateMode {
 // ca.crt or tls.crt of caSecretRef), as the trust material the probes and
 // the record checks use holds it: never generated, since an enrolled or
 // provided site only trusts the CA the issuer made.
-func (r *networkReconciler) gridCACertificate(ctx context.Context, network *v1alpha1.GridNetwork) (*x509.Certificate, *conditionSpec) {
+func (r *Reconciler) gridCACertificate(ctx context.Context, network *v1alpha1.GridNetwork) (*x509.Certificate, *conditionSpec) {
 	tm := r.Trust.Get(ctx, network)
 	if p := tm.RootsProblem; p != nil {
 		reason := ReasonGridCAUnreadable
@@ -81,7 +88,7 @@ func (r *networkReconciler) gridCACertificate(ctx context.Context, network *v1al
 // the one-time token otherwise. The new key is made here and never leaves
 // the cluster; the certificate the issuer returns is checked (the grid
 // CA, the site profile for this site, this key) before it is written.
-func (r *networkReconciler) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, at string, exists bool, secret *corev1.Secret,
+func (r *Reconciler) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, at string, exists bool, secret *corev1.Secret,
 	held *sitetrust.Held, heldErr error, caCert *x509.Certificate, now time.Time) identityOutcome {
 	var out identityOutcome
 	site := r.Opts.SiteName
@@ -206,7 +213,7 @@ const keyPendingData = "pending.key"
 // (a first enrolment) the key is not kept: a retry of an enrolment needs
 // a new token whatever key it asks for, and the Secret is created, of
 // type kubernetes.io/tls, with the certificate. The key is never logged.
-func (r *networkReconciler) pendingKey(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, secret *corev1.Secret, held *sitetrust.Held) (crypto.Signer, []byte, error) {
+func (r *Reconciler) pendingKey(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, secret *corev1.Secret, held *sitetrust.Held) (crypto.Signer, []byte, error) {
 	if exists {
 		if key, ok := usablePendingKey(secret.Data[keyPendingData], held); ok {
 			return key, secret.Data[keyPendingData], nil
@@ -254,7 +261,7 @@ func usablePendingKey(keyPEM []byte, held *sitetrust.Held) (crypto.Signer, bool)
 }
 
 // enrollmentToken reads the one-time token the issuer's operator gave.
-func (r *networkReconciler) enrollmentToken(ctx context.Context, sc *v1alpha1.SiteCertificate) (string, *conditionSpec) {
+func (r *Reconciler) enrollmentToken(ctx context.Context, sc *v1alpha1.SiteCertificate) (string, *conditionSpec) {
 	ref := sc.EnrollmentTokenSecretRef
 	if ref == nil {
 		return "", &conditionSpec{reason: ReasonEnrollmentTokenMissing, message: "the site has no valid certificate and spec.tls.siteCertificate.enrollmentTokenSecretRef names no token: ask the issuer's operator for one (gridsync-agent enroll-token)"}

@@ -1,4 +1,4 @@
-package controller
+package overlay
 
 import (
 	"context"
@@ -67,7 +67,7 @@ type identityOutcome struct {
 // siteSecretRef when it is missing, not the CA's, not in the site profile
 // or two thirds through its lifetime. Keys never leave the Secrets: not in
 // logs, events or status.
-func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.GridNetwork) identityOutcome {
+func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.GridNetwork) identityOutcome {
 	t := network.Spec.TLS
 	if t == nil || t.SiteSecretRef == nil && t.CASecretRef == nil {
 		return identityOutcome{condition: conditionSpec{ok: true, reason: ReasonNoSiteIdentity, message: "spec.tls names no grid CA or site Secret"}}
@@ -220,7 +220,7 @@ func (r *networkReconciler) reconcileIdentity(ctx context.Context, network *v1al
 // when it does not exist. A CA Secret that exists is never rewritten. ca is
 // nil when the Secret holds the certificate without its key (this site
 // cannot issue); cond is set when the CA cannot be used at all.
-func (r *networkReconciler) gridCA(ctx context.Context, network *v1alpha1.GridNetwork, ref *v1alpha1.NamespacedName, now time.Time) (ca *sitetrust.CA, cert *x509.Certificate, wrote bool, cond *conditionSpec) {
+func (r *Reconciler) gridCA(ctx context.Context, network *v1alpha1.GridNetwork, ref *v1alpha1.NamespacedName, now time.Time) (ca *sitetrust.CA, cert *x509.Certificate, wrote bool, cond *conditionSpec) {
 	at := fmt.Sprintf("spec.tls.caSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
 	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
 	var s corev1.Secret
@@ -289,7 +289,7 @@ func gossipable(at string, certPEM []byte) (string, error) {
 
 // networkExists reports whether a GridNetwork exists (from the cache; an
 // error counts as existing, so nothing is taken over on doubt).
-func (r *networkReconciler) networkExists(ctx context.Context, name string) bool {
+func (r *Reconciler) networkExists(ctx context.Context, name string) bool {
 	var n v1alpha1.GridNetwork
 	return !apierrors.IsNotFound(r.Client.Get(ctx, types.NamespacedName{Name: name}, &n))
 }
@@ -311,7 +311,7 @@ func reissueWhy(exists bool, held *sitetrust.Held, heldErr error, caCert *x509.C
 // grid CA into the site Secret by server-side apply. A type is immutable,
 // and one left out of an apply that wrote it would be removed: a new
 // Secret is kubernetes.io/tls, one that exists keeps its own.
-func (r *networkReconciler) writeSiteSecret(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, current *corev1.Secret, chain, key []byte, caCert *x509.Certificate) error {
+func (r *Reconciler) writeSiteSecret(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, current *corev1.Secret, chain, key []byte, caCert *x509.Certificate) error {
 	apply := r.siteSecretApply(network, map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: sitetrust.EncodeCertificate(caCert)})
 	if exists {
 		apply.WithType(current.Type)
@@ -327,7 +327,7 @@ func (r *networkReconciler) writeSiteSecret(ctx context.Context, network *v1alph
 // existing site Secret, leaving its certificate, key and CA as they are:
 // applied with them (a data key the agent wrote and leaves out would go)
 // and on the version read, so that a write made since is not undone.
-func (r *networkReconciler) keepPendingKey(ctx context.Context, network *v1alpha1.GridNetwork, current *corev1.Secret, keyPEM []byte) error {
+func (r *Reconciler) keepPendingKey(ctx context.Context, network *v1alpha1.GridNetwork, current *corev1.Secret, keyPEM []byte) error {
 	data := map[string][]byte{keyPendingData: keyPEM}
 	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, keyCACert} {
 		if v, ok := current.Data[k]; ok {
@@ -339,7 +339,7 @@ func (r *networkReconciler) keepPendingKey(ctx context.Context, network *v1alpha
 }
 
 // siteSecretApply is the site Secret the agent applies, with data.
-func (r *networkReconciler) siteSecretApply(network *v1alpha1.GridNetwork, data map[string][]byte) *corev1ac.SecretApplyConfiguration {
+func (r *Reconciler) siteSecretApply(network *v1alpha1.GridNetwork, data map[string][]byte) *corev1ac.SecretApplyConfiguration {
 	ref := network.Spec.TLS.SiteSecretRef
 	return corev1ac.Secret(ref.Name, ref.Namespace).
 		WithLabels(map[string]string{envelope.LabelManagedBy: r.Opts.Producer, envelope.LabelNetwork: network.Name}).
