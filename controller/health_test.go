@@ -16,8 +16,8 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/assess"
 	"github.com/gridsync/gridsync/controller/probe"
+	assess "github.com/gridsync/gridsync/controller/providerpolicy"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 

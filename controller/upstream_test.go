@@ -15,7 +15,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/assess"
+	assess "github.com/gridsync/gridsync/controller/providerpolicy"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/shared/envelope"

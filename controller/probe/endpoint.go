@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/gridsync/gridsync/controller/providerpolicy"
 	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
@@ -31,24 +32,18 @@ type Endpoint struct {
 	AllowPlaintext bool
 }
 
-// Reasons of a ConfigError beyond endpointtls's: a status reason is a
-// feature's prefix and one of them (MetricsAuthCredentialUnavailable).
-const (
-	// ReasonAuthCredentialUnavailable: the token could not be obtained.
-	ReasonAuthCredentialUnavailable = "AuthCredentialUnavailable"
-	// ReasonPlaintextRefused: TLS, or a token without allowPlaintext, is
-	// configured for an http:// endpoint.
-	ReasonPlaintextRefused = "PlaintextRefused"
-)
-
 // ConfigError is an Endpoint that cannot be used; nothing was sent.
 type ConfigError struct {
-	// Reason is an endpointtls reason or one of the Reason constants.
-	Reason  string
+	// Reason is why: the material cannot be used, the token could not
+	// be obtained (RefusalAuthCredentialUnavailable), or TLS or a token
+	// without allowPlaintext is configured for an http:// endpoint
+	// (RefusalPlaintext). Each feature reports it with its own status
+	// reason (providerpolicy.HealthCheckReason, MetricsReason).
+	Reason  providerpolicy.Refusal
 	Message string
 }
 
-func (e *ConfigError) Error() string { return e.Reason + ": " + e.Message }
+func (e *ConfigError) Error() string { return string(e.Reason) + ": " + e.Message }
 
 // endpointClient is an HTTP client for one Endpoint's material.
 type endpointClient struct {
@@ -69,10 +64,10 @@ func (p *Prober) prepare(ctx context.Context, rawURL string, e *Endpoint) (*http
 	}
 	https := u.Scheme == "https"
 	if e.TLS != nil && !https {
-		return nil, "", &ConfigError{ReasonPlaintextRefused, "TLS is configured but the endpoint is " + u.Scheme + "://: nothing is sent without it"}
+		return nil, "", &ConfigError{providerpolicy.RefusalPlaintext, "TLS is configured but the endpoint is " + u.Scheme + "://: nothing is sent without it"}
 	}
 	if e.Token != nil && !https && !e.AllowPlaintext {
-		return nil, "", &ConfigError{ReasonPlaintextRefused, "a credential is configured but the endpoint is " + u.Scheme + "://: it is sent over HTTPS only, unless allowPlaintext"}
+		return nil, "", &ConfigError{providerpolicy.RefusalPlaintext, "a credential is configured but the endpoint is " + u.Scheme + "://: it is sent over HTTPS only, unless allowPlaintext"}
 	}
 	client := p.client
 	if e.TLS != nil {
@@ -83,7 +78,7 @@ func (p *Prober) prepare(ctx context.Context, rawURL string, e *Endpoint) (*http
 	var token string
 	if e.Token != nil {
 		if token, err = e.Token(ctx); err != nil {
-			return nil, "", &ConfigError{ReasonAuthCredentialUnavailable, err.Error()}
+			return nil, "", &ConfigError{providerpolicy.RefusalAuthCredentialUnavailable, err.Error()}
 		}
 	}
 	return client, token, nil
@@ -126,7 +121,9 @@ func (p *Prober) tlsClient(ctx context.Context, e *Endpoint) (*http.Client, erro
 func materialError(err error) error {
 	var material *endpointtls.Error
 	if errors.As(err, &material) {
-		return &ConfigError{string(material.Reason), material.Message}
+		if refusal, ok := providerpolicy.TLSRefusal(material.Reason); ok {
+			return &ConfigError{refusal, material.Message}
+		}
 	}
 	return failure(OutcomeCredentialUnreadable)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/providerpolicy"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/trust/endpointtls"
 )
@@ -84,19 +85,19 @@ func TestEndpointsThatCannotBeUsedSendNothing(t *testing.T) {
 	for _, c := range []struct {
 		name, url string
 		e         *probe.Endpoint
-		reason    string
+		reason    providerpolicy.Refusal
 	}{
 		{"garbage CA", secure.URL, &probe.Endpoint{Key: "a", TLS: func(context.Context) (*endpointtls.Raw, error) {
 			return &endpointtls.Raw{CA: []byte("not pem")}, nil
-		}}, string(endpointtls.MaterialInvalid)},
+		}}, providerpolicy.RefusalTLSMaterialInvalid},
 		{"missing Secret", secure.URL, &probe.Endpoint{Key: "b", TLS: func(context.Context) (*endpointtls.Raw, error) {
 			return nil, &endpointtls.Error{Reason: endpointtls.SecretMissing, Message: "gone"}
-		}}, string(endpointtls.SecretMissing)},
-		{"TLS to http", plain.URL, &probe.Endpoint{Key: "c", TLS: good}, probe.ReasonPlaintextRefused},
-		{"token to http", plain.URL, &probe.Endpoint{Key: "d", Token: token}, probe.ReasonPlaintextRefused},
+		}}, providerpolicy.RefusalTLSSecretMissing},
+		{"TLS to http", plain.URL, &probe.Endpoint{Key: "c", TLS: good}, providerpolicy.RefusalPlaintext},
+		{"token to http", plain.URL, &probe.Endpoint{Key: "d", Token: token}, providerpolicy.RefusalPlaintext},
 		{"no token", secure.URL, &probe.Endpoint{Key: "e", TLS: good, Token: func(context.Context) (string, error) {
 			return "", assert.AnError
-		}}, probe.ReasonAuthCredentialUnavailable},
+		}}, providerpolicy.RefusalAuthCredentialUnavailable},
 	} {
 		_, err := p.Fetch(t.Context(), c.url, probe.MaxTimeout, 1<<10, c.e)
 		var config *probe.ConfigError

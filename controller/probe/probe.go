@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gridsync/gridsync/controller/assess"
+	"github.com/gridsync/gridsync/controller/providerpolicy"
 	"github.com/gridsync/gridsync/shared/keypolicy"
 )
 
@@ -90,7 +90,7 @@ type Prober struct {
 
 	mu      sync.Mutex
 	loops   map[string]*loop
-	health  map[string]assess.Health
+	health  map[string]providerpolicy.Health
 	clients map[string]*endpointClient
 }
 
@@ -109,7 +109,7 @@ func New(opts Options) *Prober {
 		dest:    opts.Destinations,
 		notify:  opts.Notify,
 		loops:   map[string]*loop{},
-		health:  map[string]assess.Health{},
+		health:  map[string]providerpolicy.Health{},
 		clients: map[string]*endpointClient{},
 	}
 	p.client = p.httpClient(p.transport(&tls.Config{RootCAs: opts.RootCAs, MinVersion: tls.VersionTLS12}, true))
@@ -163,7 +163,7 @@ func (p *Prober) dial(ctx context.Context, network, addr string) (net.Conn, erro
 }
 
 // Health returns what is known of a provider.
-func (p *Prober) Health(provider string) assess.Health {
+func (p *Prober) Health(provider string) providerpolicy.Health {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.health[provider]
@@ -241,9 +241,9 @@ func (p *Prober) run(ctx context.Context, provider string, l *loop) {
 // level buckets consecutive failures by the assessment rule.
 func level(failures int) int {
 	switch {
-	case failures >= assess.UnavailableAfter:
+	case failures >= providerpolicy.UnavailableAfter:
 		return 2
-	case failures >= assess.DegradedAfter:
+	case failures >= providerpolicy.DegradedAfter:
 		return 1
 	}
 	return 0
@@ -256,21 +256,21 @@ func (p *Prober) record(provider string, l *loop, withheld bool, err error, at t
 		return // replaced or removed meanwhile
 	}
 	before, seen := p.health[provider]
-	after := assess.Health{Probed: true, TokenWithheld: withheld, LastProbeAt: at, LastLatency: latency}
+	after := providerpolicy.Health{Probed: true, TokenWithheld: withheld, LastProbeAt: at, LastLatency: latency}
 	var config *ConfigError
 	switch {
 	case errors.As(err, &config):
 		// Nothing was sent: what the probes found before stands, and
 		// the reason is the health check's configuration.
 		after = before
-		after.ConfigReason, after.ConfigMessage = "HealthCheck"+config.Reason, config.Message
+		after.Refusal, after.RefusalMessage = config.Reason, config.Message
 	case err != nil:
 		after.ConsecutiveFailures = before.ConsecutiveFailures + 1
 		after.LastError = err.Error()
 	}
 	changed := !seen || before.Probed != after.Probed || level(before.ConsecutiveFailures) != level(after.ConsecutiveFailures) ||
 		before.TokenWithheld != after.TokenWithheld ||
-		before.ConfigReason != after.ConfigReason || before.ConfigMessage != after.ConfigMessage
+		before.Refusal != after.Refusal || before.RefusalMessage != after.RefusalMessage
 	if !changed {
 		// Keep the error that explained the level, so that the status
 		// message does not change with every probe.

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/providerpolicy"
+	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
 // period is short for quick tests, long enough that a probe (bounded by
@@ -204,4 +206,25 @@ func TestProberRestartsWhenTheTargetChangesAndStopsOnRemove(t *testing.T) {
 	seen := len(good.authHeaders())
 	time.Sleep(3 * period)
 	assert.Equal(t, seen, len(good.authHeaders()), "no probe after Remove")
+}
+
+// A health check whose TLS cannot be used is not sent: the provider's
+// health carries the refusal (what the probes found before stands), and
+// no failure is counted.
+func TestAHealthCheckThatCannotBeSentReportsItsRefusal(t *testing.T) {
+	var requests atomic.Int64
+	plain := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { requests.Add(1) }))
+	t.Cleanup(plain.Close)
+	p := newProber(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tls := func(context.Context) (*endpointtls.Raw, error) { return &endpointtls.Raw{}, nil }
+	p.Ensure(ctx, "a", probe.Target{URL: plain.URL + "/health", Origin: plain.URL, Period: period,
+		Endpoint: &probe.Endpoint{Key: "HealthCheck/a", TLS: tls}})
+	require.Eventually(t, func() bool { return p.Health("a").Refusal != "" }, 5*time.Second, 5*time.Millisecond)
+	h := p.Health("a")
+	assert.Equal(t, providerpolicy.RefusalPlaintext, h.Refusal)
+	assert.Contains(t, h.RefusalMessage, "TLS is configured")
+	assert.Zero(t, h.ConsecutiveFailures)
+	assert.Zero(t, requests.Load())
 }

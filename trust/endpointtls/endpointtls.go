@@ -28,9 +28,9 @@ import (
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
 
-// Reason is why the material cannot be used; a status reason is a
-// feature's prefix and it (MetricsTlsSecretMissing,
-// HealthCheckTlsIdentityMismatch).
+// Reason is why the material cannot be used. A provider's status names it
+// with a reason of its own per kind of request (HealthCheckTlsSecretMissing,
+// MetricsTlsSecretMissing: the controller's provider policy).
 type Reason string
 
 // The four reasons, as upstream names them.
@@ -46,6 +46,12 @@ const (
 	// are not one identity (the certificate is another key's).
 	IdentityMismatch Reason = "TlsIdentityMismatch"
 )
+
+// Reasons lists the four, so that whoever names them in a status can be
+// checked to name each.
+func Reasons() []Reason {
+	return []Reason{SecretMissing, KeyMissing, MaterialInvalid, IdentityMismatch}
+}
 
 // Error is material that cannot be used.
 type Error struct {

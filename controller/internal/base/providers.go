@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/assess"
+	assess "github.com/gridsync/gridsync/controller/providerpolicy"
 )
 
 // Labels a site is known by to an InferenceProvider's spec.siteSelector,

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gridsync/gridsync/controller/assess"
 	"github.com/gridsync/gridsync/controller/probe"
+	assess "github.com/gridsync/gridsync/controller/providerpolicy"
 )
 
 // SecretReader answers assess.Secrets with gets straight from the API

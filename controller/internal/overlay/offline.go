@@ -2,8 +2,8 @@ package overlay
 
 import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/assess"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
+	assess "github.com/gridsync/gridsync/controller/providerpolicy"
 	"github.com/gridsync/gridsync/controller/render"
 )
 

@@ -20,7 +20,8 @@ import (
 )
 
 // The kinds of request a provider's endpoint settings apply to: each has
-// its own client (connections, TLS sessions) and its own status reasons.
+// its own client (connections, TLS sessions) and its own status reasons
+// (providerpolicy.HealthCheckReason, MetricsReason).
 const (
 	FeatureHealthCheck = "HealthCheck"
 	FeatureMetrics     = "Metrics"

@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller/assess"
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/providerpolicy"
 	"github.com/gridsync/gridsync/trust/endpointtls"
 )
 
@@ -72,7 +72,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	hosted, why := r.Hosted(&p, network)
-	var v assess.Verdict
+	var v providerpolicy.Verdict
 	if hosted {
 		if err := r.ensureProbe(&p); err != nil {
 			return reconcile.Result{}, err
@@ -82,9 +82,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	} else {
 		// Another site offers it: nothing here probes, scrapes or
-		// routes it.
+		// routes it, and the chain's first check decides without
+		// reading anything.
 		r.Prober.Remove(p.Name)
-		v.Phase, v.Reason, v.Message = v1alpha1.ProviderPending, ReasonSiteNotSelected, why
+		if v, err = providerpolicy.Assess(&p, providerpolicy.Options{Elsewhere: why}); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	before := p.Status.Phase
 	next := p.Status.DeepCopy()
@@ -94,9 +97,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if p.Spec.SiteSelector == nil {
 		meta.RemoveStatusCondition(&next.Conditions, ConditionHosted)
 	} else {
-		hc := metav1.Condition{Type: ConditionHosted, Status: metav1.ConditionTrue, Reason: ReasonSiteSelected, Message: why, ObservedGeneration: p.Generation}
+		hc := metav1.Condition{Type: ConditionHosted, Status: metav1.ConditionTrue, Reason: providerpolicy.ReasonSiteSelected, Message: why, ObservedGeneration: p.Generation}
 		if !hosted {
-			hc.Status, hc.Reason = metav1.ConditionFalse, ReasonSiteNotSelected
+			hc.Status, hc.Reason = metav1.ConditionFalse, providerpolicy.ReasonSiteNotSelected
 		}
 		meta.SetStatusCondition(&next.Conditions, hc)
 	}
@@ -128,18 +131,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return r.Opts.Resync(), nil
 }
 
-// Draining is True while the provider's owner drains it
-// (trafficPolicy.drain): every overlay lists it existing_only.
-const (
-	ConditionDraining    = "Draining"
-	ReasonDrainRequested = "DrainRequested"
-)
-
 // setDrainingCondition says so while the provider is drained; otherwise
 // the condition is absent.
 func setDrainingCondition(p *v1alpha1.InferenceProvider, next *v1alpha1.InferenceProviderStatus) {
 	base.SetConditionWhile(&next.Conditions, base.Drained(p), metav1.Condition{Type: ConditionDraining, Status: metav1.ConditionTrue,
-		Reason: ReasonDrainRequested, ObservedGeneration: p.Generation,
+		Reason: providerpolicy.ReasonDrainRequested, ObservedGeneration: p.Generation,
 		Message: "trafficPolicy.drain: every overlay lists the provider existing_only; sessions on it continue, new ones go elsewhere"})
 }
 

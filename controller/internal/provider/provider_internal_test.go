@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/providerpolicy"
 )
 
 // A health check's interval is interval, else periodSeconds (its earlier
@@ -36,4 +38,12 @@ func TestJoinPath(t *testing.T) {
 		assert.Equal(t, "https://p.example:8443/metrics", JoinPath(base, "/metrics"))
 		assert.Equal(t, "https://p.example:8443/metrics", JoinPath(base, "metrics"))
 	}
+}
+
+// The Accepted condition is written by the code shared with GridSites;
+// its reasons are the provider policy's.
+func TestAcceptedReasonsAreThePolicys(t *testing.T) {
+	assert.Equal(t, providerpolicy.ReasonAccepted, base.AcceptedCondition(nil, 1).Reason)
+	assert.Equal(t, providerpolicy.ReasonFieldNotSupported, base.AcceptedCondition([]string{"spec.cost"}, 1).Reason)
+	assert.Equal(t, base.ConditionAccepted, base.AcceptedCondition(nil, 1).Type)
 }

@@ -6,15 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The MetricsScraped condition of a provider with spec.metricsConfig:
-// whether the agent reads its load signals, and if not, why.
-const (
-	ConditionMetricsScraped = "MetricsScraped"
-	ReasonScraped           = "Scraped"
-	ReasonScrapeFailed      = "ScrapeFailed"
-	ReasonNoSignalNames     = "NoSignalNames"
-)
-
 // ScrapeResult is the outcome of one scrape of a provider's metrics.
 type ScrapeResult struct {
 	OK              bool

@@ -19,6 +19,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/providerpolicy"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/signals"
 	"github.com/gridsync/gridsync/trust/endpointtls"
@@ -270,7 +271,7 @@ func (s *Collector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider, m
 	}
 	wanted := declaredSignals(mc.SignalNames)
 	if len(wanted) == 0 {
-		s.outcome(p.Name, provider.ScrapeResult{Reason: provider.ReasonNoSignalNames,
+		s.outcome(p.Name, provider.ScrapeResult{Reason: providerpolicy.ReasonNoSignalNames,
 			Message: "metricsConfig.signalNames names no series: nothing is scraped"})
 		store.Drop(site, p.Name, signals.PartLoad)
 		return
@@ -286,24 +287,24 @@ func (s *Collector) scrape(ctx context.Context, p *v1alpha1.InferenceProvider, m
 	var config *probe.ConfigError
 	if errors.As(err, &config) {
 		// Fail closed: nothing was sent, and the last rows expire.
-		reason := provider.FeatureMetrics + config.Reason
+		reason := providerpolicy.MetricsReason(config.Reason)
 		s.scraped(reason)
 		s.outcome(p.Name, provider.ScrapeResult{Reason: reason, Message: "not scraped: " + config.Message})
 		return
 	}
 	if err != nil {
 		s.scraped(err.Error())
-		s.outcome(p.Name, provider.ScrapeResult{Reason: provider.ReasonScrapeFailed, Message: "the last scrape failed: " + err.Error()})
+		s.outcome(p.Name, provider.ScrapeResult{Reason: providerpolicy.ReasonScrapeFailed, Message: "the last scrape failed: " + err.Error()})
 		return // the last rows expire on their own
 	}
 	parsed, err := signals.Parse(body, func(m string) bool { return wanted[m] })
 	if err != nil {
 		s.scraped("not_exposition")
-		s.outcome(p.Name, provider.ScrapeResult{Reason: provider.ReasonScrapeFailed, Message: "the last scrape failed: the answer is not Prometheus text"})
+		s.outcome(p.Name, provider.ScrapeResult{Reason: providerpolicy.ReasonScrapeFailed, Message: "the last scrape failed: the answer is not Prometheus text"})
 		return
 	}
 	s.scraped("ok")
-	s.outcome(p.Name, provider.ScrapeResult{OK: true, Reason: provider.ReasonScraped, Message: "the last scrape succeeded"})
+	s.outcome(p.Name, provider.ScrapeResult{OK: true, Reason: providerpolicy.ReasonScraped, Message: "the last scrape succeeded"})
 	now := s.c.Opts.Now()
 	samples := make([]signals.Sample, 0, len(parsed))
 	for _, ps := range parsed {

@@ -1,9 +1,12 @@
-// Package assess decides an InferenceProvider's phase from what the
-// controller knows of it: its credential Secret, its access policy and its
-// health probes. It is pure; the reconcilers feed it and act on the
-// verdict. Only a Secret's shape (which keys exist, whether each value is
-// usable) is ever looked at here, never its bytes.
-package assess
+// Package providerpolicy decides an InferenceProvider's phase from what
+// the controller knows of it: whether this site hosts it, its credential
+// Secret, its access policy and its health probes, as one ordered chain of
+// checks (Assess); and it names every reason the provider's status can
+// carry (Reasons), the conditions' too. It is pure; the reconcilers feed it
+// and act on the verdict. Only a Secret's shape (which keys exist, whether
+// each value is usable) is ever looked at here, never its bytes.
+// README.md is the table of phases and reasons users read.
+package providerpolicy
 
 import (
 	"fmt"
@@ -14,19 +17,6 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/shared/envelope"
-)
-
-// Reasons of a provider's phase.
-const (
-	ReasonReady                        = "Ready"
-	ReasonUnsupportedAuthStrategy      = "UnsupportedAuthStrategy"
-	ReasonCredentialSecretRefInvalid   = "CredentialSecretRefInvalid"
-	ReasonCredentialSecretMissing      = "CredentialSecretMissing"
-	ReasonCredentialSecretKeyMissing   = "CredentialSecretKeyMissing"
-	ReasonCredentialSecretValueInvalid = "CredentialSecretValueInvalid"
-	ReasonAccessPolicyInvalid          = "AccessPolicyInvalid"
-	ReasonHealthCheckFailing           = "HealthCheckFailing"
-	ReasonHealthCheckFailed            = "HealthCheckFailed"
 )
 
 // The health rule: a provider whose probe has failed DegradedAfter times
@@ -65,10 +55,11 @@ type Health struct {
 	// it took (the site's signals serve them).
 	LastProbeAt time.Time
 	LastLatency time.Duration
-	// ConfigReason, when set, is why the health check's TLS or
-	// credential cannot be used (HealthCheckTlsSecretMissing, ...): no
-	// probe is sent, and the provider is Degraded with it.
-	ConfigReason, ConfigMessage string
+	// Refusal, when set, is why the health check is not sent (its TLS
+	// or credential cannot be used; RefusalMessage says how): the
+	// provider is Degraded with the health check's reason for it.
+	Refusal        Refusal
+	RefusalMessage string
 }
 
 // withheldNote is added to a probed provider's message while its token is
@@ -91,11 +82,29 @@ type Options struct {
 	// in a namespace; a reference elsewhere cannot be verified.
 	SecretNamespaceWatched func(namespace string) bool
 	Health                 Health
+	// Elsewhere, when set, says why the provider's siteSelector does not
+	// select this site: the chain's first check decides Pending, and
+	// nothing else is looked at (Secrets may be nil).
+	Elsewhere string
 }
 
-// Assess decides the provider's phase. Checks run in a fixed order and
-// the first failure decides: auth strategy, Secret reference, Secret,
-// key, value, access policy, health.
+// check is one link of the chain: it decides the verdict (done) or lets
+// the next one look.
+type check func(p *v1alpha1.InferenceProvider, opts Options, v *Verdict) (done bool, err error)
+
+// chain is the order of the checks; the first that decides wins. Reasons
+// and README.md follow it.
+var chain = []check{
+	checkHosted,     // SiteNotSelected
+	checkCredential, // UnsupportedAuthStrategy ... CredentialSecretValueInvalid
+	checkAccessPolicy,
+	checkHealthCheckSent, // HealthCheckTls..., HealthCheckAuth..., HealthCheckPlaintextRefused
+	checkHealth,          // HealthCheckFailing, HealthCheckFailed
+}
+
+// Assess decides the provider's phase: the checks of the chain in order,
+// the first failure decides; a provider that passes them all is Available
+// (Ready).
 func Assess(p *v1alpha1.InferenceProvider, opts Options) (Verdict, error) {
 	v := Verdict{Provider: render.Provider{
 		Name:    p.Name,
@@ -108,43 +117,93 @@ func Assess(p *v1alpha1.InferenceProvider, opts Options) (Verdict, error) {
 	for _, m := range p.Spec.Models {
 		v.Provider.Models = append(v.Provider.Models, m.Name)
 	}
-
-	credential, reason, message, err := checkCredential(p.Spec.Auth, opts)
-	if err != nil {
-		return Verdict{}, err
-	}
-	if reason != "" {
-		return v.with(v1alpha1.ProviderUnavailable, reason, message), nil
-	}
-	v.Provider.Credential = credential
-
-	if policy := p.Spec.AccessPolicy; policy != nil && policy.SiteSelector != nil {
-		sites, err := metav1.LabelSelectorAsSelector(policy.SiteSelector)
+	for _, c := range chain {
+		done, err := c(p, opts, &v)
 		if err != nil {
-			return v.with(v1alpha1.ProviderUnavailable, ReasonAccessPolicyInvalid, fmt.Sprintf("accessPolicy.siteSelector: %v", err)), nil
+			return Verdict{}, err
 		}
-		v.Provider.Sites = sites
+		if done {
+			return v, nil
+		}
 	}
-
 	note := ""
-	if p.Spec.HealthCheck != nil && opts.Health.ConfigReason != "" {
-		return v.with(v1alpha1.ProviderDegraded, opts.Health.ConfigReason,
-			"the health check is not sent: "+opts.Health.ConfigMessage), nil
-	}
-	if p.Spec.HealthCheck != nil && opts.Health.Probed {
-		if opts.Health.TokenWithheld {
-			note = withheldNote
-		}
-		switch failures := opts.Health.ConsecutiveFailures; {
-		case failures >= UnavailableAfter:
-			return v.with(v1alpha1.ProviderUnavailable, ReasonHealthCheckFailed,
-				fmt.Sprintf("health check failed %d times in a row: %s%s", failures, opts.Health.LastError, note)), nil
-		case failures >= DegradedAfter:
-			return v.with(v1alpha1.ProviderDegraded, ReasonHealthCheckFailing,
-				fmt.Sprintf("health check failed %d times in a row: %s%s", failures, opts.Health.LastError, note)), nil
-		}
+	if p.Spec.HealthCheck != nil && opts.Health.Probed && opts.Health.TokenWithheld {
+		note = withheldNote
 	}
 	return v.with(v1alpha1.ProviderAvailable, ReasonReady, "routed to by every admitted gateway"+note), nil
+}
+
+// checkHosted: a provider another site hosts is neither probed, scraped
+// nor routed here.
+func checkHosted(_ *v1alpha1.InferenceProvider, opts Options, v *Verdict) (bool, error) {
+	if opts.Elsewhere == "" {
+		return false, nil
+	}
+	*v = v.with(v1alpha1.ProviderPending, ReasonSiteNotSelected, opts.Elsewhere)
+	return true, nil
+}
+
+// checkCredential: a bearer-token reference must name a usable value.
+func checkCredential(p *v1alpha1.InferenceProvider, opts Options, v *Verdict) (bool, error) {
+	credential, reason, message, err := credentialOf(p.Spec.Auth, opts)
+	if err != nil {
+		return false, err
+	}
+	if reason != "" {
+		*v = v.with(v1alpha1.ProviderUnavailable, reason, message)
+		return true, nil
+	}
+	v.Provider.Credential = credential
+	return false, nil
+}
+
+// checkAccessPolicy: the sites the provider admits must parse.
+func checkAccessPolicy(p *v1alpha1.InferenceProvider, _ Options, v *Verdict) (bool, error) {
+	policy := p.Spec.AccessPolicy
+	if policy == nil || policy.SiteSelector == nil {
+		return false, nil
+	}
+	sites, err := metav1.LabelSelectorAsSelector(policy.SiteSelector)
+	if err != nil {
+		*v = v.with(v1alpha1.ProviderUnavailable, ReasonAccessPolicyInvalid, fmt.Sprintf("accessPolicy.siteSelector: %v", err))
+		return true, nil
+	}
+	v.Provider.Sites = sites
+	return false, nil
+}
+
+// checkHealthCheckSent: a health check that cannot be sent (its TLS or
+// credential cannot be used) degrades the provider, whatever the probes
+// found before.
+func checkHealthCheckSent(p *v1alpha1.InferenceProvider, opts Options, v *Verdict) (bool, error) {
+	if p.Spec.HealthCheck == nil || opts.Health.Refusal == "" {
+		return false, nil
+	}
+	*v = v.with(v1alpha1.ProviderDegraded, HealthCheckReason(opts.Health.Refusal),
+		"the health check is not sent: "+opts.Health.RefusalMessage)
+	return true, nil
+}
+
+// checkHealth: the health rule (DegradedAfter, UnavailableAfter).
+func checkHealth(p *v1alpha1.InferenceProvider, opts Options, v *Verdict) (bool, error) {
+	if p.Spec.HealthCheck == nil || !opts.Health.Probed {
+		return false, nil
+	}
+	note := ""
+	if opts.Health.TokenWithheld {
+		note = withheldNote
+	}
+	switch failures := opts.Health.ConsecutiveFailures; {
+	case failures >= UnavailableAfter:
+		*v = v.with(v1alpha1.ProviderUnavailable, ReasonHealthCheckFailed,
+			fmt.Sprintf("health check failed %d times in a row: %s%s", failures, opts.Health.LastError, note))
+		return true, nil
+	case failures >= DegradedAfter:
+		*v = v.with(v1alpha1.ProviderDegraded, ReasonHealthCheckFailing,
+			fmt.Sprintf("health check failed %d times in a row: %s%s", failures, opts.Health.LastError, note))
+		return true, nil
+	}
+	return false, nil
 }
 
 func (v Verdict) with(phase v1alpha1.ProviderPhase, reason, message string) Verdict {
@@ -153,9 +212,9 @@ func (v Verdict) with(phase v1alpha1.ProviderPhase, reason, message string) Verd
 	return v
 }
 
-// checkCredential verifies a bearer-token reference. It returns the
+// credentialOf verifies a bearer-token reference. It returns the
 // reference the candidates carry, or the reason it cannot be used.
-func checkCredential(auth *v1alpha1.ProviderAuth, opts Options) (*envelope.Credential, string, string, error) {
+func credentialOf(auth *v1alpha1.ProviderAuth, opts Options) (*envelope.Credential, string, string, error) {
 	if auth == nil {
 		return nil, "", "", nil
 	}

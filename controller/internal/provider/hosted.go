@@ -1,8 +1,0 @@
-package provider
-
-// Reasons of an InferenceProvider's Hosted condition.
-const (
-	ConditionHosted       = "Hosted"
-	ReasonSiteSelected    = "SiteSelected"
-	ReasonSiteNotSelected = "SiteNotSelected"
-)
