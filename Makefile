@@ -193,7 +193,7 @@ soak: tools ## the fault-injection soak: the real sidecar and agent, one seed (S
 fuzz: ## fuzz the envelope validator, its canonical form, the gossip decoder and the signals feed, a minute each
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzValidate -fuzztime 60s
 	$(GO) test ./shared/envelope -run '^$$' -fuzz FuzzCanonicalMatchesLibrary -fuzztime 60s
-	$(GO) test ./gossip -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+	$(GO) test ./gossip/record -run '^$$' -fuzz FuzzDecode -fuzztime 60s
 	$(GO) test ./signals -run '^$$' -fuzz FuzzScrapeIsServedForItsSourceOnly -fuzztime 60s
 
 .PHONY: clean

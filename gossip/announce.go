@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
@@ -52,16 +53,16 @@ func (r *Runtime) SetGatewayAddress(addr string) {
 // PublishSignals gossips this site's provider signals in a network
 // (signalTransport gossip). Ages are as of now.
 func (r *Runtime) PublishSignals(network string, signals []sites.Signal) error {
-	if len(signals) > maxSignals {
-		return fmt.Errorf("%d signals: at most %d ride membership", len(signals), maxSignals)
+	if len(signals) > record.MaxSignals {
+		return fmt.Errorf("%d signals: at most %d ride membership", len(signals), record.MaxSignals)
 	}
 	sg := slices.Clone(signals)
-	r.putOwn(Record{Network: network, Site: r.cfg.Site, Kind: KindSignals, Signals: sg}, false)
+	r.putOwn(record.Record{Network: network, Site: r.cfg.Site, Kind: record.KindSignals, Signals: sg}, false)
 	return nil
 }
 
 func (r *Runtime) Publish(network, certPEM string, providers []sites.Provider) error {
-	if classifyPEM(certPEM) == certPrivateKey {
+	if record.ClassifyPEM(certPEM) == record.CertPrivateKey {
 		return errors.New("the site certificate holds a private key: it is never gossiped")
 	}
 	ps := make([]sites.Provider, len(providers))
@@ -84,9 +85,9 @@ func (r *Runtime) announce(network string, l localState) {
 	gw := r.gatewayAddr
 	set := r.settings[network]
 	r.mu.Unlock()
-	site := Record{Network: network, Site: r.cfg.Site, Kind: KindSite, GatewayAddress: gw, CertPEM: l.certPEM, Region: set.Region, Zone: set.Zone}
-	provs := Record{Network: network, Site: r.cfg.Site, Kind: KindProviders, Providers: l.providers}
-	for _, rec := range []Record{site, provs} {
+	site := record.Record{Network: network, Site: r.cfg.Site, Kind: record.KindSite, GatewayAddress: gw, CertPEM: l.certPEM, Region: set.Region, Zone: set.Zone}
+	provs := record.Record{Network: network, Site: r.cfg.Site, Kind: record.KindProviders, Providers: l.providers}
+	for _, rec := range []record.Record{site, provs} {
 		r.putOwn(rec, false)
 	}
 }
@@ -116,15 +117,15 @@ func (r *Runtime) Forget(network string) {
 	if !had {
 		return
 	}
-	for _, k := range recordKinds {
-		r.putOwn(Record{Network: network, Site: r.cfg.Site, Kind: k, Deleted: true}, false)
+	for _, k := range record.Kinds {
+		r.putOwn(record.Record{Network: network, Site: r.cfg.Site, Kind: k, Deleted: true}, false)
 	}
 }
 
 // send disseminates a record of this site: by epidemic gossip when it
 // fits a packet, else directly to every member.
-func (r *Runtime) send(rec Record) {
-	direct, err := encodeDirectRecords([]Record{rec})
+func (r *Runtime) send(rec record.Record) {
+	direct, err := record.EncodeDirectRecords([]record.Record{rec})
 	if err != nil {
 		r.log.Error("swim_encode_failed", "error", err)
 		return
@@ -142,8 +143,8 @@ func (r *Runtime) send(rec Record) {
 	go r.sendReliable(ml, r.aliveNodes(""), direct)
 	// And by epidemic gossip when it fits a packet, for a member the
 	// direct copy missed.
-	if msg, err := encodeRecords([]Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
-		q.QueueBroadcast(&recordBroadcast{key: rec.key(), msg: msg})
+	if msg, err := record.EncodeRecords([]record.Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
+		q.QueueBroadcast(&recordBroadcast{key: rec.Key(), msg: msg})
 		r.metrics.sends.WithLabelValues("gossip").Inc()
 	}
 }
@@ -191,7 +192,7 @@ func (r *Runtime) sendReliable(ml *memberlist.Memberlist, to []*memberlist.Node,
 
 // sendOwnTo sends every record of this site to one member.
 func (r *Runtime) sendOwnTo(member string) {
-	own := r.store.ofSite(r.cfg.Site)
+	own := r.store.OfSite(r.cfg.Site)
 	r.mu.Lock()
 	ml := r.ml
 	r.mu.Unlock()
@@ -199,7 +200,7 @@ func (r *Runtime) sendOwnTo(member string) {
 	if len(own) == 0 || ml == nil || len(to) == 0 {
 		return
 	}
-	msg, err := encodeDirectRecords(own)
+	msg, err := record.EncodeDirectRecords(own)
 	if err != nil {
 		return
 	}
@@ -209,7 +210,7 @@ func (r *Runtime) sendOwnTo(member string) {
 // recordBroadcast is a record in memberlist's broadcast queue; a newer
 // version of the same record replaces it there.
 type recordBroadcast struct {
-	key recordKey
+	key record.Key
 	msg []byte
 }
 

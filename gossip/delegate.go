@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
@@ -21,9 +22,9 @@ type delegate struct {
 func (d *delegate) NodeMeta(limit int) []byte {
 	r := d.r
 	r.mu.Lock()
-	m := nodeMeta{V: metaVersion, Site: r.cfg.Site, Generation: r.generation, Grid: r.grid}
+	m := record.NodeMeta{V: record.MetaVersion, Site: r.cfg.Site, Generation: r.generation, Grid: r.grid}
 	r.mu.Unlock()
-	b := m.encode()
+	b := m.Encode()
 	if len(b) > limit {
 		return nil // cannot happen: a site is a DNS label and the ID a UUID
 	}
@@ -31,23 +32,23 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 func (d *delegate) NotifyMsg(buf []byte) {
-	m, err := decode(buf)
+	m, err := record.Decode(buf)
 	if err != nil {
-		d.r.metrics.dropped.WithLabelValues(dropReason(err)).Inc()
-		d.r.log.Warn("swim_message_dropped", "reason", dropReason(err), "error", err.Error())
+		d.r.metrics.dropped.WithLabelValues(record.DropReason(err)).Inc()
+		d.r.log.Warn("swim_message_dropped", "reason", record.DropReason(err), "error", err.Error())
 		return
 	}
-	switch m.kind {
-	case msgRecords:
-		d.r.receive(m.records, true)
-	case msgDirect:
-		d.r.receive(m.records, false)
-	case msgNotice:
-		d.r.applyNotice(m.notice)
-	case msgDigest:
-		d.r.answerDigest(m.digest) // a pull: a site that just took up a network
+	switch m.Type {
+	case record.MsgRecords:
+		d.r.receive(m.Records, true)
+	case record.MsgDirect:
+		d.r.receive(m.Records, false)
+	case record.MsgNotice:
+		d.r.applyNotice(m.Notice)
+	case record.MsgDigest:
+		d.r.answerDigest(m.Digest) // a pull: a site that just took up a network
 	default:
-		d.r.metrics.dropped.WithLabelValues(dropUnknownType).Inc()
+		d.r.metrics.dropped.WithLabelValues(record.DropUnknownType).Inc()
 	}
 }
 
@@ -69,15 +70,15 @@ func (d *delegate) LocalState(join bool) []byte {
 	var b []byte
 	var err error
 	if join {
-		b, err = encodeState(r.store.all(), r.cfg.Now())
+		b, err = record.EncodeState(r.store.All(), r.cfg.Now())
 	} else {
 		r.mu.Lock()
 		name := ""
 		if r.ml != nil {
-			name = memberName(r.cfg.Site, r.generation)
+			name = record.MemberName(r.cfg.Site, r.generation)
 		}
 		r.mu.Unlock()
-		b, err = encodeDigest(name, r.store.digest(), r.networksTaken(), r.cfg.Now())
+		b, err = record.EncodeDigest(name, r.store.Digest(), r.networksTaken(), r.cfg.Now())
 	}
 	if err != nil {
 		r.log.Error("swim_encode_failed", "error", err)
@@ -91,24 +92,24 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	if len(buf) == 0 {
 		return
 	}
-	m, err := decode(buf)
+	m, err := record.Decode(buf)
 	if err != nil {
-		r.metrics.dropped.WithLabelValues(dropReason(err)).Inc()
-		r.log.Warn("swim_state_dropped", "reason", dropReason(err), "error", err.Error())
+		r.metrics.dropped.WithLabelValues(record.DropReason(err)).Inc()
+		r.log.Warn("swim_state_dropped", "reason", record.DropReason(err), "error", err.Error())
 		return
 	}
-	switch m.kind {
-	case msgRecords:
-		r.receive(m.records, false)
-	case msgDigest:
-		r.answerDigest(m.digest)
+	switch m.Type {
+	case record.MsgRecords:
+		r.receive(m.Records, false)
+	case record.MsgDigest:
+		r.answerDigest(m.Digest)
 	}
 }
 
 // answerDigest sends a peer the records of its networks that it lacks or
 // holds older versions of, as its digest says.
-func (r *Runtime) answerDigest(d digestMsgBody) {
-	missing := r.store.missingFrom(d.Entries, d.Networks)
+func (r *Runtime) answerDigest(d record.DigestBody) {
+	missing := r.store.MissingFrom(d.Entries, d.Networks)
 	if len(missing) == 0 {
 		return
 	}
@@ -119,14 +120,14 @@ func (r *Runtime) answerDigest(d digestMsgBody) {
 	if ml == nil || len(to) == 0 {
 		return
 	}
-	msg, err := encodeDirectRecords(missing)
+	msg, err := record.EncodeDirectRecords(missing)
 	if err != nil {
 		return
 	}
 	go r.sendReliable(ml, to, msg)
 }
 
-// NotifyMerge decides a join by the grid ID negotiation (see negotiate);
+// NotifyMerge decides a join by the grid ID negotiation (see record.Negotiate);
 // a refused merge is the join's error. With no ID on either side, the
 // lexicographically smallest site known generates one and the others
 // adopt it.
@@ -138,15 +139,15 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 	held := r.grid
 	var names []string
 	for _, p := range peers {
-		meta, err := decodeMeta(p.Meta)
+		meta, err := record.DecodeMeta(p.Meta)
 		if err != nil {
-			return fmt.Errorf("refused %s: %w", truncate(p.Name), err)
+			return fmt.Errorf("refused %s: %w", record.TruncateForLog(p.Name), err)
 		}
 		if meta.Site == r.cfg.Site {
 			continue // this site: an earlier generation, or this node
 		}
 		names = append(names, meta.Site)
-		next, err := negotiate(held, meta.Grid, now, r.cfg.GridIDSettle)
+		next, err := record.Negotiate(held, meta.Grid, now, r.cfg.GridIDSettle)
 		if err != nil {
 			r.metrics.gridIDConflicts.Inc()
 			r.log.Error("swim_grid_id_conflict", "peer", meta.Site, "error", err.Error())
@@ -169,7 +170,7 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 				return nil // the smaller site generates it; this one adopts it
 			}
 		}
-		r.adoptLocked(gridID{ID: newGridID(), By: r.cfg.Site, At: now.Unix()}, "generated")
+		r.adoptLocked(record.GridID{ID: record.NewGridID(), By: r.cfg.Site, At: now.Unix()}, "generated")
 	}
 	return nil
 }
@@ -178,16 +179,16 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 // gossip rather than a merge.
 func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	r := d.r
-	meta, err := decodeMeta(peer.Meta)
+	meta, err := record.DecodeMeta(peer.Meta)
 	if err != nil {
-		return fmt.Errorf("refused %s: %w", truncate(peer.Name), err)
+		return fmt.Errorf("refused %s: %w", record.TruncateForLog(peer.Name), err)
 	}
 	if meta.Site == r.cfg.Site {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	next, err := negotiate(r.grid, meta.Grid, r.cfg.Now(), r.cfg.GridIDSettle)
+	next, err := record.Negotiate(r.grid, meta.Grid, r.cfg.Now(), r.cfg.GridIDSettle)
 	if err != nil {
 		return err
 	}
@@ -198,7 +199,7 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 }
 
 // adoptLocked sets the grid ID and tells the grid (r.mu held).
-func (r *Runtime) adoptLocked(g gridID, how string) {
+func (r *Runtime) adoptLocked(g record.GridID, how string) {
 	r.grid = g
 	r.log.Info("swim_grid_id", "grid_id", g.ID, "generated_by", g.By, "how", how)
 	// Every network's status names the grid.
@@ -233,14 +234,14 @@ func (d *delegate) NotifyLeave(n *memberlist.Node)  { d.observe(n, true) }
 // address; an older one is never counted again.
 func (d *delegate) observe(n *memberlist.Node, gone bool) {
 	r := d.r
-	meta, err := decodeMeta(n.Meta)
+	meta, err := record.DecodeMeta(n.Meta)
 	if err != nil || meta.Site == r.cfg.Site {
 		return
 	}
 	now := r.cfg.Now()
 	r.mu.Lock()
 	if !gone {
-		if next, err := negotiate(r.grid, meta.Grid, now, r.cfg.GridIDSettle); err == nil && next != r.grid {
+		if next, err := record.Negotiate(r.grid, meta.Grid, now, r.cfg.GridIDSettle); err == nil && next != r.grid {
 			r.adoptLocked(next, "adopted")
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
@@ -23,28 +24,28 @@ import (
 // roots ask every member for the records this site lacks, so that records
 // refused before the roots loaded arrive without waiting for a push/pull.
 func (r *Runtime) SetIdentity(network string, id sites.Identity) {
-	var s *signer
+	var s *record.Signer
 	if id.Signer != nil {
 		var err error
-		if s, err = newSigner(id.Signer); err != nil {
+		if s, err = record.NewSigner(id.Signer); err != nil {
 			r.log.Error("swim_site_certificate_unusable", "network", network, "error", err.Error())
 		}
 	}
 	r.mu.Lock()
 	prev := r.trust[network]
-	t := &netTrust{open: id.Open, roots: id.Roots, signer: s, rootIDs: rootIDsOf(id.RootCerts)}
-	sameRoots := prev != nil && prev.open == t.open && rootsEqual(prev.roots, t.roots) && slices.EqualFunc(prev.rootIDs, t.rootIDs, func(a, b rootID) bool {
-		return bytes.Equal(a.keyID, b.keyID) && bytes.Equal(a.subject, b.subject)
+	t := &record.NetworkTrust{Open: id.Open, Roots: id.Roots, Signer: s, RootIDs: record.RootIDsOf(id.RootCerts)}
+	sameRoots := prev != nil && prev.Open == t.Open && rootsEqual(prev.Roots, t.Roots) && slices.EqualFunc(prev.RootIDs, t.RootIDs, func(a, b record.RootID) bool {
+		return bytes.Equal(a.KeyID, b.KeyID) && bytes.Equal(a.Subject, b.Subject)
 	})
 	if sameRoots {
-		t.chains = prev.chains
+		t.Chains = prev.Chains
 	} else {
-		t.chains = newChainCache()
+		t.Chains = record.NewChainCache()
 	}
 	// The same certificate, or still none (an open network, or a site
 	// waiting for its certificate): nothing to sign again. The controller
 	// calls this at every reconcile.
-	sameSigner := prev != nil && bytes.Equal(signerLeaf(prev.signer), signerLeaf(t.signer))
+	sameSigner := prev != nil && bytes.Equal(signerLeaf(prev.Signer), signerLeaf(t.Signer))
 	r.trust[network] = t
 	r.mu.Unlock()
 	if !sameSigner {
@@ -55,11 +56,11 @@ func (r *Runtime) SetIdentity(network string, id sites.Identity) {
 	}
 }
 
-func signerLeaf(s *signer) []byte {
+func signerLeaf(s *record.Signer) []byte {
 	if s == nil {
 		return nil
 	}
-	return s.chain[0]
+	return s.Chain[0]
 }
 
 // rootsEqual compares two root pools, nil included.
@@ -71,7 +72,7 @@ func rootsEqual(a, b *x509.CertPool) bool {
 }
 
 // trustOf is a network's identity, nil when it has none.
-func (r *Runtime) trustOf(network string) *netTrust {
+func (r *Runtime) trustOf(network string) *record.NetworkTrust {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.trust[network]
@@ -83,34 +84,34 @@ func (r *Runtime) trustOf(network string) *netTrust {
 // before it is too old). In a network with a grid CA nothing of this site
 // is stored or sent until it has a certificate: an unsigned record would
 // be refused everywhere.
-func (r *Runtime) putOwn(rec Record, again bool) {
-	if cur, ok := r.store.get(rec.key()); ok && !again && sameContent(&cur, &rec) {
+func (r *Runtime) putOwn(rec record.Record, again bool) {
+	if cur, ok := r.store.Get(rec.Key()); ok && !again && sameContent(&cur, &rec) {
 		return
 	}
 	r.mu.Lock()
 	t := r.trust[rec.Network]
 	grid := r.grid.ID
 	r.mu.Unlock()
-	if t == nil || !t.open && t.signer == nil {
+	if t == nil || !t.Open && t.Signer == nil {
 		return
 	}
-	rec.Version, rec.Grid, rec.Chain, rec.Sig = r.clock.next(), grid, nil, nil
-	if !t.open {
-		if err := t.signer.sign(&rec); err != nil {
+	rec.Version, rec.Grid, rec.Chain, rec.Sig = r.clock.Next(), grid, nil, nil
+	if !t.Open {
+		if err := t.Signer.Sign(&rec); err != nil {
 			r.log.Error("swim_record_not_signed", "network", rec.Network, "kind", string(rec.Kind), "error", err.Error())
 			return
 		}
 	}
-	r.store.merge(rec, r.cfg.Now())
+	r.store.Merge(rec, r.cfg.Now())
 	r.send(rec)
 }
 
 // sameContent compares what two records say, not how they are signed.
-func sameContent(a, b *Record) bool {
+func sameContent(a, b *record.Record) bool {
 	var enc [2][]byte
-	for i, rec := range []Record{*a, *b} {
+	for i, rec := range []record.Record{*a, *b} {
 		rec.Version, rec.Grid, rec.Chain, rec.Sig = 0, "", nil, nil
-		enc[i], _ = encodeRecords([]Record{rec})
+		enc[i], _ = record.EncodeRecords([]record.Record{rec})
 	}
 	return bytes.Equal(enc[0], enc[1])
 }
@@ -119,7 +120,7 @@ func sameContent(a, b *Record) bool {
 // all networks, after a new certificate or grid ID), and announces what
 // was held back for want of a certificate.
 func (r *Runtime) resign(network string) {
-	for _, rec := range r.store.ofSite(r.cfg.Site) {
+	for _, rec := range r.store.OfSite(r.cfg.Site) {
 		if rec.Deleted || network != "" && rec.Network != network {
 			continue
 		}
@@ -144,7 +145,7 @@ func (r *Runtime) resign(network string) {
 // taken for a live one after a replay.
 func (r *Runtime) refreshOwn(now time.Time) {
 	due := uint64(now.Add(-r.cfg.TombstoneTTL / 3).UnixNano())
-	for _, rec := range r.store.ofSite(r.cfg.Site) {
+	for _, rec := range r.store.OfSite(r.cfg.Site) {
 		if !rec.Deleted && rec.Version < due {
 			r.putOwn(rec, true)
 		}
@@ -153,7 +154,7 @@ func (r *Runtime) refreshOwn(now time.Time) {
 
 // rejected counts a record refused before it was stored, and says so once
 // per site and reason.
-func (r *Runtime) rejected(rec *Record, reason string) {
+func (r *Runtime) rejected(rec *record.Record, reason string) {
 	r.metrics.recordsRejected.WithLabelValues(reason).Inc()
 	if !r.firstTime("swim_record_rejected", reason, rec.Site) {
 		return
@@ -181,14 +182,14 @@ func (r *Runtime) pull() {
 	ml := r.ml
 	name := ""
 	if ml != nil {
-		name = memberName(r.cfg.Site, r.generation)
+		name = record.MemberName(r.cfg.Site, r.generation)
 	}
 	r.mu.Unlock()
 	to := r.aliveNodes("")
 	if ml == nil || len(to) == 0 {
 		return
 	}
-	msg, err := encodeDigest(name, r.store.digest(), r.networksTaken(), r.cfg.Now())
+	msg, err := record.EncodeDigest(name, r.store.Digest(), r.networksTaken(), r.cfg.Now())
 	if err != nil {
 		return
 	}
@@ -202,20 +203,20 @@ func (r *Runtime) pull() {
 // certificate expires.
 func (r *Runtime) recheck(now time.Time) {
 	r.mu.Lock()
-	trust := make(map[string]*netTrust, len(r.trust))
+	trust := make(map[string]*record.NetworkTrust, len(r.trust))
 	for n, t := range r.trust {
 		trust[n] = t
 	}
 	r.mu.Unlock()
 	changed := map[string]bool{}
-	for _, rec := range r.store.all() {
+	for _, rec := range r.store.All() {
 		t := trust[rec.Network]
-		if rec.Site == r.cfg.Site || t == nil || t.open || t.roots == nil || len(rec.Chain) == 0 {
+		if rec.Site == r.cfg.Site || t == nil || t.Open || t.Roots == nil || len(rec.Chain) == 0 {
 			continue
 		}
-		if _, why := t.chains.verify(t, rec.Chain, now); why != "" {
-			r.store.remove(rec.key())
-			r.rejected(&rec, rejectNoLongerValid)
+		if _, why := t.Chains.Verify(t, rec.Chain, now); why != "" {
+			r.store.Remove(rec.Key())
+			r.rejected(&rec, record.RejectNoLongerValid)
 			changed[rec.Network] = true
 		}
 	}

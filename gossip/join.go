@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
@@ -158,13 +159,13 @@ func (r *Runtime) joinOne(ml *memberlist.Memberlist, a string, done chan struct{
 	// The transport stamps an echo with the wall clock: so is the join.
 	start := time.Now()
 	_, err := ml.Join([]string{a})
-	if err == nil && r.transport().reflectedSince(a, start) {
+	if err == nil && r.transport().ReflectedSince(a, start) {
 		err = errors.New("the seed answered with this site's own join request (an echo, not a member)")
 	}
 	r.mu.Lock()
 	before, hadFailed := r.joinFailed[a]
 	if err != nil {
-		r.joinFailed[a] = joinFailure{at: r.cfg.Now(), err: err, conflict: strings.Contains(err.Error(), errGridIDConflict.Error())}
+		r.joinFailed[a] = joinFailure{at: r.cfg.Now(), err: err, conflict: strings.Contains(err.Error(), record.ErrGridIDConflict.Error())}
 	} else {
 		delete(r.joinFailed, a)
 	}

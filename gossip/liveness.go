@@ -6,6 +6,7 @@ package gossip
 import (
 	"github.com/hashicorp/memberlist"
 
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
@@ -33,7 +34,7 @@ func (r *Runtime) sweep() {
 	r.mu.Unlock()
 
 	// Records of sites away longer than the stale TTL are dropped.
-	for _, site := range r.store.siteNames() {
+	for _, site := range r.store.SiteNames() {
 		if site == r.cfg.Site {
 			continue
 		}
@@ -52,7 +53,7 @@ func (r *Runtime) sweep() {
 		}
 		r.mu.Unlock()
 		if now.Sub(since) >= r.cfg.StaleTTL {
-			networks := r.store.dropSite(site)
+			networks := r.store.DropSite(site)
 			r.mu.Lock()
 			delete(r.awaySince, site)
 			// The site stays known to its networks (dead, no records):
@@ -74,10 +75,10 @@ func (r *Runtime) sweep() {
 	if r.sweeps++; r.sweeps%recheckEvery == 0 {
 		r.recheck(now)
 	}
-	if n := r.store.expire(now, r.cfg.TombstoneTTL); n > 0 {
+	if n := r.store.Expire(now, r.cfg.TombstoneTTL); n > 0 {
 		r.log.Debug("swim_tombstones_expired", "count", n)
 	}
-	r.metrics.records.Set(float64(r.store.count()))
+	r.metrics.records.Set(float64(r.store.Count()))
 	r.notifySites(changedSites)
 }
 
@@ -89,13 +90,13 @@ const recheckEvery = 20
 // site is told, so that the whole grid sees the suspicion memberlist
 // keeps to itself.
 func (r *Runtime) suspected(name string) {
-	n := noticeBody{Member: name, Suspect: true, At: r.clock.next()}
+	n := record.Notice{Member: name, Suspect: true, At: r.clock.Next()}
 	r.applyNotice(n)
 	r.broadcastNotice(n)
 	// Straight to every member as well: each site starts its window when
 	// the notice arrives, and gossip would take a second to reach the
 	// last one.
-	msg, err := encodeNotice(n)
+	msg, err := record.EncodeNotice(n)
 	r.mu.Lock()
 	ml := r.ml
 	r.mu.Unlock()
@@ -106,16 +107,16 @@ func (r *Runtime) suspected(name string) {
 
 // applyNotice records a suspicion or its refutation. A site that learns it
 // is suspected answers that it is alive.
-func (r *Runtime) applyNotice(n noticeBody) {
+func (r *Runtime) applyNotice(n record.Notice) {
 	r.mu.Lock()
-	if r.ml != nil && n.Member == memberName(r.cfg.Site, r.generation) {
+	if r.ml != nil && n.Member == record.MemberName(r.cfg.Site, r.generation) {
 		r.mu.Unlock()
 		if n.Suspect {
-			r.broadcastNotice(noticeBody{Member: n.Member, At: r.clock.next()})
+			r.broadcastNotice(record.Notice{Member: n.Member, At: r.clock.Next()})
 		}
 		return
 	}
-	site := siteOfMember(n.Member)
+	site := record.SiteOfMember(n.Member)
 	m := r.members[site]
 	if m == nil || m.name != n.Member {
 		r.mu.Unlock()
@@ -155,8 +156,8 @@ func (r *Runtime) applyNotice(n noticeBody) {
 	}
 }
 
-func (r *Runtime) broadcastNotice(n noticeBody) {
-	msg, err := encodeNotice(n)
+func (r *Runtime) broadcastNotice(n record.Notice) {
+	msg, err := record.EncodeNotice(n)
 	if err != nil {
 		return
 	}
@@ -208,7 +209,7 @@ func (r *Runtime) notifySites(names []string) {
 	r.siteGaugesLocked()
 	r.mu.Unlock()
 	for _, s := range names {
-		for _, n := range r.store.networksOf(s) {
+		for _, n := range r.store.NetworksOf(s) {
 			r.notify.send(n)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gridsync/gridsync/gossip/internal/streamgate"
 )
 
 // memberlistLog turns memberlist's log lines ("[LEVEL] memberlist: ...")
@@ -72,18 +74,18 @@ func (l *memberlistLog) line(line string) {
 func rejectReason(msg string) string {
 	switch {
 	case strings.Contains(msg, "no installed keys could decrypt"):
-		return rejectUnknownKey
+		return streamgate.RejectUnknownKey
 	case strings.Contains(msg, "unsupported encryption version"),
 		strings.Contains(msg, "remote state is not encrypted"):
-		return rejectNotEncrypted
+		return streamgate.RejectNotEncrypted
 	case strings.Contains(msg, "remote state is encrypted and encryption is not configured"):
-		return rejectEncryptedUnexpected
+		return streamgate.RejectEncryptedUnexpected
 	case strings.Contains(msg, "unacceptable label"):
-		return rejectLabel
+		return streamgate.RejectLabel
 	case strings.Contains(msg, "Decrypt packet failed"),
 		strings.Contains(msg, "invalid checksum for UDP packet"),
 		strings.Contains(msg, "missing message type byte"):
-		return rejectMalformed
+		return streamgate.RejectMalformed
 	}
 	return ""
 }

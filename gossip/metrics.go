@@ -1,24 +1,12 @@
 package gossip
 
 import (
-	"slices"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gridsync/gridsync/gossip/internal/streamgate"
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
-
-// Reasons a packet or stream is rejected before membership sees it (the
-// reason label of grid_swim_packets_rejected_total).
-const (
-	rejectUnknownKey          = "unknown_key"          // encrypted with a key not installed here
-	rejectNotEncrypted        = "not_encrypted"        // plaintext while a key is required
-	rejectEncryptedUnexpected = "encrypted_unexpected" // encrypted while this site runs in the clear
-	rejectLabel               = "label_mismatch"
-	rejectMalformed           = "malformed"
-)
-
-var rejectReasons = []string{rejectUnknownKey, rejectNotEncrypted, rejectEncryptedUnexpected, rejectLabel, rejectMalformed}
 
 type metrics struct {
 	keyPending       prometheus.Gauge
@@ -112,13 +100,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
-	for _, r := range append(slices.Clone(rejectReasons), gateRejectReasons...) {
+	for _, r := range streamgate.RejectReasons {
 		m.rejected.WithLabelValues(r)
 	}
-	for _, r := range dropReasons {
+	for _, r := range record.DropReasons {
 		m.dropped.WithLabelValues(r)
 	}
-	for _, r := range recordRejectReasons {
+	for _, r := range record.RecordRejectReasons {
 		m.recordsRejected.WithLabelValues(r)
 	}
 	for _, o := range recordOutcomes {

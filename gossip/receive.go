@@ -2,24 +2,28 @@
 
 package gossip
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gridsync/gridsync/gossip/record"
+)
 
 // admit checks a record of another site and merges it, on a verifier
 // worker. It returns the record's network when the record changed what is
 // held, else "".
-func (r *Runtime) admit(rec Record, regossip bool) string {
+func (r *Runtime) admit(rec record.Record, regossip bool) string {
 	now := r.cfg.Now()
 	r.mu.Lock()
 	grid := r.grid.ID
 	r.mu.Unlock()
 	// A copy that waited behind another of the same record (push/pull
 	// and gossip bring several) costs no check once the first is held.
-	if cur, ok := r.store.get(rec.key()); ok && !newer(&rec, &cur) {
+	if cur, ok := r.store.Get(rec.Key()); ok && !record.Newer(&rec, &cur) {
 		r.outcome(outcomeNotNewer)
 		return ""
 	}
 	t := r.trustOf(rec.Network)
-	if why := check(t, &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
+	if why := record.Check(t, &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
 		if needsSignatureCheck(t, &rec) {
 			// Only a refusal that cost a check is charged to the site:
 			// junk that costs nothing to refuse in its name does not
@@ -30,14 +34,14 @@ func (r *Runtime) admit(rec Record, regossip bool) string {
 		r.outcome(outcomeRefused)
 		return ""
 	}
-	if classifyPEM(rec.CertPEM) == certPrivateKey {
+	if record.ClassifyPEM(rec.CertPEM) == record.CertPrivateKey {
 		// Never kept, never passed on: the record goes on without it.
-		r.metrics.dropped.WithLabelValues(dropPrivateKey).Inc()
+		r.metrics.dropped.WithLabelValues(record.DropPrivateKey).Inc()
 		r.log.Error("swim_private_key_discarded", "site", rec.Site, "network", rec.Network,
 			"why", "a gossiped certificate PEM carries a private key; it is discarded")
 		rec.CertPEM = ""
 	}
-	ok, refused := r.store.mergeCapped(rec, now, true)
+	ok, refused := r.store.MergeCapped(rec, now, true)
 	if refused != "" {
 		r.overCap(rec, refused)
 		r.outcome(outcomeOverCap)
@@ -50,12 +54,12 @@ func (r *Runtime) admit(rec Record, regossip bool) string {
 	}
 	r.outcome(outcomeStored)
 	if regossip {
-		if msg, err := encodeRecords([]Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
+		if msg, err := record.EncodeRecords([]record.Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
 			r.mu.Lock()
 			q := r.queue
 			r.mu.Unlock()
 			if q != nil {
-				q.QueueBroadcast(&recordBroadcast{key: rec.key(), msg: msg})
+				q.QueueBroadcast(&recordBroadcast{key: rec.Key(), msg: msg})
 			}
 		}
 	}
@@ -64,13 +68,13 @@ func (r *Runtime) admit(rec Record, regossip bool) string {
 
 // overCap counts a record dropped for a cap, and says so once per site
 // and reason (a flood of invented records is one line, not thousands).
-func (r *Runtime) overCap(rec Record, reason string) {
+func (r *Runtime) overCap(rec record.Record, reason string) {
 	r.metrics.dropped.WithLabelValues(reason).Inc()
 	if !r.firstTime("swim_records_over_cap", reason, rec.Site) {
 		return
 	}
 	r.log.Warn("swim_records_over_cap", "site", rec.Site, "network", rec.Network, "reason", reason,
-		"limits", fmt.Sprintf("%d sites per network, %d networks per site, %d records, %d MiB", maxSitesPerNetwork, maxNetworksPerSite, maxRecords, maxRecordBytes>>20))
+		"limits", fmt.Sprintf("%d sites per network, %d networks per site, %d records, %d MiB", record.MaxSitesPerNetwork, record.MaxNetworksPerSite, record.MaxRecords, record.MaxRecordBytes>>20))
 }
 
 // firstTime reports whether line has not yet been logged for this reason

@@ -13,7 +13,6 @@ package gossip
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -30,6 +29,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gridsync/gridsync/gossip/internal/streamgate"
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
@@ -155,10 +156,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// errGridIDConflict marks a merge refused because the peer belongs to
-// another grid.
-var errGridIDConflict = errors.New("grid ID conflict: the peer belongs to another grid")
-
 // Runtime is the site's SWIM membership.
 type Runtime struct {
 	cfg       Config
@@ -166,8 +163,8 @@ type Runtime struct {
 	advertise netip.AddrPort
 	metrics   *metrics
 	log       *slog.Logger
-	store     *store
-	clock     versionClock
+	store     *record.Store
+	clock     record.VersionClock
 	notify    *notifier
 	verify    *verifyQueue
 
@@ -177,7 +174,7 @@ type Runtime struct {
 	keyring     *memberlist.Keyring
 	encrypted   bool
 	generation  uint64
-	grid        gridID
+	grid        record.GridID
 	leading     bool
 	netKeys     map[string]*swimkeys.Set // networks whose key loaded
 	netKeyFail  map[string]bool          // networks whose declared key did not load
@@ -188,13 +185,13 @@ type Runtime struct {
 	departed    map[string]map[string]bool // network -> sites whose records were dropped
 	joinFailed  map[string]joinFailure     // seed address -> last failed join
 	joining     map[string]chan struct{}   // seed address -> join in flight, closed when done
-	tr          *countingTransport
+	tr          *streamgate.Transport
 	gatewayAddr string
 	locals      map[string]localState // what this site announced, per network
 	settings    map[string]sites.NetworkSettings
-	running     timings              // the node's, as created
-	said        map[string]bool      // line/reason/site already logged (firstTime)
-	trust       map[string]*netTrust // how each network's records are signed and checked
+	running     timings                         // the node's, as created
+	said        map[string]bool                 // line/reason/site already logged (firstTime)
+	trust       map[string]*record.NetworkTrust // how each network's records are signed and checked
 	wake        chan struct{}
 	lastGen     uint64
 	sweeps      uint64     // only the run loop's goroutine counts them
@@ -259,8 +256,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	r := &Runtime{
 		cfg: cfg, bind: bind, advertise: advertise, metrics: m,
 		log:        cfg.Logger.With("component", "swim"),
-		store:      newStore(),
-		clock:      versionClock{now: cfg.Now},
+		store:      record.NewStore(),
+		clock:      record.VersionClock{Now: cfg.Now},
 		netKeys:    map[string]*swimkeys.Set{},
 		netKeyFail: map[string]bool{},
 		netNoKey:   map[string]bool{},
@@ -273,7 +270,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		locals:     map[string]localState{},
 		settings:   map[string]sites.NetworkSettings{},
 		said:       map[string]bool{},
-		trust:      map[string]*netTrust{},
+		trust:      map[string]*record.NetworkTrust{},
 		wake:       make(chan struct{}, 1),
 	}
 	r.notify = newNotifier()
@@ -451,12 +448,15 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 		conf.Keyring = kr
 		conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
 	}
-	conf.Name = memberName(r.cfg.Site, gen)
-	gate := newStreamGate(r.cfg.Gate, conf.Keyring, r.cfg.Now, func(reason string) {
+	conf.Name = record.MemberName(r.cfg.Site, gen)
+	gate := streamgate.NewGate(r.cfg.Gate, conf.Keyring, r.cfg.Now, func(reason string) {
 		r.metrics.rejected.WithLabelValues(reason).Inc()
 	})
-	tr := newCountingTransport(nt, r.metrics, gate)
-	tr.checkPeer = r.cfg.CheckPeer
+	tr := streamgate.NewTransport(nt, streamgate.ByteCounters{
+		UDPSent: r.metrics.bytesSent.WithLabelValues("udp"), UDPReceived: r.metrics.bytesReceived.WithLabelValues("udp"),
+		TCPSent: r.metrics.bytesSent.WithLabelValues("tcp"), TCPReceived: r.metrics.bytesReceived.WithLabelValues("tcp"),
+	}, gate)
+	tr.CheckPeer = r.cfg.CheckPeer
 	conf.Transport = tr
 	r.mu.Lock()
 	r.tr = tr
@@ -519,9 +519,9 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 func (r *Runtime) shutdown(ml *memberlist.Memberlist) {
 	if !r.vanish.Load() {
 		r.mu.Lock()
-		self := memberName(r.cfg.Site, r.generation)
+		self := record.MemberName(r.cfg.Site, r.generation)
 		r.mu.Unlock()
-		r.broadcastNotice(noticeBody{Member: self, Leaving: true, At: r.clock.next()})
+		r.broadcastNotice(record.Notice{Member: self, Leaving: true, At: r.clock.Next()})
 		if err := ml.Leave(2 * time.Second); err != nil {
 			r.log.Warn("swim_leave_failed", "error", err)
 		}
@@ -545,7 +545,7 @@ func (r *Runtime) shutdown(ml *memberlist.Memberlist) {
 // this site). It takes no lock.
 func (r *Runtime) numAlive() int { return int(max(1, r.alive.Load())) }
 
-func (r *Runtime) transport() *countingTransport {
+func (r *Runtime) transport() *streamgate.Transport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.tr
@@ -571,7 +571,7 @@ func (r *Runtime) Status() Status {
 		st.Members = append(st.Members, MemberStatus{Site: site, Generation: m.generation, State: m.state, Address: m.addr})
 	}
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].Site < st.Members[j].Site })
-	st.Records = r.store.count()
+	st.Records = r.store.Count()
 	return st
 }
 

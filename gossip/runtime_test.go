@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/gossip/internal/streamgate"
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -34,6 +36,8 @@ type testSite struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	logs   *testproc.Buffer
+	// identities are those the site was started with, by network.
+	identities map[string]sites.Identity
 }
 
 type siteOption func(*siteSetup)
@@ -84,7 +88,7 @@ func startSite(t *testing.T, name string, opts ...siteOption) *testSite {
 		r.SetIdentity(n, id)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &testSite{Runtime: r, reg: reg, cancel: cancel, done: make(chan struct{}), logs: logs}
+	s := &testSite{Runtime: r, reg: reg, cancel: cancel, done: make(chan struct{}), logs: logs, identities: cfg.identities}
 	go func() {
 		defer close(s.done)
 		if err := r.Start(ctx); err != nil {
@@ -254,7 +258,7 @@ func TestWrongKeyNeverJoins(t *testing.T) {
 	require.NoError(t, intruder.Publish("prod", "", providers("evil")))
 	res := intruder.AnnounceSeeds("prod", []string{a.AdvertiseAddr()})
 	require.Len(t, res.Failed, 1, "the join of a site with a wrong key fails")
-	require.Eventually(t, func() bool { return a.counter("grid_swim_packets_rejected_total", rejectUnknownKey) > 0 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return a.counter("grid_swim_packets_rejected_total", streamgate.RejectUnknownKey) > 0 }, 30*time.Second, 10*time.Millisecond)
 	time.Sleep(4 * testProbe)
 	for _, s := range []*testSite{a, b} {
 		for _, m := range s.Status().Members {
@@ -269,7 +273,7 @@ func TestWrongKeyNeverJoins(t *testing.T) {
 	clear.SetNetworkKeys("prod", nil, false)
 	clear.waitRunning(t)
 	require.Len(t, clear.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed, 1)
-	require.Eventually(t, func() bool { return a.counter("grid_swim_packets_rejected_total", rejectNotEncrypted) > 0 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return a.counter("grid_swim_packets_rejected_total", streamgate.RejectNotEncrypted) > 0 }, 30*time.Second, 10*time.Millisecond)
 }
 
 // Nothing is sent or received until a key loads; a network that declares
@@ -402,7 +406,9 @@ func TestKeyRotationWithoutRestart(t *testing.T) {
 	retired := startSite(t, "site-z", withKey(oldKey))
 	retired.waitRunning(t)
 	require.Len(t, retired.AnnounceSeeds("prod", []string{members[0].AdvertiseAddr()}).Failed, 1)
-	require.Eventually(t, func() bool { return members[0].counter("grid_swim_packets_rejected_total", rejectUnknownKey) > 0 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return members[0].counter("grid_swim_packets_rejected_total", streamgate.RejectUnknownKey) > 0
+	}, 30*time.Second, 10*time.Millisecond)
 }
 
 // A killed site is suspected, then dead after the suspicion window; its
@@ -529,7 +535,7 @@ func TestALeaveBeforeItsNoticeIsStillALeave(t *testing.T) {
 	d := &delegate{r: a.Runtime}
 	d.NotifyLeave(node) // the leave first: taken for a death
 	require.Equal(t, sites.SiteDead, a.View("prod").Sites[0].State)
-	a.applyNotice(noticeBody{Member: name, Leaving: true, At: 1})
+	a.applyNotice(record.Notice{Member: name, Leaving: true, At: 1})
 	assert.Equal(t, sites.SiteLeft, a.View("prod").Sites[0].State, "gone and leaving is Left")
 }
 
@@ -592,35 +598,35 @@ func TestBadGossipDropped(t *testing.T) {
 	target := nodes[0]
 	send := func(msg []byte) { require.NoError(t, ml.SendReliable(target, msg)) }
 
-	send([]byte{msgRecords, '{', 'x'})
+	send([]byte{record.MsgRecords, '{', 'x'})
 	send([]byte{99, '{', '}'})
-	huge := append([]byte{msgRecords}, bytes.Repeat([]byte(" "), maxMessageBytes)...)
+	huge := append([]byte{record.MsgRecords}, bytes.Repeat([]byte(" "), record.MaxMessageBytes)...)
 	send(huge)
-	long, _ := encodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, CertPEM: strings.Repeat("A", maxCertPEMBytes+1)}})
+	long, _ := record.EncodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, CertPEM: strings.Repeat("A", 16<<10+1)}}) // a byte over the PEM bound
 	send(long)
 	require.Eventually(t, func() bool {
-		return a.counter("grid_swim_messages_dropped_total", dropMalformed) == 1 &&
-			a.counter("grid_swim_messages_dropped_total", dropUnknownType) == 1 &&
-			a.counter("grid_swim_messages_dropped_total", dropOversized) == 2
+		return a.counter("grid_swim_messages_dropped_total", record.DropMalformed) == 1 &&
+			a.counter("grid_swim_messages_dropped_total", record.DropUnknownType) == 1 &&
+			a.counter("grid_swim_messages_dropped_total", record.DropOversized) == 2
 	}, 30*time.Second, 10*time.Millisecond)
 
 	const keyPEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBsecret\n-----END EC PRIVATE KEY-----\n"
-	withKeyPEM, _ := encodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, Version: uint64(time.Now().UnixNano()), GatewayAddress: "127.0.0.1:8443", CertPEM: keyPEM}})
+	withKeyPEM, _ := record.EncodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, Version: uint64(time.Now().UnixNano()), GatewayAddress: "127.0.0.1:8443", CertPEM: keyPEM}})
 	send(withKeyPEM)
-	require.Eventually(t, func() bool { return a.counter("grid_swim_messages_dropped_total", dropPrivateKey) == 1 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return a.counter("grid_swim_messages_dropped_total", record.DropPrivateKey) == 1 }, 30*time.Second, 10*time.Millisecond)
 	// Under load the 8 MiB stream above can hold b's acks long enough for
 	// a to take b for gone a moment; b refutes it and is back.
 	var v sites.NetworkView
 	require.Eventually(t, func() bool { v = a.View("prod"); return len(v.Sites) == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, "127.0.0.1:8443", v.Sites[0].GatewayAddress, "the record is kept without its PEM")
 	require.Empty(t, v.Sites[0].CertPEM)
-	for _, r := range a.store.all() {
+	for _, r := range a.store.All() {
 		require.NotContains(t, r.CertPEM, "PRIVATE KEY")
 	}
 	require.Contains(t, a.logs.String(), "swim_private_key_discarded")
 	require.NotContains(t, a.logs.String(), "MHcCAQEEIBsecret")
 
-	notACert, _ := encodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, Version: uint64(time.Now().UnixNano()), CertPEM: "hello"}})
+	notACert, _ := record.EncodeRecords([]Record{{Network: "prod", Site: "site-b", Kind: KindSite, Version: uint64(time.Now().UnixNano()), CertPEM: "hello"}})
 	send(notACert)
 	require.Eventually(t, func() bool { v := a.View("prod"); return len(v.Sites) == 1 && v.Sites[0].CertInvalid }, 5*time.Second, 10*time.Millisecond)
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
@@ -38,7 +39,7 @@ func (r *Runtime) SetNetworkSettings(network string, s sites.NetworkSettings) {
 	pin := r.pinnedGridLocked()
 	repin := pin != "" && (r.grid.ID != pin || !r.grid.Pinned)
 	if repin {
-		r.adoptLocked(gridID{ID: pin, By: r.cfg.Site, At: r.cfg.Now().Unix(), Pinned: true}, "pinned")
+		r.adoptLocked(record.GridID{ID: pin, By: r.cfg.Site, At: r.cfg.Now().Unix(), Pinned: true}, "pinned")
 	}
 	// Poked whether or not a node runs: a change that lands while the
 	// node restarts (after the new node read the timings, before it is

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/gridsync/gridsync/gossip/record"
 )
 
 // What became of a record received from a peer (the outcome label of
@@ -71,18 +73,18 @@ const (
 // another record, or another claim of the same version, is never taken
 // for a copy.
 type pendingID struct {
-	key     recordKey
+	key     record.Key
 	version uint64
 	sig     string
 }
 
-func idOf(r *Record) pendingID {
-	return pendingID{key: r.key(), version: r.Version, sig: string(r.Sig)}
+func idOf(r *record.Record) pendingID {
+	return pendingID{key: r.Key(), version: r.Version, sig: string(r.Sig)}
 }
 
 // pendingRecord is a record waiting for its check.
 type pendingRecord struct {
-	rec      Record
+	rec      record.Record
 	regossip bool
 	size     int64
 }
@@ -109,7 +111,7 @@ func newVerifyQueue() *verifyQueue {
 		budget: rate.NewLimiter(doubtfulChecksPerSecond, doubtfulBurst)}
 }
 
-func senderKey(r *Record) string { return r.Network + "/" + r.Site }
+func senderKey(r *record.Record) string { return r.Network + "/" + r.Site }
 
 // penalized reports whether a sender spent its allowance of refusals
 // (q.mu held).
@@ -119,7 +121,7 @@ func (q *verifyQueue) penalizedLocked(key string, now time.Time) bool {
 }
 
 // refused charges a sender for a refused record.
-func (q *verifyQueue) refused(r *Record, now time.Time) {
+func (q *verifyQueue) refused(r *record.Record, now time.Time) {
 	key := senderKey(r)
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -222,7 +224,7 @@ func verifyWorkers() int {
 // held, a record of an open network, an unsigned one) is decided at once,
 // the rest waits for a worker. regossip sends what was
 // news on by epidemic broadcast.
-func (r *Runtime) receive(records []Record, regossip bool) {
+func (r *Runtime) receive(records []record.Record, regossip bool) {
 	now := r.cfg.Now()
 	changed := map[string]bool{}
 	for _, rec := range records {
@@ -232,7 +234,7 @@ func (r *Runtime) receive(records []Record, regossip bool) {
 		}
 		// What is not newer than the copy held is not checked: it would
 		// not be stored anyway, and push/pull brings many such.
-		if cur, ok := r.store.get(rec.key()); ok && !newer(&rec, &cur) {
+		if cur, ok := r.store.Get(rec.Key()); ok && !record.Newer(&rec, &cur) {
 			r.outcome(outcomeNotNewer)
 			continue
 		}
@@ -244,8 +246,8 @@ func (r *Runtime) receive(records []Record, regossip bool) {
 			}
 			continue
 		}
-		p := pendingRecord{rec: rec, regossip: regossip, size: recordSize(&rec)}
-		copied, shed := r.verify.push(p, r.store.holdsSite(rec.Network, rec.Site), now)
+		p := pendingRecord{rec: rec, regossip: regossip, size: record.MemorySize(&rec)}
+		copied, shed := r.verify.push(p, r.store.HoldsSite(rec.Network, rec.Site), now)
 		if copied {
 			r.outcome(outcomeDuplicate)
 		}
@@ -259,7 +261,7 @@ func (r *Runtime) receive(records []Record, regossip bool) {
 	}
 	r.metrics.pending.Set(float64(r.verify.len()))
 	if len(changed) > 0 {
-		r.metrics.records.Set(float64(r.store.count()))
+		r.metrics.records.Set(float64(r.store.Count()))
 	}
 	for n := range changed {
 		r.notify.send(n)
@@ -269,8 +271,8 @@ func (r *Runtime) receive(records []Record, regossip bool) {
 // needsSignatureCheck reports whether a record's check verifies a
 // signature, the work the verifier's workers are for; every other check
 // costs no more than reading the record.
-func needsSignatureCheck(t *netTrust, r *Record) bool {
-	return t != nil && !t.open && t.roots != nil && len(r.Sig) > 0 && len(r.Chain) > 0
+func needsSignatureCheck(t *record.NetworkTrust, r *record.Record) bool {
+	return t != nil && !t.Open && t.Roots != nil && len(r.Sig) > 0 && len(r.Chain) > 0
 }
 
 // checkRecords runs a worker until ctx ends.
@@ -297,7 +299,7 @@ func (r *Runtime) checkRecords(ctx context.Context) {
 		}
 		r.metrics.pending.Set(float64(r.verify.len()))
 		if network := r.admit(p.rec, p.regossip); network != "" {
-			r.metrics.records.Set(float64(r.store.count()))
+			r.metrics.records.Set(float64(r.store.Count()))
 			r.notify.send(network)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
@@ -65,7 +66,7 @@ func (r *Runtime) View(network string) sites.NetworkView {
 		}
 		known[name] = s
 	}
-	for _, rec := range r.store.ofNetwork(network) {
+	for _, rec := range r.store.OfNetwork(network) {
 		if rec.Site == r.cfg.Site || rec.Deleted {
 			continue
 		}
@@ -78,20 +79,20 @@ func (r *Runtime) View(network string) sites.NetworkView {
 			known[rec.Site] = s
 		}
 		switch rec.Kind {
-		case KindSite:
+		case record.KindSite:
 			s.GatewayAddress, s.Region, s.Zone = rec.GatewayAddress, rec.Region, rec.Zone
-			switch classifyPEM(rec.CertPEM) {
-			case certValid:
+			switch record.ClassifyPEM(rec.CertPEM) {
+			case record.CertValid:
 				s.CertPEM = rec.CertPEM
-			case certInvalid:
+			case record.CertInvalid:
 				s.CertInvalid = true
 			}
-		case KindProviders:
+		case record.KindProviders:
 			s.Inference = len(rec.Providers) > 0
 			for _, p := range rec.Providers {
 				v.Providers = append(v.Providers, sites.RemoteProvider{Site: rec.Site, Provider: p})
 			}
-		case KindSignals:
+		case record.KindSignals:
 			if len(rec.Signals) > 0 {
 				v.Signals = append(v.Signals, sites.RemoteSignals{Site: rec.Site, Version: rec.Version, Signals: rec.Signals})
 			}

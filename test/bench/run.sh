@@ -34,7 +34,7 @@ step praxisconfig-render -bench Render -benchmem -benchtime 2s ./controller/prax
 # A thousand sidecars on one API server, and its restart under them.
 step fleet -bench Fleet -benchtime 1x -timeout 60m ./test/bench/fleet
 # The membership layer alone: a record's check, then 50 and 100 sites in one process.
-step swim-verify -bench VerifyRecord -benchtime 2s ./gossip
+step swim-verify -bench VerifyRecord -benchtime 2s ./gossip/record
 step swim -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
 # Site trust: 50 remote gateways probed over mutual TLS, and ten sites enrolling.
 step trust -bench 'Trust|Enrol' -benchtime 1x -timeout 30m ./test/bench/trust

@@ -1,4 +1,4 @@
-package gossip
+package record
 
 import (
 	"bytes"
@@ -15,27 +15,27 @@ import (
 // The gossip messages of the membership layer. Each is one type byte and
 // a JSON body; memberlist encrypts and authenticates them on the wire.
 const (
-	msgRecords byte = 1 // records, by broadcast, reliable send or join
-	msgDigest  byte = 2 // record versions, on periodic push/pull
-	msgNotice  byte = 3 // a member suspected, or alive after all
-	msgDirect  byte = 4 // records sent straight to every member: not passed on
+	MsgRecords byte = 1 // records, by broadcast, reliable send or join
+	MsgDigest  byte = 2 // record versions, on periodic push/pull
+	MsgNotice  byte = 3 // a member suspected, or alive after all
+	MsgDirect  byte = 4 // records sent straight to every member: not passed on
 )
 
 // Limits a decoded message must keep. Anything beyond them is dropped and
 // counted; nothing a peer sends can make the agent hold more.
 const (
-	maxMessageBytes   = 8 << 20 // a join's full state
+	MaxMessageBytes   = 8 << 20 // a join's full state
 	maxCertPEMBytes   = 16 << 10
 	maxAddressBytes   = 262 // host (253) : port
 	maxProviders      = 1000
 	maxModels         = 64
-	maxSignals        = 4096
+	MaxSignals        = 4096
 	maxSignalLabels   = 16
 	maxNameBytes      = 253
 	maxLabelBytes     = 63 // a region or a zone, as the CRD bounds them
 	maxSelectorBytes  = 4096
-	maxRecordsPerMsg  = maxRecords // a join's full state is what a store holds
-	maxDigestsPerMsg  = maxRecords
+	maxRecordsPerMsg  = MaxRecords // a join's full state is what a store holds
+	maxDigestsPerMsg  = MaxRecords
 	maxDigestNetworks = 1024
 	maxPhaseBytes     = 32
 	maxKindFieldBytes = 64
@@ -44,14 +44,14 @@ const (
 // Reasons a message is dropped (the reason label of
 // grid_swim_messages_dropped_total).
 const (
-	dropOversized   = "oversized"
-	dropMalformed   = "malformed"
-	dropInvalid     = "invalid"
-	dropUnknownType = "unknown_type"
-	dropPrivateKey  = "private_key"
+	DropOversized   = "oversized"
+	DropMalformed   = "malformed"
+	DropInvalid     = "invalid"
+	DropUnknownType = "unknown_type"
+	DropPrivateKey  = "private_key"
 )
 
-var dropReasons = append([]string{dropOversized, dropMalformed, dropInvalid, dropUnknownType, dropPrivateKey}, capReasons...)
+var DropReasons = append([]string{DropOversized, DropMalformed, DropInvalid, DropUnknownType, DropPrivateKey}, capReasons...)
 
 // decodeError carries the reason a message was dropped.
 type decodeError struct {
@@ -65,13 +65,13 @@ func dropped(reason string, format string, args ...any) error {
 	return &decodeError{reason: reason, err: fmt.Errorf(format, args...)}
 }
 
-// dropReason is the counted reason of a decode error.
-func dropReason(err error) string {
+// DropReason is the counted reason of a decode error.
+func DropReason(err error) string {
 	var de *decodeError
 	if errors.As(err, &de) {
 		return de.reason
 	}
-	return dropMalformed
+	return DropMalformed
 }
 
 type recordsMsgBody struct {
@@ -82,11 +82,11 @@ type recordsMsgBody struct {
 	At int64 `json:"at,omitempty"`
 }
 
-type digestMsgBody struct {
+type DigestBody struct {
 	// From is the sender's member name: the records it lacks are sent
 	// back to it.
 	From    string        `json:"f"`
-	Entries []digestEntry `json:"e"`
+	Entries []DigestEntry `json:"e"`
 	// Networks are those the sender takes part in: it is sent the
 	// records of these only (it would refuse the others).
 	Networks []string `json:"nw,omitempty"`
@@ -95,21 +95,21 @@ type digestMsgBody struct {
 	At int64 `json:"at,omitempty"`
 }
 
-func encodeRecords(rs []Record) ([]byte, error) {
-	return encode(msgRecords, recordsMsgBody{Records: rs})
+func EncodeRecords(rs []Record) ([]byte, error) {
+	return encode(MsgRecords, recordsMsgBody{Records: rs})
 }
 
-func encodeDirectRecords(rs []Record) ([]byte, error) {
-	return encode(msgDirect, recordsMsgBody{Records: rs})
+func EncodeDirectRecords(rs []Record) ([]byte, error) {
+	return encode(MsgDirect, recordsMsgBody{Records: rs})
 }
 
-// encodeState is a join's full state, stamped with when it is sent.
-func encodeState(rs []Record, at time.Time) ([]byte, error) {
-	return encode(msgRecords, recordsMsgBody{Records: rs, At: at.UnixMilli()})
+// EncodeState is a join's full state, stamped with when it is sent.
+func EncodeState(rs []Record, at time.Time) ([]byte, error) {
+	return encode(MsgRecords, recordsMsgBody{Records: rs, At: at.UnixMilli()})
 }
 
-func encodeDigest(from string, d []digestEntry, networks []string, at time.Time) ([]byte, error) {
-	return encode(msgDigest, digestMsgBody{From: from, Entries: d, Networks: networks, At: at.UnixMilli()})
+func EncodeDigest(from string, d []DigestEntry, networks []string, at time.Time) ([]byte, error) {
+	return encode(MsgDigest, DigestBody{From: from, Entries: d, Networks: networks, At: at.UnixMilli()})
 }
 
 func encode(t byte, body any) ([]byte, error) {
@@ -120,10 +120,10 @@ func encode(t byte, body any) ([]byte, error) {
 	return append([]byte{t}, b...), nil
 }
 
-// noticeBody makes SWIM's suspicion visible to every site: memberlist
+// Notice makes SWIM's suspicion visible to every site: memberlist
 // keeps a member's suspect state to itself, so the site whose probe failed
 // says so, and the suspected site, when alive, answers.
-type noticeBody struct {
+type Notice struct {
 	// Member is the memberlist name concerned.
 	Member string `json:"m"`
 	// Suspect, or false: alive after all (sent by Member itself).
@@ -135,83 +135,83 @@ type noticeBody struct {
 	At uint64 `json:"t"`
 }
 
-func encodeNotice(n noticeBody) ([]byte, error) { return encode(msgNotice, n) }
+func EncodeNotice(n Notice) ([]byte, error) { return encode(MsgNotice, n) }
 
-// message is a decoded message: records, a digest or a notice.
-type message struct {
-	kind    byte
-	records []Record
-	digest  digestMsgBody
-	notice  noticeBody
+// Message is a decoded message: records, a digest or a notice.
+type Message struct {
+	Type    byte       // MsgRecords, MsgDirect, MsgDigest or MsgNotice
+	Records []Record   // of MsgRecords and MsgDirect
+	Digest  DigestBody // of MsgDigest
+	Notice  Notice     // of MsgNotice
 }
 
-// decode parses and checks one message. It never panics on any input
+// Decode parses and checks one message. It never panics on any input
 // (fuzzed) and bounds everything it keeps.
-func decode(buf []byte) (message, error) {
+func Decode(buf []byte) (Message, error) {
 	if len(buf) == 0 {
-		return message{}, dropped(dropUnknownType, "empty message")
+		return Message{}, dropped(DropUnknownType, "empty message")
 	}
-	if len(buf) > maxMessageBytes {
-		return message{}, dropped(dropOversized, "message of %d bytes, limit %d", len(buf), maxMessageBytes)
+	if len(buf) > MaxMessageBytes {
+		return Message{}, dropped(DropOversized, "message of %d bytes, limit %d", len(buf), MaxMessageBytes)
 	}
-	m := message{kind: buf[0]}
+	m := Message{Type: buf[0]}
 	switch buf[0] {
-	case msgRecords, msgDirect:
+	case MsgRecords, MsgDirect:
 		records, err := decodeRecords(buf[1:])
 		if err != nil {
-			return message{}, err
+			return Message{}, err
 		}
 		for i := range records {
 			if err := checkRecord(&records[i]); err != nil {
-				return message{}, err
+				return Message{}, err
 			}
 		}
-		m.records = records
-	case msgDigest:
-		if err := json.Unmarshal(buf[1:], &m.digest); err != nil {
-			return message{}, dropped(dropMalformed, "digest: %v", err)
+		m.Records = records
+	case MsgDigest:
+		if err := json.Unmarshal(buf[1:], &m.Digest); err != nil {
+			return Message{}, dropped(DropMalformed, "digest: %v", err)
 		}
-		if len(m.digest.Entries) > maxDigestsPerMsg {
-			return message{}, dropped(dropOversized, "%d digest entries", len(m.digest.Entries))
+		if len(m.Digest.Entries) > maxDigestsPerMsg {
+			return Message{}, dropped(DropOversized, "%d digest entries", len(m.Digest.Entries))
 		}
-		if len(m.digest.From) == 0 || len(m.digest.From) > maxNameBytes+32 {
-			return message{}, dropped(dropInvalid, "digest sender %q", truncate(m.digest.From))
+		if len(m.Digest.From) == 0 || len(m.Digest.From) > maxNameBytes+32 {
+			return Message{}, dropped(DropInvalid, "digest sender %q", TruncateForLog(m.Digest.From))
 		}
-		for _, e := range m.digest.Entries {
+		for _, e := range m.Digest.Entries {
 			if err := checkIdentity(e.Network, e.Site, e.Kind); err != nil {
-				return message{}, err
+				return Message{}, err
 			}
 		}
-		if len(m.digest.Networks) > maxDigestNetworks {
-			return message{}, dropped(dropOversized, "%d networks in a digest", len(m.digest.Networks))
+		if len(m.Digest.Networks) > maxDigestNetworks {
+			return Message{}, dropped(DropOversized, "%d networks in a digest", len(m.Digest.Networks))
 		}
-		for _, n := range m.digest.Networks {
+		for _, n := range m.Digest.Networks {
 			if len(n) == 0 || len(n) > maxNameBytes {
-				return message{}, dropped(dropInvalid, "a digest network of %d bytes", len(n))
+				return Message{}, dropped(DropInvalid, "a digest network of %d bytes", len(n))
 			}
 		}
-	case msgNotice:
-		if err := json.Unmarshal(buf[1:], &m.notice); err != nil {
-			return message{}, dropped(dropMalformed, "notice: %v", err)
+	case MsgNotice:
+		if err := json.Unmarshal(buf[1:], &m.Notice); err != nil {
+			return Message{}, dropped(DropMalformed, "notice: %v", err)
 		}
-		if len(m.notice.Member) == 0 || len(m.notice.Member) > maxNameBytes+32 {
-			return message{}, dropped(dropInvalid, "notice member %q", truncate(m.notice.Member))
+		if len(m.Notice.Member) == 0 || len(m.Notice.Member) > maxNameBytes+32 {
+			return Message{}, dropped(DropInvalid, "notice member %q", TruncateForLog(m.Notice.Member))
 		}
 	default:
-		return message{}, dropped(dropUnknownType, "message type %d", buf[0])
+		return Message{}, dropped(DropUnknownType, "message type %d", buf[0])
 	}
 	return m, nil
 }
 
 func checkIdentity(network, site string, kind Kind) error {
 	if errs := validation.IsDNS1123Subdomain(network); len(errs) > 0 {
-		return dropped(dropInvalid, "network %q: %s", truncate(network), errs[0])
+		return dropped(DropInvalid, "network %q: %s", TruncateForLog(network), errs[0])
 	}
 	if errs := validation.IsDNS1123Label(site); len(errs) > 0 {
-		return dropped(dropInvalid, "site %q: %s", truncate(site), errs[0])
+		return dropped(DropInvalid, "site %q: %s", TruncateForLog(site), errs[0])
 	}
 	if kind != KindSite && kind != KindProviders && kind != KindSignals {
-		return dropped(dropInvalid, "record kind %q", truncate(string(kind)))
+		return dropped(DropInvalid, "record kind %q", TruncateForLog(string(kind)))
 	}
 	return nil
 }
@@ -222,45 +222,45 @@ func checkRecord(r *Record) error {
 		return err
 	}
 	if len(r.GatewayAddress) > maxAddressBytes {
-		return dropped(dropOversized, "gateway address of %d bytes", len(r.GatewayAddress))
+		return dropped(DropOversized, "gateway address of %d bytes", len(r.GatewayAddress))
 	}
 	if len(r.CertPEM) > maxCertPEMBytes {
-		return dropped(dropOversized, "certificate PEM of %d bytes", len(r.CertPEM))
+		return dropped(DropOversized, "certificate PEM of %d bytes", len(r.CertPEM))
 	}
 	if len(r.Providers) > maxProviders {
-		return dropped(dropOversized, "%d providers", len(r.Providers))
+		return dropped(DropOversized, "%d providers", len(r.Providers))
 	}
 	if len(r.Grid) > maxNameBytes {
-		return dropped(dropOversized, "grid ID of %d bytes", len(r.Grid))
+		return dropped(DropOversized, "grid ID of %d bytes", len(r.Grid))
 	}
 	if len(r.Chain) > maxChainCerts || len(r.Sig) > maxSigBytes {
-		return dropped(dropOversized, "%d signing certificates, a signature of %d bytes", len(r.Chain), len(r.Sig))
+		return dropped(DropOversized, "%d signing certificates, a signature of %d bytes", len(r.Chain), len(r.Sig))
 	}
 	for _, der := range r.Chain {
 		if len(der) == 0 || len(der) > maxCertBytes {
-			return dropped(dropOversized, "a signing certificate of %d bytes", len(der))
+			return dropped(DropOversized, "a signing certificate of %d bytes", len(der))
 		}
 	}
 	if len(r.Region) > maxLabelBytes || len(r.Zone) > maxLabelBytes {
-		return dropped(dropOversized, "region or zone of more than %d bytes", maxLabelBytes)
+		return dropped(DropOversized, "region or zone of more than %d bytes", maxLabelBytes)
 	}
 	site := r.GatewayAddress != "" || r.CertPEM != "" || r.Region != "" || r.Zone != ""
 	if r.Kind == KindSite && (len(r.Providers) > 0 || len(r.Signals) > 0) ||
 		r.Kind == KindProviders && (site || len(r.Signals) > 0) ||
 		r.Kind == KindSignals && (site || len(r.Providers) > 0) {
-		return dropped(dropInvalid, "fields of another record kind in a %s record", r.Kind)
+		return dropped(DropInvalid, "fields of another record kind in a %s record", r.Kind)
 	}
-	if len(r.Signals) > maxSignals {
-		return dropped(dropOversized, "%d signals", len(r.Signals))
+	if len(r.Signals) > MaxSignals {
+		return dropped(DropOversized, "%d signals", len(r.Signals))
 	}
 	for _, sg := range r.Signals {
 		if len(sg.Provider) == 0 || len(sg.Provider) > maxNameBytes || len(sg.Metric) == 0 || len(sg.Metric) > maxNameBytes ||
 			len(sg.Labels) > maxSignalLabels || sg.AgeMs < 0 || math.IsNaN(sg.Value) || math.IsInf(sg.Value, 0) {
-			return dropped(dropInvalid, "a signal of provider %q is malformed", truncate(sg.Provider))
+			return dropped(DropInvalid, "a signal of provider %q is malformed", TruncateForLog(sg.Provider))
 		}
 		for k, v := range sg.Labels {
 			if len(k) == 0 || len(k) > maxNameBytes || len(v) > maxNameBytes {
-				return dropped(dropInvalid, "a signal of provider %q has a malformed label", truncate(sg.Provider))
+				return dropped(DropInvalid, "a signal of provider %q has a malformed label", TruncateForLog(sg.Provider))
 			}
 		}
 	}
@@ -268,22 +268,22 @@ func checkRecord(r *Record) error {
 		if len(p.Name) == 0 || len(p.Name) > maxNameBytes || len(p.Cluster) > maxNameBytes ||
 			len(p.Phase) > maxPhaseBytes || len(p.ProviderKind) > maxKindFieldBytes || len(p.BackendKind) > maxKindFieldBytes ||
 			len(p.Sites) > maxSelectorBytes {
-			return dropped(dropInvalid, "provider %q: a field is empty or too long", truncate(p.Name))
+			return dropped(DropInvalid, "provider %q: a field is empty or too long", TruncateForLog(p.Name))
 		}
 		if len(p.Models) > maxModels {
-			return dropped(dropOversized, "provider %q: %d models", truncate(p.Name), len(p.Models))
+			return dropped(DropOversized, "provider %q: %d models", TruncateForLog(p.Name), len(p.Models))
 		}
 		for _, m := range p.Models {
 			if len(m) == 0 || len(m) > maxNameBytes {
-				return dropped(dropInvalid, "provider %q: a model name is empty or too long", truncate(p.Name))
+				return dropped(DropInvalid, "provider %q: a model name is empty or too long", TruncateForLog(p.Name))
 			}
 		}
 	}
 	return nil
 }
 
-// truncate keeps a peer's string short enough for a log line.
-func truncate(s string) string {
+// TruncateForLog keeps a peer's string short enough for a log line.
+func TruncateForLog(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "..."
 	}
@@ -297,26 +297,26 @@ const (
 	pemPrivateKeyMarker  = "PRIVATE KEY"
 )
 
-// certState classifies a gossiped PEM.
-type certState int
+// CertState classifies a gossiped PEM.
+type CertState int
 
 const (
-	certNone certState = iota
-	certValid
-	certInvalid    // no certificate header: TrustMaterialInvalid
-	certPrivateKey // carries a private key: discarded
+	CertNone CertState = iota
+	CertValid
+	CertInvalid    // no certificate header: TrustMaterialInvalid
+	CertPrivateKey // carries a private key: discarded
 )
 
-func classifyPEM(pem string) certState {
+func ClassifyPEM(pem string) CertState {
 	switch {
 	case pem == "":
-		return certNone
+		return CertNone
 	case strings.Contains(pem, pemPrivateKeyMarker):
-		return certPrivateKey
+		return CertPrivateKey
 	case !strings.Contains(pem, pemCertificateHeader):
-		return certInvalid
+		return CertInvalid
 	default:
-		return certValid
+		return CertValid
 	}
 }
 
@@ -326,7 +326,7 @@ func classifyPEM(pem string) certState {
 // many times its size).
 func decodeRecords(b []byte) ([]Record, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
-	malformed := func(err error) error { return dropped(dropMalformed, "records: %v", err) }
+	malformed := func(err error) error { return dropped(DropMalformed, "records: %v", err) }
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil, malformed(fmt.Errorf("not an object"))
 	}
@@ -351,7 +351,7 @@ func decodeRecords(b []byte) ([]Record, error) {
 		}
 		for dec.More() {
 			if len(out) >= maxRecordsPerMsg {
-				return nil, dropped(dropOversized, "more than %d records", maxRecordsPerMsg)
+				return nil, dropped(DropOversized, "more than %d records", maxRecordsPerMsg)
 			}
 			var r Record
 			if err := dec.Decode(&r); err != nil {

@@ -3,7 +3,7 @@
 // certificate of the grid CA that names the record's site. Holding the
 // SWIM key lets a peer speak in membership, not for another site.
 
-package gossip
+package record
 
 import (
 	"bytes"
@@ -29,24 +29,24 @@ import (
 // Reasons a record is refused before it is stored (the reason label of
 // grid_swim_records_rejected_total).
 const (
-	rejectUnknownNetwork = "unknown_network"       // a network this site does not take part in
-	rejectNoRoots        = "no_trust_roots"        // the network's grid CA did not load here
-	rejectUnsigned       = "unsigned"              // no signature in a network with a grid CA
-	rejectBadCertificate = "bad_certificate"       // the signer's chain does not parse
-	rejectKeyRefused     = "key_refused"           // a key of its chain is of a kind or size keypolicy refuses
-	rejectUntrusted      = "untrusted_certificate" // it does not chain to the grid CA, or is not valid now
-	rejectWrongSite      = "wrong_site"            // its organization or SPIFFE ID names another site
-	rejectBadSignature   = "bad_signature"         // the signature does not verify
-	rejectFromFuture     = "from_future"           // signed (versioned) ahead of this site's clock
-	rejectTooOld         = "too_old"               // signed longer ago than the tombstone lifetime
-	rejectOtherGrid      = "other_grid"            // signed for another grid ID
+	RejectUnknownNetwork = "unknown_network"       // a network this site does not take part in
+	RejectNoRoots        = "no_trust_roots"        // the network's grid CA did not load here
+	RejectUnsigned       = "unsigned"              // no signature in a network with a grid CA
+	RejectBadCertificate = "bad_certificate"       // the signer's chain does not parse
+	RejectKeyRefused     = "key_refused"           // a key of its chain is of a kind or size keypolicy refuses
+	RejectUntrusted      = "untrusted_certificate" // it does not chain to the grid CA, or is not valid now
+	RejectWrongSite      = "wrong_site"            // its organization or SPIFFE ID names another site
+	RejectBadSignature   = "bad_signature"         // the signature does not verify
+	RejectFromFuture     = "from_future"           // signed (versioned) ahead of this site's clock
+	RejectTooOld         = "too_old"               // signed longer ago than the tombstone lifetime
+	RejectOtherGrid      = "other_grid"            // signed for another grid ID
 	// A record held while its certificate was valid, dropped once it is
 	// not (it expired, or the grid CA changed).
-	rejectNoLongerValid = "certificate_no_longer_valid"
+	RejectNoLongerValid = "certificate_no_longer_valid"
 )
 
-var recordRejectReasons = []string{rejectUnknownNetwork, rejectNoRoots, rejectUnsigned, rejectBadCertificate, rejectKeyRefused,
-	rejectUntrusted, rejectWrongSite, rejectBadSignature, rejectFromFuture, rejectTooOld, rejectOtherGrid, rejectNoLongerValid}
+var RecordRejectReasons = []string{RejectUnknownNetwork, RejectNoRoots, RejectUnsigned, RejectBadCertificate, RejectKeyRefused,
+	RejectUntrusted, RejectWrongSite, RejectBadSignature, RejectFromFuture, RejectTooOld, RejectOtherGrid, RejectNoLongerValid}
 
 // MaxClockSkew is how far another site's clock may be ahead of this one's
 // (a record versioned further ahead is refused: a version is the time it
@@ -106,17 +106,17 @@ func signedBytes(r *Record) ([]byte, error) {
 	return append(out, b...), nil
 }
 
-// signer is this site's certificate and key in one network.
-type signer struct {
+// Signer is this site's certificate and key in one network.
+type Signer struct {
 	key   crypto.Signer
-	chain [][]byte // leaf first, then intermediates; no self-signed root
+	Chain [][]byte // leaf first, then intermediates; no self-signed root
 	leaf  *x509.Certificate
 }
 
-// newSigner takes a site certificate and key as the TLS layer loaded it.
+// NewSigner takes a site certificate and key as the TLS layer loaded it.
 // The self-signed CA a site Secret's tls.crt often ends with is left out
 // of the chain: every receiver holds it already.
-func newSigner(c *tls.Certificate) (*signer, error) {
+func NewSigner(c *tls.Certificate) (*Signer, error) {
 	if c == nil || len(c.Certificate) == 0 {
 		return nil, errors.New("no certificate")
 	}
@@ -131,7 +131,7 @@ func newSigner(c *tls.Certificate) (*signer, error) {
 			return nil, err
 		}
 	}
-	s := &signer{key: key, leaf: leaf, chain: [][]byte{c.Certificate[0]}}
+	s := &Signer{key: key, leaf: leaf, Chain: [][]byte{c.Certificate[0]}}
 	for _, der := range c.Certificate[1:] {
 		cert, err := x509.ParseCertificate(der)
 		if err != nil {
@@ -140,13 +140,13 @@ func newSigner(c *tls.Certificate) (*signer, error) {
 		if cert.CheckSignatureFrom(cert) == nil {
 			continue // a root
 		}
-		s.chain = append(s.chain, der)
+		s.Chain = append(s.Chain, der)
 	}
 	return s, nil
 }
 
-// sign fills a record's signature material.
-func (s *signer) sign(r *Record) error {
+// Sign fills a record's signature material.
+func (s *Signer) Sign(r *Record) error {
 	msg, err := signedBytes(r)
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ func (s *signer) sign(r *Record) error {
 	if err != nil {
 		return err
 	}
-	r.Chain, r.Sig = s.chain, sig
+	r.Chain, r.Sig = s.Chain, sig
 	return nil
 }
 
@@ -181,42 +181,45 @@ func signatureAlgorithm(pub any) x509.SignatureAlgorithm {
 	return x509.UnknownSignatureAlgorithm
 }
 
-// netTrust is what one network's records are signed with and checked
+// NetworkTrust is what one network's records are signed with and checked
 // against.
-type netTrust struct {
-	open   bool
-	roots  *x509.CertPool
-	signer *signer // nil: this site has no certificate in the network yet
-	chains *chainCache
-	// rootIDs are the grid CA certificates' key identifiers (and their
+type NetworkTrust struct {
+	// Open: the network has no grid CA, and its records are not signed.
+	Open bool
+	// Roots are the grid CA's certificates (nil: they did not load).
+	Roots  *x509.CertPool
+	Signer *Signer // nil: this site has no certificate in the network yet
+	// Chains remembers the signing chains checked against Roots.
+	Chains *ChainCache
+	// RootIDs are the grid CA certificates' key identifiers (and their
 	// subjects, for a CA without one): a chain whose top does not name
 	// one of them as its issuer is refused before any signature is
 	// checked. Empty when the caller gave the pool alone: the chain's own
 	// links are still checked.
-	rootIDs []rootID
+	RootIDs []RootID
 }
 
-// rootID is what a certificate issued by a root names of it.
-type rootID struct {
-	keyID   []byte
-	subject []byte
+// RootID is what a certificate issued by a root names of it.
+type RootID struct {
+	KeyID   []byte // its subject key identifier
+	Subject []byte // its subject, DER
 }
 
-func rootIDsOf(certs []*x509.Certificate) []rootID {
-	out := make([]rootID, 0, len(certs))
+func RootIDsOf(certs []*x509.Certificate) []RootID {
+	out := make([]RootID, 0, len(certs))
 	for _, c := range certs {
-		out = append(out, rootID{keyID: c.SubjectKeyId, subject: c.RawSubject})
+		out = append(out, RootID{KeyID: c.SubjectKeyId, Subject: c.RawSubject})
 	}
 	return out
 }
 
-// chainCache remembers which signing chains verified against a network's
+// ChainCache remembers which signing chains verified against a network's
 // roots, and until when, so that a record costs one signature check and
 // not a chain verification: a site signs every record with the same
 // certificate. Refused chains are remembered apart, so that a flood of
 // invented chains never pushes a good one out, and the same junk sent
 // again costs a map lookup.
-type chainCache struct {
+type ChainCache struct {
 	mu      sync.Mutex
 	good    map[[sha256.Size]byte]chainResult
 	refused map[[sha256.Size]byte]string
@@ -238,8 +241,8 @@ const (
 	maxRefusedChains = 4096
 )
 
-func newChainCache() *chainCache {
-	return &chainCache{good: map[[sha256.Size]byte]chainResult{}, refused: map[[sha256.Size]byte]string{}}
+func NewChainCache() *ChainCache {
+	return &ChainCache{good: map[[sha256.Size]byte]chainResult{}, refused: map[[sha256.Size]byte]string{}}
 }
 
 // chainHash identifies a chain: every certificate, each length-prefixed.
@@ -256,9 +259,9 @@ func chainHash(chain [][]byte) [sha256.Size]byte {
 	return key
 }
 
-// verify checks a signing chain against the roots at now, and returns its
+// Verify checks a signing chain against the roots at now, and returns its
 // leaf or why it is refused.
-func (c *chainCache) verify(t *netTrust, chain [][]byte, now time.Time) (*x509.Certificate, string) {
+func (c *ChainCache) Verify(t *NetworkTrust, chain [][]byte, now time.Time) (*x509.Certificate, string) {
 	key := chainHash(chain)
 	c.mu.Lock()
 	res, ok := c.good[key]
@@ -287,7 +290,7 @@ func (c *chainCache) verify(t *netTrust, chain [][]byte, now time.Time) (*x509.C
 		return nil, res.reason
 	}
 	if now.Before(res.notBefore) || now.After(res.notAfter) {
-		return nil, rejectUntrusted
+		return nil, RejectUntrusted
 	}
 	return res.leaf, ""
 }
@@ -299,32 +302,32 @@ func (c *chainCache) verify(t *netTrust, chain [][]byte, now time.Time) (*x509.C
 // then are the signatures checked: the chain must verify to a root for
 // client authentication, valid at now. The result holds the window in
 // which every certificate of the chain is valid.
-func verifyChain(t *netTrust, chain [][]byte, now time.Time) chainResult {
+func verifyChain(t *NetworkTrust, chain [][]byte, now time.Time) chainResult {
 	if len(chain) == 0 || len(chain) > maxChainCerts {
-		return chainResult{reason: rejectBadCertificate}
+		return chainResult{reason: RejectBadCertificate}
 	}
 	certs := make([]*x509.Certificate, 0, len(chain))
 	for _, der := range chain {
 		c, err := x509.ParseCertificate(der)
 		if err != nil {
-			return chainResult{reason: rejectBadCertificate}
+			return chainResult{reason: RejectBadCertificate}
 		}
 		certs = append(certs, c)
 	}
 	if keypolicy.CheckChain(certs) != nil {
-		return chainResult{reason: rejectKeyRefused}
+		return chainResult{reason: RejectKeyRefused}
 	}
-	if !linked(certs, t.rootIDs) {
-		return chainResult{reason: rejectUntrusted}
+	if !linked(certs, t.RootIDs) {
+		return chainResult{reason: RejectUntrusted}
 	}
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
-	verified, err := certs[0].Verify(x509.VerifyOptions{Roots: t.roots, Intermediates: inter, CurrentTime: now,
+	verified, err := certs[0].Verify(x509.VerifyOptions{Roots: t.Roots, Intermediates: inter, CurrentTime: now,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 	if err != nil || len(verified) == 0 {
-		return chainResult{reason: rejectUntrusted}
+		return chainResult{reason: RejectUntrusted}
 	}
 	res := chainResult{leaf: certs[0], notBefore: certs[0].NotBefore, notAfter: certs[0].NotAfter}
 	for _, c := range verified[0] {
@@ -342,7 +345,7 @@ func verifyChain(t *netTrust, chain [][]byte, now time.Time) chainResult {
 // the next as its issuer, and the last a grid CA certificate (or is one):
 // by key identifier where both sides carry one, else by name. With no
 // root identifiers, only the chain's own links are checked.
-func linked(certs []*x509.Certificate, roots []rootID) bool {
+func linked(certs []*x509.Certificate, roots []RootID) bool {
 	for i := 0; i+1 < len(certs); i++ {
 		if !issuedBy(certs[i], certs[i+1].SubjectKeyId, certs[i+1].RawSubject) {
 			return false
@@ -353,7 +356,7 @@ func linked(certs []*x509.Certificate, roots []rootID) bool {
 	}
 	top := certs[len(certs)-1]
 	for _, r := range roots {
-		if issuedBy(top, r.keyID, r.subject) || bytes.Equal(top.SubjectKeyId, r.keyID) && len(r.keyID) > 0 {
+		if issuedBy(top, r.KeyID, r.Subject) || bytes.Equal(top.SubjectKeyId, r.KeyID) && len(r.KeyID) > 0 {
 			return true
 		}
 	}
@@ -369,14 +372,14 @@ func issuedBy(c *x509.Certificate, keyID, subject []byte) bool {
 	return bytes.Equal(c.RawIssuer, subject)
 }
 
-// check decides whether a record of another site may be kept in a network
+// Check decides whether a record of another site may be kept in a network
 // with the given trust: "" when it may, else the reason it is refused.
 // grid is this site's grid ID ("" before it has one); ttl is the
 // tombstone lifetime, beyond which a record is too old to be told apart
 // from a replay.
-func check(t *netTrust, r *Record, grid string, now time.Time, ttl time.Duration) string {
+func Check(t *NetworkTrust, r *Record, grid string, now time.Time, ttl time.Duration) string {
 	if t == nil {
-		return rejectUnknownNetwork
+		return RejectUnknownNetwork
 	}
 	// The version is the time the record was written (and signed): in
 	// every network, one too far ahead could never be superseded by its
@@ -384,36 +387,36 @@ func check(t *netTrust, r *Record, grid string, now time.Time, ttl time.Duration
 	// the site has since withdrawn.
 	written := time.Unix(0, int64(min(r.Version, uint64(1<<63-1))))
 	if written.After(now.Add(MaxClockSkew)) {
-		return rejectFromFuture
+		return RejectFromFuture
 	}
 	if now.Sub(written) > ttl {
-		return rejectTooOld
+		return RejectTooOld
 	}
 	if grid != "" && r.Grid != "" && r.Grid != grid {
-		return rejectOtherGrid
+		return RejectOtherGrid
 	}
-	if t.open {
+	if t.Open {
 		return ""
 	}
-	if t.roots == nil {
-		return rejectNoRoots
+	if t.Roots == nil {
+		return RejectNoRoots
 	}
 	if len(r.Sig) == 0 || len(r.Chain) == 0 {
-		return rejectUnsigned
+		return RejectUnsigned
 	}
-	leaf, why := t.chains.verify(t, r.Chain, now)
+	leaf, why := t.Chains.Verify(t, r.Chain, now)
 	if why != "" {
 		return why
 	}
 	if len(leaf.Subject.Organization) != 1 || leaf.Subject.Organization[0] != r.Site || sitetrust.SPIFFESite(leaf) != r.Site {
-		return rejectWrongSite
+		return RejectWrongSite
 	}
 	msg, err := signedBytes(r)
 	if err != nil {
-		return rejectBadSignature
+		return RejectBadSignature
 	}
 	if leaf.CheckSignature(signatureAlgorithm(leaf.PublicKey), msg, r.Sig) != nil {
-		return rejectBadSignature
+		return RejectBadSignature
 	}
 	return ""
 }
@@ -422,14 +425,9 @@ func check(t *netTrust, r *Record, grid string, now time.Time, ttl time.Duration
 // record's site does: for tools and tests that speak the state layer
 // themselves (the runtime signs its own records).
 func (r *Record) Sign(c *tls.Certificate) error {
-	s, err := newSigner(c)
+	s, err := NewSigner(c)
 	if err != nil {
 		return err
 	}
-	return s.sign(r)
+	return s.Sign(r)
 }
-
-// DirectMessage is the state layer's message that carries records
-// straight to one member, as a key holder can send it (tests and the
-// attack suite).
-func DirectMessage(records []Record) ([]byte, error) { return encodeDirectRecords(records) }

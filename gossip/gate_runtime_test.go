@@ -1,7 +1,6 @@
 package gossip
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -21,6 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/gossip/internal/streamgate"
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/test/testnet"
 )
@@ -96,14 +97,14 @@ func TestPreAuthStreamsAreBounded(t *testing.T) {
 			// eight loopback addresses.
 			claim := uint32(20<<20 - 1)
 			if i%2 == 1 {
-				claim = uint32(DefaultGateLimits().MaxFrameBytes)
+				claim = uint32(streamgate.DefaultLimits().MaxFrameBytes)
 			}
 			c, err := dialFrom(t, "127.0.0."+string(rune('1'+i%8)), a.AdvertiseAddr())
 			if err != nil {
 				return
 			}
 			defer c.Close()
-			hdr := []byte{mlEncryptMsg, 0, 0, 0, 0}
+			hdr := []byte{10, 0, 0, 0, 0} // memberlist's encrypted frame, then its length
 			binary.BigEndian.PutUint32(hdr[1:], claim)
 			if _, err := c.Write(hdr); err != nil {
 				return
@@ -122,46 +123,15 @@ func TestPreAuthStreamsAreBounded(t *testing.T) {
 	wg.Wait()
 	grew := int64(peak.finish()) - int64(base)
 	t.Logf("streams=%d bytes_sent=%d heap_growth_mib=%.1f", streams, sent.Load(), float64(grew)/(1<<20))
-	lim := DefaultGateLimits()
+	lim := streamgate.DefaultLimits()
 	require.Less(t, grew, lim.BufferBytes+16<<20, "what unauthenticated streams make the agent hold is the gate's budget")
-	require.Positive(t, a.counter("grid_swim_packets_rejected_total", rejectFrameTooLarge))
-	require.Positive(t, a.counter("grid_swim_packets_rejected_total", rejectUnknownKey)+a.counter("grid_swim_packets_rejected_total", rejectBudget))
+	require.Positive(t, a.counter("grid_swim_packets_rejected_total", streamgate.RejectFrameTooLarge))
+	require.Positive(t, a.counter("grid_swim_packets_rejected_total", streamgate.RejectUnknownKey)+a.counter("grid_swim_packets_rejected_total", streamgate.RejectBudget))
 
 	// Membership carried on: a change still arrives.
 	require.NoError(t, b.Publish("prod", "", providers("after-flood")))
 	require.Eventually(t, func() bool { return len(a.View("prod").Providers) == 1 }, 10*time.Second, 20*time.Millisecond)
 }
-
-// Streams over the cap, from one source or in total, are closed at once.
-func TestStreamCapsPerSourceAndTotal(t *testing.T) {
-	g := newStreamGate(GateLimits{MaxStreams: 3, MaxStreamsPerAddr: 2}, nil, time.Now, func(string) {})
-	conn := func(ip string) net.Conn {
-		return fakeConn{remote: &net.TCPAddr{IP: net.ParseIP(ip), Port: 1}}
-	}
-	_, r1, ok := g.admit(conn("127.0.0.1"))
-	require.True(t, ok)
-	_, _, ok = g.admit(conn("127.0.0.1"))
-	require.True(t, ok)
-	_, _, ok = g.admit(conn("127.0.0.1"))
-	require.False(t, ok, "a third stream from one source")
-	_, _, ok = g.admit(conn("127.0.0.2"))
-	require.True(t, ok)
-	_, _, ok = g.admit(conn("127.0.0.3"))
-	require.False(t, ok, "a fourth stream in total")
-	r1()
-	r1() // released once only
-	_, _, ok = g.admit(conn("127.0.0.3"))
-	require.True(t, ok, "a released place is free again")
-	_, _, ok = g.admit(conn("127.0.0.4"))
-	require.False(t, ok)
-}
-
-type fakeConn struct {
-	net.Conn
-	remote net.Addr
-}
-
-func (f fakeConn) RemoteAddr() net.Addr { return f.remote }
 
 // A captured join, replayed without the key, gets nothing back: the first
 // round saw each replay answered with the whole state (1,065 times what
@@ -198,63 +168,7 @@ func TestReplayedJoinIsRefused(t *testing.T) {
 	}
 	t.Logf("replays=20 bytes_sent=%d bytes_back=%d", sent, got)
 	require.Zero(t, got, "a replayed join is answered with nothing")
-	require.Positive(t, a.counter("grid_swim_packets_rejected_total", rejectReplayed))
-}
-
-// A push/pull is refused when stale, when its nonce was seen, and past the
-// source's or the site's budget.
-func TestPushPullFreshnessAndBudget(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	lim := DefaultGateLimits()
-	lim.PushPullBurst, lim.PushPullRate = 2, 0.5
-	lim.SitePushPullBurst, lim.SitePushPullRate = 3, 1
-	g := newStreamGate(lim, nil, func() time.Time { return now }, func(string) {})
-	src := netip.MustParseAddr("127.0.0.1")
-	state := func(at time.Time) []byte {
-		b, err := encodeDigest("a/1", nil, nil, at)
-		require.NoError(t, err)
-		return pushPullBody(t, b)
-	}
-	nonce := func(i byte) []byte { return bytes.Repeat([]byte{i}, nonceBytes) }
-
-	require.NoError(t, g.checkPushPull(src, nonce(1), state(now)))
-	require.ErrorIs(t, g.checkPushPull(src, nonce(1), state(now)), errRefused{rejectReplayed}, "the same nonce again")
-	require.ErrorIs(t, g.checkPushPull(src, nonce(2), state(now)), errRefused{rejectPushPullRate}, "the source's burst is spent")
-	now = now.Add(2 * time.Second)
-	require.ErrorIs(t, g.checkPushPull(src, nonce(3), state(now.Add(-3*time.Minute))), errRefused{rejectStale})
-	now = now.Add(2 * time.Second)
-	require.ErrorIs(t, g.checkPushPull(src, nonce(4), state(now.Add(3*time.Minute))), errRefused{rejectStale}, "from the future")
-	now = now.Add(2 * time.Second)
-	require.ErrorIs(t, g.checkPushPull(src, nonce(5), pushPullBody(t, []byte{msgRecords, '{', '}'})), errRefused{rejectStale}, "no time at all")
-
-	// The site's budget holds whatever the number of sources.
-	now = now.Add(10 * time.Second)
-	refused := 0
-	for i := range 10 {
-		other := netip.AddrFrom4([4]byte{127, 0, 1, byte(i)})
-		if g.checkPushPull(other, nonce(byte(10+i)), state(now)) != nil {
-			refused++
-		}
-	}
-	require.Equal(t, 7, refused, "three in the site's burst")
-}
-
-// pushPullBody is memberlist's push/pull body with no nodes and the given
-// user state.
-func pushPullBody(t *testing.T, userState []byte) []byte {
-	var buf bytes.Buffer
-	// A msgpack map of three: Nodes 0, UserStateLen, Join false.
-	buf.WriteByte(0x83)
-	writeStr := func(s string) { buf.WriteByte(0xa0 | byte(len(s))); buf.WriteString(s) }
-	writeStr("Nodes")
-	buf.WriteByte(0)
-	writeStr("UserStateLen")
-	buf.WriteByte(0xce)
-	_ = binary.Write(&buf, binary.BigEndian, uint32(len(userState)))
-	writeStr("Join")
-	buf.WriteByte(0xc2)
-	buf.Write(userState)
-	return buf.Bytes()
+	require.Positive(t, a.counter("grid_swim_packets_rejected_total", streamgate.RejectReplayed))
 }
 
 // One key holder sends records for invented sites in many networks
@@ -286,23 +200,23 @@ func TestRecordCapsHoldAgainstAKeyHolder(t *testing.T) {
 					Version: version, Providers: []sites.Provider{{Name: "gpt-evil", Models: []string{"m"}, Phase: "Available"}}})
 			}
 		}
-		msg, err := encodeDirectRecords(rs)
+		msg, err := record.EncodeDirectRecords(rs)
 		require.NoError(t, err)
-		require.Less(t, len(msg), maxMessageBytes)
+		require.Less(t, len(msg), record.MaxMessageBytes)
 		require.NoError(t, ml.SendReliable(target, msg))
 	}
 	require.Eventually(t, func() bool {
-		return a.counter("grid_swim_messages_dropped_total", dropStoreFull) > 0
+		return a.counter("grid_swim_messages_dropped_total", record.DropStoreFull) > 0
 	}, 20*time.Second, 50*time.Millisecond)
 	grew := int64(peak.finish()) - int64(base)
-	t.Logf("records_held=%d heap_growth_mib=%.1f network_full=%v store_full=%v", a.store.count(), float64(grew)/(1<<20),
-		a.counter("grid_swim_messages_dropped_total", dropNetworkFull), a.counter("grid_swim_messages_dropped_total", dropStoreFull))
-	require.LessOrEqual(t, a.store.count(), maxRecords)
+	t.Logf("records_held=%d heap_growth_mib=%.1f network_full=%v store_full=%v", a.store.Count(), float64(grew)/(1<<20),
+		a.counter("grid_swim_messages_dropped_total", record.DropNetworkFull), a.counter("grid_swim_messages_dropped_total", record.DropStoreFull))
+	require.LessOrEqual(t, a.store.Count(), record.MaxRecords)
 	for n := range 60 {
 		// One record per invented site.
-		require.LessOrEqual(t, len(a.store.ofNetwork(fmt.Sprintf("n%d", n))), maxSitesPerNetwork)
+		require.LessOrEqual(t, len(a.store.OfNetwork(fmt.Sprintf("n%d", n))), record.MaxSitesPerNetwork)
 	}
-	require.Positive(t, a.counter("grid_swim_messages_dropped_total", dropNetworkFull))
+	require.Positive(t, a.counter("grid_swim_messages_dropped_total", record.DropNetworkFull))
 	require.Less(t, grew, int64(160<<20))
 	require.LessOrEqual(t, strings.Count(a.logs.String(), "swim_records_over_cap"), maxSaidLines)
 
@@ -371,11 +285,11 @@ func TestCompressedFramesAreRefused(t *testing.T) {
 	t.Cleanup(func() { _ = ml.Shutdown() })
 	ap, err := netip.ParseAddrPort(a.AdvertiseAddr())
 	require.NoError(t, err)
-	msg, err := encodeDirectRecords([]Record{{Network: "prod", Site: "intruder", Kind: KindProviders, Version: 1, Providers: providers("x")}})
+	msg, err := record.EncodeDirectRecords([]Record{{Network: "prod", Site: "intruder", Kind: KindProviders, Version: 1, Providers: providers("x")}})
 	require.NoError(t, err)
 	require.NoError(t, ml.SendReliable(&memberlist.Node{Name: "a", Addr: ap.Addr().AsSlice(), Port: ap.Port()}, msg))
-	require.Eventually(t, func() bool { return a.counter("grid_swim_packets_rejected_total", rejectUnexpectedKind) > 0 }, 30*time.Second, 10*time.Millisecond)
-	assert.Zero(t, a.store.count())
+	require.Eventually(t, func() bool { return a.counter("grid_swim_packets_rejected_total", streamgate.RejectUnexpectedKind) > 0 }, 30*time.Second, 10*time.Millisecond)
+	assert.Zero(t, a.store.Count())
 }
 
 // Member addresses come from gossip: with a destination rule, nothing is

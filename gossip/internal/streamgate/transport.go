@@ -1,4 +1,4 @@
-package gossip
+package streamgate
 
 import (
 	"bytes"
@@ -12,13 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// countingTransport is memberlist's network transport with every byte
+// Transport is memberlist's network transport with every byte
 // counted, by UDP and TCP (what the idle-traffic figure and the
 // grid_swim_bytes_* metrics read), and every inbound stream passed through
 // the stream gate before memberlist reads it.
-type countingTransport struct {
+type Transport struct {
 	*memberlist.NetTransport
-	gate    *streamGate
+	gate    *Gate
 	packets chan *memberlist.Packet
 	streams chan net.Conn
 	udpOut  prometheus.Counter
@@ -34,8 +34,8 @@ type countingTransport struct {
 	echoMu sync.Mutex
 	echoed map[string]time.Time // dialled address -> when a stream to it was echoed
 
-	// checkPeer refuses destinations (nil: none refused).
-	checkPeer func(netip.Addr) error
+	// CheckPeer refuses destinations (nil: none refused).
+	CheckPeer func(netip.Addr) error
 }
 
 // errPeerDenied is a send or dial to a member address the destination
@@ -43,28 +43,37 @@ type countingTransport struct {
 var errPeerDenied = errors.New("member address not allowed by the destination rule (--probe-allow-destinations)")
 
 // allowed applies the destination rule to a host:port.
-func (t *countingTransport) allowed(addr string) error {
-	if t.checkPeer == nil {
+func (t *Transport) allowed(addr string) error {
+	if t.CheckPeer == nil {
 		return nil
 	}
 	// A name (a seed memberlist resolves itself) is not checked here;
 	// members' addresses are IPs.
-	if ap, err := netip.ParseAddrPort(addr); err == nil && t.checkPeer(ap.Addr().Unmap()) != nil {
+	if ap, err := netip.ParseAddrPort(addr); err == nil && t.CheckPeer(ap.Addr().Unmap()) != nil {
 		return errPeerDenied
 	}
 	return nil
 }
 
-func newCountingTransport(inner *memberlist.NetTransport, m *metrics, gate *streamGate) *countingTransport {
-	t := &countingTransport{
+// ByteCounters count what the transport moves, by direction and protocol
+// (the runtime's grid_swim_bytes_sent_total and
+// grid_swim_bytes_received_total).
+type ByteCounters struct {
+	UDPSent, UDPReceived, TCPSent, TCPReceived prometheus.Counter
+}
+
+// NewTransport wraps inner: what it moves is counted in counts, and every
+// inbound stream passes gate before memberlist reads it.
+func NewTransport(inner *memberlist.NetTransport, counts ByteCounters, gate *Gate) *Transport {
+	t := &Transport{
 		NetTransport: inner,
 		gate:         gate,
 		packets:      make(chan *memberlist.Packet),
 		streams:      make(chan net.Conn),
-		udpOut:       m.bytesSent.WithLabelValues("udp"),
-		udpIn:        m.bytesReceived.WithLabelValues("udp"),
-		tcpOut:       m.bytesSent.WithLabelValues("tcp"),
-		tcpIn:        m.bytesReceived.WithLabelValues("tcp"),
+		udpOut:       counts.UDPSent,
+		udpIn:        counts.UDPReceived,
+		tcpOut:       counts.TCPSent,
+		tcpIn:        counts.TCPReceived,
 		stop:         make(chan struct{}),
 		drained:      make(chan struct{}),
 	}
@@ -73,7 +82,7 @@ func newCountingTransport(inner *memberlist.NetTransport, m *metrics, gate *stre
 	return t
 }
 
-func (t *countingTransport) forwardPackets() {
+func (t *Transport) forwardPackets() {
 	in := t.NetTransport.PacketCh()
 	for {
 		select {
@@ -89,14 +98,14 @@ func (t *countingTransport) forwardPackets() {
 	}
 }
 
-func (t *countingTransport) forwardStreams() {
+func (t *Transport) forwardStreams() {
 	in := t.NetTransport.StreamCh()
 	for {
 		select {
 		case c := <-in:
 			src, release, ok := t.gate.admit(c)
 			if !ok {
-				t.gate.reject(rejectStreamsBusy)
+				t.gate.reject(RejectStreamsBusy)
 				_ = c.Close()
 				continue
 			}
@@ -111,11 +120,11 @@ func (t *countingTransport) forwardStreams() {
 
 // pass reads a stream's first frame through the gate and hands what it
 // admits to memberlist; anything refused is closed unanswered.
-func (t *countingTransport) pass(c net.Conn, src netip.Addr, release func()) {
+func (t *Transport) pass(c net.Conn, src netip.Addr, release func()) {
 	checked, free, err := t.gate.inspect(c, src)
 	if err != nil {
 		var refused errRefused
-		reason := rejectMalformed
+		reason := RejectMalformed
 		if errors.As(err, &refused) {
 			reason = refused.reason
 		}
@@ -147,7 +156,7 @@ func (c *releasingConn) Close() error {
 	return err
 }
 
-func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+func (t *Transport) WriteTo(b []byte, addr string) (time.Time, error) {
 	at, err := t.NetTransport.WriteTo(b, addr)
 	if err == nil {
 		t.udpOut.Add(float64(len(b)))
@@ -155,10 +164,10 @@ func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	return at, err
 }
 
-func (t *countingTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
-func (t *countingTransport) StreamCh() <-chan net.Conn           { return t.streams }
+func (t *Transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+func (t *Transport) StreamCh() <-chan net.Conn           { return t.streams }
 
-func (t *countingTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+func (t *Transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	c, err := t.NetTransport.DialTimeout(addr, timeout)
 	if err != nil {
 		return nil, err
@@ -169,14 +178,14 @@ func (t *countingTransport) DialTimeout(addr string, timeout time.Duration) (net
 // DialAddressTimeout and WriteToAddress are what memberlist calls (the
 // transport is node-aware): without them the inner transport's would be
 // promoted and bypass the counting and the echo check.
-func (t *countingTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	if err := t.allowed(a.Addr); err != nil {
 		return nil, err
 	}
 	return t.DialTimeout(a.Addr, timeout)
 }
 
-func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	if err := t.allowed(a.Addr); err != nil {
 		return time.Time{}, err
 	}
@@ -185,7 +194,7 @@ func (t *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time
 
 // markReflected notes that a stream to addr read back the very bytes it
 // sent first: no member answered, something echoed.
-func (t *countingTransport) markReflected(addr string) {
+func (t *Transport) markReflected(addr string) {
 	t.echoMu.Lock()
 	defer t.echoMu.Unlock()
 	if t.echoed == nil || len(t.echoed) > 1024 {
@@ -194,8 +203,8 @@ func (t *countingTransport) markReflected(addr string) {
 	t.echoed[addr] = time.Now()
 }
 
-// reflectedSince says whether a stream to addr was echoed since start.
-func (t *countingTransport) reflectedSince(addr string, start time.Time) bool {
+// ReflectedSince says whether a stream to addr was echoed since start.
+func (t *Transport) ReflectedSince(addr string, start time.Time) bool {
 	if t == nil {
 		return false
 	}
@@ -243,7 +252,7 @@ func (c *echoConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (t *countingTransport) Shutdown() error {
+func (t *Transport) Shutdown() error {
 	var err error
 	t.once.Do(func() {
 		close(t.stop)

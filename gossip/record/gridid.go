@@ -1,16 +1,17 @@
-package gossip
+package record
 
 import (
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 )
 
-// gridID is the identity of the grid a site belongs to, as its node
+// GridID is the identity of the grid a site belongs to, as its node
 // metadata carries it: the ID, the site that generated it and when (unix
 // seconds, that site's clock).
-type gridID struct {
+type GridID struct {
 	ID string `json:"id,omitempty"`
 	By string `json:"by,omitempty"`
 	At int64  `json:"at,omitempty"`
@@ -19,12 +20,16 @@ type gridID struct {
 	Pinned bool `json:"pinned,omitempty"`
 }
 
+// ErrGridIDConflict marks a merge refused because the peer belongs to
+// another grid.
+var ErrGridIDConflict = errors.New("grid ID conflict: the peer belongs to another grid")
+
 // DefaultGridIDSettle is how long a new grid ID may still give way to
 // another new one: the grace that lets sites started together agree on one
 // grid instead of refusing each other for ever.
 const DefaultGridIDSettle = time.Minute
 
-// negotiate decides what this site holds after meeting a peer's grid ID,
+// Negotiate decides what this site holds after meeting a peer's grid ID,
 // the reference's rules: the peer has none, nothing changes; this site
 // has none, it adopts the peer's; the same, a normal join; different, the
 // merge is refused. One addition: two IDs both younger than settle were
@@ -33,8 +38,8 @@ const DefaultGridIDSettle = time.Minute
 // sides alike, so a grid started all at once converges on one ID. A grid
 // older than settle never gives way, nor does a pinned one (spec.gridId),
 // which a young one gives way to.
-func negotiate(ours, theirs gridID, now time.Time, settle time.Duration) (gridID, error) {
-	young := func(g gridID) bool { return !g.Pinned && now.Sub(time.Unix(g.At, 0)) < settle }
+func Negotiate(ours, theirs GridID, now time.Time, settle time.Duration) (GridID, error) {
+	young := func(g GridID) bool { return !g.Pinned && now.Sub(time.Unix(g.At, 0)) < settle }
 	switch {
 	case theirs.ID == "" || theirs.ID == ours.ID:
 		return ours, nil
@@ -49,11 +54,11 @@ func negotiate(ours, theirs gridID, now time.Time, settle time.Duration) (gridID
 		}
 		return ours, nil
 	}
-	return ours, fmt.Errorf("%w (ours %s, theirs %s)", errGridIDConflict, ours.ID, theirs.ID)
+	return ours, fmt.Errorf("%w (ours %s, theirs %s)", ErrGridIDConflict, ours.ID, theirs.ID)
 }
 
-// newGridID is a random UUID (version 4).
-func newGridID() string {
+// NewGridID is a random UUID (version 4).
+func NewGridID() string {
 	var b [16]byte
 	if _, err := io.ReadFull(rand.Reader, b[:]); err != nil {
 		panic(err) // crypto/rand never fails on supported platforms

@@ -1,4 +1,4 @@
-package gossip
+package streamgate
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/memberlist"
 	"golang.org/x/time/rate"
+
+	"github.com/gridsync/gridsync/gossip/record"
 )
 
 // The stream gate sits between the TCP listener and memberlist. memberlist
@@ -40,8 +42,8 @@ import (
 //
 // What an unauthenticated sender gets back is then nothing at all, and the
 // memory it can make the agent hold is the budget.
-type streamGate struct {
-	lim     GateLimits
+type Gate struct {
+	lim     Limits
 	keyring *memberlist.Keyring // nil in the clear
 	now     func() time.Time
 	reject  func(reason string)
@@ -56,10 +58,10 @@ type streamGate struct {
 	nonces     map[[nonceBytes]byte]time.Time
 }
 
-// GateLimits bound what the stream gate lets a caller spend before it is
+// Limits bound what the stream gate lets a caller spend before it is
 // authenticated. The defaults are sized from a real grid: a join's full
-// state is at most maxMessageBytes of records plus one entry per member.
-type GateLimits struct {
+// state is at most record.MaxMessageBytes of records plus one entry per member.
+type Limits struct {
 	// MaxStreams and MaxStreamsPerAddr cap the inbound streams open at
 	// once. memberlist itself serves at most 128 push/pulls at a time.
 	MaxStreams        int
@@ -86,16 +88,16 @@ type GateLimits struct {
 	MaxSources int
 }
 
-// DefaultGateLimits: a join of a 500-site grid fits, a site's periodic
+// DefaultLimits: a join of a 500-site grid fits, a site's periodic
 // push/pull (every 30 s, scaled up above 32 sites) and the joins after a
 // restart pass, a flood is held.
-func DefaultGateLimits() GateLimits {
-	return GateLimits{
+func DefaultLimits() Limits {
+	return Limits{
 		MaxStreams:         128,
 		MaxStreamsPerAddr:  16,
-		MaxFrameBytes:      maxMessageBytes + 1<<20,
+		MaxFrameBytes:      record.MaxMessageBytes + 1<<20,
 		BufferBytes:        24 << 20,
-		BufferBytesPerAddr: maxMessageBytes + 1<<20,
+		BufferBytesPerAddr: record.MaxMessageBytes + 1<<20,
 		FrameTimeout:       10 * time.Second,
 		PushPullRate:       0.5,
 		PushPullBurst:      6,
@@ -106,20 +108,30 @@ func DefaultGateLimits() GateLimits {
 	}
 }
 
-// Reasons the gate refuses a stream (grid_swim_packets_rejected_total).
+// Reasons a packet or stream is rejected before membership sees it (the
+// reason label of grid_swim_packets_rejected_total): the first five are
+// memberlist's own refusals as its log says them, the rest the gate's.
 const (
-	rejectStreamsBusy    = "streams_busy"     // too many open streams, in total or from the source
-	rejectFrameTooLarge  = "frame_too_large"  // a claimed length above MaxFrameBytes
-	rejectBudget         = "buffer_budget"    // the unauthenticated byte budget is spent
-	rejectSlowFrame      = "slow_frame"       // the first frame did not arrive in time
-	rejectPushPullRate   = "push_pull_rate"   // full-state exchanges over the budget
-	rejectStale          = "stale"            // a push/pull sent too long ago, or with no time
-	rejectReplayed       = "replayed"         // a push/pull already seen
-	rejectUnexpectedKind = "unexpected_frame" // a frame memberlist would not serve here
+	RejectUnknownKey          = "unknown_key"          // encrypted with a key not installed here
+	RejectNotEncrypted        = "not_encrypted"        // plaintext while a key is required
+	RejectEncryptedUnexpected = "encrypted_unexpected" // encrypted while this site runs in the clear
+	RejectLabel               = "label_mismatch"
+	RejectMalformed           = "malformed"
+
+	RejectStreamsBusy    = "streams_busy"     // too many open streams, in total or from the source
+	RejectFrameTooLarge  = "frame_too_large"  // a claimed length above MaxFrameBytes
+	RejectBudget         = "buffer_budget"    // the unauthenticated byte budget is spent
+	RejectSlowFrame      = "slow_frame"       // the first frame did not arrive in time
+	RejectPushPullRate   = "push_pull_rate"   // full-state exchanges over the budget
+	RejectStale          = "stale"            // a push/pull sent too long ago, or with no time
+	RejectReplayed       = "replayed"         // a push/pull already seen
+	RejectUnexpectedKind = "unexpected_frame" // a frame memberlist would not serve here
 )
 
-var gateRejectReasons = []string{rejectStreamsBusy, rejectFrameTooLarge, rejectBudget, rejectSlowFrame,
-	rejectPushPullRate, rejectStale, rejectReplayed, rejectUnexpectedKind}
+// RejectReasons are every reason of grid_swim_packets_rejected_total.
+var RejectReasons = []string{RejectUnknownKey, RejectNotEncrypted, RejectEncryptedUnexpected, RejectLabel, RejectMalformed,
+	RejectStreamsBusy, RejectFrameTooLarge, RejectBudget, RejectSlowFrame,
+	RejectPushPullRate, RejectStale, RejectReplayed, RejectUnexpectedKind}
 
 // memberlist's wire constants (the numbers are its protocol).
 const (
@@ -137,8 +149,8 @@ type sourceBucket struct {
 	seen time.Time
 }
 
-func newStreamGate(lim GateLimits, kr *memberlist.Keyring, now func() time.Time, reject func(string)) *streamGate {
-	return &streamGate{
+func NewGate(lim Limits, kr *memberlist.Keyring, now func() time.Time, reject func(string)) *Gate {
+	return &Gate{
 		lim: lim, keyring: kr, now: now, reject: reject,
 		perAddr:    map[netip.Addr]int{},
 		bufferedBy: map[netip.Addr]int64{},
@@ -150,7 +162,7 @@ func newStreamGate(lim GateLimits, kr *memberlist.Keyring, now func() time.Time,
 
 // admit counts a new stream, or refuses it when too many are open. The
 // returned release must be called once the stream is closed.
-func (g *streamGate) admit(c net.Conn) (src netip.Addr, release func(), ok bool) {
+func (g *Gate) admit(c net.Conn) (src netip.Addr, release func(), ok bool) {
 	src = sourceOf(c)
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -192,7 +204,7 @@ func (e errRefused) Error() string { return "stream refused: " + e.reason }
 // until the stream ends, since memberlist buffers the frame again, so that
 // what every stream's first frame holds (a key holder's too) stays within
 // the budget.
-func (g *streamGate) inspect(c net.Conn, src netip.Addr) (net.Conn, func(), error) {
+func (g *Gate) inspect(c net.Conn, src netip.Addr) (net.Conn, func(), error) {
 	if err := c.SetReadDeadline(g.now().Add(g.lim.FrameTimeout)); err != nil {
 		return nil, nil, err
 	}
@@ -225,12 +237,12 @@ func (g *streamGate) inspect(c net.Conn, src netip.Addr) (net.Conn, func(), erro
 		// and memberlist's own limits are all there is (the runtime
 		// warns that gossip is unauthenticated).
 		if first == mlEncryptMsg {
-			return nil, nil, errRefused{rejectEncryptedUnexpected}
+			return nil, nil, errRefused{RejectEncryptedUnexpected}
 		}
 		return g.replay(c, head.Bytes(), br), func() {}, nil
 	}
 	if first != mlEncryptMsg {
-		return nil, nil, errRefused{rejectNotEncrypted}
+		return nil, nil, errRefused{RejectNotEncrypted}
 	}
 	var lenBuf [4]byte
 	if _, err := io.ReadFull(br, lenBuf[:]); err != nil {
@@ -239,14 +251,14 @@ func (g *streamGate) inspect(c net.Conn, src netip.Addr) (net.Conn, func(), erro
 	head.Write(lenBuf[:])
 	n := binary.BigEndian.Uint32(lenBuf[:])
 	if n > uint32(g.lim.MaxFrameBytes) {
-		return nil, nil, errRefused{rejectFrameTooLarge}
+		return nil, nil, errRefused{RejectFrameTooLarge}
 	}
 	if n < encVersionSize+nonceBytes+gcmTagBytes {
-		return nil, nil, errRefused{rejectMalformed}
+		return nil, nil, errRefused{RejectMalformed}
 	}
 	free, ok := g.reserve(src, int64(n))
 	if !ok {
-		return nil, nil, errRefused{rejectBudget}
+		return nil, nil, errRefused{RejectBudget}
 	}
 	keep := false
 	defer func() {
@@ -264,13 +276,13 @@ func (g *streamGate) inspect(c net.Conn, src netip.Addr) (net.Conn, func(), erro
 	aad = append(aad, label...)
 	plain, err := openFrame(g.keyring.GetKeys(), body, aad)
 	if err != nil {
-		return nil, nil, errRefused{rejectUnknownKey}
+		return nil, nil, errRefused{RejectUnknownKey}
 	}
 	if len(plain) > 0 && plain[0] == mlCompressMsg {
 		// gridsync never compresses (see the runtime's config): a
 		// compressed frame would hide a push/pull from the checks below
 		// and may inflate to 40 MiB.
-		return nil, nil, errRefused{rejectUnexpectedKind}
+		return nil, nil, errRefused{RejectUnexpectedKind}
 	}
 	if len(plain) > 0 && plain[0] == mlPushPullMsg {
 		if err := g.checkPushPull(src, body[encVersionSize:encVersionSize+nonceBytes], plain[1:]); err != nil {
@@ -281,16 +293,16 @@ func (g *streamGate) inspect(c net.Conn, src netip.Addr) (net.Conn, func(), erro
 	return g.replay(c, append(head.Bytes(), body...), br), free, nil
 }
 
-func (g *streamGate) readErr(err error) error {
+func (g *Gate) readErr(err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return errRefused{rejectSlowFrame}
+		return errRefused{RejectSlowFrame}
 	}
-	return errRefused{rejectMalformed}
+	return errRefused{RejectMalformed}
 }
 
 // reserve takes n bytes of the unauthenticated budget.
-func (g *streamGate) reserve(src netip.Addr, n int64) (free func(), ok bool) {
+func (g *Gate) reserve(src netip.Addr, n int64) (free func(), ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.buffered+n > g.lim.BufferBytes {
@@ -354,14 +366,14 @@ type pushPullHeader struct {
 // push/pull. body is the decrypted message after its type byte: the
 // header, one entry per node, then the sender's state as this package
 // encodes it (which carries its sent-at time).
-func (g *streamGate) checkPushPull(src netip.Addr, nonce, body []byte) error {
+func (g *Gate) checkPushPull(src netip.Addr, nonce, body []byte) error {
 	if !g.spend(src) {
-		return errRefused{rejectPushPullRate}
+		return errRefused{RejectPushPullRate}
 	}
 	at, ok := pushPullSentAt(body)
 	now := g.now()
 	if !ok || at.Before(now.Add(-g.lim.Freshness)) || at.After(now.Add(g.lim.Freshness)) {
-		return errRefused{rejectStale}
+		return errRefused{RejectStale}
 	}
 	var key [nonceBytes]byte
 	copy(key[:], nonce)
@@ -373,7 +385,7 @@ func (g *streamGate) checkPushPull(src netip.Addr, nonce, body []byte) error {
 		}
 	}
 	if _, seen := g.nonces[key]; seen {
-		return errRefused{rejectReplayed}
+		return errRefused{RejectReplayed}
 	}
 	// Bounded: only push/pulls within the rate budget get here, and each
 	// is forgotten after twice the freshness window.
@@ -382,7 +394,7 @@ func (g *streamGate) checkPushPull(src netip.Addr, nonce, body []byte) error {
 }
 
 // spend takes a token from the source's bucket and the site's.
-func (g *streamGate) spend(src netip.Addr) bool {
+func (g *Gate) spend(src netip.Addr) bool {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -434,7 +446,7 @@ func pushPullSentAt(body []byte) (time.Time, bool) {
 
 // stateSentAt reads the sent-at time of a LocalState message.
 func stateSentAt(state []byte) (time.Time, bool) {
-	if len(state) < 2 || (state[0] != msgRecords && state[0] != msgDigest) {
+	if len(state) < 2 || (state[0] != record.MsgRecords && state[0] != record.MsgDigest) {
 		return time.Time{}, false
 	}
 	var v struct {
@@ -447,7 +459,7 @@ func stateSentAt(state []byte) (time.Time, bool) {
 }
 
 // replay returns c with what was read put back in front of it.
-func (g *streamGate) replay(c net.Conn, read []byte, rest *bufio.Reader) net.Conn {
+func (g *Gate) replay(c net.Conn, read []byte, rest *bufio.Reader) net.Conn {
 	_ = c.SetReadDeadline(time.Time{})
 	return &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(read), rest)}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
@@ -83,17 +84,10 @@ func (ca *testCA) identity(t *testing.T, site string) sites.Identity {
 	return sites.Identity{Roots: ca.roots, RootCerts: []*x509.Certificate{ca.cert}, Signer: ca.leaf(t, site, leafSpec{})}
 }
 
-// trust is how a network with this grid CA checks records.
-func (ca *testCA) trust() *netTrust {
-	return &netTrust{roots: ca.roots, rootIDs: rootIDsOf([]*x509.Certificate{ca.cert}), chains: newChainCache()}
-}
-
 // signedBy is rec signed with c, as a site holding c would sign it.
 func signedBy(t *testing.T, c *tls.Certificate, rec Record) Record {
 	t.Helper()
-	s, err := newSigner(c)
-	require.NoError(t, err)
-	require.NoError(t, s.sign(&rec))
+	require.NoError(t, rec.Sign(c))
 	return rec
 }
 
@@ -107,75 +101,6 @@ func withIdentity(network string, id sites.Identity) siteOption {
 }
 
 func withClock(now func() time.Time) siteOption { return func(c *siteSetup) { c.Now = now } }
-
-// The rules a record of another site is held to, one by one, on the
-// check alone.
-func TestCheckHoldsEveryRecordToItsSignature(t *testing.T) {
-	ca := newTestCA(t)
-	other := newTestCA(t)
-	now := time.Now()
-	ttl := 10 * time.Minute
-	closed := ca.trust()
-	rec := func() Record {
-		return Record{Network: "prod", Site: "site-c", Kind: KindProviders, Version: uint64(now.UnixNano()), Grid: "g1",
-			Providers: providers("pc")}
-	}
-	good := signedBy(t, ca.leaf(t, "site-c", leafSpec{}), rec())
-	tampered := good
-	tampered.Providers = providers("pc", "gpt-evil")
-	future := rec()
-	future.Version = math.MaxUint64
-	old := rec()
-	old.Version = uint64(now.Add(-ttl - time.Second).UnixNano())
-	for name, c := range map[string]struct {
-		trust *netTrust
-		rec   Record
-		want  string
-	}{
-		"signed by the site's certificate":           {closed, good, ""},
-		"the earlier SPIFFE form":                    {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{spiffe: "spiffe://grid.internal/site-c"}), rec()), ""},
-		"a network this site takes no part in":       {nil, good, rejectUnknownNetwork},
-		"an open network takes an unsigned record":   {&netTrust{open: true}, rec(), ""},
-		"the grid CA did not load":                   {&netTrust{chains: newChainCache()}, good, rejectNoRoots},
-		"unsigned":                                   {closed, rec(), rejectUnsigned},
-		"a body changed after signing":               {closed, tampered, rejectBadSignature},
-		"another site's certificate":                 {closed, signedBy(t, ca.leaf(t, "site-x", leafSpec{}), rec()), rejectWrongSite},
-		"an organization naming another site":        {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{org: "site-x"}), rec()), rejectWrongSite},
-		"a SPIFFE ID naming another site":            {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{spiffe: "spiffe://grid.internal/site/site-x"}), rec()), rejectWrongSite},
-		"a SPIFFE ID of another trust domain":        {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{spiffe: "spiffe://evil.example/site/site-c"}), rec()), rejectWrongSite},
-		"another CA's certificate for the site":      {closed, signedBy(t, other.leaf(t, "site-c", leafSpec{}), rec()), rejectUntrusted},
-		"an expired certificate":                     {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{notBefore: now.Add(-2 * time.Hour), notAfter: now.Add(-time.Minute)}), rec()), rejectUntrusted},
-		"a certificate not valid yet":                {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{notBefore: now.Add(time.Hour), notAfter: now.Add(2 * time.Hour)}), rec()), rejectUntrusted},
-		"versioned at the end of time":               {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{}), future), rejectFromFuture},
-		"versioned at the end of time, open network": {&netTrust{open: true}, future, rejectFromFuture},
-		"written longer ago than the tombstones":     {closed, signedBy(t, ca.leaf(t, "site-c", leafSpec{}), old), rejectTooOld},
-	} {
-		t.Run(name, func(t *testing.T) {
-			require.Equal(t, c.want, check(c.trust, &c.rec, "g1", now, ttl))
-		})
-	}
-	require.Equal(t, rejectOtherGrid, check(closed, &good, "g2", now, ttl), "signed for another grid")
-	require.Empty(t, check(closed, &good, "", now, ttl), "a site with no grid ID yet takes it")
-
-	// A signature covers every field: change any and it fails.
-	for field, change := range map[string]func(r *Record){
-		"network": func(r *Record) { r.Network = "prod2" },
-		"kind":    func(r *Record) { r.Kind = KindSignals },
-		"version": func(r *Record) { r.Version++ },
-		"deleted": func(r *Record) { r.Deleted = true },
-		"grid":    func(r *Record) { r.Grid = "g1x" },
-		"address": func(r *Record) { r.GatewayAddress = "127.9.9.9:443" },
-	} {
-		r := good
-		change(&r)
-		trust := closed
-		if field == "network" {
-			trust = ca.trust()
-		}
-		got := check(trust, &r, "", now, ttl)
-		require.Equal(t, rejectBadSignature, got, field)
-	}
-}
 
 // The attack of the site identity issue, on real gossip: a fourth process
 // holding the SWIM key and a certificate of its own (site-x) writes site
@@ -225,7 +150,7 @@ func TestAKeyHolderCannotSpeakForAnotherSite(t *testing.T) {
 	require.Eventually(t, func() bool { return len(x.aliveNodes("")) == 3 }, 10*time.Second, 20*time.Millisecond)
 	targets := x.aliveNodes("")
 	send := func(rs ...Record) {
-		msg, err := encodeDirectRecords(rs)
+		msg, err := record.EncodeDirectRecords(rs)
 		require.NoError(t, err)
 		for _, n := range targets {
 			require.NoError(t, ml.SendReliable(n, msg))
@@ -245,7 +170,7 @@ func TestAKeyHolderCannotSpeakForAnotherSite(t *testing.T) {
 	send(signedBy(t, own, forgedSite), signedBy(t, own, forgedProviders))                   // wrong_site
 	cOfAnotherCA := other.leaf(t, "site-c", leafSpec{})                                     //
 	send(signedBy(t, cOfAnotherCA, forgedSite), signedBy(t, cOfAnotherCA, forgedProviders)) // untrusted_certificate
-	real, ok := a.store.get(recordKey{"prod", "site-c", KindProviders})
+	real, ok := a.store.Get(forgedProviders.Key())
 	require.True(t, ok)
 	real.Providers, real.Version = forgedProviders.Providers, now+1
 	send(real) // bad_signature
@@ -256,13 +181,13 @@ func TestAKeyHolderCannotSpeakForAnotherSite(t *testing.T) {
 	}
 	send(invented...) // unsigned and wrong_site
 
-	for _, reason := range []string{rejectFromFuture, rejectUnsigned, rejectWrongSite, rejectUntrusted, rejectBadSignature} {
+	for _, reason := range []string{record.RejectFromFuture, record.RejectUnsigned, record.RejectWrongSite, record.RejectUntrusted, record.RejectBadSignature} {
 		for _, s := range []*testSite{a, b} {
 			require.Eventually(t, func() bool { return s.counter("grid_swim_records_rejected_total", reason) > 0 }, 10*time.Second, 20*time.Millisecond,
 				"%s never counted %s", s.Site(), reason)
 		}
 	}
-	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", rejectUnsigned) >= 52 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", record.RejectUnsigned) >= 52 }, 10*time.Second, 20*time.Millisecond)
 	for s, w := range want {
 		require.Equal(t, w, cView(s), s.Site())
 		for _, line := range strings.Split(s.logs.String(), "\n") {
@@ -282,10 +207,10 @@ func TestAKeyHolderCannotSpeakForAnotherSite(t *testing.T) {
 // with.
 func (s *testSite) identityCert(t *testing.T, network string) *tls.Certificate {
 	t.Helper()
-	tr := s.trustOf(network)
-	require.NotNil(t, tr)
-	require.NotNil(t, tr.signer)
-	return &tls.Certificate{Certificate: tr.signer.chain, PrivateKey: tr.signer.key}
+	id, ok := s.identities[network]
+	require.True(t, ok, "%s was given no identity in %s", s.Site(), network)
+	require.NotNil(t, id.Signer)
+	return id.Signer
 }
 
 // A record captured before its site withdrew it, replayed after the
@@ -303,23 +228,23 @@ func TestAWithdrawnRecordReplayedLaterStaysWithdrawn(t *testing.T) {
 	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
 	require.NoError(t, b.Publish("prod", "", providers("pb")))
 	require.Eventually(t, func() bool { return slicesEqual(remoteNames(a.View("prod")), []string{"site-b/pb"}) }, 10*time.Second, 20*time.Millisecond)
-	captured, ok := a.store.get(recordKey{"prod", "site-b", KindProviders})
+	captured, ok := a.store.Get(record.Key{Network: "prod", Site: "site-b", Kind: KindProviders})
 	require.True(t, ok)
 
 	b.Forget("prod")
 	require.Eventually(t, func() bool { return len(a.View("prod").Providers) == 0 }, 10*time.Second, 20*time.Millisecond)
 	// The tombstone lifetime and the clock skew pass on site A's clock:
 	// the tombstone expires.
-	ahead.Store(int64(a.cfg.TombstoneTTL + MaxClockSkew + time.Second))
-	require.Eventually(t, func() bool { _, held := a.store.get(captured.key()); return !held }, 10*time.Second, 20*time.Millisecond)
+	ahead.Store(int64(a.cfg.TombstoneTTL + record.MaxClockSkew + time.Second))
+	require.Eventually(t, func() bool { _, held := a.store.Get(captured.Key()); return !held }, 10*time.Second, 20*time.Millisecond)
 
 	b.mu.Lock()
 	ml := b.ml
 	b.mu.Unlock()
-	msg, err := encodeDirectRecords([]Record{captured})
+	msg, err := record.EncodeDirectRecords([]Record{captured})
 	require.NoError(t, err)
 	require.NoError(t, ml.SendReliable(b.aliveNodes("")[0], msg))
-	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", rejectTooOld) > 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", record.RejectTooOld) > 0 }, 10*time.Second, 20*time.Millisecond)
 	require.Empty(t, a.View("prod").Providers, "the withdrawn provider stays withdrawn")
 }
 
@@ -378,7 +303,7 @@ func TestARenewedCertificateNeverDropsASite(t *testing.T) {
 	require.Zero(t, lost.Load(), "site A lost site B's providers during a renewal")
 	require.Zero(t, a.total("grid_swim_records_rejected_total"), "nothing was refused")
 	require.Eventually(t, func() bool {
-		r, ok := a.store.get(recordKey{"prod", "site-b", KindSite})
+		r, ok := a.store.Get(record.Key{Network: "prod", Site: "site-b", Kind: KindSite})
 		return ok && string(r.Chain[0]) == string(last.Certificate[0])
 	}, 10*time.Second, 20*time.Millisecond, "the site record is signed with the new certificate")
 }
@@ -414,9 +339,9 @@ func TestASiteLeavesTheViewWhenItsCertificateExpires(t *testing.T) {
 	require.Eventually(t, func() bool { return len(a.View("prod").Providers) == 1 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return len(a.View("prod").Sites) == 0 && len(a.View("prod").Providers) == 0 }, 15*time.Second, 50*time.Millisecond,
 		"site B is still known after its certificate expired: %+v", a.View("prod"))
-	require.Positive(t, a.counter("grid_swim_records_rejected_total", rejectNoLongerValid))
+	require.Positive(t, a.counter("grid_swim_records_rejected_total", record.RejectNoLongerValid))
 	require.NoError(t, b.Publish("prod", "", providers("pb", "pb2")))
-	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", rejectUntrusted) > 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return a.counter("grid_swim_records_rejected_total", record.RejectUntrusted) > 0 }, 10*time.Second, 20*time.Millisecond)
 	require.Empty(t, a.View("prod").Providers)
 }
 
@@ -430,10 +355,10 @@ func TestTheSameIdentityAgainSendsNothing(t *testing.T) {
 	a.waitRunning(t)
 	require.NoError(t, a.Publish("open", "", providers("po")))
 	require.NoError(t, a.Publish("prod", "", providers("pp")))
-	versions := func() map[recordKey]uint64 {
-		out := map[recordKey]uint64{}
-		for _, r := range a.store.ofSite("site-a") {
-			out[r.key()] = r.Version
+	versions := func() map[record.Key]uint64 {
+		out := map[record.Key]uint64{}
+		for _, r := range a.store.OfSite("site-a") {
+			out[r.Key()] = r.Version
 		}
 		return out
 	}

@@ -1,4 +1,4 @@
-package gossip
+package record
 
 import (
 	"bytes"
@@ -28,8 +28,8 @@ const (
 	KindSignals Kind = "signals"
 )
 
-// recordKinds are every kind of record.
-var recordKinds = []Kind{KindSite, KindProviders, KindSignals}
+// Kinds are every kind of record.
+var Kinds = []Kind{KindSite, KindProviders, KindSignals}
 
 // Record is one site's state of one kind in one network, as gossiped.
 // Only its site writes it; copies merge by Version, last writer wins.
@@ -71,18 +71,18 @@ type Record struct {
 	Sig   []byte   `json:"z,omitempty"`
 }
 
-type recordKey struct {
-	network, site string
-	kind          Kind
+type Key struct {
+	Network, Site string
+	Kind          Kind
 }
 
-func (r *Record) key() recordKey { return recordKey{r.Network, r.Site, r.Kind} }
+func (r *Record) Key() Key { return Key{r.Network, r.Site, r.Kind} }
 
-// newer reports whether a should replace b: the greater version wins; on
+// Newer reports whether a should replace b: the greater version wins; on
 // equal versions (two writers with one clock reading, which only a
 // misconfigured site can cause) the greater encoding does, so every
 // replica picks the same one.
-func newer(a, b *Record) bool {
+func Newer(a, b *Record) bool {
 	if a.Version != b.Version {
 		return a.Version > b.Version
 	}
@@ -91,12 +91,12 @@ func newer(a, b *Record) bool {
 	return bytes.Compare(ea, eb) > 0
 }
 
-// store holds every record this site knows, its own included: push/pull
+// Store holds every record this site knows, its own included: push/pull
 // carries all of them, so a site learns of sites it never talked to.
-type store struct {
+type Store struct {
 	mu        sync.Mutex
-	records   map[recordKey]*Record
-	deletedAt map[recordKey]time.Time // when a tombstone was first seen
+	records   map[Key]*Record
+	deletedAt map[Key]time.Time // when a tombstone was first seen
 	// bySite indexes the records per site and network, so that the
 	// once-a-tick questions (which sites have records, in which
 	// networks) do not walk every record.
@@ -115,85 +115,85 @@ type store struct {
 // A record that would go past a cap is dropped before it is stored, and
 // counted.
 const (
-	maxSitesPerNetwork = 512
-	maxNetworksPerSite = 64 // three records each
-	maxRecords         = 16384
-	maxRecordBytes     = 64 << 20 // every record together, approximately
+	MaxSitesPerNetwork = 512
+	MaxNetworksPerSite = 64 // three records each
+	MaxRecords         = 16384
+	MaxRecordBytes     = 64 << 20 // every record together, approximately
 )
 
 // Reasons a record was dropped for a cap (grid_swim_messages_dropped_total).
 const (
-	dropSiteOverCap    = "site_over_cap"
-	dropNetworkFull    = "network_full"
-	dropStoreFull      = "store_full"
-	dropStoreBytesFull = "store_bytes_full"
+	DropSiteOverCap    = "site_over_cap"
+	DropNetworkFull    = "network_full"
+	DropStoreFull      = "store_full"
+	DropStoreBytesFull = "store_bytes_full"
 )
 
-var capReasons = []string{dropSiteOverCap, dropNetworkFull, dropStoreFull, dropStoreBytesFull}
+var capReasons = []string{DropSiteOverCap, DropNetworkFull, DropStoreFull, DropStoreBytesFull}
 
-func newStore() *store {
-	return &store{records: map[recordKey]*Record{}, deletedAt: map[recordKey]time.Time{},
+func NewStore() *Store {
+	return &Store{records: map[Key]*Record{}, deletedAt: map[Key]time.Time{},
 		bySite: map[string]map[string]int{}, netSites: map[string]int{}}
 }
 
 // index counts k in (added) or out (removed); s.mu held.
-func (s *store) index(k recordKey, added bool) {
-	nets := s.bySite[k.site]
+func (s *Store) index(k Key, added bool) {
+	nets := s.bySite[k.Site]
 	if nets == nil {
 		nets = map[string]int{}
-		s.bySite[k.site] = nets
+		s.bySite[k.Site] = nets
 	}
 	if added {
-		if nets[k.network]++; nets[k.network] == 1 {
-			s.netSites[k.network]++
+		if nets[k.Network]++; nets[k.Network] == 1 {
+			s.netSites[k.Network]++
 		}
 		return
 	}
-	if nets[k.network]--; nets[k.network] <= 0 {
-		delete(nets, k.network)
-		s.unindexNetwork(k.network)
+	if nets[k.Network]--; nets[k.Network] <= 0 {
+		delete(nets, k.Network)
+		s.unindexNetwork(k.Network)
 	}
 	if len(nets) == 0 {
-		delete(s.bySite, k.site)
+		delete(s.bySite, k.Site)
 	}
 }
 
-func (s *store) unindexNetwork(network string) {
+func (s *Store) unindexNetwork(network string) {
 	if s.netSites[network]--; s.netSites[network] <= 0 {
 		delete(s.netSites, network)
 	}
 }
 
 // overCap says which cap storing r would break, or "" (s.mu held).
-func (s *store) overCap(r *Record, cur *Record) string {
-	grow := recordSize(r)
+func (s *Store) overCap(r *Record, cur *Record) string {
+	grow := MemorySize(r)
 	if cur != nil {
-		grow -= recordSize(cur)
+		grow -= MemorySize(cur)
 	}
-	if s.bytes+grow > maxRecordBytes {
-		return dropStoreBytesFull
+	if s.bytes+grow > MaxRecordBytes {
+		return DropStoreBytesFull
 	}
 	if cur != nil {
 		return ""
 	}
-	if len(s.records) >= maxRecords {
-		return dropStoreFull
+	if len(s.records) >= MaxRecords {
+		return DropStoreFull
 	}
 	nets := s.bySite[r.Site]
 	if nets[r.Network] == 0 {
-		if len(nets) >= maxNetworksPerSite {
-			return dropSiteOverCap
+		if len(nets) >= MaxNetworksPerSite {
+			return DropSiteOverCap
 		}
-		if s.netSites[r.Network] >= maxSitesPerNetwork {
-			return dropNetworkFull
+		if s.netSites[r.Network] >= MaxSitesPerNetwork {
+			return DropNetworkFull
 		}
 	}
 	return ""
 }
 
-// recordSize approximates what a record holds in memory: its strings and
+// MemorySize approximates what a record holds in memory: its strings and
 // a fixed cost per element.
-func recordSize(r *Record) int64 {
+func MemorySize(r *Record) int64 {
 	n := 128 + len(r.Network) + len(r.Site) + len(r.GatewayAddress) + len(r.CertPEM) + len(r.Grid) + len(r.Sig)
 	for _, der := range r.Chain {
 		n += 24 + len(der)
@@ -213,21 +213,21 @@ func recordSize(r *Record) int64 {
 	return int64(n)
 }
 
-// merge keeps r when it is newer than the copy held, and says so. This
+// Merge keeps r when it is newer than the copy held, and says so. This
 // site's own records are always kept.
-func (s *store) merge(r Record, now time.Time) bool {
-	changed, _ := s.mergeCapped(r, now, false)
+func (s *Store) Merge(r Record, now time.Time) bool {
+	changed, _ := s.MergeCapped(r, now, false)
 	return changed
 }
 
-// mergeCapped is merge, refusing (with the cap's reason) a record that
+// MergeCapped is merge, refusing (with the cap's reason) a record that
 // would take the store past a cap when capped.
-func (s *store) mergeCapped(r Record, now time.Time, capped bool) (changed bool, refused string) {
+func (s *Store) MergeCapped(r Record, now time.Time, capped bool) (changed bool, refused string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := r.key()
+	k := r.Key()
 	cur, ok := s.records[k]
-	if ok && !newer(&r, cur) {
+	if ok && !Newer(&r, cur) {
 		return false, ""
 	}
 	if capped {
@@ -238,9 +238,9 @@ func (s *store) mergeCapped(r Record, now time.Time, capped bool) (changed bool,
 	if !ok {
 		s.index(k, true)
 	} else {
-		s.bytes -= recordSize(cur)
+		s.bytes -= MemorySize(cur)
 	}
-	s.bytes += recordSize(&r)
+	s.bytes += MemorySize(&r)
 	s.records[k] = &r
 	if r.Deleted {
 		s.deletedAt[k] = now
@@ -250,13 +250,13 @@ func (s *store) mergeCapped(r Record, now time.Time, capped bool) (changed bool,
 	return true, ""
 }
 
-func (s *store) count() int {
+func (s *Store) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.records)
 }
 
-func (s *store) get(k recordKey) (Record, bool) {
+func (s *Store) Get(k Key) (Record, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.records[k]
@@ -266,8 +266,8 @@ func (s *store) get(k recordKey) (Record, bool) {
 	return *r, true
 }
 
-// all returns every record, tombstones included, in a stable order.
-func (s *store) all() []Record {
+// All returns every record, tombstones included, in a stable order.
+func (s *Store) All() []Record {
 	s.mu.Lock()
 	out := make([]Record, 0, len(s.records))
 	for _, r := range s.records {
@@ -279,43 +279,43 @@ func (s *store) all() []Record {
 }
 
 // compareKeys orders records and digests by network, site and kind.
-func compareKeys(a, b recordKey) int {
-	return cmp.Or(cmp.Compare(a.network, b.network), cmp.Compare(a.site, b.site), cmp.Compare(a.kind, b.kind))
+func compareKeys(a, b Key) int {
+	return cmp.Or(cmp.Compare(a.Network, b.Network), cmp.Compare(a.Site, b.Site), cmp.Compare(a.Kind, b.Kind))
 }
 
 func sortRecords(rs []Record) {
-	slices.SortFunc(rs, func(a, b Record) int { return compareKeys(a.key(), b.key()) })
+	slices.SortFunc(rs, func(a, b Record) int { return compareKeys(a.Key(), b.Key()) })
 }
 
-// digestEntry is a record's identity and version: what push/pull sends
+// DigestEntry is a record's identity and version: what push/pull sends
 // instead of the records themselves, so that an idle grid exchanges a few
 // bytes per record.
-type digestEntry struct {
+type DigestEntry struct {
 	Network string `json:"n"`
 	Site    string `json:"s"`
 	Kind    Kind   `json:"k"`
 	Version uint64 `json:"v"`
 }
 
-func (s *store) digest() []digestEntry {
+func (s *Store) Digest() []DigestEntry {
 	s.mu.Lock()
-	out := make([]digestEntry, 0, len(s.records))
+	out := make([]DigestEntry, 0, len(s.records))
 	for _, r := range s.records {
-		out = append(out, digestEntry{r.Network, r.Site, r.Kind, r.Version})
+		out = append(out, DigestEntry{r.Network, r.Site, r.Kind, r.Version})
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b digestEntry) int {
-		return compareKeys(recordKey{a.Network, a.Site, a.Kind}, recordKey{b.Network, b.Site, b.Kind})
+	slices.SortFunc(out, func(a, b DigestEntry) int {
+		return compareKeys(Key{a.Network, a.Site, a.Kind}, Key{b.Network, b.Site, b.Kind})
 	})
 	return out
 }
 
-// missingFrom returns the records of the given networks that a peer with
+// MissingFrom returns the records of the given networks that a peer with
 // digest d lacks or holds an older version of.
-func (s *store) missingFrom(d []digestEntry, networks []string) []Record {
-	theirs := make(map[recordKey]uint64, len(d))
+func (s *Store) MissingFrom(d []DigestEntry, networks []string) []Record {
+	theirs := make(map[Key]uint64, len(d))
 	for _, e := range d {
-		theirs[recordKey{e.Network, e.Site, e.Kind}] = e.Version
+		theirs[Key{e.Network, e.Site, e.Kind}] = e.Version
 	}
 	wanted := make(map[string]bool, len(networks))
 	for _, n := range networks {
@@ -324,7 +324,7 @@ func (s *store) missingFrom(d []digestEntry, networks []string) []Record {
 	s.mu.Lock()
 	var out []Record
 	for k, r := range s.records {
-		if !wanted[k.network] {
+		if !wanted[k.Network] {
 			continue
 		}
 		if v, ok := theirs[k]; !ok || v < r.Version {
@@ -336,8 +336,8 @@ func (s *store) missingFrom(d []digestEntry, networks []string) []Record {
 	return out
 }
 
-// expire drops tombstones older than ttl.
-func (s *store) expire(now time.Time, ttl time.Duration) int {
+// Expire drops tombstones older than ttl.
+func (s *Store) Expire(now time.Time, ttl time.Duration) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -351,7 +351,7 @@ func (s *store) expire(now time.Time, ttl time.Duration) int {
 		}
 		if now.Sub(at) >= ttl {
 			if r := s.records[k]; r != nil {
-				s.bytes -= recordSize(r)
+				s.bytes -= MemorySize(r)
 			}
 			delete(s.records, k)
 			delete(s.deletedAt, k)
@@ -362,32 +362,32 @@ func (s *store) expire(now time.Time, ttl time.Duration) int {
 	return n
 }
 
-// remove forgets one record.
-func (s *store) remove(k recordKey) {
+// Remove forgets one record.
+func (s *Store) Remove(k Key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.records[k]
 	if !ok {
 		return
 	}
-	s.bytes -= recordSize(r)
+	s.bytes -= MemorySize(r)
 	delete(s.records, k)
 	delete(s.deletedAt, k)
 	s.index(k, false)
 }
 
-// dropSite forgets every record of a site, and returns the networks it
+// DropSite forgets every record of a site, and returns the networks it
 // had records in.
-func (s *store) dropSite(site string) []string {
+func (s *Store) DropSite(site string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var networks []string
 	for network := range s.bySite[site] {
 		networks = append(networks, network)
-		for _, kind := range recordKinds {
-			k := recordKey{network, site, kind}
+		for _, kind := range Kinds {
+			k := Key{network, site, kind}
 			if r := s.records[k]; r != nil {
-				s.bytes -= recordSize(r)
+				s.bytes -= MemorySize(r)
 			}
 			delete(s.records, k)
 			delete(s.deletedAt, k)
@@ -399,8 +399,8 @@ func (s *store) dropSite(site string) []string {
 	return networks
 }
 
-// siteNames returns the sites that have records.
-func (s *store) siteNames() []string {
+// SiteNames returns the sites that have records.
+func (s *Store) SiteNames() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, 0, len(s.bySite))
@@ -410,8 +410,8 @@ func (s *store) siteNames() []string {
 	return out
 }
 
-// networksOf returns the networks a site has records in.
-func (s *store) networksOf(site string) []string {
+// NetworksOf returns the networks a site has records in.
+func (s *Store) NetworksOf(site string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, 0, len(s.bySite[site]))
@@ -421,21 +421,21 @@ func (s *store) networksOf(site string) []string {
 	return out
 }
 
-// holdsSite reports whether records of a site are held in a network: the
+// HoldsSite reports whether records of a site are held in a network: the
 // site got past the checks before.
-func (s *store) holdsSite(network, site string) bool {
+func (s *Store) HoldsSite(network, site string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.bySite[site][network] > 0
 }
 
-// ofSite returns the records of one site.
-func (s *store) ofSite(site string) []Record {
+// OfSite returns the records of one site.
+func (s *Store) OfSite(site string) []Record {
 	s.mu.Lock()
 	var out []Record
 	for network := range s.bySite[site] {
-		for _, kind := range recordKinds {
-			if r, ok := s.records[recordKey{network, site, kind}]; ok {
+		for _, kind := range Kinds {
+			if r, ok := s.records[Key{network, site, kind}]; ok {
 				out = append(out, *r)
 			}
 		}
@@ -445,16 +445,16 @@ func (s *store) ofSite(site string) []Record {
 	return out
 }
 
-// ofNetwork returns the records of one network.
-func (s *store) ofNetwork(network string) []Record {
+// OfNetwork returns the records of one network.
+func (s *Store) OfNetwork(network string) []Record {
 	s.mu.Lock()
 	var out []Record
 	for site, nets := range s.bySite {
 		if nets[network] == 0 {
 			continue
 		}
-		for _, kind := range recordKinds {
-			if r, ok := s.records[recordKey{network, site, kind}]; ok {
+		for _, kind := range Kinds {
+			if r, ok := s.records[Key{network, site, kind}]; ok {
 				out = append(out, *r)
 			}
 		}
@@ -464,18 +464,18 @@ func (s *store) ofNetwork(network string) []Record {
 	return out
 }
 
-// versionClock issues record versions: wall-clock nanoseconds, never less
+// VersionClock issues record versions: wall-clock nanoseconds, never less
 // than the last one plus one.
-type versionClock struct {
+type VersionClock struct {
 	mu   sync.Mutex
 	last uint64
-	now  func() time.Time
+	Now  func() time.Time
 }
 
-func (c *versionClock) next() uint64 {
+func (c *VersionClock) Next() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v := uint64(c.now().UnixNano())
+	v := uint64(c.Now().UnixNano())
 	if v <= c.last {
 		v = c.last + 1
 	}

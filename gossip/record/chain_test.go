@@ -1,4 +1,4 @@
-package gossip
+package record
 
 import (
 	"crypto/ecdsa"
@@ -30,14 +30,14 @@ func TestChainRefusedBeforeAnySignature(t *testing.T) {
 	}{
 		"the site's certificate":                     {[][]byte{good}, ""},
 		"the site's certificate and the grid CA":     {[][]byte{good, ca.cert.Raw}, ""},
-		"a 16,384-bit RSA key":                       {[][]byte{big}, rejectKeyRefused},
-		"the site's certificate under a huge key":    {[][]byte{good, big}, rejectKeyRefused},
-		"a P-224 key":                                {[][]byte{testpki.Invented(t, "p224", p224.Public(), ca.cert, ca.key, false)}, rejectKeyRefused},
-		"an RSA key with another exponent":           {[][]byte{testpki.Invented(t, "e3", &rsa.PublicKey{N: testpki.HugeRSAKey(t, 2048).N, E: 3}, ca.cert, ca.key, false)}, rejectKeyRefused},
-		"five certificates":                          {[][]byte{good, good, good, good, good}, rejectBadCertificate},
-		"another CA's leaf":                          {[][]byte{other.leaf(t, "site-c", leafSpec{}).Certificate[0]}, rejectUntrusted},
-		"the leaf followed by what did not issue it": {[][]byte{good, other.cert.Raw}, rejectUntrusted},
-		"not a certificate":                          {[][]byte{[]byte("junk")}, rejectBadCertificate},
+		"a 16,384-bit RSA key":                       {[][]byte{big}, RejectKeyRefused},
+		"the site's certificate under a huge key":    {[][]byte{good, big}, RejectKeyRefused},
+		"a P-224 key":                                {[][]byte{testpki.Invented(t, "p224", p224.Public(), ca.cert, ca.key, false)}, RejectKeyRefused},
+		"an RSA key with another exponent":           {[][]byte{testpki.Invented(t, "e3", &rsa.PublicKey{N: testpki.HugeRSAKey(t, 2048).N, E: 3}, ca.cert, ca.key, false)}, RejectKeyRefused},
+		"five certificates":                          {[][]byte{good, good, good, good, good}, RejectBadCertificate},
+		"another CA's leaf":                          {[][]byte{other.leaf(t, "site-c", leafSpec{}).Certificate[0]}, RejectUntrusted},
+		"the leaf followed by what did not issue it": {[][]byte{good, other.cert.Raw}, RejectUntrusted},
+		"not a certificate":                          {[][]byte{[]byte("junk")}, RejectBadCertificate},
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.Equal(t, c.want, verifyChain(ca.trust(), c.chain, now).reason)
@@ -51,7 +51,7 @@ func TestChainRefusedBeforeAnySignature(t *testing.T) {
 	require.NoError(t, err)
 	goodLeaf, err := x509.ParseCertificate(good)
 	require.NoError(t, err)
-	ids := rootIDsOf([]*x509.Certificate{ca.cert})
+	ids := RootIDsOf([]*x509.Certificate{ca.cert})
 	require.True(t, linked([]*x509.Certificate{goodLeaf}, ids))
 	require.False(t, linked([]*x509.Certificate{otherLeaf}, ids))
 	require.False(t, linked([]*x509.Certificate{goodLeaf, otherLeaf}, ids), "a leaf followed by a certificate that did not issue it")
@@ -65,29 +65,29 @@ func TestRefusedChainsRememberedApart(t *testing.T) {
 	trust := ca.trust()
 	now := time.Now()
 	good := [][]byte{ca.leaf(t, "site-c", leafSpec{}).Certificate[0]}
-	_, why := trust.chains.verify(trust, good, now)
+	_, why := trust.Chains.Verify(trust, good, now)
 	require.Empty(t, why)
 	for i := range maxCachedChains + 10 {
 		junk := [][]byte{{0x30, byte(i), byte(i >> 8), byte(i >> 16)}}
-		_, why := trust.chains.verify(trust, junk, now)
-		require.Equal(t, rejectBadCertificate, why)
+		_, why := trust.Chains.Verify(trust, junk, now)
+		require.Equal(t, RejectBadCertificate, why)
 	}
-	require.True(t, knownChain(trust.chains, good), "the good chain was pushed out by refused ones")
+	require.True(t, knownChain(trust.Chains, good), "the good chain was pushed out by refused ones")
 
 	// A refused chain answers from memory: its reason is the one
 	// remembered, even where a new check would now say otherwise.
 	refused := [][]byte{testpki.Invented(t, "huge", testpki.HugeRSAKey(t, 8192), ca.cert, ca.key, true)}
-	_, why = trust.chains.verify(trust, refused, now)
-	require.Equal(t, rejectKeyRefused, why)
-	trust.chains.mu.Lock()
-	trust.chains.refused[chainHash(refused)] = "remembered"
-	trust.chains.mu.Unlock()
-	_, why = trust.chains.verify(trust, refused, now)
+	_, why = trust.Chains.Verify(trust, refused, now)
+	require.Equal(t, RejectKeyRefused, why)
+	trust.Chains.mu.Lock()
+	trust.Chains.refused[chainHash(refused)] = "remembered"
+	trust.Chains.mu.Unlock()
+	_, why = trust.Chains.Verify(trust, refused, now)
 	require.Equal(t, "remembered", why)
 }
 
 // knownChain reports whether a chain is remembered as good.
-func knownChain(c *chainCache, chain [][]byte) bool {
+func knownChain(c *ChainCache, chain [][]byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.good[chainHash(chain)]
