@@ -70,7 +70,7 @@ images: ## the shipped images for linux/amd64 and linux/arm64 as OCI layouts (wi
 	@for p in $(IMAGE_PLATFORMS); do \
 		GOOS=$${p%/*} GOARCH=$${p#*/} $(MAKE) --no-print-directory build BIN_DIR="$(BIN_DIR)/$${p%/*}-$${p#*/}" VERSION=$(VERSION); \
 	done
-	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./test/images/build --bin $(BIN_DIR) --platforms "$(subst $(eval) ,$(comma),$(IMAGE_PLATFORMS))" \
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/images/build --bin $(BIN_DIR) --platforms "$(subst $(eval) ,$(comma),$(IMAGE_PLATFORMS))" \
 		--out $(IMAGES_DIR) --registry $(IMAGE_REGISTRY) --tag $(VERSION) --version $(VERSION) --revision $(REVISION) --source $(SOURCE_URL)
 
 # The agent's kustomize base, generated from the agent chart's defaults
@@ -80,22 +80,22 @@ RELEASE_DIR   ?= $(BIN_DIR)/release
 
 .PHONY: kustomize
 kustomize: $(HELM) ## rewrite the agent's kustomize base (deploy/kustomize) from the agent chart's default values
-	$(GO) run ./test/release kustomize $(KUSTOMIZE_DIR)
+	$(GO) run ./hack/release kustomize $(KUSTOMIZE_DIR)
 
 .PHONY: release
 release: $(HELM) ## everything a release ships, in RELEASE_DIR (bin/release): the image layouts, the two charts packaged with the images' digests, the CRDs, the kustomize base, SHA256SUMS
 	rm -rf $(RELEASE_DIR)
 	@$(MAKE) --no-print-directory images IMAGES_DIR=$(RELEASE_DIR)/images
-	$(GO) run ./test/release assemble -images $(RELEASE_DIR)/images -kustomize $(KUSTOMIZE_DIR) -out $(RELEASE_DIR) -version $(VERSION)
+	$(GO) run ./hack/release assemble -images $(RELEASE_DIR)/images -kustomize $(KUSTOMIZE_DIR) -out $(RELEASE_DIR) -version $(VERSION)
 	@echo "release: $(RELEASE_DIR) (SHA256SUMS lists every file)"
 
 .PHONY: demo
 demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, then the agent publishing from Grid resources
-	$(GO) run ./test/demo --bin $(BIN_DIR)
+	$(GO) run ./demo --bin $(BIN_DIR)
 
 .PHONY: tools
 tools: $(HELM) ## build the pinned kube-apiserver, etcd, helm and the node (kubelet, controller manager, scheduler, containerd, CNI plugins; runc from Debian) and promtool (cached; many minutes when cold)
-	@GRIDSYNC_TOOLS_DIR=$(TOOLS_DIR) test/tools/build.sh
+	@GRIDSYNC_TOOLS_DIR=$(TOOLS_DIR) hack/tools/build.sh
 
 $(HELM):
 	@echo "tools: building helm $(HELM_VERSION) (once; a minute or two when cold)"
@@ -117,7 +117,7 @@ CHARTS := charts/praxis-gateway charts/gridsync-agent
 
 .PHONY: docs
 docs: ## rewrite the charts' values tables (their READMEs) from values.schema.json and values.yaml
-	$(GO) run ./test/charts/valuesdoc $(CHARTS)
+	$(GO) run ./hack/valuesdoc $(CHARTS)
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## fail when the committed generated files differ from the types
@@ -135,8 +135,8 @@ lint: $(GOLANGCI_LINT) $(HELM) verify-generated ## gofmt, go vet, golangci-lint 
 	@# trimmed), so that one compile serves both.
 	CGO_ENABLED=0 $(GO) vet -trimpath ./...
 	$(GOLANGCI_LINT) run ./...
-	$(GO) run ./test/charts/valuesdoc -check $(CHARTS)
-	$(GO) run ./test/release kustomize -check $(KUSTOMIZE_DIR)
+	$(GO) run ./hack/valuesdoc -check $(CHARTS)
+	$(GO) run ./hack/release kustomize -check $(KUSTOMIZE_DIR)
 
 .PHONY: test
 test: ## every test, the integration tests against the real kube-apiserver included
@@ -149,7 +149,7 @@ test: ## every test, the integration tests against the real kube-apiserver inclu
 	@$(MAKE) --no-print-directory testbins
 	@# testreport prints what go test prints, each package's slowest test
 	@# on its ok line, and the slowest packages at the end.
-	$(GO) build -o $(TOOLS_DIR)/testreport ./test/testreport
+	$(GO) build -o $(TOOLS_DIR)/testreport ./hack/testreport
 	@# 30 minutes: the node's projected-token test alone waits 11 for the
 	@# kubelet to rotate a token and the API server to refuse the old one
 	@# (go test's default of 10 would kill it). Every benchmark runs too,

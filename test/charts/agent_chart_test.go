@@ -2,6 +2,7 @@ package charts
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,13 +77,116 @@ var agentCases = []valueCase{
 	}},
 }
 
+// The golden files leave the CRDs out: they are make generate's output,
+// stored once in the chart's files/crds, and
+// TestAgentChartRendersTheCRDsOfItsFilesFolder holds the chart to them.
 func TestAgentChartLintsAndMatchesItsGoldenFiles(t *testing.T) {
 	for _, c := range agentCases {
 		t.Run(c.name, func(t *testing.T) {
 			lint(t, agentChart, c)
-			checkGolden(t, agentChart, c.name, render(t, agentChart, c))
+			rest, _ := splitCRDs(render(t, agentChart, c))
+			checkGolden(t, agentChart, c.name, rest)
 		})
 	}
+}
+
+// crdSource is the Source line helm template prints above each document of
+// the agent chart's CRD template.
+const crdSource = "# Source: gridsync-agent/templates/crds.yaml\n"
+
+// splitCRDs splits what helm template printed into the documents of the
+// CRD template (each without its separator and Source line) and the
+// others, whose bytes it keeps.
+func splitCRDs(rendered string) (rest string, crds []string) {
+	var others strings.Builder
+	for _, doc := range documents(rendered) {
+		if body, ok := strings.CutPrefix(doc, "---\n"+crdSource); ok {
+			crds = append(crds, body)
+			continue
+		}
+		others.WriteString(doc)
+	}
+	return others.String(), crds
+}
+
+// documents cuts helm template's output before every line that is a
+// document separator.
+func documents(rendered string) []string {
+	var docs []string
+	start := 0
+	for i := 0; i < len(rendered); {
+		next := strings.Index(rendered[i:], "\n---\n")
+		if next < 0 {
+			break
+		}
+		end := i + next + 1
+		if end > start {
+			docs = append(docs, rendered[start:end])
+		}
+		start, i = end, end
+	}
+	return append(docs, rendered[start:])
+}
+
+// The chart renders every CRD of its files/crds folder (where make generate
+// writes them), in the folder's order, as its template does: the file
+// decoded and encoded again, with the keep policy and the chart's labels
+// added and nothing else. The CRDs are stored once, in that folder: the
+// goldens leave them out, and this is what holds the chart's output to it,
+// byte for byte, for every case that installs them.
+func TestAgentChartRendersTheCRDsOfItsFilesFolder(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartDir(agentChart), "files", "crds", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "the chart's files/crds holds no CRD: run make generate")
+	for _, c := range agentCases {
+		t.Run(c.name, func(t *testing.T) {
+			rendered := render(t, agentChart, c)
+			_, crds := splitCRDs(rendered)
+			crdValues, _ := c.values["crds"].(map[string]any)
+			if enabled, ok := crdValues["enabled"].(bool); ok && !enabled {
+				assert.Empty(t, crds, "crds.enabled=false renders no CRD")
+				return
+			}
+			// The chart's labels, as the Deployment carries them.
+			deployments := ofKind(objects(t, rendered), "Deployment")
+			require.Len(t, deployments, 1)
+			labels := map[string]any{}
+			for k, v := range deployments[0].GetLabels() {
+				labels[k] = v
+			}
+			require.Len(t, crds, len(files), "one CRD document per file of files/crds")
+			for i, file := range files {
+				assert.Equal(t, chartCRD(t, file, labels), crds[i], "the chart renders %s otherwise than its template says", file)
+			}
+		})
+	}
+}
+
+// chartCRD is what the chart's CRD template makes of file: fromYaml, the
+// annotation helm.sh/resource-policy: keep (over the file's), the chart's
+// labels (over the file's), toYaml.
+func chartCRD(t *testing.T, file string, labels map[string]any) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var crd map[string]any
+	require.NoError(t, sigsyaml.Unmarshal(data, &crd))
+	metadata, ok := crd["metadata"].(map[string]any)
+	require.True(t, ok, "%s has no metadata", file)
+	for key, policy := range map[string]map[string]any{
+		"annotations": {"helm.sh/resource-policy": "keep"},
+		"labels":      labels,
+	} {
+		merged := map[string]any{}
+		if own, ok := metadata[key].(map[string]any); ok {
+			maps.Copy(merged, own)
+		}
+		maps.Copy(merged, policy)
+		metadata[key] = merged
+	}
+	out, err := sigsyaml.Marshal(crd)
+	require.NoError(t, err)
+	return string(out)
 }
 
 func TestAgentChartRefusesValuesOutsideItsSchema(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/gridsync/gridsync/hack/release/kube"
 	"github.com/gridsync/gridsync/test/testnode"
 )
 
@@ -27,7 +28,7 @@ var update = flag.Bool("update", false, "rewrite the golden files (make golden)"
 
 // kubeVersion is the version charts are rendered for: the pinned API
 // server's.
-const kubeVersion = testnode.KubeVersion
+const kubeVersion = kube.Version
 
 // helm returns the pinned Helm binary; the Makefile exports its path.
 func helm(t *testing.T) string {

@@ -1,6 +1,6 @@
 // Package controlplane runs a real Kubernetes control plane for tests: etcd
 // and kube-apiserver, built by `make tools` from the versions pinned in
-// test/tools, started on free loopback ports in a temporary folder.
+// hack/tools, started on free loopback ports in a temporary folder.
 //
 // It gives tests an admin client, clients that act as a ServiceAccount
 // (through the TokenRequest API, so RBAC is really enforced), CRD

@@ -16,9 +16,10 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gridsync/gridsync/hack/images"
+	"github.com/gridsync/gridsync/hack/release/kube"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
-	"github.com/gridsync/gridsync/test/images"
 )
 
 // Helm is the pinned Helm binary: $GRIDSYNC_HELM (the Makefile exports
@@ -34,10 +35,6 @@ func Helm() (string, error) {
 	}
 	return "", errors.New("the pinned helm is not built: run `make tools`")
 }
-
-// KubeVersion is the version charts are rendered for: the pinned API
-// server's and kubelet's.
-const KubeVersion = "1.37.2"
 
 // Chart is the path of one of the project's charts: charts/<name> in the
 // nearest enclosing folder that has it (a test runs in its package's
@@ -92,7 +89,7 @@ func render(ctx context.Context, chart, release, namespace string, valueFiles []
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"template", release, chart, "--namespace", namespace, "--kube-version", KubeVersion}, extra...)
+	args := append([]string{"template", release, chart, "--namespace", namespace, "--kube-version", kube.Version}, extra...)
 	for _, f := range valueFiles {
 		args = append(args, "--values", f)
 	}

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gridsync/gridsync/hack/images"
 	"github.com/gridsync/gridsync/test/controlplane"
-	"github.com/gridsync/gridsync/test/images"
 	"github.com/gridsync/gridsync/test/testbin"
 )
 

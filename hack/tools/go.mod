@@ -1,7 +1,7 @@
 // Module tools pins the real Kubernetes control plane that the integration
 // tests run against. It is a separate module so that the product module never
 // depends on k8s.io/kubernetes.
-module github.com/gridsync/gridsync/test/tools
+module github.com/gridsync/gridsync/hack/tools
 
 go 1.26.0
 

@@ -29,7 +29,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gridsync/gridsync/test/testnode"
+	"github.com/gridsync/gridsync/hack/release/kube"
 )
 
 // The kustomize base renders the agent chart as release gridsync in
@@ -38,7 +38,7 @@ import (
 const (
 	baseRelease   = "gridsync"
 	baseNamespace = "gridsync-system"
-	kubeVersion   = testnode.KubeVersion
+	kubeVersion   = kube.Version
 	agentChart    = "charts/gridsync-agent"
 	gatewayChart  = "charts/praxis-gateway"
 	crdDir        = "charts/gridsync-agent/files/crds"

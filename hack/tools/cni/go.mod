@@ -2,7 +2,7 @@
 // host-local; containerd sets up the pods' loopback itself), kept apart
 // from containerd's module so that each builds with the versions it was
 // released with.
-module github.com/gridsync/gridsync/test/tools/cni
+module github.com/gridsync/gridsync/hack/tools/cni
 
 go 1.26.8
 

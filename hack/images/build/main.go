@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gridsync/gridsync/test/images"
+	"github.com/gridsync/gridsync/hack/images"
 )
 
 func main() {

@@ -2,7 +2,7 @@
 // containerd 2.x, its runc shim and ctr (to load images). It is a module
 // of its own because containerd and Kubernetes pin different versions of
 // shared libraries.
-module github.com/gridsync/gridsync/test/tools/node
+module github.com/gridsync/gridsync/hack/tools/node
 
 go 1.26.6
 

@@ -1,7 +1,7 @@
 // The pinned Prometheus whose promtool unit-tests the agent chart's alert
 // rules (`promtool test rules`). A module of its own, so that Prometheus's
 // dependencies never meet the product's.
-module github.com/gridsync/gridsync/test/tools/prometheus
+module github.com/gridsync/gridsync/hack/tools/prometheus
 
 go 1.26.7
 

@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/hack/release/kube"
 )
 
 // runMake runs make target from the repository's root, its binaries built
@@ -166,7 +168,7 @@ func TestMakeReleaseShipsChartsPinnedToTheImages(t *testing.T) {
 	helm := os.Getenv("GRIDSYNC_HELM")
 	require.NotEmpty(t, helm, "the pinned helm (make exports GRIDSYNC_HELM)")
 	render := func(chart string, set ...string) string {
-		args := append([]string{"template", "r", filepath.Join(out, "charts", chart), "--kube-version", "1.37.2"}, set...)
+		args := append([]string{"template", "r", filepath.Join(out, "charts", chart), "--kube-version", kube.Version}, set...)
 		rendered, err := exec.CommandContext(t.Context(), helm, args...).CombinedOutput()
 		require.NoError(t, err, "%s", rendered)
 		return string(rendered)
