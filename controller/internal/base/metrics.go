@@ -21,11 +21,37 @@ const (
 	PublishRefused   = "refused" // not rendered or not ours to write
 )
 
+// Outcomes of a GridNetwork reconcile
+// (gridsync_controller_network_reconciles_total{outcome}): ran (its stages
+// ran), skipped (it stopped before them: the network is gone or being
+// deleted, or its SWIM key failed), error.
+const (
+	ReconcileRan     = "ran"
+	ReconcileSkipped = "skipped"
+	ReconcileError   = "error"
+)
+
+// The stages of a GridNetwork reconcile counted in
+// gridsync_controller_network_stages_total{stage}: those whose work is
+// costly or reaches outside the agent, so that what set off a reconcile
+// and what it did can be told apart.
+const (
+	StageRender       = "render"        // the overlays rendered
+	StagePublish      = "publish"       // the overlay ConfigMaps published
+	StageGossipConfig = "gossip_config" // the SWIM runtime configured for the network
+	StageGridSites    = "grid_sites"    // the discovered sites synced to GridSites
+	StageDeliveryFold = "delivery_fold" // the delivery reports folded into the overlay statuses
+)
+
 // Metrics are the controller's metrics, shared by its reconcilers.
 type Metrics struct {
-	Publishes      *prometheus.CounterVec
-	StatusWrites   *prometheus.CounterVec
-	RenderDuration prometheus.Histogram
+	// NetworkReconciles and NetworkStages count the GridNetwork reconciles
+	// by controller and outcome, and the stages they ran.
+	NetworkReconciles *prometheus.CounterVec
+	NetworkStages     *prometheus.CounterVec
+	Publishes         *prometheus.CounterVec
+	StatusWrites      *prometheus.CounterVec
+	RenderDuration    prometheus.Histogram
 	// Site trust.
 	SiteCertificates prometheus.Counter
 	// IdentityExpiry and IdentityRotations are upstream's names for the
@@ -50,6 +76,14 @@ type Metrics struct {
 // of IdentityRotations (the results are the identity stage's).
 func NewMetrics(reg prometheus.Registerer, sites client.Reader) (*Metrics, error) {
 	m := &Metrics{
+		NetworkReconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gridsync_controller_network_reconciles_total",
+			Help: "GridNetwork reconciles by controller (gridnetwork: the overlay pipeline) and outcome: ran, skipped (the network gone or being deleted, or its SWIM key failed: no stage ran), error.",
+		}, []string{"controller", "outcome"}),
+		NetworkStages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gridsync_controller_network_stages_total",
+			Help: "Stages the GridNetwork reconciles ran, by stage: render (the overlays), publish (the overlay ConfigMaps), gossip_config (the SWIM runtime configured), grid_sites (discovered sites synced to GridSites), delivery_fold (delivery reports folded into the overlay statuses).",
+		}, []string{"stage"}),
 		Publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_overlay_publishes_total",
 			Help: "Overlay ConfigMap publications by outcome: applied, unchanged (revision already stored), deleted (gateway or network gone), failed, refused.",
@@ -122,10 +156,13 @@ func NewMetrics(reg prometheus.Registerer, sites client.Reader) (*Metrics, error
 			m.MountPatches.WithLabelValues(k, o)
 		}
 	}
+	for _, s := range []string{StageRender, StagePublish, StageGossipConfig, StageGridSites, StageDeliveryFold} {
+		m.NetworkStages.WithLabelValues(s)
+	}
 	for _, k := range []string{"GridNetwork", "InferenceProvider", "GridSite"} {
 		m.StatusWrites.WithLabelValues(k)
 	}
-	for _, c := range []prometheus.Collector{m.Publishes, m.StatusWrites, m.RenderDuration,
+	for _, c := range []prometheus.Collector{m.NetworkReconciles, m.NetworkStages, m.Publishes, m.StatusWrites, m.RenderDuration,
 		m.SiteCertificates, m.IdentityExpiry, m.IdentityRotations, m.SiteProbes, m.ProbeDuration, sitePhases{sites}, m.PraxisWrites, m.MountPatches, m.PraxisRenderDuration,
 		m.GatewayProbes, m.GatewayProbeDuration, m.PhaseTransitions} {
 		if err := reg.Register(c); err != nil {

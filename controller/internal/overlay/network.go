@@ -31,6 +31,10 @@ import (
 	"github.com/gridsync/gridsync/gossip/seeds"
 )
 
+// ControllerName names the reconciler in controller-runtime's metrics and
+// logs (an end-to-end test and the controller benchmark read it).
+const ControllerName = "gridnetwork"
+
 // Reconciler reconciles GridNetworks; New builds it and Setup registers
 // it with a manager.
 type Reconciler struct {
@@ -49,6 +53,9 @@ type Reconciler struct {
 // New returns the network reconciler; seedResolver resolves spec.seeds
 // (cached here).
 func New(env *base.Env, trust *trustmaterial.Cache, seedResolver seeds.Resolver) *Reconciler {
+	for _, o := range []string{base.ReconcileRan, base.ReconcileSkipped, base.ReconcileError} {
+		env.Metrics.NetworkReconciles.WithLabelValues(ControllerName, o)
+	}
 	return &Reconciler{Env: env, Trust: trust,
 		seedResolver: seeds.NewCachingResolver(seedResolver, seeds.DefaultCacheTTL, env.Opts.Now)}
 }
@@ -63,7 +70,7 @@ func (r *Reconciler) Setup(mgr ctrl.Manager, health, fromMembership <-chan event
 		b = b.WatchesRawSource(source.Channel(fromMembership, &handler.EnqueueRequestForObject{}))
 	}
 	return b.
-		Named("gridnetwork").
+		Named(ControllerName).
 		For(&v1alpha1.GridNetwork{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A provider's old and new network are both reconciled when it
 		// moves (the map function sees both objects of an update).
@@ -99,7 +106,15 @@ func (r *Reconciler) providerByName(ctx context.Context, o client.Object) []reco
 // Reconcile publishes the overlay of every consumer gateway of a network.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	start := time.Now()
-	gatewayCount, retry, err := r.reconcile(ctx, req.Name)
+	gatewayCount, retry, ran, err := r.reconcile(ctx, req.Name)
+	outcome := base.ReconcileRan
+	switch {
+	case err != nil:
+		outcome = base.ReconcileError
+	case !ran:
+		outcome = base.ReconcileSkipped
+	}
+	r.Metrics.NetworkReconciles.WithLabelValues(ControllerName, outcome).Inc()
 	// One line per reconcile at debug level: what operators (and the
 	// controller benchmark) need to see how long a network takes.
 	r.Opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount,
@@ -148,16 +163,17 @@ func errString(err error) string {
 // Each stage takes what the earlier ones produced as arguments and
 // returns its own result; none reads another's state. It returns how many
 // gateways the network has, and how soon to try again when that is sooner
-// than the resync.
-func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Duration, error) {
+// than the resync, and whether the stages past the SWIM key ran (not
+// when the network is gone or being deleted, nor when its key failed).
+func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Duration, bool, error) {
 	network, live, err := r.admit(ctx, name)
 	if err != nil || !live {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 
 	local, items, err := r.AssessProviders(ctx, network)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	identity := r.reconcileIdentity(ctx, network)
 	if identity.wrote {
@@ -167,19 +183,21 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 	if swim.keyFailed {
 		// The reconcile stops at the key: nothing announced, nothing
 		// published, the overlays keep what they had.
-		return len(network.Spec.ConsumerGateways), swimKeyRetry, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, network.Status.MountReconciliationStatus, swim, identity)
+		return len(network.Spec.ConsumerGateways), swimKeyRetry, false, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, network.Status.MountReconciliationStatus, swim, identity)
 	}
 	remote, err := r.RemoteProviders(ctx, network, swim.view)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	held := r.admitProviders(network, items, local, remote, r.Opts.Now())
 
 	gws := gateways(network)
 	overlays := renderOverlays(network.Name, gws, local, remote)
+	r.ranStage(base.StageRender)
 	overlays, praxis, delegated, firstErr := r.reconcilePraxisConfigs(ctx, network, items, overlays)
 	plans := r.planMounts(ctx, network, overlays, delegated)
 	statuses, err := r.publishOverlays(ctx, network, overlays)
+	r.ranStage(base.StagePublish)
 	firstErr = cmp.Or(firstErr, err)
 	mountStatus, rolling, err := r.applyMounts(ctx, network, plans)
 	firstErr = cmp.Or(firstErr, err)
@@ -200,7 +218,12 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 	if rolling && (again == 0 || mountPollInterval < again) {
 		again = mountPollInterval // a delegated Deployment rolling, read again soon
 	}
-	return len(gws), again, firstErr
+	return len(gws), again, true, firstErr
+}
+
+// ranStage counts a stage the reconcile ran.
+func (r *Reconciler) ranStage(stage string) {
+	r.Metrics.NetworkStages.WithLabelValues(stage).Inc()
 }
 
 // admit reads the network. A deleted one is finalized (its overlays

@@ -103,6 +103,7 @@ func (r *Reconciler) reconcileMembership(ctx context.Context, network *v1alpha1.
 		}
 		return membershipOutcome{condition: conditionSpec{ok: true, reason: ReasonSwimNotRunning, message: "SWIM is not configured on this agent"}}
 	}
+	r.ranStage(base.StageGossipConfig)
 	ks, reason, err := r.loadSwimKey(ctx, network)
 	if err != nil {
 		m.SetNetworkKeys(network.Name, nil, true)
@@ -281,6 +282,7 @@ func (r *Reconciler) syncGridSites(ctx context.Context, network *v1alpha1.GridNe
 	if network.Labels[AutoDiscoverSitesLabel] != "true" {
 		return nil
 	}
+	r.ranStage(base.StageGridSites)
 	var firstErr error
 	for _, s := range view.Sites {
 		if err := r.syncGridSite(ctx, network.Name, s); err != nil && firstErr == nil {

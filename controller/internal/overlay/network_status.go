@@ -236,6 +236,7 @@ func (r *Reconciler) summariseDeliveries(network string, gws []render.Gateway, s
 	if d == nil {
 		return
 	}
+	r.ranStage(base.StageDeliveryFold)
 	keys := make([]types.NamespacedName, 0, len(gws))
 	for _, gw := range gws {
 		keys = append(keys, types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name})
