@@ -302,7 +302,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 	})
 	nr := overlay.New(shared, trust, opts.SeedResolver)
 	if opts.Directory != nil {
-		opts.Directory.r = nr
+		*opts.Directory = Directory{networks: mgr.GetClient(), site: opts.SiteName, snapshot: nr.Snapshot, remote: opts.Membership != nil}
 	}
 	// Membership changes (a site's state, its records), SWIM key changes
 	// and trust material changes reach the network reconciler through one

@@ -323,4 +323,14 @@ func TestSignalsAndProvidersAreServedByWhoAsks(t *testing.T) {
 	_, _, body = get(north, signalsapi.ProvidersPath)
 	require.NoError(t, json.Unmarshal([]byte(body), &listing))
 	assert.Empty(t, listing.Providers)
+
+	// The listing is what the network's last reconcile assessed: a
+	// provider's change reaches it once the network is reconciled.
+	update(e, southOnly, func(p *v1alpha1.InferenceProvider) {
+		p.Spec.AccessPolicy.SiteSelector.MatchLabels[v1alpha1.SiteLabel] = "west"
+	})
+	e.eventually("the provider's new access policy reaches the listing", func() (bool, string) {
+		_, _, body := get(west, signalsapi.ProvidersPath)
+		return strings.Contains(body, `"name":"`+southOnly.Name+`"`), body
+	})
 }

@@ -48,6 +48,9 @@ type Reconciler struct {
 	// admission is each network's provider admission (the admission
 	// stage's memory).
 	admission admissionBook
+	// Snapshot is each network's providers as its last reconcile
+	// assessed them, for the provider discovery API.
+	Snapshot *Snapshot
 }
 
 // New returns the network reconciler; seedResolver resolves spec.seeds
@@ -56,7 +59,7 @@ func New(env *base.Env, trust *trustmaterial.Cache, seedResolver seeds.Resolver)
 	for _, o := range []string{base.ReconcileRan, base.ReconcileSkipped, base.ReconcileError} {
 		env.Metrics.NetworkReconciles.WithLabelValues(ControllerName, o)
 	}
-	return &Reconciler{Env: env, Trust: trust,
+	return &Reconciler{Env: env, Trust: trust, Snapshot: &Snapshot{},
 		seedResolver: seeds.NewCachingResolver(seedResolver, seeds.DefaultCacheTTL, env.Opts.Now)}
 }
 
@@ -107,6 +110,11 @@ func (r *Reconciler) providerByName(ctx context.Context, o client.Object) []reco
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	start := time.Now()
 	gatewayCount, retry, ran, err := r.reconcile(ctx, req.Name)
+	if err != nil {
+		// The discovery API tells a network it has not heard of yet
+		// from one whose reconcile fails.
+		r.Snapshot.attempted(req.Name)
+	}
 	outcome := base.ReconcileRan
 	switch {
 	case err != nil:
@@ -171,7 +179,7 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 		return 0, 0, false, err
 	}
 
-	local, items, err := r.AssessProviders(ctx, network)
+	local, items, err := r.assessProviders(ctx, network)
 	if err != nil {
 		return 0, 0, false, err
 	}
@@ -182,13 +190,18 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 	swim := r.reconcileMembership(ctx, network, gossipProviders(items, local), identity.gossipCert, identity.gossipErr)
 	if swim.keyFailed {
 		// The reconcile stops at the key: nothing announced, nothing
-		// published, the overlays keep what they had.
+		// published, the overlays keep what they had. The discovery API
+		// still lists the providers, the remote ones as the view holds
+		// them (none when they cannot be read).
+		remote, _ := r.remoteProviders(ctx, network, r.Opts.Membership.View(network.Name))
+		r.Snapshot.publish(network.Name, local, remote)
 		return len(network.Spec.ConsumerGateways), swimKeyRetry, false, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, network.Status.MountReconciliationStatus, swim, identity)
 	}
-	remote, err := r.RemoteProviders(ctx, network, swim.view)
+	remote, err := r.remoteProviders(ctx, network, swim.view)
 	if err != nil {
 		return 0, 0, false, err
 	}
+	r.Snapshot.publish(network.Name, local, remote)
 	held := r.admitProviders(network, items, local, remote, r.Opts.Now())
 
 	gws := gateways(network)
@@ -238,6 +251,7 @@ func (r *Reconciler) admit(ctx context.Context, name string) (*v1alpha1.GridNetw
 	if apierrors.IsNotFound(err) {
 		r.Written.Networks.Forget(key)
 		r.admission.forget(name)
+		r.Snapshot.forget(name)
 		if r.Opts.Membership != nil {
 			r.Opts.Membership.Forget(name) // deleted while its finalizer was not ours to run
 		}

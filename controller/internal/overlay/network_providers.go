@@ -15,11 +15,11 @@ import (
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
-// RemoteProviders are the provider records gossiped by the sites whose
+// remoteProviders are the provider records gossiped by the sites whose
 // GridSite is Active; a record whose access policy does not parse is left
 // out (fail closed), and so is a stale one older than the network's
 // spec.staleCandidateTtlSeconds.
-func (r *Reconciler) RemoteProviders(ctx context.Context, network *v1alpha1.GridNetwork, view sites.NetworkView) ([]render.Remote, error) {
+func (r *Reconciler) remoteProviders(ctx context.Context, network *v1alpha1.GridNetwork, view sites.NetworkView) ([]render.Remote, error) {
 	if len(view.Providers) == 0 {
 		return nil, nil
 	}
@@ -121,9 +121,9 @@ func SitePolicy(np *v1alpha1.NetworkPolicy) render.SitePolicy {
 	return p
 }
 
-// AssessProviders assesses every provider of the network this site
+// assessProviders assesses every provider of the network this site
 // hosts (spec.siteSelector), and returns them with the provider objects.
-func (r *Reconciler) AssessProviders(ctx context.Context, network *v1alpha1.GridNetwork) ([]render.Provider, []v1alpha1.InferenceProvider, error) {
+func (r *Reconciler) assessProviders(ctx context.Context, network *v1alpha1.GridNetwork) ([]render.Provider, []v1alpha1.InferenceProvider, error) {
 	var all v1alpha1.InferenceProviderList
 	if err := r.Client.List(ctx, &all, client.MatchingFields{base.IndexNetwork: network.Name}); err != nil {
 		return nil, nil, fmt.Errorf("list providers of %s: %w", network.Name, err)
