@@ -148,14 +148,17 @@ test: ## every test, the integration tests against the real kube-apiserver inclu
 	@$(MAKE) --no-print-directory -j2 --output-sync=target tools lint
 	@$(MAKE) --no-print-directory testbins
 	@# testreport prints what go test prints, each package's slowest test
-	@# on its ok line, and the slowest packages at the end.
+	@# on its ok line, and the slowest packages at the end; hack/test.sh
+	@# says how the tests, the node tests and the benchmarks' smoke share
+	@# the machine.
 	$(GO) build -o $(TOOLS_DIR)/testreport ./hack/testreport
-	@# 30 minutes: the node's projected-token test alone waits 11 for the
-	@# kubelet to rotate a token and the API server to refuse the old one
-	@# (go test's default of 10 would kill it). Every benchmark runs too,
-	@# once, at its smallest size (the smoke of make bench-smoke), so that
-	@# one that can no longer run fails here rather than in make bench.
-	$(MEASURE_SMOKE) $(GO) test -race -count=1 -timeout 30m -bench . -benchtime 1x -json ./... | $(TOOLS_DIR)/testreport
+	GO=$(GO) hack/test.sh $(TOOLS_DIR)/testreport
+
+.PHONY: test-fast
+test-fast: ## the edit loop: the packages' own tests that need no API server, node or built binary (the suites under test/ are left to make test; no -race, results cached)
+	$(GO) test $$($(GO) list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
+		awk '{ p[$$1] = 1 } / github.com\/gridsync\/gridsync\/test\/(controlplane|testbin|testproc|testnode)( |$$)/ { heavy[$$1] = 1 } \
+		END { for (k in p) if (!(k in heavy)) print k }' | grep -v '/gridsync/test/' | sort)
 
 .PHONY: testbins
 testbins: ## build the binaries the tests run as processes (shared by the test packages, rebuilt when the sources change)
