@@ -197,7 +197,7 @@ func (r *report) summary() bool {
 	slices.SortFunc(ran, func(a, b *pkgResult) int { return int((b.elapsed - a.elapsed) * 1000) })
 	fmt.Fprintln(r.out, "slowest packages:")
 	for _, p := range ran[:min(len(ran), 8)] {
-		fmt.Fprintf(r.out, "  %-50s %7s  slowest test %s %s\n", p.name, seconds(p.elapsed), p.slowest, seconds(p.slowSec))
+		fmt.Fprintf(r.out, "  %-58s %7s  slowest test %s %s\n", p.name, seconds(p.elapsed), p.slowest, seconds(p.slowSec))
 	}
 	return r.failures == 0 && unfinished == 0
 }
