@@ -139,23 +139,25 @@ lint: $(GOLANGCI_LINT) $(HELM) verify-generated ## gofmt, go vet, golangci-lint 
 	$(GO) run ./hack/release kustomize -check $(KUSTOMIZE_DIR)
 
 .PHONY: test
-test: ## every test, the integration tests against the real kube-apiserver included
+test: ## every test, the integration tests against the real kube-apiserver included, and the lint
 	@# The pinned tools and the linter are built side by side: each has
 	@# phases (downloads, links) that leave a core idle, which the other
-	@# fills. The binaries the tests run come after the lint, whose go vet
-	@# has compiled their dependencies: built at the same time, both would
-	@# compile them.
-	@$(MAKE) --no-print-directory -j2 --output-sync=target tools lint
+	@# fills. Then the binaries the tests run, and hack/test.sh: it starts
+	@# the node tests first (their token test waits eleven minutes, the
+	@# floor of this target), lints beside them, then runs the other tests
+	@# and the benchmarks' smoke.
+	@$(MAKE) --no-print-directory -j2 --output-sync=target tools $(GOLANGCI_LINT) $(CONTROLLER_GEN)
 	@$(MAKE) --no-print-directory testbins
 	@# testreport prints what go test prints, each package's slowest test
 	@# on its ok line, and the slowest packages at the end.
 	$(GO) build -o $(TOOLS_DIR)/testreport ./hack/testreport
-	@# 30 minutes: the node's projected-token test alone waits 11 for the
-	@# kubelet to rotate a token and the API server to refuse the old one
-	@# (go test's default of 10 would kill it). Every benchmark runs too,
-	@# once, at its smallest size (the smoke of make bench-smoke), so that
-	@# one that can no longer run fails here rather than in make bench.
-	$(MEASURE_SMOKE) $(GO) test -race -count=1 -timeout 30m -bench . -benchtime 1x -json ./... | $(TOOLS_DIR)/testreport
+	GO=$(GO) MAKE="$(MAKE)" hack/test.sh $(TOOLS_DIR)/testreport
+
+.PHONY: test-fast
+test-fast: ## the edit loop: the packages' own tests that need no API server, node or built binary (the suites under test/ are left to make test; no -race, results cached)
+	$(GO) test $$($(GO) list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
+		awk '{ p[$$1] = 1 } / github.com\/gridsync\/gridsync\/test\/(controlplane|testbin|testproc|testnode)( |$$)/ { heavy[$$1] = 1 } \
+		END { for (k in p) if (!(k in heavy)) print k }' | grep -v '/gridsync/test/' | sort)
 
 .PHONY: testbins
 testbins: ## build the binaries the tests run as processes (shared by the test packages, rebuilt when the sources change)

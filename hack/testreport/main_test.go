@@ -17,7 +17,7 @@ func feed(t *testing.T, events ...event) (string, bool) {
 		require.NoError(t, err)
 		var back event
 		require.NoError(t, json.Unmarshal(b, &back))
-		r.handle(back)
+		r.handle(back, "")
 	}
 	ok := r.summary()
 	return out.String(), ok
@@ -87,4 +87,24 @@ func TestATimedOutTestPrintsWhatItPrinted(t *testing.T) {
 	require.False(t, ok)
 	require.Contains(t, out, "    long_test.go:9: waiting for the rotation\npanic: test timed out after 10m0s\n")
 	require.Contains(t, out, "FAIL\tp\t600.1s")
+}
+
+// make test runs a package's tests and its benchmarks in two go commands
+// at once: the two runs of one package are two lines, each with its own
+// result, and a failure in either fails the report.
+func TestTwoStreamsKeepTheirRunsOfOnePackageApart(t *testing.T) {
+	var out bytes.Buffer
+	r := newReport(&out)
+	r.handle(event{Action: "output", Package: "p", Output: "ok  \tp\t1.0s\n"}, "")
+	r.handle(event{Action: "output", Package: "p", Test: "BenchmarkX", Output: "bench chatter\n"}, "bench")
+	r.handle(event{Action: "pass", Package: "p", Elapsed: 1}, "")
+	r.handle(event{Action: "fail", Package: "p", Test: "BenchmarkX", Elapsed: 2}, "bench")
+	r.handle(event{Action: "output", Package: "p", Output: "FAIL\tp\t2.0s\n"}, "bench")
+	r.handle(event{Action: "fail", Package: "p", Elapsed: 2}, "bench")
+	ok := r.summary()
+	require.False(t, ok, "the benchmarks' failure is lost behind the tests' pass")
+	require.Contains(t, out.String(), "ok  \tp\t1.0s\n")
+	require.Contains(t, out.String(), "bench chatter\n")
+	require.Contains(t, out.String(), "FAIL\tp\t2.0s [bench]\n")
+	require.Contains(t, out.String(), "  p [bench] ")
 }

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs the lint, every test of the module and every benchmark once at its
+# smallest size, in three go commands at once, each into a pipe of its own
+# that testreport (the first argument) reads and reports as one run:
+#
+#   node   the node tests, started first: one of them waits eleven minutes
+#          for the kubelet to rotate a projected token (the API's shortest
+#          lifetime is ten minutes, refreshed at 80 %) and the API server
+#          to refuse the old one (a minute's leeway for clock skew). That
+#          wait is the floor of the whole run; everything else is fitted
+#          beside it. Among the other packages it would start last (go test
+#          runs packages in order) and hold a package slot while it sleeps.
+#   tests  the lint (make lint, while the node starts), then every other
+#          package's tests, TEST_P packages at a time (default 2).
+#   bench  every benchmark, once, at its smallest size (test/measure), so
+#          that one that can no longer run fails here rather than in make
+#          bench. A command of its own because -bench makes go test run
+#          its packages one after another: given to the tests' command it
+#          held back every other package (make test took the sum of its
+#          packages' times).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+report="$1"
+GO="${GO:-go}"
+MAKE="${MAKE:-make}"
+P="${TEST_P:-2}"
+module="$("$GO" list -m)"
+
+dir="$(mktemp -d)"
+pids=()
+cleanup() {
+	# A failed or interrupted run leaves no go command behind, nor what
+	# its tests started.
+	for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+mkfifo "$dir/node" "$dir/tests" "$dir/bench"
+
+mapfile -t others < <("$GO" list ./... | grep -vx "${module}/test/node")
+mapfile -t benched < <(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
+flags=(-race -count=1 -json)
+export GRIDSYNC_BENCH_SMOKE=1
+# Job control: each command started in the background leads a process
+# group of its own, which cleanup stops whole.
+set -m
+
+"$report" "$dir/node" "$dir/tests" "bench=$dir/bench" &
+reporter=$!
+
+# 30 minutes for the node tests: go test's default of ten would kill the
+# token test.
+"$GO" test "${flags[@]}" -timeout 30m ./test/node >"$dir/node" 2>&1 &
+pids+=($!)
+
+if ! "$MAKE" --no-print-directory lint; then
+	echo "make test: the lint failed; no tests run"
+	# The node tests stopped, and the report with them: it has nothing
+	# to say of a run that did not happen.
+	kill "$reporter" 2>/dev/null || true
+	wait "$reporter" 2>/dev/null || true
+	exit 1
+fi
+
+"$GO" test "${flags[@]}" -timeout 20m -p "$P" "${others[@]}" >"$dir/tests" 2>&1 &
+pids+=($!)
+"$GO" test "${flags[@]}" -timeout 20m -run '^$' -bench . -benchtime 1x "${benched[@]}" >"$dir/bench" 2>&1 &
+pids+=($!)
+
+rc=0
+wait "$reporter" || rc=$?
+for pid in "${pids[@]}"; do
+	wait "$pid" || rc=1
+done
+pids=()
+exit "$rc"
