@@ -154,10 +154,10 @@ test: ## every test, the integration tests against the real kube-apiserver inclu
 	GO=$(GO) MAKE="$(MAKE)" hack/test.sh $(TOOLS_DIR)/testreport
 
 .PHONY: test-fast
-test-fast: ## the edit loop: the packages' own tests that need no API server, node or built binary (the suites under test/ are left to make test; no -race, results cached)
+test-fast: ## the edit loop: the packages' own tests that need no API server, node or built binary (the suites under test/ and the images' reproducibility are left to make test; no -race, results cached)
 	$(GO) test $$($(GO) list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
 		awk '{ p[$$1] = 1 } / github.com\/gridsync\/gridsync\/test\/(controlplane|testbin|testproc|testnode)( |$$)/ { heavy[$$1] = 1 } \
-		END { for (k in p) if (!(k in heavy)) print k }' | grep -v '/gridsync/test/' | sort)
+		END { for (k in p) if (!(k in heavy)) print k }' | grep -vE '/gridsync/(test/|hack/images$$)' | sort)
 
 .PHONY: testbins
 testbins: ## build the binaries the tests run as processes (shared by the test packages, rebuilt when the sources change)
