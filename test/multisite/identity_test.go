@@ -34,6 +34,8 @@ import (
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
+	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
@@ -47,25 +49,25 @@ import (
 func (s *site) identityNetwork(name string, sc *v1alpha1.SiteCertificate, seeds ...string) {
 	s.t.Helper()
 	t := &v1alpha1.GridTLS{
-		SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: s.resNS},
-		SiteSecretRef:    &v1alpha1.NamespacedName{Name: "site-cert", Namespace: s.resNS},
+		SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: s.Namespace()},
+		SiteSecretRef:    &v1alpha1.NamespacedName{Name: "site-cert", Namespace: s.Namespace()},
 		SiteCertificate:  sc,
 	}
 	if sc.Mode == v1alpha1.SiteCertificateIssuer {
-		t.CASecretRef = &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: s.resNS}
+		t.CASecretRef = &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: s.Namespace()}
 	} else {
-		t.CAConfigMapRef = &v1alpha1.NamespacedKeyRef{Name: "grid-ca", Namespace: s.resNS}
+		t.CAConfigMapRef = &v1alpha1.NamespacedKeyRef{Name: "grid-ca", Namespace: s.Namespace()}
 	}
 	n := &v1alpha1.GridNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controller.AutoDiscoverSitesLabel: "true"}},
 		Spec: v1alpha1.GridNetworkSpec{
 			Seeds:            seeds,
-			ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.resNS, SiteName: s.name}},
+			ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.Namespace(), SiteName: s.Name}},
 			TLS:              t,
 			PeerTrust:        &v1alpha1.PeerTrust{Mode: "spiffe"},
 		},
 	}
-	require.NoError(s.t, s.admin.Create(context.Background(), n))
+	require.NoError(s.t, s.Admin.Create(context.Background(), n))
 	s.t.Cleanup(func() { s.remove(n) })
 }
 
@@ -93,7 +95,7 @@ func (s *site) project(ctx context.Context, files *testpki.Projection, gw *testg
 
 func (s *site) identityReason(network string) string {
 	var n v1alpha1.GridNetwork
-	if err := s.admin.Get(context.Background(), types.NamespacedName{Name: network}, &n); err != nil {
+	if err := s.Admin.Get(context.Background(), types.NamespacedName{Name: network}, &n); err != nil {
 		return ""
 	}
 	for _, c := range n.Status.Conditions {
@@ -121,7 +123,7 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	for i, name := range []string{"site-a", "site-b", "site-c"} {
 		s := newSite(t, clusters[i], name)
 		s.secret("swim-key", map[string][]byte{"key": key})
-		require.NoError(t, s.cp.AgentTrustSecrets(ctx, s.agentNS, s.resNS, "grid-ca", "site-cert"))
+		require.NoError(t, s.CP.AgentTrustSecrets(ctx, s.AgentNS, s.Namespace(), "grid-ca", "site-cert"))
 		all = append(all, s)
 	}
 	a, b, c := all[0], all[1], all[2]
@@ -133,7 +135,7 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	// signals listener, which serves A's own site certificate.
 	signalsPort := freePort(t)
 	identityA := testpki.NewProjection(t)
-	require.NoError(t, a.cp.Grant(ctx, a.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", a.agentNS, rbac.EnrollmentTokenRules(enrol.DefaultTokenSecret)))
+	require.NoError(t, a.CP.Grant(ctx, a.AgentNS, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", a.AgentNS, rbac.EnrollmentTokenRules(enrol.DefaultTokenSecret)))
 	// Once C has enrolled, the issuer will refuse C's renewal (revocation
 	// short of rotating the CA): C leaves the grid when its first
 	// certificate expires.
@@ -147,16 +149,16 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 		g, err := testgateway.Start(s.gateway)
 		require.NoError(t, err)
 		t.Cleanup(g.Close)
-		gateways[s.name] = g
+		gateways[s.Name] = g
 	}
 	go a.project(ctx, identityA, gateways["site-a"])
 
 	// B and C: the CA's certificate only (a ConfigMap), a token each from
 	// the issuer's operator, carried out of band.
 	adminKube := filepath.Join(t.TempDir(), "admin-kubeconfig")
-	require.NoError(t, controlplane.WriteKubeconfig(a.cp.AdminConfig(), adminKube))
+	require.NoError(t, controlplane.WriteKubeconfig(a.CP.AdminConfig(), adminKube))
 	newToken := func(site, ttl string) string {
-		cmd := exec.CommandContext(ctx, agentBin, "enroll-token", "--kubeconfig", adminKube, "--namespace", a.agentNS,
+		cmd := exec.CommandContext(ctx, framework.Bin(testbin.Agent), "enroll-token", "--kubeconfig", adminKube, "--namespace", a.AgentNS,
 			"--network", "grid", "--site", site, "--ttl", ttl)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -171,22 +173,22 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	}
 	tokens := map[string]string{}
 	for _, s := range []*site{b, c} {
-		token := newToken(s.name, "10m")
-		tokens[s.name] = token
-		require.NoError(t, s.admin.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: s.resNS},
+		token := newToken(s.Name, "10m")
+		tokens[s.Name] = token
+		require.NoError(t, s.Admin.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: s.Namespace()},
 			Data: map[string]string{"ca.crt": string(caData["ca.crt"])}}))
 		s.secret("enrol-token", map[string][]byte{"token": []byte(token)})
 		s.identityNetwork("grid", &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateEnrolled,
 			Issuer:                   &v1alpha1.EnrollmentIssuer{Address: "127.0.0.1:" + signalsPort, Site: "site-a"},
-			EnrollmentTokenSecretRef: &v1alpha1.NamespacedKeyRef{Name: "enrol-token", Namespace: s.resNS}}, a.swimAddr)
-		s.provider("prov-"+strings.TrimPrefix(s.name, "site-"), "grid", "model-"+strings.TrimPrefix(s.name, "site-"))
+			EnrollmentTokenSecretRef: &v1alpha1.NamespacedKeyRef{Name: "enrol-token", Namespace: s.Namespace()}}, a.SwimAddr)
+		s.provider("prov-"+strings.TrimPrefix(s.Name, "site-"), "grid", "model-"+strings.TrimPrefix(s.Name, "site-"))
 		agents = append(agents, s.start(nil, lifetime...))
-		go s.project(ctx, nil, gateways[s.name])
+		go s.project(ctx, nil, gateways[s.Name])
 	}
 	firstOfB := ""
 	for _, s := range []*site{b, c} {
 		d := s.waitSecret("site-cert", func(d map[string][]byte) bool { return len(d["tls.key"]) > 0 })
-		eventually(t, 10*time.Second, s.name+" enrolled", func() (bool, string) {
+		eventually(t, 10*time.Second, s.Name+" enrolled", func() (bool, string) {
 			r := s.identityReason("grid")
 			return strings.Contains(r, "by issuer site-a") || strings.Contains(r, "from issuer site-a"), r
 		})
@@ -230,11 +232,11 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	// whatever token it holds.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var n v1alpha1.GridNetwork
-		if err := a.admin.Get(ctx, types.NamespacedName{Name: "grid"}, &n); err != nil {
+		if err := a.Admin.Get(ctx, types.NamespacedName{Name: "grid"}, &n); err != nil {
 			return err
 		}
 		n.Spec.TLS.SiteCertificate.RefuseRenewal = []string{"site-c"}
-		return a.admin.Update(ctx, &n)
+		return a.Admin.Update(ctx, &n)
 	}))
 	assert.Contains(t, refusal(ask("site-c", newToken("site-c", "10m"), pkix.Name{})), "neither renews nor enrols", "a listed site with a new token")
 
@@ -243,7 +245,7 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 		s.networkStatus("grid", 60*time.Second, counts(v1alpha1.NetworkActive, 2, 2))
 		for _, other := range all {
 			if other != s {
-				s.gridSite("grid-"+other.name, "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+				s.gridSite("grid-"+other.Name, "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
 			}
 		}
 	}
@@ -252,10 +254,10 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	caKey := strings.Split(strings.TrimSpace(string(caData["tls.key"])), "\n")[1]
 	for _, s := range []*site{b, c} {
 		var secrets corev1.SecretList
-		require.NoError(t, s.admin.List(ctx, &secrets))
+		require.NoError(t, s.Admin.List(ctx, &secrets))
 		for _, sec := range secrets.Items {
 			for k, v := range sec.Data {
-				assert.NotContains(t, string(v), caKey, "%s: Secret %s/%s key %s holds the grid CA's key", s.name, sec.Namespace, sec.Name, k)
+				assert.NotContains(t, string(v), caKey, "%s: Secret %s/%s key %s holds the grid CA's key", s.Name, sec.Namespace, sec.Name, k)
 			}
 		}
 	}
@@ -267,14 +269,14 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	for _, s := range []*site{a, b} {
 		s.networkStatus("grid", 10*time.Second, counts(v1alpha1.NetworkActive, 2, 2))
 		gs := s.gridSite("grid-site-c", "unchanged", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
-		assert.Equal(t, gatewayOfC, gs.Spec.GatewayEndpoint.Address, "%s took a forged gateway address", s.name)
+		assert.Equal(t, gatewayOfC, gs.Spec.GatewayEndpoint.Address, "%s took a forged gateway address", s.Name)
 		var gsl v1alpha1.GridSiteList
-		require.NoError(t, s.admin.List(ctx, &gsl))
+		require.NoError(t, s.Admin.List(ctx, &gsl))
 		for _, g := range gsl.Items {
-			assert.NotContains(t, g.Name, "inv-", "%s: a GridSite for an invented site", s.name)
+			assert.NotContains(t, g.Name, "inv-", "%s: a GridSite for an invented site", s.Name)
 		}
 		cand, ok := s.candidate("grid", "site-c", "gpt-evil")
-		assert.False(t, ok, "%s routes an injected provider: %+v", s.name, cand)
+		assert.False(t, ok, "%s routes an injected provider: %+v", s.Name, cand)
 	}
 	for _, reason := range []string{"from_future", "unsigned", "untrusted_certificate", "wrong_site"} {
 		assert.Positive(t, agents[0].metric(fmt.Sprintf("grid_swim_records_rejected_total{reason=%q}", reason)), reason)
@@ -295,7 +297,7 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	// C's certificate expires: C is Active nowhere, its provider gone.
 	for _, s := range []*site{a, b} {
 		s.gridSite("grid-site-c", "no longer Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase != sitetrust.PhaseActive })
-		eventually(t, 30*time.Second, s.name+" without C's provider", func() (bool, string) {
+		eventually(t, 30*time.Second, s.Name+" without C's provider", func() (bool, string) {
 			_, ok := s.candidate("grid", "site-c", "model-c")
 			return !ok, "still routed"
 		})
@@ -344,10 +346,10 @@ func forge(t *testing.T, key []byte, caData map[string][]byte, to []*site) {
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for _, s := range to {
-		host, port, err := net.SplitHostPort(s.swimAddr)
+		host, port, err := net.SplitHostPort(s.SwimAddr)
 		require.NoError(t, err)
 		p, _ := strconv.Atoi(port)
-		node := &memberlist.Node{Name: s.name, Addr: net.ParseIP(host), Port: uint16(p)}
+		node := &memberlist.Node{Name: s.Name, Addr: net.ParseIP(host), Port: uint16(p)}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -9,11 +9,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,107 +21,63 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testbin"
-	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testproc"
 )
 
 // Four clusters: three sites and one that plays an intruder or a site
 // holding a retired key.
-var (
-	clusters   [4]*controlplane.ControlPlane
-	agentBin   string
-	sidecarBin string
-)
+var clusters [4]*controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	framework.Main(m, framework.ControlPlanes(&clusters[0], &clusters[1], &clusters[2], &clusters[3]),
+		framework.Binaries(testbin.Agent, testbin.Sidecar))
 }
 
-func run(m *testing.M) int {
-	dir, err := testbin.Dir(context.Background(), testbin.Agent, testbin.Sidecar)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	agentBin = filepath.Join(dir, "gridsync-agent")
-	sidecarBin = filepath.Join(dir, "gridsync-sidecar")
-	return controlplane.RunTestsN(m, &clusters[0], &clusters[1], &clusters[2], &clusters[3])
-}
-
-var seq atomic.Int32
-
-// site is one cluster's corner for a test: namespaces, the agent's
-// ServiceAccount with exactly the chart's RBAC, an admin client.
+// site is one cluster's corner for a test (framework.Site): namespaces,
+// the agent's ServiceAccount with exactly the chart's RBAC, an admin
+// client, a SWIM address.
 type site struct {
-	t          *testing.T
-	name       string
-	cp         *controlplane.ControlPlane
-	admin      client.Client
-	agentNS    string
-	resNS      string
-	kubeconfig string
-	swimAddr   string
-	gateway    string
+	*framework.Site
+	t       *testing.T
+	gateway string
 	// gatewayService, when set, is read for the gateway address instead.
 	gatewayService string
 }
 
 func newSite(t *testing.T, cp *controlplane.ControlPlane, name string) *site {
 	t.Helper()
-	ctx := context.Background()
-	n := seq.Add(1)
-	s := &site{t: t, name: name, cp: cp, agentNS: fmt.Sprintf("grid-system-%d", n), resNS: fmt.Sprintf("grid-%d", n)}
-	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
-	require.NoError(t, cp.EnsureNamespace(ctx, s.resNS))
-	cfg, err := cp.AgentConfig(ctx, s.agentNS, []string{s.resNS})
-	require.NoError(t, err)
-	s.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, controlplane.WriteKubeconfig(cfg, s.kubeconfig))
-	scheme, err := controller.Scheme()
-	require.NoError(t, err)
-	s.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	require.NoError(t, err)
-	s.swimAddr = testnet.FreeTCPUDPAddr(t)
-	s.gateway = testproc.FreeAddr(t) // advertised, never dialled here
-	return s
+	return &site{
+		Site: framework.NewSite(t, cp, framework.SiteOptions{Prefix: "grid", Name: name, Swim: true}),
+		t:    t,
+		// Advertised, never dialled here.
+		gateway: testproc.FreeAddr(t),
+	}
 }
 
 // agent is a gridsync-agent process of a site.
 type agent struct {
-	*testproc.Proc
-	site   *site
-	health string
+	*framework.Agent
+	site *site
 }
 
-// Timings a fifth of the reference's, so that a departure is seen in
-// seconds: probe 1 s, 600 ms for a direct answer, suspect three probe
-// periods.
+// start starts the site's agent with the fast timings, so that a
+// departure is seen in seconds, its gateway as given or read from the
+// gateway Service. Every site's gateway and signals listen on loopback.
 func (s *site) start(env []string, extra ...string) *agent {
 	s.t.Helper()
-	health := testproc.FreeAddr(s.t)
-	args := append([]string{
-		"--kubeconfig", s.kubeconfig, "--namespaces", s.resNS, "--leader-election-namespace", s.agentNS,
-		"--health-addr", health, "--site-name", s.name, "--swim-bind-addr", s.swimAddr,
-		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms", "--swim-push-pull-interval", "2s",
-		"--swim-key-poll-interval", "1s", "--resync-period", "10s",
-		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s",
-		// Every site's gateway and signals listen on loopback, which
-		// the agent's probes and polls never dial unless a CIDR allows it.
-		"--probe-allow-destinations", "127.0.0.0/8",
-	}, extra...)
+	var gateway []string
 	if s.gatewayService != "" {
-		args = append(args, "--gateway-service-name", s.gatewayService, "--gateway-service-namespace", s.resNS, "--gateway-discovery-interval", "200ms")
+		gateway = []string{"--gateway-service-name", s.gatewayService, "--gateway-service-namespace", s.Namespace(), "--gateway-discovery-interval", "200ms"}
 	} else {
-		args = append(args, "--gateway-address", s.gateway)
+		gateway = []string{"--gateway-address", s.gateway}
 	}
-	a := &agent{Proc: testproc.Start(s.t, agentBin, env, args...), site: s, health: health}
-	testproc.WaitOK(s.t, "http://"+health+"/readyz")
-	return a
+	return &agent{site: s, Agent: s.StartAgent(s.t, framework.AgentOptions{
+		Timings: framework.Fast, Loopback: true, Env: env, Args: append(gateway, extra...)})}
 }
 
 type swimStatus struct {
@@ -133,7 +86,7 @@ type swimStatus struct {
 }
 
 func (a *agent) status() swimStatus {
-	code, body := testproc.Get(a.site.t, "http://"+a.health+"/status")
+	code, body := testproc.Get(a.site.t, "http://"+a.Health+"/status")
 	var st swimStatus
 	if code == 200 {
 		_ = json.Unmarshal([]byte(body), &st)
@@ -153,7 +106,7 @@ func (a *agent) member(site string) (membership.MemberStatus, bool) {
 
 // metric reads one sample of the agent's /metrics.
 func (a *agent) metric(series string) float64 {
-	_, body := testproc.Get(a.site.t, "http://"+a.health+"/metrics")
+	_, body := testproc.Get(a.site.t, "http://"+a.Health+"/metrics")
 	for _, line := range strings.Split(body, "\n") {
 		if strings.HasPrefix(line, series+" ") {
 			v, _ := strconv.ParseFloat(strings.TrimPrefix(line, series+" "), 64)
@@ -165,15 +118,15 @@ func (a *agent) metric(series string) float64 {
 
 func (s *site) secret(name string, data map[string][]byte) {
 	s.t.Helper()
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.resNS}}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace()}}
 	ctx := context.Background()
-	err := s.admin.Get(ctx, client.ObjectKeyFromObject(sec), sec)
+	err := s.Admin.Get(ctx, client.ObjectKeyFromObject(sec), sec)
 	sec.Data = data
 	if err != nil {
-		require.NoError(s.t, s.admin.Create(ctx, sec))
+		require.NoError(s.t, s.Admin.Create(ctx, sec))
 		return
 	}
-	require.NoError(s.t, s.admin.Update(ctx, sec))
+	require.NoError(s.t, s.Admin.Update(ctx, sec))
 }
 
 // network creates a GridNetwork on the site with its SWIM key and site
@@ -185,22 +138,22 @@ func (s *site) network(name string, seeds ...string) *v1alpha1.GridNetwork {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controller.AutoDiscoverSitesLabel: "true"}},
 		Spec: v1alpha1.GridNetworkSpec{
 			Seeds:            seeds,
-			ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.resNS, SiteName: s.name}},
+			ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.Namespace(), SiteName: s.Name}},
 			TLS: &v1alpha1.GridTLS{
-				SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: s.resNS},
-				SiteSecretRef:    &v1alpha1.NamespacedName{Name: "site-cert", Namespace: s.resNS},
+				SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: s.Namespace()},
+				SiteSecretRef:    &v1alpha1.NamespacedName{Name: "site-cert", Namespace: s.Namespace()},
 			},
 		},
 	}
-	require.NoError(s.t, s.admin.Create(context.Background(), n))
+	require.NoError(s.t, s.Admin.Create(context.Background(), n))
 	s.t.Cleanup(func() { s.remove(n) })
 	return n
 }
 
 func (s *site) remove(obj client.Object) {
 	ctx := context.Background()
-	_ = s.admin.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
-	_ = s.admin.Delete(ctx, obj)
+	_ = s.Admin.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	_ = s.Admin.Delete(ctx, obj)
 }
 
 func (s *site) provider(name, network string, models ...string) *v1alpha1.InferenceProvider {
@@ -208,12 +161,12 @@ func (s *site) provider(name, network string, models ...string) *v1alpha1.Infere
 	p := &v1alpha1.InferenceProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.InferenceProviderSpec{GridNetworkRef: network, ProviderKind: "vllm", BackendKind: "openai_compatible",
-			Endpoint: "https://" + name + ".invalid", ClusterName: s.name},
+			Endpoint: "https://" + name + ".invalid", ClusterName: s.Name},
 	}
 	for _, m := range models {
 		p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: m})
 	}
-	require.NoError(s.t, s.admin.Create(context.Background(), p))
+	require.NoError(s.t, s.Admin.Create(context.Background(), p))
 	s.t.Cleanup(func() { s.remove(p) })
 	return p
 }
@@ -226,17 +179,17 @@ func (s *site) networkStatus(name string, timeout time.Duration, ok func(*v1alph
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
-		err := s.admin.Get(context.Background(), types.NamespacedName{Name: name}, &n)
+		err := s.Admin.Get(context.Background(), types.NamespacedName{Name: name}, &n)
 		if err == nil && ok(&n) {
 			return &n
 		}
 		if now := fmt.Sprintf("%s networkSites=%d connected=%d remote=%d", n.Status.Phase, n.Status.NetworkSites, n.Status.ConnectedSites, n.Status.RemoteProviderCount); now != last {
-			s.t.Logf("%s: network %s is %s", s.name, name, now)
+			s.t.Logf("%s: network %s is %s", s.Name, name, now)
 			last = now
 		}
 		if time.Now().After(deadline) {
 			b, _ := json.Marshal(n.Status)
-			s.t.Fatalf("%s: network %s never got there; status: %s", s.name, name, b)
+			s.t.Fatalf("%s: network %s never got there; status: %s", s.Name, name, b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

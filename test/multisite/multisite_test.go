@@ -65,19 +65,19 @@ func TestThreeSiteMesh(t *testing.T) {
 	a, b, c := members[0], members[1], members[2]
 
 	a.network("mesh")
-	b.network("mesh", a.swimAddr)
+	b.network("mesh", a.SwimAddr)
 	c.network("mesh")
 	for _, s := range members {
-		s.provider("prov-"+s.name, "mesh", "model-"+s.name)
+		s.provider("prov-"+s.Name, "mesh", "model-"+s.Name)
 	}
 	// Another network at C, with its own provider, also known at A.
-	c.network("mesh-other", a.swimAddr)
+	c.network("mesh-other", a.SwimAddr)
 	c.provider("prov-other", "mesh-other", "model-other")
 	a.network("mesh-other")
 	// A network at B whose key Secret does not exist; A holds it too.
 	broken := b.network("mesh-broken")
 	broken.Spec.TLS.SwimKeySecretRef.Name = "missing"
-	require.NoError(t, b.admin.Update(ctx, broken))
+	require.NoError(t, b.Admin.Update(ctx, broken))
 	b.provider("prov-broken", "mesh-broken", "model-broken")
 	a.network("mesh-broken")
 
@@ -85,15 +85,15 @@ func TestThreeSiteMesh(t *testing.T) {
 	// chart's grant (get on that Service only); the address is only
 	// advertised, never dialled.
 	c.gatewayService = "provider-gateway"
-	require.NoError(t, c.cp.Grant(ctx, c.agentNS, controlplane.AgentServiceAccount, "gateway-service", c.resNS,
+	require.NoError(t, c.CP.Grant(ctx, c.AgentNS, controlplane.AgentServiceAccount, "gateway-service", c.Namespace(),
 		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}, ResourceNames: []string{"provider-gateway"}}}))
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "provider-gateway", Namespace: c.resNS},
+		ObjectMeta: metav1.ObjectMeta{Name: "provider-gateway", Namespace: c.Namespace()},
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 8443}}},
 	}
-	require.NoError(t, c.admin.Create(ctx, svc))
+	require.NoError(t, c.Admin.Create(ctx, svc))
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "127.0.0.1"}}
-	require.NoError(t, c.admin.Status().Update(ctx, svc))
+	require.NoError(t, c.Admin.Status().Update(ctx, svc))
 
 	// A points its SWIM Service at itself, as the leader does in a pod.
 	// The API server refuses loopback endpoints: the pod address is a
@@ -104,9 +104,9 @@ func TestThreeSiteMesh(t *testing.T) {
 	// Adding the seed to mesh joins without a restart either way.
 	// A merge patch: the agent may be writing the object (its finalizer)
 	// at the same moment, which would make an update conflict.
-	seeds, err := json.Marshal(map[string]any{"spec": map[string]any{"seeds": []string{b.swimAddr}}})
+	seeds, err := json.Marshal(map[string]any{"spec": map[string]any{"seeds": []string{b.SwimAddr}}})
 	require.NoError(t, err)
-	require.NoError(t, c.admin.Patch(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: "mesh"}}, client.RawPatch(types.MergePatchType, seeds)))
+	require.NoError(t, c.Admin.Patch(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: "mesh"}}, client.RawPatch(types.MergePatchType, seeds)))
 
 	for _, s := range members {
 		got := s.networkStatus("mesh", 30*time.Second, counts(v1alpha1.NetworkActive, 2, 2))
@@ -139,9 +139,9 @@ func TestThreeSiteMesh(t *testing.T) {
 	for _, other := range []*site{b, c} {
 		var gs v1alpha1.GridSite
 		require.Eventually(t, func() bool {
-			err := a.admin.Get(ctx, types.NamespacedName{Name: "mesh-" + other.name}, &gs)
+			err := a.Admin.Get(ctx, types.NamespacedName{Name: "mesh-" + other.Name}, &gs)
 			return err == nil && gs.Status.Phase == "Connecting" && gs.Status.PublicCertPem != ""
-		}, 20*time.Second, 50*time.Millisecond, "GridSite mesh-%s: %+v", other.name, gs.Status)
+		}, 20*time.Second, 50*time.Millisecond, "GridSite mesh-%s: %+v", other.Name, gs.Status)
 		want := other.gateway
 		if other == c {
 			want = "127.0.0.1:8443" // discovered from its Service
@@ -151,32 +151,32 @@ func TestThreeSiteMesh(t *testing.T) {
 		a.remove(&gs)
 	}
 	for _, ag := range agents {
-		assert.Equal(t, float64(2), ag.metric(`grid_swim_sites{state="Alive"}`), "%s counts its alive sites", ag.site.name)
+		assert.Equal(t, float64(2), ag.metric(`grid_swim_sites{state="Alive"}`), "%s counts its alive sites", ag.site.Name)
 		assert.True(t, ag.status().Swim.Encrypted)
 		assert.NotContains(t, ag.Log(), "PRIVATE KEY")
 	}
 
 	// The SWIM Service's one EndpointSlice names the leader.
 	var slice discoveryv1.EndpointSlice
-	require.NoError(t, a.admin.Get(ctx, types.NamespacedName{Namespace: a.agentNS, Name: "grid-swim"}, &slice))
+	require.NoError(t, a.Admin.Get(ctx, types.NamespacedName{Namespace: a.AgentNS, Name: "grid-swim"}, &slice))
 	require.Len(t, slice.Endpoints, 1)
 	assert.Equal(t, []string{"192.0.2.10"}, slice.Endpoints[0].Addresses)
 	assert.Equal(t, "grid-swim", slice.Labels[discoveryv1.LabelServiceName])
 	require.Len(t, slice.Ports, 2)
-	assert.Equal(t, portOf(a.swimAddr), fmt.Sprint(*slice.Ports[0].Port))
+	assert.Equal(t, portOf(a.SwimAddr), fmt.Sprint(*slice.Ports[0].Port))
 
 	// An intruder with a wrong key, seeding A, is never a member, and its
 	// packets are counted as rejected.
 	x := newSite(t, clusters[3], "site-x")
 	wrong := newKey(t)
-	intruder := x.start([]string{"GRID_SWIM_ENCRYPT_KEY=" + hexKey(wrong), "GRID_SWIM_SEEDS=" + a.swimAddr})
+	intruder := x.start([]string{"GRID_SWIM_ENCRYPT_KEY=" + hexKey(wrong), "GRID_SWIM_SEEDS=" + a.SwimAddr})
 	require.Eventually(t, func() bool {
 		return agents[0].metric(`grid_swim_packets_rejected_total{reason="unknown_key"}`) > 0
 	}, 20*time.Second, 100*time.Millisecond)
 	time.Sleep(2 * time.Second)
 	for _, ag := range agents {
 		_, seen := ag.member("site-x")
-		assert.False(t, seen, "%s sees the intruder", ag.site.name)
+		assert.False(t, seen, "%s sees the intruder", ag.site.Name)
 	}
 	assert.Empty(t, intruder.status().Swim.Members)
 
@@ -198,14 +198,14 @@ func TestKeyRotationAcrossSites(t *testing.T) {
 	members := threeSites(t, oldKey)
 	a, b, c := members[0], members[1], members[2]
 	a.network("rot")
-	b.network("rot", a.swimAddr)
-	c.network("rot", a.swimAddr)
+	b.network("rot", a.SwimAddr)
+	c.network("rot", a.SwimAddr)
 	agents := []*agent{a.start(nil), b.start(nil), c.start(nil)}
 	providers := 0
 	addProvider := func() {
 		providers++
 		for _, s := range members {
-			s.provider(fmt.Sprintf("rot-%s-%d", s.name, providers), "rot", "model")
+			s.provider(fmt.Sprintf("rot-%s-%d", s.Name, providers), "rot", "model")
 		}
 		for _, s := range members {
 			s.networkStatus("rot", 30*time.Second, counts(v1alpha1.NetworkActive, 2, int32(2*providers)))
@@ -214,8 +214,8 @@ func TestKeyRotationAcrossSites(t *testing.T) {
 	addProvider()
 	generations := map[string]uint64{}
 	for _, ag := range agents {
-		generations[ag.site.name] = ag.status().Swim.Generation
-		require.NotZero(t, generations[ag.site.name])
+		generations[ag.site.Name] = ag.status().Swim.Generation
+		require.NotZero(t, generations[ag.site.Name])
 	}
 
 	var mu sync.Mutex
@@ -225,7 +225,7 @@ func TestKeyRotationAcrossSites(t *testing.T) {
 			for _, m := range ag.status().Swim.Members {
 				if m.State != sites.SiteAlive {
 					mu.Lock()
-					problems = append(problems, fmt.Sprintf("%s saw %s %s", ag.site.name, m.Site, m.State))
+					problems = append(problems, fmt.Sprintf("%s saw %s %s", ag.site.Name, m.Site, m.State))
 					mu.Unlock()
 				}
 			}
@@ -245,18 +245,18 @@ func TestKeyRotationAcrossSites(t *testing.T) {
 				want = 1
 			}
 			require.Eventually(t, func() bool { return agents[j].status().Swim.KeysInstalled == want }, 15*time.Second, 100*time.Millisecond,
-				"step %d at %s", i+1, s.name)
+				"step %d at %s", i+1, s.Name)
 			addProvider()
 		}
 	}
 	stop()
 	assert.Empty(t, problems)
 	for _, ag := range agents {
-		assert.Equal(t, generations[ag.site.name], ag.status().Swim.Generation, "no restart at %s", ag.site.name)
+		assert.Equal(t, generations[ag.site.Name], ag.status().Swim.Generation, "no restart at %s", ag.site.Name)
 	}
 
 	retired := newSite(t, clusters[3], "site-r")
-	r := retired.start([]string{"GRID_SWIM_ENCRYPT_KEY=" + hexKey(oldKey), "GRID_SWIM_SEEDS=" + a.swimAddr})
+	r := retired.start([]string{"GRID_SWIM_ENCRYPT_KEY=" + hexKey(oldKey), "GRID_SWIM_SEEDS=" + a.SwimAddr})
 	require.Eventually(t, func() bool {
 		return agents[0].metric(`grid_swim_packets_rejected_total{reason="unknown_key"}`) > 0
 	}, 20*time.Second, 100*time.Millisecond)
@@ -273,8 +273,8 @@ func TestFailoverAndKill(t *testing.T) {
 	key := newKey(t)
 	members := threeSites(t, key)
 	a, b := members[0], members[1]
-	a.network("fo", b.swimAddr)
-	b.network("fo", a.swimAddr)
+	a.network("fo", b.SwimAddr)
+	b.network("fo", a.SwimAddr)
 	a.provider("fo-a", "fo", "model")
 	b.provider("fo-b", "fo", "model")
 
@@ -284,7 +284,7 @@ func TestFailoverAndKill(t *testing.T) {
 	b.networkStatus("fo", 30*time.Second, counts(v1alpha1.NetworkActive, 1, 1))
 	// The standby binds its own SWIM port (same site, another pod).
 	a2 := *a
-	a2.swimAddr = testnet.FreeTCPUDPAddr(t)
+	a2.SwimAddr = testnet.FreeTCPUDPAddr(t)
 	standby := a2.start(nil)
 
 	var mu sync.Mutex

@@ -44,7 +44,7 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	for i, name := range []string{"site-a", "site-b"} {
 		s := newSite(t, clusters[i], name)
 		s.secret("swim-key", map[string][]byte{"key": key})
-		require.NoError(t, s.cp.AgentTrustSecrets(ctx, s.agentNS, s.resNS, "grid-ca", "site-cert"))
+		require.NoError(t, s.CP.AgentTrustSecrets(ctx, s.AgentNS, s.Namespace(), "grid-ca", "site-cert"))
 		sites = append(sites, s)
 	}
 	a, b := sites[0], sites[1]
@@ -63,7 +63,7 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	// addresses, not bound yet) are not taken again.
 	taken := map[string]bool{}
 	for _, s := range sites {
-		for _, addr := range []string{s.swimAddr, s.gateway} {
+		for _, addr := range []string{s.SwimAddr, s.gateway} {
 			if _, port, err := net.SplitHostPort(addr); err == nil {
 				taken[port] = true
 			}
@@ -87,7 +87,7 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	pollMode := func(s *site, name string, seeds ...string) {
 		s.trustNetwork(name, seeds...)
 		patch := `{"spec":{"signalTransport":{"mode":"poll"}}}`
-		require.NoError(t, s.admin.Patch(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, []byte(patch))))
+		require.NoError(t, s.Admin.Patch(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, []byte(patch))))
 	}
 
 	pollMode(a, "sig")
@@ -95,14 +95,14 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	agentA := a.start(nil, signalFlags(0)...)
 	caData := a.waitSecret("grid-ca", func(map[string][]byte) bool { return true })
 	b.secret("grid-ca", caData)
-	pollMode(b, "sig", a.swimAddr)
+	pollMode(b, "sig", a.SwimAddr)
 	provB := &v1alpha1.InferenceProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: "prov-b"},
 		Spec: v1alpha1.InferenceProviderSpec{GridNetworkRef: "sig", ProviderKind: "vllm", BackendKind: "openai_compatible",
-			Endpoint: metrics.URL, ClusterName: b.name, Models: []v1alpha1.Model{{Name: "model-b"}},
+			Endpoint: metrics.URL, ClusterName: b.Name, Models: []v1alpha1.Model{{Name: "model-b"}},
 			MetricsConfig: &v1alpha1.MetricsConfig{Timeout: "500ms", SignalNames: v1alpha1.MetricSignalNames{Healthy: "engine_healthy", QueueDepth: "engine_queue"}}},
 	}
-	require.NoError(t, b.admin.Create(ctx, provB))
+	require.NoError(t, b.Admin.Create(ctx, provB))
 	t.Cleanup(func() { b.remove(provB) })
 	agentB := b.start(nil, signalFlags(1)...)
 
@@ -118,7 +118,7 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 		t.Cleanup(g.Close)
 		leaf, err := g.PresentSecret(data)
 		require.NoError(t, err)
-		pins[s.name] = sitetrust.Fingerprint(leaf.Raw)
+		pins[s.Name] = sitetrust.Fingerprint(leaf.Raw)
 		if i == 0 {
 			leafA, err = tls.X509KeyPair(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey])
 			require.NoError(t, err)
@@ -129,10 +129,10 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	}
 	for _, pair := range [][2]*site{{a, b}, {b, a}} {
 		at, other := pair[0], pair[1]
-		name := "sig-" + other.name
+		name := "sig-" + other.Name
 		at.gridSite(name, "discovered", func(gs *v1alpha1.GridSite) bool { return gs.Status.PublicCertPem != "" })
-		patch := fmt.Sprintf(`{"spec":{"gatewayEndpoint":{"tls":{"mode":"Mutual","serverName":"%s.grid.internal"}},"trust":{"canonicalFingerprints":[%q]}}}`, other.name, pins[other.name])
-		require.NoError(t, at.admin.Patch(ctx, &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, []byte(patch))))
+		patch := fmt.Sprintf(`{"spec":{"gatewayEndpoint":{"tls":{"mode":"Mutual","serverName":"%s.grid.internal"}},"trust":{"canonicalFingerprints":[%q]}}}`, other.Name, pins[other.Name])
+		require.NoError(t, at.Admin.Patch(ctx, &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, []byte(patch))))
 		at.gridSite(name, "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
 	}
 
@@ -156,7 +156,7 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	eventually(t, 30*time.Second, "B's candidate not fresh at A", remoteFresh(false))
 	assert.Equal(t, 0.0, agentA.metric(`grid_provider_ready{grid_provider="prov-b",grid_site="site-b"}`))
 	var gsB v1alpha1.InferenceProvider
-	require.NoError(t, b.admin.Get(ctx, types.NamespacedName{Name: "prov-b"}, &gsB))
+	require.NoError(t, b.Admin.Get(ctx, types.NamespacedName{Name: "prov-b"}, &gsB))
 	assert.Equal(t, v1alpha1.ProviderAvailable, gsB.Status.Phase, "its probes and gossip still say Available")
 
 	// A's gateway reads B's signals from A's listener, relayed.
@@ -178,7 +178,7 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	// Admission at A from B's queue, as B normalised it.
 	patch := `{"spec":{"scoringPolicy":{"strategy":"queueDepth"},"admissionPolicy":{"mode":"instantaneous","pressure":` +
 		`{"enterThreshold":0.85,"exitThreshold":0.5,"failureThreshold":1,"successThreshold":1,"minimumStateDuration":"1s","recoveryHoldDown":"1s"}}}}`
-	require.NoError(t, a.admin.Patch(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: "sig"}}, client.RawPatch(types.MergePatchType, []byte(patch))))
+	require.NoError(t, a.Admin.Patch(ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: "sig"}}, client.RawPatch(types.MergePatchType, []byte(patch))))
 	remoteAdmission := func(want string) func() (bool, string) {
 		return func() (bool, string) {
 			c, ok := a.candidate("sig", "site-b", "model-b")
@@ -197,7 +197,7 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	eventually(t, 30*time.Second, "B's candidate admitted again at A", remoteAdmission("new_and_existing"))
 
 	drain := `{"spec":{"trafficPolicy":{"drain":true}}}`
-	require.NoError(t, b.admin.Patch(ctx, &v1alpha1.InferenceProvider{ObjectMeta: metav1.ObjectMeta{Name: "prov-b"}}, client.RawPatch(types.MergePatchType, []byte(drain))))
+	require.NoError(t, b.Admin.Patch(ctx, &v1alpha1.InferenceProvider{ObjectMeta: metav1.ObjectMeta{Name: "prov-b"}}, client.RawPatch(types.MergePatchType, []byte(drain))))
 	eventually(t, 30*time.Second, "B's drained candidate existing_only at A", remoteAdmission("existing_only"))
 }
 
@@ -205,8 +205,8 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 // edge.
 func (s *site) candidate(network, site, model string) (envelope.Candidate, bool) {
 	var cm corev1.ConfigMap
-	key := types.NamespacedName{Namespace: s.resNS, Name: envelope.ConfigMapName(network, "edge")}
-	if err := s.admin.Get(context.Background(), key, &cm); err != nil {
+	key := types.NamespacedName{Namespace: s.Namespace(), Name: envelope.ConfigMapName(network, "edge")}
+	if err := s.Admin.Get(context.Background(), key, &cm); err != nil {
 		return envelope.Candidate{}, false
 	}
 	var doc struct {

@@ -21,6 +21,8 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
+	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/test/testproc"
 	"github.com/gridsync/gridsync/trust/sitetrust"
@@ -28,7 +30,7 @@ import (
 
 func (s *site) secretData(name string) map[string][]byte {
 	var sec corev1.Secret
-	if err := s.admin.Get(context.Background(), types.NamespacedName{Namespace: s.resNS, Name: name}, &sec); err != nil {
+	if err := s.Admin.Get(context.Background(), types.NamespacedName{Namespace: s.Namespace(), Name: name}, &sec); err != nil {
 		return nil
 	}
 	return sec.Data
@@ -42,7 +44,7 @@ func (s *site) waitSecret(name string, ok func(map[string][]byte) bool) map[stri
 			return d
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: Secret %s never came", s.name, name)
+			s.t.Fatalf("%s: Secret %s never came", s.Name, name)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -54,15 +56,15 @@ func (s *site) trustNetwork(name string, seeds ...string) {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"grid.praxis.fast/auto-discover-sites": "true"}},
 		Spec: v1alpha1.GridNetworkSpec{
 			Seeds:            seeds,
-			ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.resNS, SiteName: s.name}},
+			ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.Namespace(), SiteName: s.Name}},
 			TLS: &v1alpha1.GridTLS{
-				SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: s.resNS},
-				CASecretRef:      &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: s.resNS},
-				SiteSecretRef:    &v1alpha1.NamespacedName{Name: "site-cert", Namespace: s.resNS},
+				SwimKeySecretRef: &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: s.Namespace()},
+				CASecretRef:      &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: s.Namespace()},
+				SiteSecretRef:    &v1alpha1.NamespacedName{Name: "site-cert", Namespace: s.Namespace()},
 			},
 		},
 	}
-	require.NoError(s.t, s.admin.Create(context.Background(), n))
+	require.NoError(s.t, s.Admin.Create(context.Background(), n))
 	s.t.Cleanup(func() { s.remove(n) })
 }
 
@@ -71,12 +73,12 @@ func (s *site) gridSite(name, what string, ok func(*v1alpha1.GridSite) bool) *v1
 	var gs v1alpha1.GridSite
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := s.admin.Get(context.Background(), types.NamespacedName{Name: name}, &gs)
+		err := s.Admin.Get(context.Background(), types.NamespacedName{Name: name}, &gs)
 		if err == nil && ok(&gs) {
 			return &gs
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: GridSite %s never %s: %s/%s: %s (%v)", s.name, name, what, gs.Status.Phase, gs.Status.Reason, gs.Status.Message, err)
+			s.t.Fatalf("%s: GridSite %s never %s: %s/%s: %s (%v)", s.Name, name, what, gs.Status.Phase, gs.Status.Reason, gs.Status.Message, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -127,7 +129,7 @@ func TestSiteTrustAcrossThreeSites(t *testing.T) {
 	for i, name := range []string{"site-a", "site-b", "site-c"} {
 		s := newSite(t, clusters[i], name)
 		s.secret("swim-key", map[string][]byte{"key": key})
-		require.NoError(t, s.cp.AgentTrustSecrets(ctx, s.agentNS, s.resNS, "grid-ca", "site-cert"))
+		require.NoError(t, s.CP.AgentTrustSecrets(ctx, s.AgentNS, s.Namespace(), "grid-ca", "site-cert"))
 		sites = append(sites, s)
 	}
 	a, b, c := sites[0], sites[1], sites[2]
@@ -135,13 +137,13 @@ func TestSiteTrustAcrossThreeSites(t *testing.T) {
 
 	// A's gateway: the real sidecar, reading A's overlay ConfigMap.
 	configMap := envelope.ConfigMapName("trust", "edge")
-	reader, err := a.cp.ConfigMapReaderConfig(ctx, a.resNS, "gateway", configMap)
+	reader, err := a.CP.ConfigMapReaderConfig(ctx, a.Namespace(), "gateway", configMap)
 	require.NoError(t, err)
 	readerKube := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, controlplane.WriteKubeconfig(reader, readerKube))
 	file := overlayFile{path: filepath.Join(t.TempDir(), "routing-overlay.json")}
-	testproc.Start(t, sidecarBin, nil, "--kubeconfig", readerKube, "--namespace", a.resNS, "--config-map", configMap,
-		"--output", file.path, "--expected-network", "trust", "--expected-gateway", "edge", "--expected-local-site", a.name,
+	testproc.Start(t, framework.Bin(testbin.Sidecar), nil, "--kubeconfig", readerKube, "--namespace", a.Namespace(), "--config-map", configMap,
+		"--output", file.path, "--expected-network", "trust", "--expected-gateway", "edge", "--expected-local-site", a.Name,
 		"--health-addr", testproc.FreeAddr(t))
 
 	a.trustNetwork("trust")
@@ -151,8 +153,8 @@ func TestSiteTrustAcrossThreeSites(t *testing.T) {
 	for _, s := range []*site{b, c} {
 		s.secret("grid-ca", caData) // out of band: the agent never copies Secrets
 	}
-	b.trustNetwork("trust", a.swimAddr)
-	c.trustNetwork("trust", b.swimAddr)
+	b.trustNetwork("trust", a.SwimAddr)
+	c.trustNetwork("trust", b.SwimAddr)
 	b.provider("prov-b", "trust", "model-b")
 	c.provider("prov-c", "trust", "model-c")
 	agents = append(agents, b.start(nil, trustFlags...), c.start(nil, trustFlags...))
@@ -167,9 +169,9 @@ func TestSiteTrustAcrossThreeSites(t *testing.T) {
 		t.Cleanup(g.Close)
 		leaf, err := g.PresentSecret(data)
 		require.NoError(t, err)
-		require.NoError(t, sitetrust.CheckSVID(leaf, s.name))
-		pins[s.name] = sitetrust.Fingerprint(leaf.Raw)
-		gateways[s.name] = g
+		require.NoError(t, sitetrust.CheckSVID(leaf, s.Name))
+		pins[s.Name] = sitetrust.Fingerprint(leaf.Raw)
+		gateways[s.Name] = g
 		keys = append(keys, data["tls.key"])
 	}
 	keys = append(keys, caData["tls.key"])
@@ -186,14 +188,14 @@ func TestSiteTrustAcrossThreeSites(t *testing.T) {
 
 	// An operator pins C's gateway at A, the pin read from C's cluster.
 	patch := fmt.Sprintf(`{"spec":{"gatewayEndpoint":{"tls":{"mode":"Mutual","serverName":"site-c.grid.internal"}},"trust":{"canonicalFingerprints":[%q]}}}`, pins["site-c"])
-	require.NoError(t, a.admin.Patch(ctx, &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: gsC}}, client.RawPatch(types.MergePatchType, []byte(patch))))
+	require.NoError(t, a.Admin.Patch(ctx, &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: gsC}}, client.RawPatch(types.MergePatchType, []byte(patch))))
 	active := a.gridSite(gsC, "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
 	assert.Equal(t, sitetrust.ReasonTLSVerified, active.Status.Reason)
 	file.await(t, "C's provider beside A's", "prov-a/model-a", "site-c/model-c")
 	// grid_sites counts the cluster's GridSites by phase (earlier tests'
 	// sites of this cluster are kept, as evidence, and counted too).
 	var all v1alpha1.GridSiteList
-	require.NoError(t, a.admin.List(ctx, &all))
+	require.NoError(t, a.Admin.List(ctx, &all))
 	byPhase := map[v1alpha1.SitePhase]float64{}
 	for _, gs := range all.Items {
 		byPhase[gs.Status.Phase]++
@@ -207,7 +209,7 @@ func TestSiteTrustAcrossThreeSites(t *testing.T) {
 
 	// C's site certificate is reissued (its Secret deleted: C's agent
 	// issues a new one) and C's gateway presents it: outside A's pins.
-	require.NoError(t, c.admin.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "site-cert", Namespace: c.resNS}}))
+	require.NoError(t, c.Admin.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "site-cert", Namespace: c.Namespace()}}))
 	reissued := c.waitSecret("site-cert", func(d map[string][]byte) bool {
 		l, err := sitetrust.ParseCertificates(d["tls.crt"])
 		return err == nil && sitetrust.Fingerprint(l[0].Raw) != pins["site-c"]
@@ -227,11 +229,11 @@ func TestSiteTrustAcrossThreeSites(t *testing.T) {
 	}
 	for _, s := range sites {
 		var gsl v1alpha1.GridSiteList
-		require.NoError(t, s.admin.List(ctx, &gsl))
+		require.NoError(t, s.Admin.List(ctx, &gsl))
 		var nl v1alpha1.GridNetworkList
-		require.NoError(t, s.admin.List(ctx, &nl))
+		require.NoError(t, s.Admin.List(ctx, &nl))
 		var el corev1.EventList
-		require.NoError(t, s.admin.List(ctx, &el, client.InNamespace(s.agentNS)))
+		require.NoError(t, s.Admin.List(ctx, &el, client.InNamespace(s.AgentNS)))
 		fmt.Fprintf(&haystack, "%+v%+v%+v", gsl.Items, nl.Items, el.Items)
 	}
 	assert.NotContains(t, haystack.String(), "PRIVATE KEY")
