@@ -312,11 +312,23 @@ func TestSignalsAndProvidersAreServedByWhoAsks(t *testing.T) {
 		Site      string                     `json:"site"`
 		Providers []controller.ProviderEntry `json:"providers"`
 	}
-	_, _, body = get(west, signalsapi.ProvidersPath)
-	require.NoError(t, json.Unmarshal([]byte(body), &listing))
+	// The listing answers from what the network's reconciles published:
+	// until the first one that saw the providers it says not ready, or
+	// lists fewer.
 	var names []string
+	e.eventually("the listing holds the providers west may use", func() (bool, string) {
+		status, _, body := get(west, signalsapi.ProvidersPath)
+		if status != http.StatusOK {
+			return false, body
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &listing))
+		names = names[:0]
+		for _, p := range listing.Providers {
+			names = append(names, p.Name)
+		}
+		return len(names) == 2, body
+	})
 	for _, p := range listing.Providers {
-		names = append(names, p.Name)
 		assert.True(t, p.Local)
 	}
 	assert.ElementsMatch(t, []string{open.Name, westOnly.Name}, names)
