@@ -293,6 +293,13 @@ func TestSignalsAndProvidersAreServedByWhoAsks(t *testing.T) {
 	require.NoError(t, err, "the answer is exposition a Prometheus parser reads")
 	assert.NotEmpty(t, parsed)
 
+	// A peer's answer is narrowed by the providers' access policies as
+	// the network's reconciles published them: until the first one it is
+	// not available.
+	e.eventually("west reads the rows its policies admit", func() (bool, string) {
+		status, _, body := get(west, signalsapi.SignalsPath)
+		return status == http.StatusOK && strings.Contains(body, `grid_provider="`+westOnly.Name+`"`), body
+	})
 	_, _, body = get(west, signalsapi.SignalsPath)
 	assert.Contains(t, body, `grid_provider="`+open.Name+`"`)
 	assert.Contains(t, body, `grid_provider="`+westOnly.Name+`"`, "its access policy admits west")
