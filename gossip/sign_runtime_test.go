@@ -1,16 +1,10 @@
 package gossip
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"math"
-	"math/big"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,68 +14,12 @@ import (
 
 	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/test/testpki"
 )
 
-// testCA is a grid CA made in the test, so that leaves of any shape can
-// be issued: the agent's own CA only issues the site profile.
-type testCA struct {
-	cert  *x509.Certificate
-	key   *ecdsa.PrivateKey
-	roots *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test grid CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	roots := x509.NewCertPool()
-	roots.AddCert(cert)
-	return &testCA{cert: cert, key: key, roots: roots}
-}
-
-// leafSpec shapes a leaf; the zero value is site's certificate as the
-// grid issues it, valid for a day around now.
-type leafSpec struct {
-	org, spiffe         string
-	notBefore, notAfter time.Time
-}
-
-func (ca *testCA) leaf(t *testing.T, site string, spec leafSpec) *tls.Certificate {
-	t.Helper()
-	if spec.org == "" {
-		spec.org = site
-	}
-	if spec.spiffe == "" {
-		spec.spiffe = "spiffe://grid.internal/site/" + site
-	}
-	if spec.notBefore.IsZero() {
-		spec.notBefore, spec.notAfter = time.Now().Add(-time.Hour), time.Now().Add(12*time.Hour)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	id, err := url.Parse(spec.spiffe)
-	require.NoError(t, err)
-	serial, err := rand.Int(rand.Reader, big.NewInt(math.MaxInt64))
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: site, Organization: []string{spec.org}},
-		NotBefore: spec.notBefore, NotAfter: spec.notAfter, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames: []string{site + ".grid.internal"}, URIs: []*url.URL{id}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	require.NoError(t, err)
-	// As a site Secret's tls.crt holds it: the leaf, then the CA.
-	return &tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key}
-}
-
-func (ca *testCA) identity(t *testing.T, site string) sites.Identity {
-	return sites.Identity{Roots: ca.roots, RootCerts: []*x509.Certificate{ca.cert}, Signer: ca.leaf(t, site, leafSpec{})}
+// identityOf is site's identity from ca, as the agent hands it to gossip.
+func identityOf(t *testing.T, ca *testpki.GridCA, site string) sites.Identity {
+	return sites.Identity{Roots: ca.Roots, RootCerts: []*x509.Certificate{ca.Cert}, Signer: ca.SiteLeaf(t, site, testpki.SiteLeafOpts{})}
 }
 
 // signedBy is rec signed with c, as a site holding c would sign it.
@@ -111,10 +49,10 @@ func withClock(now func() time.Time) siteOption { return func(c *siteSetup) { c.
 // each forgery is counted by its reason and said once, and C's own next
 // update still lands.
 func TestAKeyHolderCannotSpeakForAnotherSite(t *testing.T) {
-	ca, other := newTestCA(t), newTestCA(t)
+	ca, other := testpki.NewGridCA(t), testpki.NewGridCA(t)
 	key := randomKey(t)
 	start := func(site string) *testSite {
-		s := startSite(t, site, withKey(key), withIdentity("prod", ca.identity(t, site)))
+		s := startSite(t, site, withKey(key), withIdentity("prod", identityOf(t, ca, site)))
 		s.waitRunning(t)
 		return s
 	}
@@ -168,7 +106,7 @@ func TestAKeyHolderCannotSpeakForAnotherSite(t *testing.T) {
 	send(atTheEnd(forgedSite), atTheEnd(forgedProviders))                                   // from_future
 	send(forgedSite, forgedProviders)                                                       // unsigned
 	send(signedBy(t, own, forgedSite), signedBy(t, own, forgedProviders))                   // wrong_site
-	cOfAnotherCA := other.leaf(t, "site-c", leafSpec{})                                     //
+	cOfAnotherCA := other.SiteLeaf(t, "site-c", testpki.SiteLeafOpts{})                     //
 	send(signedBy(t, cOfAnotherCA, forgedSite), signedBy(t, cOfAnotherCA, forgedProviders)) // untrusted_certificate
 	real, ok := a.store.Get(forgedProviders.Key())
 	require.True(t, ok)
@@ -217,13 +155,13 @@ func (s *testSite) identityCert(t *testing.T, network string) *tls.Certificate {
 // tombstone expired, stays withdrawn: it is older than the tombstone
 // lifetime (on the old code it came back Alive and was never corrected).
 func TestAWithdrawnRecordReplayedLaterStaysWithdrawn(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testpki.NewGridCA(t)
 	key := randomKey(t)
 	var ahead atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	a := startSite(t, "site-a", withKey(key), withIdentity("prod", ca.identity(t, "site-a")), withClock(clock))
+	a := startSite(t, "site-a", withKey(key), withIdentity("prod", identityOf(t, ca, "site-a")), withClock(clock))
 	a.waitRunning(t)
-	b := startSite(t, "site-b", withKey(key), withIdentity("prod", ca.identity(t, "site-b")))
+	b := startSite(t, "site-b", withKey(key), withIdentity("prod", identityOf(t, ca, "site-b")))
 	b.waitRunning(t)
 	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
 	require.NoError(t, b.Publish("prod", "", providers("pb")))
@@ -252,11 +190,11 @@ func TestAWithdrawnRecordReplayedLaterStaysWithdrawn(t *testing.T) {
 // never disappears from another site's view; its records are signed with
 // the new certificate from then on.
 func TestARenewedCertificateNeverDropsASite(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testpki.NewGridCA(t)
 	key := randomKey(t)
-	a := startSite(t, "site-a", withKey(key), withIdentity("prod", ca.identity(t, "site-a")))
+	a := startSite(t, "site-a", withKey(key), withIdentity("prod", identityOf(t, ca, "site-a")))
 	a.waitRunning(t)
-	b := startSite(t, "site-b", withKey(key), withIdentity("prod", ca.identity(t, "site-b")))
+	b := startSite(t, "site-b", withKey(key), withIdentity("prod", identityOf(t, ca, "site-b")))
 	b.waitRunning(t)
 	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
 	require.NoError(t, b.Publish("prod", "", providers("pb-0")))
@@ -293,8 +231,8 @@ func TestARenewedCertificateNeverDropsASite(t *testing.T) {
 	var last *tls.Certificate
 	for range 3 {
 		time.Sleep(300 * time.Millisecond)
-		last = ca.leaf(t, "site-b", leafSpec{})
-		b.SetIdentity("prod", sites.Identity{Roots: ca.roots, Signer: last})
+		last = ca.SiteLeaf(t, "site-b", testpki.SiteLeafOpts{})
+		b.SetIdentity("prod", sites.Identity{Roots: ca.Roots, Signer: last})
 	}
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
@@ -326,13 +264,13 @@ func (s *testSite) total(name string) float64 {
 // every other site's view: what it signed before is dropped, what it
 // signs after is refused.
 func TestASiteLeavesTheViewWhenItsCertificateExpires(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testpki.NewGridCA(t)
 	key := randomKey(t)
-	a := startSite(t, "site-a", withKey(key), withIdentity("prod", ca.identity(t, "site-a")))
+	a := startSite(t, "site-a", withKey(key), withIdentity("prod", identityOf(t, ca, "site-a")))
 	a.waitRunning(t)
 	now := time.Now()
-	short := ca.leaf(t, "site-b", leafSpec{notBefore: now.Add(-time.Minute), notAfter: now.Add(3 * time.Second)})
-	b := startSite(t, "site-b", withKey(key), withIdentity("prod", sites.Identity{Roots: ca.roots, Signer: short}))
+	short := ca.SiteLeaf(t, "site-b", testpki.SiteLeafOpts{NotBefore: now.Add(-time.Minute), NotAfter: now.Add(3 * time.Second)})
+	b := startSite(t, "site-b", withKey(key), withIdentity("prod", sites.Identity{Roots: ca.Roots, Signer: short}))
 	b.waitRunning(t)
 	require.Empty(t, b.AnnounceSeeds("prod", []string{a.AdvertiseAddr()}).Failed)
 	require.NoError(t, b.Publish("prod", "", providers("pb")))
@@ -349,8 +287,8 @@ func TestASiteLeavesTheViewWhenItsCertificateExpires(t *testing.T) {
 // reconcile) signs and sends nothing again, in an open network as in a
 // signed one.
 func TestTheSameIdentityAgainSendsNothing(t *testing.T) {
-	ca := newTestCA(t)
-	signed := ca.identity(t, "site-a")
+	ca := testpki.NewGridCA(t)
+	signed := identityOf(t, ca, "site-a")
 	a := startSite(t, "site-a", withKey(randomKey(t)), inNetworks("open"), withIdentity("prod", signed))
 	a.waitRunning(t)
 	require.NoError(t, a.Publish("open", "", providers("po")))

@@ -18,40 +18,40 @@ import (
 // checked: its length, the kinds and sizes of its keys (keypolicy), and
 // whether it names the grid CA by key identifier.
 func TestChainRefusedBeforeAnySignature(t *testing.T) {
-	ca, other := newTestCA(t), newTestCA(t)
+	ca, other := testpki.NewGridCA(t), testpki.NewGridCA(t)
 	now := time.Now()
-	good := ca.leaf(t, "site-c", leafSpec{}).Certificate[0]
+	good := ca.SiteLeaf(t, "site-c", testpki.SiteLeafOpts{}).Certificate[0]
 	p224, err := ecdsa.GenerateKey(elliptic.P224(), rand.Reader)
 	require.NoError(t, err)
-	big := testpki.Invented(t, "huge", testpki.HugeRSAKey(t, 16384), ca.cert, ca.key, true)
+	big := testpki.Invented(t, "huge", testpki.HugeRSAKey(t, 16384), ca.Cert, ca.Key, true)
 	for name, c := range map[string]struct {
 		chain [][]byte
 		want  string
 	}{
 		"the site's certificate":                     {[][]byte{good}, ""},
-		"the site's certificate and the grid CA":     {[][]byte{good, ca.cert.Raw}, ""},
+		"the site's certificate and the grid CA":     {[][]byte{good, ca.Cert.Raw}, ""},
 		"a 16,384-bit RSA key":                       {[][]byte{big}, RejectKeyRefused},
 		"the site's certificate under a huge key":    {[][]byte{good, big}, RejectKeyRefused},
-		"a P-224 key":                                {[][]byte{testpki.Invented(t, "p224", p224.Public(), ca.cert, ca.key, false)}, RejectKeyRefused},
-		"an RSA key with another exponent":           {[][]byte{testpki.Invented(t, "e3", &rsa.PublicKey{N: testpki.HugeRSAKey(t, 2048).N, E: 3}, ca.cert, ca.key, false)}, RejectKeyRefused},
+		"a P-224 key":                                {[][]byte{testpki.Invented(t, "p224", p224.Public(), ca.Cert, ca.Key, false)}, RejectKeyRefused},
+		"an RSA key with another exponent":           {[][]byte{testpki.Invented(t, "e3", &rsa.PublicKey{N: testpki.HugeRSAKey(t, 2048).N, E: 3}, ca.Cert, ca.Key, false)}, RejectKeyRefused},
 		"five certificates":                          {[][]byte{good, good, good, good, good}, RejectBadCertificate},
-		"another CA's leaf":                          {[][]byte{other.leaf(t, "site-c", leafSpec{}).Certificate[0]}, RejectUntrusted},
-		"the leaf followed by what did not issue it": {[][]byte{good, other.cert.Raw}, RejectUntrusted},
+		"another CA's leaf":                          {[][]byte{other.SiteLeaf(t, "site-c", testpki.SiteLeafOpts{}).Certificate[0]}, RejectUntrusted},
+		"the leaf followed by what did not issue it": {[][]byte{good, other.Cert.Raw}, RejectUntrusted},
 		"not a certificate":                          {[][]byte{[]byte("junk")}, RejectBadCertificate},
 	} {
 		t.Run(name, func(t *testing.T) {
-			require.Equal(t, c.want, verifyChain(ca.trust(), c.chain, now).reason)
+			require.Equal(t, c.want, verifyChain(trustOf(ca), c.chain, now).reason)
 		})
 	}
 
 	// Linked by key identifier: another CA's leaf is refused before its
 	// signature is looked at, and so is one that names the grid CA's key
 	// but another issuer.
-	otherLeaf, err := x509.ParseCertificate(other.leaf(t, "site-c", leafSpec{}).Certificate[0])
+	otherLeaf, err := x509.ParseCertificate(other.SiteLeaf(t, "site-c", testpki.SiteLeafOpts{}).Certificate[0])
 	require.NoError(t, err)
 	goodLeaf, err := x509.ParseCertificate(good)
 	require.NoError(t, err)
-	ids := RootIDsOf([]*x509.Certificate{ca.cert})
+	ids := RootIDsOf([]*x509.Certificate{ca.Cert})
 	require.True(t, linked([]*x509.Certificate{goodLeaf}, ids))
 	require.False(t, linked([]*x509.Certificate{otherLeaf}, ids))
 	require.False(t, linked([]*x509.Certificate{goodLeaf, otherLeaf}, ids), "a leaf followed by a certificate that did not issue it")
@@ -61,10 +61,10 @@ func TestChainRefusedBeforeAnySignature(t *testing.T) {
 // a map lookup, and a flood of invented chains never pushes out a site's
 // good chain.
 func TestRefusedChainsRememberedApart(t *testing.T) {
-	ca := newTestCA(t)
-	trust := ca.trust()
+	ca := testpki.NewGridCA(t)
+	trust := trustOf(ca)
 	now := time.Now()
-	good := [][]byte{ca.leaf(t, "site-c", leafSpec{}).Certificate[0]}
+	good := [][]byte{ca.SiteLeaf(t, "site-c", testpki.SiteLeafOpts{}).Certificate[0]}
 	_, why := trust.Chains.Verify(trust, good, now)
 	require.Empty(t, why)
 	for i := range maxCachedChains + 10 {
@@ -76,7 +76,7 @@ func TestRefusedChainsRememberedApart(t *testing.T) {
 
 	// A refused chain answers from memory: its reason is the one
 	// remembered, even where a new check would now say otherwise.
-	refused := [][]byte{testpki.Invented(t, "huge", testpki.HugeRSAKey(t, 8192), ca.cert, ca.key, true)}
+	refused := [][]byte{testpki.Invented(t, "huge", testpki.HugeRSAKey(t, 8192), ca.Cert, ca.Key, true)}
 	_, why = trust.Chains.Verify(trust, refused, now)
 	require.Equal(t, RejectKeyRefused, why)
 	trust.Chains.mu.Lock()
