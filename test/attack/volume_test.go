@@ -26,6 +26,7 @@ import (
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testfs"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -82,7 +83,7 @@ func TestOutputFIFORestart(t *testing.T) {
 		p.plant()
 		probe := testproc.FreeAddr(t)
 		start := time.Now()
-		sc := testproc.Start(t, sidecarBin, nil, s.pod.Args("--health-addr", testproc.FreeAddr(t), "--probe-addr", probe)...)
+		sc := testproc.Start(t, framework.Bin(testbin.Sidecar), nil, s.pod.Args("--health-addr", testproc.FreeAddr(t), "--probe-addr", probe)...)
 		ready := time.Duration(-1)
 		for deadline := start.Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			if kubeletProbe(probe, "/readyz") && kubeletProbe(probe, "/livez") {

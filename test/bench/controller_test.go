@@ -23,8 +23,9 @@ import (
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/envelope"
-	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 // The controller case: 1,000 providers with 4 models each, in 10
@@ -231,12 +232,9 @@ func ptr[T any](v T) *T { return &v }
 
 // runAgent starts the agent binary with the chart's RBAC for the fleet.
 func (f *fleet) runAgent(b *testing.B) *reconcileLog {
-	saConfig, err := cp.AgentConfig(context.Background(), f.agentNS, []string{f.gwNS, f.credNS})
-	measure.Must(b, err)
-	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
-	measure.Must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
-	return runAgent(b, "--kubeconfig", kubeconfig, "--namespaces", f.gwNS+","+f.credNS,
-		"--leader-election-namespace", f.agentNS, "--health-addr", freeAddr(b), "--log-level", "debug")
+	s := &framework.Site{CP: cp, AgentNS: f.agentNS, Namespaces: []string{f.gwNS, f.credNS}, Kubeconfig: filepath.Join(b.TempDir(), "kubeconfig")}
+	measure.Must(b, s.Setup(context.Background()))
+	return runAgent(b, s.AgentArgs(freeAddr(b), framework.AgentOptions{Args: []string{"--log-level", "debug"}})...)
 }
 
 func controllerLine(providers, gateways int, what string, durations []float64, writes int, converged time.Duration) string {
@@ -401,7 +399,7 @@ func (r *reconcileLog) read(stderr io.Reader) {
 
 // runAgent starts the agent binary until the benchmark ends.
 func runAgent(b *testing.B, args ...string) *reconcileLog {
-	cmd := exec.Command(agent, args...) //nolint:noctx // stopped with SIGTERM below
+	cmd := exec.Command(framework.Bin(testbin.Agent), args...) //nolint:noctx // stopped with SIGTERM below
 	stderr, err := cmd.StderrPipe()
 	measure.Must(b, err)
 	measure.Must(b, cmd.Start())

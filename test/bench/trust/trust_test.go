@@ -18,11 +18,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -39,6 +37,7 @@ import (
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/trust/sitetrust"
@@ -54,13 +53,7 @@ var sites = measure.Size(50, 3)
 
 var cp *controlplane.ControlPlane
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if flag.Lookup("test.bench").Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	os.Exit(controlplane.RunTests(m, &cp))
-}
+func TestMain(m *testing.M) { framework.BenchMain(m, framework.ControlPlanes(&cp)) }
 
 func BenchmarkTrust(b *testing.B) {
 	for b.Loop() {
