@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
@@ -40,8 +39,7 @@ type siteAgent struct {
 // in seconds. The demo's sites all live on loopback, which site probes
 // (as health probes) never dial unless a CIDR allows it.
 func startSiteAgent(ctx context.Context, cp *controlplane.ControlPlane, work, binDir, site, gateway string, extra ...string) (*siteAgent, error) {
-	s := &framework.Site{CP: cp, Name: site, AgentNS: agentNamespace, Namespaces: []string{scope.Namespace, agentNamespace},
-		Kubeconfig: filepath.Join(work, site+".kubeconfig")}
+	s := demoSite(cp, work, site)
 	if err := s.Setup(ctx); err != nil {
 		return nil, err
 	}
@@ -100,6 +98,13 @@ func demoNetwork(seeds ...string) *v1alpha1.GridNetwork {
 	}
 }
 
+// demoSite is a site of the demo on cp: the agent in agentNamespace,
+// watching it and the gateway's namespace.
+func demoSite(cp *controlplane.ControlPlane, work, site string) *framework.Site {
+	return &framework.Site{CP: cp, Name: site, AgentNS: agentNamespace, Namespaces: []string{scope.Namespace, agentNamespace},
+		Kubeconfig: filepath.Join(work, site+".kubeconfig")}
+}
+
 // secondSite starts another site (its own kube-apiserver, etcd and
 // gridsync-agent), lets it join the first one over encrypted SWIM, shows
 // what each reports, then kills it and shows the first one notice.
@@ -112,13 +117,10 @@ func secondSite(ctx context.Context, eastCP *controlplane.ControlPlane, east cli
 		return stop, err
 	}
 	stop = func() { _ = cp.Stop() }
-	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
+	// The CRDs and namespaces first, for west's Grid objects and Secrets;
+	// startSiteAgent prepares the site again, which changes nothing.
+	if err := demoSite(cp, work, "west-edge").Setup(ctx); err != nil {
 		return stop, err
-	}
-	for _, ns := range []string{agentNamespace, scope.Namespace} {
-		if err := cp.EnsureNamespace(ctx, ns); err != nil {
-			return stop, err
-		}
 	}
 	west, err := framework.AdminClient(cp)
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	framework.Main(m, framework.ControlPlanes(&cp), framework.Binaries(testbin.Agent, testbin.Sidecar))
+	framework.Main(m, framework.ControlPlanes(&cp), framework.Binaries(testbin.Agent, testbin.Sidecar, testbin.Init))
 }
 
 // full says whether the attacks run at the sizes of the rounds that found

@@ -47,9 +47,7 @@ import (
 // other package on two cores, is held to five: the failure is for ever or
 // 45 s).
 func TestOutputFIFORestart(t *testing.T) {
-	initDir, err := testbin.Dir(context.Background(), testbin.Init)
-	require.NoError(t, err)
-	initBin := filepath.Join(initDir, testbin.Init.Name)
+	initBin := framework.Bin(testbin.Init)
 	s := startSidecar(t)
 	output := s.pod.Output()
 	doc, err := os.ReadFile(output)

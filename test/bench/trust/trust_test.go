@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/test/controlplane"
@@ -64,18 +63,10 @@ func BenchmarkTrust(b *testing.B) {
 func runBench(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	agentNS, credNS := "trust-agent", "trust-cred"
-	for _, ns := range []string{agentNS, credNS} {
-		measure.Must(b, cp.EnsureNamespace(ctx, ns))
-	}
-	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
-	scheme, err := controller.Scheme()
-	measure.Must(b, err)
-	admin, err := client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})
-	measure.Must(b, err)
-	cfg, err := cp.AgentConfig(ctx, agentNS, []string{credNS})
-	measure.Must(b, err)
-	measure.Must(b, cp.AgentTrustSecrets(ctx, agentNS, credNS, "grid-ca", "site-cert"))
+	// The agent's controller runs in this process, with the site's RBAC.
+	s := framework.NewSite(b, cp, framework.SiteOptions{Prefix: "trust"})
+	credNS, admin, cfg := s.Namespace(), s.Admin, s.Config
+	measure.Must(b, cp.AgentTrustSecrets(ctx, s.AgentNS, credNS, "grid-ca", "site-cert"))
 
 	measure.Must(b, admin.Create(ctx, &v1alpha1.GridNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: network},
