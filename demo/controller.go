@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 )
 
 // agentNamespace is where the agent runs and keeps its Lease; credential
@@ -34,7 +34,7 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	if err != nil {
 		return stop, err
 	}
-	agent, err := startSiteAgent(ctx, cp, work, binDir, scope.LocalSite, demoGateway(scope.LocalSite), append([]string{"--resync-period", "10s"}, signalsFlags...)...)
+	agent, err := startSiteAgent(ctx, cp, work, binDir, scope.LocalSite, demoGateway(scope.LocalSite), signalsFlags...)
 	if agent != nil {
 		stop = func() {
 			_ = agent.cmd.Process.Signal(syscall.SIGTERM)
@@ -50,11 +50,7 @@ func controllerLoop(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	}
 	fmt.Printf("    gridsync-agent ready and leading (health and metrics on %s); it only writes ConfigMaps it manages\n", health)
 
-	scheme, err := controller.Scheme()
-	if err != nil {
-		return stop, err
-	}
-	c, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	c, err := framework.AdminClient(cp)
 	if err != nil {
 		return stop, err
 	}

@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/trust/enrol"
 )
@@ -32,15 +32,15 @@ type siteAgent struct {
 	health, swimAddr string
 }
 
-// startSiteAgent installs the CRDs (again: it is idempotent) and the
-// agent's least-privilege RBAC in cp and starts gridsync-agent as the given site, SWIM on loopback with a
-// fifth of the reference's timings so that a departure shows in seconds.
+// startSiteAgent prepares cp as the agent's chart does (CRDs again: it
+// is idempotent; its least-privilege RBAC) and starts gridsync-agent as
+// the given site, SWIM on loopback with the tests' fast timings
+// (framework.Fast: a fifth of the reference's) so that a departure shows
+// in seconds. The demo's sites all live on loopback, which site probes
+// (as health probes) never dial unless a CIDR allows it.
 func startSiteAgent(ctx context.Context, cp *controlplane.ControlPlane, work, binDir, site, gateway string, extra ...string) (*siteAgent, error) {
-	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
-		return nil, err
-	}
-	saConfig, err := cp.AgentConfig(ctx, agentNamespace, []string{scope.Namespace, agentNamespace})
-	if err != nil {
+	s := demoSite(cp, work, site)
+	if err := s.Setup(ctx); err != nil {
 		return nil, err
 	}
 	// The chart's trust.secrets: the grid CA and site certificate Secrets,
@@ -48,27 +48,17 @@ func startSiteAgent(ctx context.Context, cp *controlplane.ControlPlane, work, bi
 	if err := cp.AgentTrustSecrets(ctx, agentNamespace, agentNamespace, "grid-ca", "grid-site-cert"); err != nil {
 		return nil, err
 	}
-	kubeconfig := filepath.Join(work, site+".kubeconfig")
-	if err := controlplane.WriteKubeconfig(saConfig, kubeconfig); err != nil {
-		return nil, err
-	}
 	a := &siteAgent{}
+	var err error
 	if a.health, err = freeAddr(); err != nil {
 		return nil, err
 	}
-	if a.swimAddr, err = freeAddr(); err != nil {
+	if s.SwimAddr, err = freeAddr(); err != nil {
 		return nil, err
 	}
-	args := append([]string{
-		"--kubeconfig", kubeconfig, "--namespaces", scope.Namespace + "," + agentNamespace,
-		"--leader-election-namespace", agentNamespace, "--health-addr", a.health,
-		"--site-name", site, "--swim-bind-addr", a.swimAddr, "--gateway-address", gateway,
-		"--swim-probe-interval", "1s", "--swim-probe-timeout", "600ms", "--swim-key-poll-interval", "2s",
-		"--site-probe-interval", "2s", "--site-probe-timeout", "1s",
-		// The demo's sites all live on loopback, which site probes (as
-		// health probes) never dial unless a CIDR allows it.
-		"--probe-allow-destinations", "127.0.0.0/8",
-	}, extra...)
+	a.swimAddr = s.SwimAddr
+	args := s.AgentArgs(a.health, framework.AgentOptions{Timings: framework.Fast, Loopback: true,
+		Args: append([]string{"--gateway-address", gateway}, extra...)})
 	if a.cmd, err = startBinary(ctx, filepath.Join(binDir, "gridsync-agent"), filepath.Join(work, site+"-agent.log"), args...); err != nil {
 		return nil, err
 	}
@@ -108,6 +98,13 @@ func demoNetwork(seeds ...string) *v1alpha1.GridNetwork {
 	}
 }
 
+// demoSite is a site of the demo on cp: the agent in agentNamespace,
+// watching it and the gateway's namespace.
+func demoSite(cp *controlplane.ControlPlane, work, site string) *framework.Site {
+	return &framework.Site{CP: cp, Name: site, AgentNS: agentNamespace, Namespaces: []string{scope.Namespace, agentNamespace},
+		Kubeconfig: filepath.Join(work, site+".kubeconfig")}
+}
+
 // secondSite starts another site (its own kube-apiserver, etcd and
 // gridsync-agent), lets it join the first one over encrypted SWIM, shows
 // what each reports, then kills it and shows the first one notice.
@@ -120,19 +117,12 @@ func secondSite(ctx context.Context, eastCP *controlplane.ControlPlane, east cli
 		return stop, err
 	}
 	stop = func() { _ = cp.Stop() }
-	if err := cp.InstallCRDsFS(ctx, crds.Manifests); err != nil {
+	// The CRDs and namespaces first, for west's Grid objects and Secrets;
+	// startSiteAgent prepares the site again, which changes nothing.
+	if err := demoSite(cp, work, "west-edge").Setup(ctx); err != nil {
 		return stop, err
 	}
-	for _, ns := range []string{agentNamespace, scope.Namespace} {
-		if err := cp.EnsureNamespace(ctx, ns); err != nil {
-			return stop, err
-		}
-	}
-	scheme, err := controller.Scheme()
-	if err != nil {
-		return stop, err
-	}
-	west, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	west, err := framework.AdminClient(cp)
 	if err != nil {
 		return stop, err
 	}

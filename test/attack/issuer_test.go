@@ -32,7 +32,9 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/trust/enrol"
 	"github.com/gridsync/gridsync/trust/sitetrust"
@@ -49,7 +51,7 @@ type issuerAgent struct {
 
 func startIssuerAgent(t *testing.T) *issuerAgent {
 	t.Helper()
-	s := startSignalsAgent(t, nil)
+	s := startSignalsAgent(t, framework.AgentOptions{})
 	ctx := context.Background()
 	require.NoError(t, cp.Grant(ctx, s.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", s.agentNS,
 		rbac.EnrollmentTokenRules(enrol.DefaultTokenSecret)))
@@ -474,7 +476,7 @@ func TestConvertSize(t *testing.T) {
 	}
 	convert := func(path string) run {
 		var stdout, stderr bytes.Buffer
-		cmd := exec.CommandContext(context.Background(), agentBin, "convert", "-f", path)
+		cmd := exec.CommandContext(context.Background(), framework.Bin(testbin.Agent), "convert", "-f", path)
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
 		require.NoError(t, cmd.Start())

@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -25,11 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
 	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -56,45 +54,28 @@ type signalsAgent struct {
 	pki     *testpki.Site
 }
 
-// startSignalsAgent starts the agent; wrap, when set, is the command the
-// agent runs under (prlimit) with its arguments before the agent's.
-func startSignalsAgent(t *testing.T, wrap []string, extra ...string) *signalsAgent {
+// startSignalsAgent starts the agent with this site's identity and
+// opts (what runs it, loopback, its other flags).
+func startSignalsAgent(t *testing.T, opts framework.AgentOptions) *signalsAgent {
 	t.Helper()
 	ctx := context.Background()
-	n := seq.Add(1)
-	agentNS := fmt.Sprintf("attack-system-%d", n)
-	s := &signalsAgent{t: t, agentNS: agentNS, gwNS: fmt.Sprintf("attack-gw-%d", n), network: fmt.Sprintf("net-%d", n)}
-	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
-	require.NoError(t, cp.EnsureNamespace(ctx, s.gwNS))
-	cfg, err := cp.AgentConfig(ctx, agentNS, []string{s.gwNS})
-	require.NoError(t, err)
-	require.NoError(t, cp.Grant(ctx, agentNS, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview-"+agentNS, "", rbac.TokenReviewRules()))
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, controlplane.WriteKubeconfig(cfg, kubeconfig))
-	scheme, err := controller.Scheme()
-	require.NoError(t, err)
-	s.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	require.NoError(t, err)
+	site := framework.NewSite(t, cp, framework.SiteOptions{Prefix: "attack", Name: listenerSite})
+	s := &signalsAgent{t: t, agentNS: site.AgentNS, gwNS: site.Namespace(), network: fmt.Sprintf("net-%d", site.ID), admin: site.Admin}
+	require.NoError(t, cp.Grant(ctx, s.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview-"+s.agentNS, "", rbac.TokenReviewRules()))
 
-	site := testpki.NewSite(t, listenerSite)
-	s.leaf, s.roots, s.pki = site.Leaf, site.Roots, site
+	pki := testpki.NewSite(t, listenerSite)
+	s.leaf, s.roots, s.pki = pki.Leaf, pki.Roots, pki
 	gn := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: s.network}, Spec: v1alpha1.GridNetworkSpec{
 		ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.gwNS, SiteName: listenerSite}}}}
 	require.NoError(t, s.admin.Create(ctx, gn))
 	t.Cleanup(func() { _ = s.admin.Delete(context.Background(), gn) })
 
-	s.health, s.signals = testproc.FreeAddr(t), testproc.FreeAddr(t)
-	args := append([]string{
-		"--kubeconfig", kubeconfig, "--namespaces", s.gwNS, "--leader-elect=false", "--leader-election-namespace", agentNS,
-		"--health-addr", s.health, "--log-level", "warn", "--site-name", listenerSite,
-		"--signals-addr", s.signals,
-	}, append(site.AgentArgs(), extra...)...)
-	path := agentBin
-	if len(wrap) > 0 {
-		path, args = wrap[0], append(append(wrap[1:], agentBin), args...)
-	}
-	s.Proc = testproc.Start(t, path, nil, args...)
-	testproc.WaitOK(t, "http://"+s.health+"/readyz")
+	// No timings: the agent leads alone and its listener is what is
+	// attacked, at the agent's defaults.
+	s.signals = testproc.FreeAddr(t)
+	opts.Args = append(append([]string{"--leader-elect=false", "--log-level", "warn", "--signals-addr", s.signals}, pki.AgentArgs()...), opts.Args...)
+	agent := site.StartAgent(t, opts)
+	s.Proc, s.health = agent.Proc, agent.Health
 	require.Eventually(t, func() bool {
 		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", s.signals)
 		if err == nil {
@@ -190,7 +171,7 @@ func (s *signalsAgent) podToken(pod string) string {
 // a token of a ServiceAccount running no gateway pod turned DELIVERED 0/3
 // into 50/50 with invented names).
 func TestReportForgery(t *testing.T) {
-	s := startSignalsAgent(t, nil)
+	s := startSignalsAgent(t, framework.AgentOptions{})
 	c := s.client(net.IPv4(127, 0, 0, 1))
 	tok := s.podToken("edge-real-0")
 	honest := s.report(c, tok, "edge-real-0")
@@ -214,7 +195,7 @@ func TestReportForgery(t *testing.T) {
 // report is answered meanwhile (the first round: 1,501 TokenReviews at the
 // client's QPS, and an honest report waited 2 s).
 func TestTokenReviewFlood(t *testing.T) {
-	s := startSignalsAgent(t, nil)
+	s := startSignalsAgent(t, framework.AgentOptions{})
 	honestTok := s.podToken("edge-real-0")
 	honestClient := s.client(net.IPv4(127, 0, 1, 1))
 	require.Equal(t, http.StatusAccepted, s.report(honestClient, honestTok, "edge-real-0"))
@@ -260,7 +241,7 @@ func TestTokenReviewFlood(t *testing.T) {
 // never comes (the first round: 4,160 filled every anonymous slot in 9 s,
 // honest sidecars refused, the agent at 259 MiB with 12,420 goroutines).
 func TestAnonymousSlots(t *testing.T) {
-	s := startSignalsAgent(t, nil)
+	s := startSignalsAgent(t, framework.AgentOptions{})
 	before := footprintOf(t, s.Cmd.Process.Pid, "http://"+s.health+"/metrics")
 	tok := s.podToken("edge-real-0")
 	perAddr := size(32, 8)
@@ -341,7 +322,7 @@ func TestAnonymousSlots(t *testing.T) {
 // meanwhile; accept running out anyway is the listener's unit test.
 func TestAcceptOutOfDescriptors(t *testing.T) {
 	const nofile = 1024
-	s := startSignalsAgent(t, []string{"prlimit", fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--"})
+	s := startSignalsAgent(t, framework.AgentOptions{Wrap: []string{"prlimit", fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--"}})
 	pid := s.agentPID()
 	before := footprintOf(t, pid, "http://"+s.health+"/metrics")
 	halfOpen := size(1140, 1140)
@@ -387,7 +368,7 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 // an escaped newline (the first round: the gateway read a forged queue
 // depth of 1e9 for another provider, first in the feed).
 func TestSignalsLabelForgery(t *testing.T) {
-	s := startSignalsAgent(t, nil, "--probe-allow-destinations", "127.0.0.0/8", "--signals-interval", "300ms")
+	s := startSignalsAgent(t, framework.AgentOptions{Loopback: true, Args: []string{"--signals-interval", "300ms"}})
 	const queue = "vllm:num_requests_waiting"
 	body := "# TYPE " + queue + " gauge\n" +
 		queue + "{\"x\\\"} 0\\n" + queue + "{grid_provider=\\\"victim\\\",grid_site=\\\"east\\\"} 1e9\\nz{a\"=\"v\"} 3\n" +
@@ -442,7 +423,7 @@ func TestSignalsLabelForgery(t *testing.T) {
 // sent (counted by the agent itself: its reconciles read the API server
 // meanwhile); the co-located gateway keeps getting its signals.
 func TestEnrolTokenFlood(t *testing.T) {
-	s := startSignalsAgent(t, nil)
+	s := startSignalsAgent(t, framework.AgentOptions{})
 	// The issuer's grant (the chart's trust.enrollment.issuer), and one
 	// real token in the Secret: the guesses are checked against it.
 	require.NoError(t, cp.Grant(context.Background(), s.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", s.agentNS,

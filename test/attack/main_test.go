@@ -10,38 +10,22 @@
 package attack
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testproc"
 )
 
-var (
-	cp         *controlplane.ControlPlane
-	agentBin   string
-	sidecarBin string
-)
+var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := testbin.Dir(context.Background(), testbin.Agent, testbin.Sidecar)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	agentBin = filepath.Join(dir, "gridsync-agent")
-	sidecarBin = filepath.Join(dir, "gridsync-sidecar")
-	return controlplane.RunTests(m, &cp)
+	framework.Main(m, framework.ControlPlanes(&cp), framework.Binaries(testbin.Agent, testbin.Sidecar, testbin.Init))
 }
 
 // full says whether the attacks run at the sizes of the rounds that found

@@ -122,7 +122,7 @@ func TestEchoSeed(t *testing.T) {
 // probed unless a CIDR allows it (the first round: site probes and signal
 // polls dialled any address, loopback and metadata included).
 func TestProbeDestinations(t *testing.T) {
-	a := startSwimAgentWith(t, nil, nil) // no CIDR allowed: loopback is denied
+	a := startSwimAgentWith(t, nil, nil, false) // no CIDR allowed: loopback is denied
 	target := testnet.Silent(t)
 	n := seq.Add(1)
 	network := fmt.Sprintf("probed-%d", n)

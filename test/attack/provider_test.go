@@ -24,6 +24,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/rbac"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -73,8 +74,8 @@ func startHostileEndpoint(t *testing.T) *hostileEndpoint {
 func TestProviderEndpointDeputy(t *testing.T) {
 	ctx := context.Background()
 	scraperNS, scraper := "attack-scraper", fmt.Sprintf("scraper-%d", seq.Add(1))
-	s := startSignalsAgent(t, nil, "--probe-allow-destinations", "127.0.0.0/8", "--signals-interval", "200ms",
-		"--scraper-service-account", scraperNS+"/"+scraper)
+	s := startSignalsAgent(t, framework.AgentOptions{Loopback: true, Args: []string{"--signals-interval", "200ms",
+		"--scraper-service-account", scraperNS + "/" + scraper}})
 	_, err := cp.ServiceAccountToken(ctx, scraperNS, scraper, "unused") // creates the account
 	require.NoError(t, err)
 	require.NoError(t, cp.Grant(ctx, scraperNS, scraper, "attack-"+scraper, "", rbac.ScraperRules()))

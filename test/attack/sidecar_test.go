@@ -18,7 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpod"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -42,7 +44,7 @@ func startSidecar(t *testing.T, extra ...string) *sidecar {
 	p.Put(doc)
 	s := &sidecar{pod: p, health: testproc.FreeAddr(t), probe: testproc.FreeAddr(t)}
 	args := p.Args(append([]string{"--health-addr", s.health, "--probe-addr", s.probe, "--log-level", "info"}, extra...)...)
-	s.Proc = testproc.Start(t, sidecarBin, []string{fmt.Sprintf("GRIDSYNC_MEMORY_LIMIT=%d", sidecarMemoryLimitMiB<<20)}, args...)
+	s.Proc = testproc.Start(t, framework.Bin(testbin.Sidecar), []string{fmt.Sprintf("GRIDSYNC_MEMORY_LIMIT=%d", sidecarMemoryLimitMiB<<20)}, args...)
 	testproc.WaitOK(t, "http://"+s.probe+"/readyz")
 	return s
 }
@@ -147,7 +149,7 @@ func TestSidecarHeldWatch(t *testing.T) {
 	require.NoError(t, controlplane.WriteKubeconfig(proxy.Config(p.Config), kubeconfig))
 	health := testproc.FreeAddr(t)
 	const idle = 2 * time.Second
-	sc := testproc.Start(t, sidecarBin, nil, p.Args("--kubeconfig", kubeconfig, "--health-addr", health, "--watch-idle-timeout", idle.String())...)
+	sc := testproc.Start(t, framework.Bin(testbin.Sidecar), nil, p.Args("--kubeconfig", kubeconfig, "--health-addr", health, "--watch-idle-timeout", idle.String())...)
 	testproc.WaitOK(t, "http://"+health+"/readyz")
 	proxy.HoldWatches()
 	start := time.Now()

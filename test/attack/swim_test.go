@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,9 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -54,26 +51,16 @@ type swimAgent struct {
 // destination rule allows only when listed, as here.
 func startSwimAgent(t *testing.T, key []byte, seeds ...string) *swimAgent {
 	t.Helper()
-	return startSwimAgentWith(t, key, seeds, "--probe-allow-destinations", "127.0.0.0/8")
+	return startSwimAgentWith(t, key, seeds, true)
 }
 
-// startSwimAgentWith is startSwimAgent with the agent's extra flags.
-func startSwimAgentWith(t *testing.T, key []byte, seeds []string, extra ...string) *swimAgent {
+// startSwimAgentWith is startSwimAgent with loopback allowed or not; the
+// agent has the fast timings of a site (a peer's departure in seconds).
+func startSwimAgentWith(t *testing.T, key []byte, seeds []string, loopback bool) *swimAgent {
 	t.Helper()
-	ctx := context.Background()
-	n := seq.Add(1)
-	agentNS, resNS := fmt.Sprintf("attack-system-%d", n), fmt.Sprintf("attack-%d", n)
-	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
-	require.NoError(t, cp.EnsureNamespace(ctx, resNS))
-	cfg, err := cp.AgentConfig(ctx, agentNS, []string{resNS})
-	require.NoError(t, err)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, controlplane.WriteKubeconfig(cfg, kubeconfig))
-	a := &swimAgent{t: t, health: testproc.FreeAddr(t), swim: testnet.FreeTCPUDPAddr(t), key: key, agentNS: agentNS, resNS: resNS}
-	scheme, err := controller.Scheme()
-	require.NoError(t, err)
-	a.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	require.NoError(t, err)
+	site := framework.NewSite(t, cp, framework.SiteOptions{Prefix: "attack", Swim: true})
+	site.Name = fmt.Sprintf("site-%d", site.ID)
+	a := &swimAgent{t: t, swim: site.SwimAddr, key: key, agentNS: site.AgentNS, resNS: site.Namespace(), admin: site.Admin}
 	if a.key == nil {
 		a.key = make([]byte, 32)
 		_, _ = rand.Read(a.key)
@@ -82,12 +69,9 @@ func startSwimAgentWith(t *testing.T, key []byte, seeds []string, extra ...strin
 	if len(seeds) > 0 {
 		env = append(env, "GRID_SWIM_SEEDS="+strings.Join(seeds, ","))
 	}
-	a.Proc = testproc.Start(t, agentBin, env, append([]string{
-		"--kubeconfig", kubeconfig, "--namespaces", resNS, "--leader-election-namespace", agentNS,
-		"--health-addr", a.health, "--site-name", fmt.Sprintf("site-%d", n), "--swim-bind-addr", a.swim,
-		"--gateway-address", testproc.FreeAddr(t), "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s",
-		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--resync-period", "10s"}, extra...)...)
-	testproc.WaitOK(t, "http://"+a.health+"/readyz")
+	agent := site.StartAgent(t, framework.AgentOptions{Timings: framework.Fast, Loopback: loopback, Env: env,
+		Args: []string{"--gateway-address", testproc.FreeAddr(t)}})
+	a.Proc, a.health = agent.Proc, agent.Health
 	require.Eventually(t, func() bool { return a.status().Swim.Running }, 20*time.Second, 50*time.Millisecond, "SWIM never ran")
 	return a
 }

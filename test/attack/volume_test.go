@@ -26,6 +26,7 @@ import (
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testfs"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -46,9 +47,7 @@ import (
 // other package on two cores, is held to five: the failure is for ever or
 // 45 s).
 func TestOutputFIFORestart(t *testing.T) {
-	initDir, err := testbin.Dir(context.Background(), testbin.Init)
-	require.NoError(t, err)
-	initBin := filepath.Join(initDir, testbin.Init.Name)
+	initBin := framework.Bin(testbin.Init)
 	s := startSidecar(t)
 	output := s.pod.Output()
 	doc, err := os.ReadFile(output)
@@ -82,7 +81,7 @@ func TestOutputFIFORestart(t *testing.T) {
 		p.plant()
 		probe := testproc.FreeAddr(t)
 		start := time.Now()
-		sc := testproc.Start(t, sidecarBin, nil, s.pod.Args("--health-addr", testproc.FreeAddr(t), "--probe-addr", probe)...)
+		sc := testproc.Start(t, framework.Bin(testbin.Sidecar), nil, s.pod.Args("--health-addr", testproc.FreeAddr(t), "--probe-addr", probe)...)
 		ready := time.Duration(-1)
 		for deadline := start.Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			if kubeletProbe(probe, "/readyz") && kubeletProbe(probe, "/livez") {

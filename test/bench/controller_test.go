@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,11 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/envelope"
-	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 // The controller case: 1,000 providers with 4 models each, in 10
@@ -141,26 +139,21 @@ func praxisLine(providers, gateways int, what string, durations []float64, write
 // fleet is the controller case's Grid objects, created before the agent
 // starts, and a watch on the gateways' namespace.
 type fleet struct {
-	admin                 client.WithWatch
-	agentNS, gwNS, credNS string
-	changed               *v1alpha1.InferenceProvider // admitted to 2 gateways
-	providers, gateways   int
-	writes                *overlays
+	site                *framework.Site
+	admin               client.WithWatch
+	gwNS, credNS        string
+	changed             *v1alpha1.InferenceProvider // admitted to 2 gateways
+	providers, gateways int
+	writes              *overlays
 }
 
 // newFleet creates the fleet; with praxis every gateway generates its
 // praxis.yaml from its admitted providers.
 func newFleet(ctx context.Context, b *testing.B, praxis bool) *fleet {
-	n := caseSeq.Add(1)
-	f := &fleet{agentNS: fmt.Sprintf("bench-agent-%d", n), gwNS: fmt.Sprintf("bench-gw-%d", n), credNS: fmt.Sprintf("bench-cred-%d", n)}
-	for _, ns := range []string{f.agentNS, f.gwNS, f.credNS} {
-		measure.Must(b, cp.EnsureNamespace(ctx, ns))
-	}
-	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
-	scheme, err := controller.Scheme()
-	measure.Must(b, err)
-	f.admin, err = client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})
-	measure.Must(b, err)
+	// The agent watches the gateways' namespace and the credentials'.
+	s := framework.NewSite(b, cp, framework.SiteOptions{Prefix: "controller", More: []string{"cred"}})
+	n := s.ID
+	f := &fleet{site: s, admin: s.Admin, gwNS: s.Namespace(), credNS: s.Namespaces[1]}
 	for i := range 10 {
 		measure.Must(b, f.admin.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("token-%d", i), Namespace: f.credNS},
@@ -231,12 +224,7 @@ func ptr[T any](v T) *T { return &v }
 
 // runAgent starts the agent binary with the chart's RBAC for the fleet.
 func (f *fleet) runAgent(b *testing.B) *reconcileLog {
-	saConfig, err := cp.AgentConfig(context.Background(), f.agentNS, []string{f.gwNS, f.credNS})
-	measure.Must(b, err)
-	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
-	measure.Must(b, controlplane.WriteKubeconfig(saConfig, kubeconfig))
-	return runAgent(b, "--kubeconfig", kubeconfig, "--namespaces", f.gwNS+","+f.credNS,
-		"--leader-election-namespace", f.agentNS, "--health-addr", freeAddr(b), "--log-level", "debug")
+	return runAgent(b, f.site.AgentArgs(freeAddr(b), framework.AgentOptions{Args: []string{"--log-level", "debug"}})...)
 }
 
 func controllerLine(providers, gateways int, what string, durations []float64, writes int, converged time.Duration) string {
@@ -401,7 +389,7 @@ func (r *reconcileLog) read(stderr io.Reader) {
 
 // runAgent starts the agent binary until the benchmark ends.
 func runAgent(b *testing.B, args ...string) *reconcileLog {
-	cmd := exec.Command(agent, args...) //nolint:noctx // stopped with SIGTERM below
+	cmd := exec.Command(framework.Bin(testbin.Agent), args...) //nolint:noctx // stopped with SIGTERM below
 	stderr, err := cmd.StderrPipe()
 	measure.Must(b, err)
 	measure.Must(b, cmd.Start())

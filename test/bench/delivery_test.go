@@ -22,7 +22,9 @@ import (
 
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testenvelope"
 )
 
@@ -144,7 +146,7 @@ func deliver(b *testing.B, size int, medium, fsync string, withReader bool) resu
 	defer consumer.close()
 
 	health := freeAddr(b)
-	proc := exec.Command(sidecar, //nolint:noctx // stopped with SIGTERM below
+	proc := exec.Command(framework.Bin(testbin.Sidecar), //nolint:noctx // stopped with SIGTERM below
 		"--kubeconfig", kubeconfig, "--namespace", ns, "--config-map", configMap, "--output", output,
 		"--expected-network", scope.Network, "--expected-gateway", scope.Gateway, "--expected-local-site", scope.LocalSite,
 		"--health-addr", health, "--log-level", "warn", "--fsync", fsync)

@@ -6,40 +6,15 @@
 package bench
 
 import (
-	"context"
-	"flag"
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testbin"
 )
 
-var (
-	cp      *controlplane.ControlPlane
-	sidecar string
-	agent   string
-)
+var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	// Only benchmarks need the servers and the binary; `go test ./...`
-	// passes through here too.
-	flag.Parse()
-	if flag.Lookup("test.bench").Value.String() == "" {
-		return m.Run()
-	}
-	dir, err := testbin.Dir(context.Background(), testbin.Sidecar, testbin.Agent)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	sidecar = filepath.Join(dir, testbin.Sidecar.Name)
-	agent = filepath.Join(dir, testbin.Agent.Name)
-	return controlplane.RunTests(m, &cp)
+	framework.BenchMain(m, framework.ControlPlanes(&cp), framework.Binaries(testbin.Sidecar, testbin.Agent))
 }

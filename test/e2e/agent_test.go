@@ -3,11 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,45 +12,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/envelope"
-	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
-var agentSeq atomic.Int32
-
-// agentSetup prepares what the agent's chart would: CRDs, a
-// ServiceAccount with exactly the agent's RBAC, and its kubeconfig.
-type agentSetup struct {
-	agentNS, gwNS string
-	kubeconfig    string
-	admin         client.Client
-}
-
-func newAgentSetup(t *testing.T) *agentSetup {
+// newAgentSetup prepares what the agent's chart would (framework.Site).
+// Its agent runs with the agent's defaults, as a pod runs it: these tests
+// hold the binary as shipped, not a site's fast timings.
+func newAgentSetup(t *testing.T) *framework.Site {
 	t.Helper()
-	ctx := context.Background()
-	n := agentSeq.Add(1)
-	s := &agentSetup{agentNS: fmt.Sprintf("agent-e2e-%d", n), gwNS: fmt.Sprintf("gw-e2e-%d", n)}
-	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
-	saConfig, err := cp.AgentConfig(ctx, s.agentNS, []string{s.gwNS})
-	require.NoError(t, err)
-	s.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, controlplane.WriteKubeconfig(saConfig, s.kubeconfig))
-	scheme, err := controller.Scheme()
-	require.NoError(t, err)
-	s.admin, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	require.NoError(t, err)
-	return s
-}
-
-func (s *agentSetup) args(addr string, extra ...string) []string {
-	return append([]string{"--kubeconfig", s.kubeconfig, "--namespaces", s.gwNS,
-		"--leader-election-namespace", s.agentNS, "--health-addr", addr}, extra...)
+	return framework.NewSite(t, cp, framework.SiteOptions{Prefix: "e2e"})
 }
 
 // leads reports what the agent's /status says of its leadership.
@@ -67,33 +38,32 @@ func leads(t *testing.T, addr string) bool {
 
 func TestAgentPublishesAndServesProbesStatusAndMetrics(t *testing.T) {
 	s := newAgentSetup(t)
-	addr := freeAddr(t)
-	agent := start(t, "gridsync-agent", nil, s.args(addr)...)
-	require.Eventually(t, func() bool { code, _ := get(t, "http://"+addr+"/readyz"); return code == 200 }, 20*time.Second, 20*time.Millisecond)
+	agent := s.StartAgent(t, framework.AgentOptions{})
+	addr := agent.Health
 	code, _ := get(t, "http://"+addr+"/livez")
 	assert.Equal(t, 200, code)
 	require.Eventually(t, func() bool { return leads(t, addr) }, 20*time.Second, 20*time.Millisecond, "the only replica leads")
 
 	ctx := context.Background()
 	network := &v1alpha1.GridNetwork{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-net-" + s.gwNS},
-		Spec:       v1alpha1.GridNetworkSpec{ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.gwNS}}},
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-net-" + s.Namespace()},
+		Spec:       v1alpha1.GridNetworkSpec{ConsumerGateways: []v1alpha1.ConsumerGateway{{Name: "edge", Namespace: s.Namespace()}}},
 	}
-	require.NoError(t, s.admin.Create(ctx, network))
-	t.Cleanup(func() { _ = s.admin.Delete(context.Background(), network) })
+	require.NoError(t, s.Admin.Create(ctx, network))
+	t.Cleanup(func() { _ = s.Admin.Delete(context.Background(), network) })
 	provider := &v1alpha1.InferenceProvider{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-provider-" + s.gwNS},
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-provider-" + s.Namespace()},
 		Spec: v1alpha1.InferenceProviderSpec{
 			GridNetworkRef: network.Name,
 			ProviderKind:   "vllm", BackendKind: "openai_compatible", Endpoint: "https://p.example",
 			Models: []v1alpha1.Model{{Name: "m"}},
 		},
 	}
-	require.NoError(t, s.admin.Create(ctx, provider))
-	t.Cleanup(func() { _ = s.admin.Delete(context.Background(), provider) })
+	require.NoError(t, s.Admin.Create(ctx, provider))
+	t.Cleanup(func() { _ = s.Admin.Delete(context.Background(), provider) })
 	name := envelope.ConfigMapName(network.Name, "edge")
 	require.Eventually(t, func() bool {
-		_, err := cp.AdminClient().CoreV1().ConfigMaps(s.gwNS).Get(ctx, name, metav1.GetOptions{})
+		_, err := cp.AdminClient().CoreV1().ConfigMaps(s.Namespace()).Get(ctx, name, metav1.GetOptions{})
 		return err == nil
 	}, 20*time.Second, 20*time.Millisecond)
 
@@ -124,8 +94,8 @@ func TestAgentPublishesAndServesProbesStatusAndMetrics(t *testing.T) {
 
 func TestAgentShutsDownCleanlyOnSIGTERMAndHandsOverTheLease(t *testing.T) {
 	s := newAgentSetup(t)
-	addr := freeAddr(t)
-	agent := start(t, "gridsync-agent", nil, s.args(addr)...)
+	agent := s.StartAgent(t, framework.AgentOptions{})
+	addr := agent.Health
 	require.Eventually(t, func() bool { return leads(t, addr) }, 20*time.Second, 20*time.Millisecond)
 
 	require.NoError(t, agent.Cmd.Process.Signal(syscall.SIGTERM))
@@ -133,7 +103,7 @@ func TestAgentShutsDownCleanlyOnSIGTERMAndHandsOverTheLease(t *testing.T) {
 	assert.Equal(t, 0, agent.Wait(t, 10*time.Second))
 	assert.Less(t, time.Since(began), 6*time.Second)
 	assert.Contains(t, agent.Log(), `"msg":"shutdown"`)
-	lease, err := cp.AdminClient().CoordinationV1().Leases(s.agentNS).Get(context.Background(), "gridsync-agent", metav1.GetOptions{})
+	lease, err := cp.AdminClient().CoordinationV1().Leases(s.AgentNS).Get(context.Background(), "gridsync-agent", metav1.GetOptions{})
 	require.NoError(t, err)
 	holder := ""
 	if lease.Spec.HolderIdentity != nil {
@@ -155,14 +125,14 @@ func TestAgentRejectsBadFlagsNamingTheFlag(t *testing.T) {
 		{[]string{"--no-such-flag"}, 2, "no-such-flag"},
 	}
 	for _, tt := range tests {
-		agent := start(t, "gridsync-agent", nil, tt.args...)
+		agent := start(t, testbin.Agent, nil, tt.args...)
 		assert.Equal(t, tt.code, agent.Wait(t, 10*time.Second), "%v", tt.args)
 		assert.Contains(t, agent.Log(), tt.want)
 	}
 	taken, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer func() { _ = taken.Close() }()
-	agent := start(t, "gridsync-agent", nil, "--health-addr", taken.Addr().String())
+	agent := start(t, testbin.Agent, nil, "--health-addr", taken.Addr().String())
 	assert.Equal(t, 1, agent.Wait(t, 10*time.Second))
 	assert.Contains(t, agent.Log(), "health")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 // chartMemoryLimit is the sidecar's memory limit in the praxis-gateway
@@ -60,7 +61,7 @@ func TestSidecarHealthPortStaysWithinTheChartsMemoryLimit(t *testing.T) {
 	doc, _ := p.Envelope(1)
 	p.Put(doc)
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", []string{fmt.Sprintf("GRIDSYNC_MEMORY_LIMIT=%d", chartMemoryLimit)}, p.Args("--health-addr", addr)...)
+	sidecar := start(t, testbin.Sidecar, []string{fmt.Sprintf("GRIDSYNC_MEMORY_LIMIT=%d", chartMemoryLimit)}, p.Args("--health-addr", addr)...)
 	waitOK(t, "http://"+addr+"/readyz")
 	pid := sidecar.Cmd.Process.Pid
 
@@ -97,7 +98,7 @@ func TestSidecarExitsZeroOnSIGTERMWithAHalfSentHealthRequest(t *testing.T) {
 	doc, _ := p.Envelope(1)
 	p.Put(doc)
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", addr)...)
+	sidecar := start(t, testbin.Sidecar, nil, p.Args("--health-addr", addr)...)
 	waitOK(t, "http://"+addr+"/readyz")
 	conn, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", addr)
 	require.NoError(t, err)

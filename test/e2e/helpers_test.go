@@ -1,9 +1,10 @@
 package e2e
 
 import (
-	"path/filepath"
 	"testing"
 
+	"github.com/gridsync/gridsync/test/framework"
+	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testpod"
 	"github.com/gridsync/gridsync/test/testproc"
 )
@@ -16,9 +17,9 @@ func newPod(t *testing.T) *pod { return testpod.New(t, cp) }
 // proc is a binary running as a child process.
 type proc = testproc.Proc
 
-func start(t *testing.T, binary string, env []string, args ...string) *proc {
+func start(t *testing.T, binary testbin.Binary, env []string, args ...string) *proc {
 	t.Helper()
-	return testproc.Start(t, filepath.Join(binDir, binary), env, args...)
+	return testproc.Start(t, framework.Bin(binary), env, args...)
 }
 
 func freeAddr(t *testing.T) string               { return testproc.FreeAddr(t) }

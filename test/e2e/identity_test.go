@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -62,7 +63,7 @@ func TestSidecarPublishesOnlyValidIdentityGenerations(t *testing.T) {
 	identityDir := filepath.Join(t.TempDir(), "identity")
 	require.NoError(t, os.Mkdir(identityDir, 0o755))
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", nil, append(p.Args("--health-addr", addr), identityArgs(proj, identityDir)...)...)
+	sidecar := start(t, testbin.Sidecar, nil, append(p.Args("--health-addr", addr), identityArgs(proj, identityDir)...)...)
 	waitOK(t, "http://"+addr+"/readyz")
 	assert.Equal(t, "gateway-1", commonNameIn(t, identityDir))
 
@@ -88,7 +89,7 @@ func TestSidecarRefusesToStartWithAnInvalidIdentity(t *testing.T) {
 	p := newPod(t)
 	proj := testpki.NewProjection(t)
 	proj.Publish(map[string][]byte{"tls.crt": []byte("junk"), "tls.key": []byte("junk")})
-	sidecar := start(t, "gridsync-sidecar", nil, append(p.Args("--health-addr", freeAddr(t)),
+	sidecar := start(t, testbin.Sidecar, nil, append(p.Args("--health-addr", freeAddr(t)),
 		"--identity-cert", proj.Path("tls.crt"), "--identity-key", proj.Path("tls.key"), "--identity-dir", t.TempDir())...)
 	assert.Equal(t, 1, sidecar.Wait(t, 10*time.Second))
 	assert.Contains(t, sidecar.Log(), "certificate rejected (unparseable)")
@@ -101,7 +102,7 @@ func TestInitWaitsForTheFirstValidIdentity(t *testing.T) {
 	root := testpki.NewRoot(t, "root")
 	proj := testpki.NewProjection(t) // empty: the Secret is not there yet
 	identityDir := t.TempDir()
-	init := start(t, "gridsync-init", nil, append(p.Args(), identityArgs(proj, identityDir)...)...)
+	init := start(t, testbin.Init, nil, append(p.Args(), identityArgs(proj, identityDir)...)...)
 	time.Sleep(1500 * time.Millisecond)
 	require.True(t, init.Running(), "must wait for the identity")
 	assert.NoFileExists(t, p.Output())
@@ -120,7 +121,7 @@ func TestInitExitsNonZeroWhenNoValidIdentityArrivesInTime(t *testing.T) {
 	p.Put(doc)
 	proj := testpki.NewProjection(t)
 	proj.Publish(map[string][]byte{"tls.crt": []byte("junk"), "tls.key": []byte("junk")})
-	init := start(t, "gridsync-init", nil, append(p.Args("--timeout", "2s"),
+	init := start(t, testbin.Init, nil, append(p.Args("--timeout", "2s"),
 		"--identity-cert", proj.Path("tls.crt"), "--identity-key", proj.Path("tls.key"), "--identity-dir", t.TempDir())...)
 	assert.Equal(t, 1, init.Wait(t, 10*time.Second))
 	assert.Contains(t, init.Log(), "no valid TLS identity within --timeout 2s")

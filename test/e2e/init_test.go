@@ -7,11 +7,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 func TestInitBlocksUntilTheConfigMapAppearsThenExitsZero(t *testing.T) {
 	p := newPod(t)
-	init := start(t, "gridsync-init", nil, p.Args()...)
+	init := start(t, testbin.Init, nil, p.Args()...)
 
 	time.Sleep(1500 * time.Millisecond)
 	require.True(t, init.Running(), "must wait while the ConfigMap is missing")
@@ -36,7 +38,7 @@ func TestInitBlocksUntilTheConfigMapAppearsThenExitsZero(t *testing.T) {
 
 func TestInitExitsNonZeroWhenTheTimeoutPasses(t *testing.T) {
 	p := newPod(t)
-	init := start(t, "gridsync-init", nil, p.Args("--timeout", "2s")...)
+	init := start(t, testbin.Init, nil, p.Args("--timeout", "2s")...)
 	assert.Equal(t, 1, init.Wait(t, 10*time.Second))
 	assert.Contains(t, init.Log(), "within --timeout 2s")
 	assert.Contains(t, init.Log(), "the ConfigMap does not exist")
@@ -51,7 +53,7 @@ func TestInitExitsAtOnceWithAValidOverlayOnDisk(t *testing.T) {
 	args := p.Args()
 	args[1] = writeUnreachableKubeconfig(t)
 	began := time.Now()
-	init := start(t, "gridsync-init", nil, args...)
+	init := start(t, testbin.Init, nil, args...)
 	assert.Equal(t, 0, init.Wait(t, 5*time.Second))
 	assert.Less(t, time.Since(began), 3*time.Second)
 	assert.Contains(t, init.Log(), "overlay_already_on_disk")
@@ -71,7 +73,7 @@ current-context: none
 }
 
 func TestInitRejectsBadFlagsNamingTheFlag(t *testing.T) {
-	init := start(t, "gridsync-init", nil, "--namespace", "x")
+	init := start(t, testbin.Init, nil, "--namespace", "x")
 	assert.Equal(t, 2, init.Wait(t, 5*time.Second))
 	assert.Contains(t, init.Log(), "--config-map is required (or set OVERLAY_SYNC_CONFIGMAP)")
 	assert.Contains(t, init.Log(), "--expected-local-site is required")

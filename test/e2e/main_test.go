@@ -4,30 +4,15 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testbin"
 )
 
-var (
-	cp     *controlplane.ControlPlane
-	binDir string
-)
+var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := testbin.Dir(context.Background(), testbin.Sidecar, testbin.Init, testbin.Agent)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	binDir = dir
-	return controlplane.RunTests(m, &cp)
+	framework.Main(m, framework.ControlPlanes(&cp), framework.Binaries(testbin.Sidecar, testbin.Init, testbin.Agent))
 }

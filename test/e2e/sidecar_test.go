@@ -12,12 +12,14 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 func TestSidecarServesProbesStatusAndMetrics(t *testing.T) {
 	p := newPod(t)
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", addr)...)
+	sidecar := start(t, testbin.Sidecar, nil, p.Args("--health-addr", addr)...)
 	base := "http://" + addr
 
 	waitOK(t, base+"/livez")
@@ -74,7 +76,7 @@ func TestSidecarShutsDownCleanlyOnSIGTERM(t *testing.T) {
 			doc, _ := p.Envelope(1)
 			p.Put(doc)
 			addr := freeAddr(t)
-			sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", addr)...)
+			sidecar := start(t, testbin.Sidecar, nil, p.Args("--health-addr", addr)...)
 			waitOK(t, "http://"+addr+"/readyz")
 
 			require.NoError(t, sidecar.Cmd.Process.Signal(sig))
@@ -95,7 +97,7 @@ func TestSidecarExitsNonZeroWhenTheHealthAddressIsTaken(t *testing.T) {
 	taken, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer func() { _ = taken.Close() }()
-	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", taken.Addr().String())...)
+	sidecar := start(t, testbin.Sidecar, nil, p.Args("--health-addr", taken.Addr().String())...)
 	assert.Equal(t, 1, sidecar.Wait(t, 5*time.Second))
 	assert.Contains(t, sidecar.Log(), "bind health address")
 }
@@ -105,7 +107,7 @@ func TestSidecarTakesTheUpstreamEnvironmentVariables(t *testing.T) {
 	addr := freeAddr(t)
 	doc, revision := p.Envelope(1)
 	p.Put(doc)
-	start(t, "gridsync-sidecar", []string{
+	start(t, testbin.Sidecar, []string{
 		"OVERLAY_SYNC_NAMESPACE=" + p.Namespace,
 		"OVERLAY_SYNC_CONFIGMAP=" + p.ConfigMap,
 		"OVERLAY_SYNC_DATA_KEY=routing-overlay.json",
@@ -123,7 +125,7 @@ func TestSidecarOnceExitsAfterTheFirstValidOverlay(t *testing.T) {
 	p := newPod(t)
 	doc, _ := p.Envelope(1)
 	p.Put(doc)
-	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--once", "--health-addr", freeAddr(t))...)
+	sidecar := start(t, testbin.Sidecar, nil, p.Args("--once", "--health-addr", freeAddr(t))...)
 	assert.Equal(t, 0, sidecar.Wait(t, 10*time.Second))
 	got, err := os.ReadFile(p.Output())
 	require.NoError(t, err)
@@ -147,7 +149,7 @@ func TestSidecarFlagErrorsNameTheFlag(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			sidecar := start(t, "gridsync-sidecar", tt.env, tt.args...)
+			sidecar := start(t, testbin.Sidecar, tt.env, tt.args...)
 			assert.Equal(t, 2, sidecar.Wait(t, 5*time.Second))
 			assert.Contains(t, sidecar.Log(), tt.want)
 		})

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 // Dashboards, alerts, log searches and status scrapers written for the
@@ -19,7 +21,7 @@ import (
 func TestSidecarAnswersAsTheUpstreamSidecarDoes(t *testing.T) {
 	p := newPod(t)
 	addr := freeAddr(t)
-	sidecar := start(t, "gridsync-sidecar", nil, p.Args("--health-addr", addr)...)
+	sidecar := start(t, testbin.Sidecar, nil, p.Args("--health-addr", addr)...)
 	base := "http://" + addr
 	waitOK(t, base+"/livez")
 
@@ -101,7 +103,7 @@ func TestSidecarOnceFromTheEnvironmentNeverBindsThePort(t *testing.T) {
 	taken, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer func() { _ = taken.Close() }()
-	sidecar := start(t, "gridsync-sidecar", []string{"OVERLAY_SYNC_ONCE=true"}, p.Args("--health-addr", taken.Addr().String())...)
+	sidecar := start(t, testbin.Sidecar, []string{"OVERLAY_SYNC_ONCE=true"}, p.Args("--health-addr", taken.Addr().String())...)
 	assert.Equal(t, 0, sidecar.Wait(t, 10*time.Second), sidecar.Log())
 	got, err := os.ReadFile(p.Output())
 	require.NoError(t, err)

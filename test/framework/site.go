@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
@@ -35,11 +36,13 @@ type Site struct {
 	// Namespaces are the namespaces the agent watches; the first is the
 	// site's own (Namespace).
 	Namespaces []string
-	// Kubeconfig is the agent's.
+	// Kubeconfig is the agent's, for an agent run as a process; Config
+	// the same, for an agent's controller run in the test's process.
 	Kubeconfig string
+	Config     *rest.Config
 	// Admin is a client of the site's control plane that knows the Grid
 	// types; nil for a Site set up with Setup alone.
-	Admin client.Client
+	Admin client.WithWatch
 	// SwimAddr is the agent's SWIM address on loopback, when the site has
 	// one (TCP and UDP free).
 	SwimAddr string
@@ -52,6 +55,9 @@ type SiteOptions struct {
 	Prefix string
 	// Name is the site's name.
 	Name string
+	// More are further namespaces the agent watches, <prefix>-<more>-<ID>
+	// each, after the site's own.
+	More []string
 	// Swim gives the site a SWIM address.
 	Swim bool
 }
@@ -69,6 +75,9 @@ func NewSite(t testing.TB, cp *controlplane.ControlPlane, opts SiteOptions) *Sit
 	id := NextID()
 	s := &Site{CP: cp, ID: id, Name: opts.Name, AgentNS: fmt.Sprintf("%s-system-%d", opts.Prefix, id),
 		Namespaces: []string{fmt.Sprintf("%s-%d", opts.Prefix, id)}, Kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
+	for _, more := range opts.More {
+		s.Namespaces = append(s.Namespaces, fmt.Sprintf("%s-%s-%d", opts.Prefix, more, id))
+	}
 	require.NoError(t, s.Setup(context.Background()))
 	var err error
 	s.Admin, err = AdminClient(cp)
@@ -81,8 +90,8 @@ func NewSite(t testing.TB, cp *controlplane.ControlPlane, opts SiteOptions) *Sit
 
 // Setup does what the agent's chart does before the agent starts:
 // installs the CRDs, creates the watched namespaces, grants the agent's
-// ServiceAccount its RBAC and writes its kubeconfig to s.Kubeconfig.
-// Every step is idempotent: a caller may retry it whole.
+// ServiceAccount its RBAC and writes its kubeconfig to s.Kubeconfig (and
+// s.Config). Every step is idempotent: a caller may retry it whole.
 func (s *Site) Setup(ctx context.Context) error {
 	if err := s.CP.InstallCRDsFS(ctx, crds.Manifests); err != nil {
 		return err
@@ -96,19 +105,21 @@ func (s *Site) Setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.Config = cfg
 	return controlplane.WriteKubeconfig(cfg, s.Kubeconfig)
 }
 
 // Namespace is the site's own namespace: its gateways, Secrets, pods.
 func (s *Site) Namespace() string { return s.Namespaces[0] }
 
-// AdminClient is an admin client of cp that knows the Grid types.
-func AdminClient(cp *controlplane.ControlPlane) (client.Client, error) {
+// AdminClient is an admin client of cp that knows the Grid types; it can
+// watch, as a benchmark watching the agent's writes does.
+func AdminClient(cp *controlplane.ControlPlane) (client.WithWatch, error) {
 	scheme, err := controller.Scheme()
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	return client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})
 }
 
 // AgentOptions say how a suite runs the agent beyond its site.

@@ -12,14 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/envelope"
-	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
+	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testproc"
 )
 
@@ -37,15 +35,13 @@ func (s *soak) agentPhase(ctx context.Context) {
 	defer s.cmMu.Unlock()
 	// The phase may begin while a fault has the API server down: each
 	// call below is idempotent and retried like the harness's others.
-	if !s.retry(ctx, "install CRDs", func() error { return cp.InstallCRDsFS(ctx, crds.Manifests) }) {
+	site := &framework.Site{CP: cp, AgentNS: s.ns + "-agent", Namespaces: []string{s.ns},
+		Kubeconfig: filepath.Join(s.t.TempDir(), "agent-kubeconfig")}
+	if !s.retry(ctx, "agent site", func() error { return site.Setup(ctx) }) {
 		return
 	}
-	scheme, err := controller.Scheme()
-	if err != nil {
-		s.violate("harness: scheme: %v", err)
-		return
-	}
-	s.grid, err = client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	var err error
+	s.grid, err = framework.AdminClient(cp)
 	if err != nil {
 		s.violate("harness: client: %v", err)
 		return
@@ -62,21 +58,10 @@ func (s *soak) agentPhase(ctx context.Context) {
 			return
 		}
 	}
-	agentNS := s.ns + "-agent"
-	var cfg *rest.Config
-	if !s.retry(ctx, "agent RBAC", func() (err error) {
-		cfg, err = cp.AgentConfig(ctx, agentNS, []string{s.ns})
-		return err
-	}) {
-		return
-	}
-	kubeconfig := filepath.Join(s.t.TempDir(), "agent-kubeconfig")
-	if err := controlplane.WriteKubeconfig(cfg, kubeconfig); err != nil {
-		s.violate("harness: %v", err)
-		return
-	}
-	args := []string{"--kubeconfig", kubeconfig, "--namespaces", s.ns, "--leader-election-namespace", agentNS,
-		"--health-addr", testproc.FreeAddr(s.t), "--resync-period", "10s"}
+	// The fast resync only: the agent keeps leader election's defaults,
+	// so that it steps down (and is restarted) when an API outage
+	// outlasts the 10 s renew deadline, as a pod's agent does.
+	args := site.AgentArgs(testproc.FreeAddr(s.t), framework.AgentOptions{Timings: framework.Timings{Resync: framework.Fast.Resync}})
 	s.agent = &agentRun{stop: make(chan struct{}), done: make(chan struct{})}
 	go s.superviseAgent(s.agent, args)
 	s.viaAgent.Store(true)
@@ -98,7 +83,7 @@ type agentRun struct {
 func (s *soak) superviseAgent(run *agentRun, args []string) {
 	defer close(run.done)
 	for {
-		cmd := exec.Command(agent, args...) //nolint:noctx // stopped with SIGTERM when the phase ends
+		cmd := exec.Command(framework.Bin(testbin.Agent), args...) //nolint:noctx // stopped with SIGTERM when the phase ends
 		cmd.Stderr = &lineWriter{log: s.events, prefix: "agent "}
 		if err := cmd.Start(); err != nil {
 			s.violate("harness: start the agent: %v", err)

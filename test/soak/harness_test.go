@@ -37,6 +37,8 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
+	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testfs"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/test/testproc"
@@ -308,7 +310,7 @@ func (s *soak) put(ctx context.Context, data map[string]string) error {
 func (s *soak) supervise(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	for {
-		cmd := exec.Command(sidecar, //nolint:noctx // killed by the faults and at the end
+		cmd := exec.Command(framework.Bin(testbin.Sidecar), //nolint:noctx // killed by the faults and at the end
 			"--kubeconfig", s.kubeconfig, "--namespace", s.ns, "--config-map", s.configMap, "--output", s.output,
 			"--expected-network", s.scope.Network, "--expected-gateway", s.scope.Gateway, "--expected-local-site", s.scope.LocalSite,
 			"--health-addr", s.health, "--watch-idle-timeout", "10s", "--max-bytes", "65536",

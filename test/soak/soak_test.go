@@ -7,11 +7,9 @@
 package soak
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,28 +20,15 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testbin"
 )
 
-var (
-	cp      *controlplane.ControlPlane
-	sidecar string
-	agent   string
-)
+var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
 	ctrllog.SetLogger(logr.Discard()) // the harness's Grid client logs nothing
-	dir, err := testbin.Dir(context.Background(), testbin.Sidecar, testbin.Agent)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	sidecar, agent = filepath.Join(dir, testbin.Sidecar.Name), filepath.Join(dir, testbin.Agent.Name)
-	return controlplane.RunTests(m, &cp)
+	framework.Main(m, framework.ControlPlanes(&cp), framework.Binaries(testbin.Sidecar, testbin.Agent))
 }
 
 // TestSoak runs the seeds of SOAK_SEED (comma-separated) for

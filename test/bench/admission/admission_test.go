@@ -24,7 +24,6 @@ package admission
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -44,10 +43,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testpki"
@@ -70,11 +68,7 @@ var (
 var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if flag.Lookup("test.bench").Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	os.Exit(controlplane.RunTests(m, &cp))
+	framework.BenchMain(m, framework.ControlPlanes(&cp), framework.Binaries(testbin.Agent, testbin.Sidecar))
 }
 
 func BenchmarkAdmission(b *testing.B) {
@@ -184,20 +178,9 @@ func (f *file) when(provider, state string) (time.Time, bool) {
 func runBench(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	agentNS, gwNS := "admission-agent", "admission"
-	for _, ns := range []string{agentNS, gwNS} {
-		measure.Must(b, cp.EnsureNamespace(ctx, ns))
-	}
-	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
-	scheme, err := controller.Scheme()
-	measure.Must(b, err)
-	admin, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	measure.Must(b, err)
-	agentCfg, err := cp.AgentConfig(ctx, agentNS, []string{gwNS})
-	measure.Must(b, err)
+	s := framework.NewSite(b, cp, framework.SiteOptions{Prefix: "admission", Name: site})
+	gwNS, admin := s.Namespace(), s.Admin
 	dir := b.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	measure.Must(b, controlplane.WriteKubeconfig(agentCfg, kubeconfig))
 
 	q := &queues{waiting: make([]int, providers), turn: make([]bool, providers)}
 	for i := range providers {
@@ -228,17 +211,11 @@ func runBench(b *testing.B) {
 		}}))
 	}
 
-	binDir, err := testbin.Dir(ctx, testbin.Agent, testbin.Sidecar)
-	measure.Must(b, err)
-	health := testproc.FreeAddr(b)
 	// The signals listener (with the site's identity) is what collects
-	// providers' signals.
+	// providers' signals, from providers on loopback.
 	identity := testpki.NewSite(b, site)
-	testproc.Start(b, filepath.Join(binDir, "gridsync-agent"), nil, append([]string{
-		"--kubeconfig", kubeconfig, "--namespaces", gwNS, "--leader-elect=false", "--leader-election-namespace", agentNS,
-		"--health-addr", health, "--log-level", "warn", "--site-name", site, "--signals-addr", testproc.FreeAddr(b),
-		"--signals-interval", "1s", "--probe-allow-destinations", "127.0.0.0/8"}, identity.AgentArgs()...)...)
-	testproc.WaitOK(b, "http://"+health+"/readyz")
+	s.StartAgent(b, framework.AgentOptions{Loopback: true, Args: append([]string{"--leader-elect=false", "--log-level", "warn",
+		"--signals-addr", testproc.FreeAddr(b), "--signals-interval", "1s"}, identity.AgentArgs()...)})
 
 	// A sidecar per gateway, each with its own ServiceAccount.
 	files := make([]*file, gateways)
@@ -258,7 +235,7 @@ func runBench(b *testing.B) {
 		files[g].reset()
 		byDir[out] = files[g]
 		measure.Must(b, watcher.Add(out))
-		testproc.Start(b, filepath.Join(binDir, "gridsync-sidecar"), nil,
+		testproc.Start(b, framework.Bin(testbin.Sidecar), nil,
 			"--kubeconfig", kc, "--namespace", gwNS, "--config-map", cm, "--output", files[g].path,
 			"--expected-network", network, "--expected-gateway", gw.Name, "--expected-local-site", site,
 			"--health-addr", testproc.FreeAddr(b), "--log-level", "warn")

@@ -10,7 +10,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -35,19 +34,14 @@ import (
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testfs"
 )
 
 var cp *controlplane.ControlPlane
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if flag.Lookup("test.bench").Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	os.Exit(controlplane.RunTests(m, &cp))
-}
+func TestMain(m *testing.M) { framework.BenchMain(m, framework.ControlPlanes(&cp)) }
 
 const namespace = "fleet"
 

@@ -16,7 +16,6 @@ package node
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -33,6 +32,7 @@ import (
 	"github.com/gridsync/gridsync/hack/images"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testnode"
 )
@@ -43,13 +43,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// Only the benchmark needs the node; `go test ./...` passes through
-	// here too.
-	flag.Parse()
-	if flag.Lookup("test.bench").Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	os.Exit(testnode.RunTests(m, &cp, &node))
+	framework.BenchMain(m, framework.ControlPlanes(&cp), framework.Node(&node))
 }
 
 const (

@@ -31,13 +31,11 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,11 +51,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
 	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testpki"
@@ -79,11 +76,7 @@ var (
 var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if flag.Lookup("test.bench").Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	os.Exit(controlplane.RunTests(m, &cp))
+	framework.BenchMain(m, framework.ControlPlanes(&cp), framework.Binaries(testbin.Agent))
 }
 
 func BenchmarkRollout(b *testing.B) {
@@ -152,21 +145,9 @@ func (s *sidecar) close() error {
 func runBench(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	agentNS, gwNS := "rollout-agent", "rollout"
-	for _, ns := range []string{agentNS, gwNS} {
-		measure.Must(b, cp.EnsureNamespace(ctx, ns))
-	}
-	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
-	scheme, err := controller.Scheme()
-	measure.Must(b, err)
-	admin, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	measure.Must(b, err)
-	agentCfg, err := cp.AgentConfig(ctx, agentNS, []string{gwNS})
-	measure.Must(b, err)
-	measure.Must(b, cp.Grant(ctx, agentNS, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview", "", rbac.TokenReviewRules()))
-	dir := b.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	measure.Must(b, controlplane.WriteKubeconfig(agentCfg, kubeconfig))
+	s := framework.NewSite(b, cp, framework.SiteOptions{Prefix: "rollout", Name: site})
+	gwNS, admin := s.Namespace(), s.Admin
+	measure.Must(b, cp.Grant(ctx, s.AgentNS, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview", "", rbac.TokenReviewRules()))
 
 	// This site's identity, as the chart mounts the site Secret.
 	identity := testpki.NewSite(b, site)
@@ -182,18 +163,13 @@ func runBench(b *testing.B) {
 		Models: []v1alpha1.Model{{Name: "m1"}}}}
 	measure.Must(b, admin.Create(ctx, provider))
 
-	binDir, err := testbin.Dir(ctx, testbin.Agent)
-	measure.Must(b, err)
 	signalsAddr := testproc.FreeAddr(b)
-	health := testproc.FreeAddr(b)
-	agent := testproc.Start(b, filepath.Join(binDir, "gridsync-agent"), nil, append([]string{
-		"--kubeconfig", kubeconfig, "--namespaces", gwNS, "--leader-elect=false", "--leader-election-namespace", agentNS, "--health-addr", health, "--log-level", "warn",
-		"--site-name", site, "--signals-addr", signalsAddr, "--report-silent-after", "90s",
+	agent := s.StartAgent(b, framework.AgentOptions{Args: append([]string{"--leader-elect=false", "--log-level", "warn",
+		"--signals-addr", signalsAddr, "--report-silent-after", "90s",
 		// A thousand pods' first reports are a thousand TokenReviews at
 		// once: the review budget is raised so that the warm-up round is
 		// not what is measured.
-		"--report-review-rate", "1000", "--report-review-burst", "2000"}, identity.AgentArgs()...)...)
-	testproc.WaitOK(b, "http://"+health+"/readyz")
+		"--report-review-rate", "1000", "--report-review-burst", "2000"}, identity.AgentArgs()...)})
 	pid := agent.Cmd.Process.Pid
 	waitListening(b, signalsAddr)
 	// The provider Available first: its phase is part of what is
@@ -305,7 +281,7 @@ func runBench(b *testing.B) {
 			}
 		}
 		if time.Now().After(settle) {
-			_, body := testproc.Get(b, "http://"+health+"/metrics")
+			_, body := testproc.Get(b, "http://"+agent.Health+"/metrics")
 			b.Fatalf("the first round never settled; the agent's counts:\n%s", grepLines(body, "gridsync_delivery_reports_received_total", "gridsync_rollout_reports_total"))
 		}
 	}

@@ -27,12 +27,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -44,9 +41,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
-	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testpki"
@@ -71,11 +67,7 @@ vllm:gpu_cache_usage_perc 0.42
 var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if flag.Lookup("test.bench").Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	os.Exit(controlplane.RunTests(m, &cp))
+	framework.BenchMain(m, framework.ControlPlanes(&cp), framework.Binaries(testbin.Agent))
 }
 
 func BenchmarkScrape(b *testing.B) {
@@ -167,15 +159,8 @@ func startServers(b *testing.B, mode string, p pki, c *counters) (urls []string,
 func runCase(b *testing.B, mode string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	agentNS, credNS := "scrape-agent-"+mode, "scrape-"+mode
-	for _, ns := range []string{agentNS, credNS} {
-		measure.Must(b, cp.EnsureNamespace(ctx, ns))
-	}
-	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
-	scheme, err := controller.Scheme()
-	measure.Must(b, err)
-	admin, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	measure.Must(b, err)
+	s := framework.NewSite(b, cp, framework.SiteOptions{Prefix: "scrape-" + mode, Name: "east"})
+	credNS, admin := s.Namespace(), s.Admin
 
 	p := pki{ca: testpki.NewRoot(b, "provider-ca"), clientCA: testpki.NewRoot(b, "client-ca")}
 	p.serverCert, p.serverKey = p.ca.Leaf(b, "provider", testpki.Opts{})
@@ -206,7 +191,7 @@ func runCase(b *testing.B, mode string) {
 		measure.Must(b, admin.Create(ctx, pr))
 	}
 
-	agent := startAgent(ctx, b, agentNS, credNS)
+	agent := startAgent(b, s)
 	defer stopAgent(b, agent)
 	// Gone before the next case's agent starts (every agent scrapes every
 	// provider of the cluster), while this agent still runs to release the
@@ -236,24 +221,12 @@ func runCase(b *testing.B, mode string) {
 		measure.Millis(cpu)/float64(scrapes), c.connections.Load(), c.fullHandshakes.Load(), c.resumed.Load())
 }
 
-func startAgent(ctx context.Context, b *testing.B, agentNS, credNS string) *testproc.Proc {
-	agentCfg, err := cp.AgentConfig(ctx, agentNS, []string{credNS})
-	measure.Must(b, err)
-	dir := b.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	measure.Must(b, controlplane.WriteKubeconfig(agentCfg, kubeconfig))
+func startAgent(b *testing.B, s *framework.Site) *testproc.Proc {
 	// The signals collection runs with the signals listener, which serves
-	// with the site identity.
-	site := testpki.NewSite(b, "east")
-	binDir, err := testbin.Dir(ctx, testbin.Agent)
-	measure.Must(b, err)
-	health := testproc.FreeAddr(b)
-	agent := testproc.Start(b, filepath.Join(binDir, "gridsync-agent"), nil, append([]string{
-		"--kubeconfig", kubeconfig, "--namespaces", credNS, "--leader-elect=false", "--leader-election-namespace", agentNS,
-		"--health-addr", health, "--log-level", "debug", "--site-name", "east", "--signals-addr", testproc.FreeAddr(b),
-		"--signals-interval", interval.String(), "--probe-allow-destinations", "127.0.0.0/8"}, site.AgentArgs()...)...)
-	testproc.WaitOK(b, "http://"+health+"/readyz")
-	return agent
+	// with the site identity; the providers listen on loopback.
+	identity := testpki.NewSite(b, s.Name)
+	return s.StartAgent(b, framework.AgentOptions{Loopback: true, Args: append([]string{"--leader-elect=false", "--log-level", "debug",
+		"--signals-addr", testproc.FreeAddr(b), "--signals-interval", interval.String()}, identity.AgentArgs()...)}).Proc
 }
 
 func stopAgent(b *testing.B, agent *testproc.Proc) {

@@ -16,14 +16,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
 	membership "github.com/gridsync/gridsync/gossip"
 	gridsites "github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/trust/enrol"
@@ -56,17 +55,10 @@ func BenchmarkEnrol(b *testing.B) {
 func runEnrol(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	agentNS, credNS, network := "enrol-agent", "enrol-cred", "enrol-bench"
-	for _, ns := range []string{agentNS, credNS} {
-		measure.Must(b, cp.EnsureNamespace(ctx, ns))
-	}
-	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
-	scheme, err := controller.Scheme()
-	measure.Must(b, err)
-	admin, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
-	measure.Must(b, err)
-	cfg, err := cp.AgentConfig(ctx, agentNS, []string{credNS})
-	measure.Must(b, err)
+	const network = "enrol-bench"
+	// The agent's controller runs in this process, with the site's RBAC.
+	s := framework.NewSite(b, cp, framework.SiteOptions{Prefix: "enrol"})
+	agentNS, credNS, admin, cfg := s.AgentNS, s.Namespace(), s.Admin, s.Config
 	measure.Must(b, cp.AgentTrustSecrets(ctx, agentNS, credNS, "grid-ca", "site-cert"))
 	measure.Must(b, admin.Create(ctx, &v1alpha1.GridNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: network, Labels: map[string]string{controller.AutoDiscoverSitesLabel: "true"}},

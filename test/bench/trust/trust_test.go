@@ -18,11 +18,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -35,10 +33,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/trust/sitetrust"
@@ -54,13 +52,7 @@ var sites = measure.Size(50, 3)
 
 var cp *controlplane.ControlPlane
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if flag.Lookup("test.bench").Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	os.Exit(controlplane.RunTests(m, &cp))
-}
+func TestMain(m *testing.M) { framework.BenchMain(m, framework.ControlPlanes(&cp)) }
 
 func BenchmarkTrust(b *testing.B) {
 	for b.Loop() {
@@ -71,18 +63,10 @@ func BenchmarkTrust(b *testing.B) {
 func runBench(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	agentNS, credNS := "trust-agent", "trust-cred"
-	for _, ns := range []string{agentNS, credNS} {
-		measure.Must(b, cp.EnsureNamespace(ctx, ns))
-	}
-	measure.Must(b, cp.InstallCRDsFS(ctx, crds.Manifests))
-	scheme, err := controller.Scheme()
-	measure.Must(b, err)
-	admin, err := client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: scheme})
-	measure.Must(b, err)
-	cfg, err := cp.AgentConfig(ctx, agentNS, []string{credNS})
-	measure.Must(b, err)
-	measure.Must(b, cp.AgentTrustSecrets(ctx, agentNS, credNS, "grid-ca", "site-cert"))
+	// The agent's controller runs in this process, with the site's RBAC.
+	s := framework.NewSite(b, cp, framework.SiteOptions{Prefix: "trust"})
+	credNS, admin, cfg := s.Namespace(), s.Admin, s.Config
+	measure.Must(b, cp.AgentTrustSecrets(ctx, s.AgentNS, credNS, "grid-ca", "site-cert"))
 
 	measure.Must(b, admin.Create(ctx, &v1alpha1.GridNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: network},
