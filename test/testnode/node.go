@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -119,7 +120,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.startControllers(); err != nil {
 		return err
 	}
-	if err := n.startKubelet(); err != nil {
+	if _, err := n.startKubelet(); err != nil {
 		return err
 	}
 	return n.waitReady(ctx)
@@ -214,6 +215,55 @@ func (n *Node) HTTPClient() *http.Client {
 func (n *Node) CutAPI() {
 	n.forward.Cut()
 	n.forward.Restore()
+}
+
+// RestartKubelet stops the kubelet and starts it again with the same
+// configuration, as a kubelet upgrade or crash does: the pods keep running
+// in containerd, and the kubelet begins with none of what it kept in
+// memory. Its cache of the pods' ServiceAccount tokens is part of that: it
+// requests a new token for every projected token volume, where a running
+// kubelet only does so at 80 % of the token's lifetime. It returns once the
+// kubelet serves its health check again and the Node is Ready.
+func (n *Node) RestartKubelet(ctx context.Context) error {
+	n.mu.Lock()
+	var old *controlplane.Process
+	kept := make([]*controlplane.Process, 0, len(n.processes))
+	for _, p := range n.processes {
+		if p.Name() == "kubelet" {
+			old = p
+			continue
+		}
+		kept = append(kept, p)
+	}
+	n.processes = kept
+	n.mu.Unlock()
+	if old == nil {
+		return errors.New("restart the kubelet: it is not running")
+	}
+	if err := old.Stop(stopGrace); err != nil {
+		return err
+	}
+	p, err := n.startKubelet()
+	if err != nil {
+		return err
+	}
+	healthz := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(kubeletHealthzPort)) + "/healthz"
+	err = p.WaitUntil(ctx, 60*time.Second, func() bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthz, http.NoBody)
+		if err != nil {
+			return false
+		}
+		resp, err := n.HTTPClient().Do(req)
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		return fmt.Errorf("the restarted kubelet is not healthy: %w\n%s", err, p.LogTail())
+	}
+	return n.waitReady(ctx)
 }
 
 // waitReady waits for the Node object to report Ready and carry no taint

@@ -258,7 +258,7 @@ containerRuntimeEndpoint: unix://{{dir}}/containerd.sock
 address: {{nodeIP}}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: 10248
+healthzPort: {{healthzPort}}
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
@@ -287,14 +287,19 @@ enforceNodeAllocatable: [pods]
 // wait for it.
 const syncFrequency = 5 * time.Second
 
-func (n *Node) startKubelet() error {
+// kubeletHealthzPort is where the kubelet answers /healthz, on the
+// loopback of the node's namespace.
+const kubeletHealthzPort = 10248
+
+func (n *Node) startKubelet() (*controlplane.Process, error) {
 	values := map[string]string{
 		"cgroup": n.cgroup(), "dir": n.dir, "nodeIP": nodeIP, "ca": n.cp.CAFile(), "sync": syncFrequency.String(),
+		"healthzPort": strconv.Itoa(kubeletHealthzPort),
 	}
 	kubeconfig, err := n.kubeconfig("kubelet.kubeconfig", "https://"+net.JoinHostPort(controlplane.KubernetesServiceIP, "443"),
 		"system:node:"+n.Name, "system:nodes")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	files := map[string]string{
 		n.path("kubelet.yaml"): fill(kubeletConfig, values),
@@ -303,10 +308,10 @@ func (n *Node) startKubelet() error {
 	}
 	for path, data := range files {
 		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	_, err = n.run("kubelet", true, nil, filepath.Join(n.binDir, "kubelet"),
+	return n.run("kubelet", true, nil, filepath.Join(n.binDir, "kubelet"),
 		"--config="+n.path("kubelet.yaml"),
 		"--kubeconfig="+kubeconfig,
 		"--root-dir="+n.path("kubelet"),
@@ -315,5 +320,4 @@ func (n *Node) startKubelet() error {
 		"--node-ip="+nodeIP,
 		"--v=1",
 	)
-	return err
 }
