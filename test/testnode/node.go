@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 const (
@@ -62,6 +63,8 @@ type Node struct {
 	dir     string
 	binDir  string
 	forward *controlplane.Proxy
+
+	steps []string // of Start, with their durations
 
 	mu        sync.Mutex
 	processes []*controlplane.Process // in start order
@@ -100,6 +103,12 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane) (*Node, error) {
 }
 
 func (n *Node) start(ctx context.Context) error {
+	last := time.Now()
+	step := func(name string) {
+		now := time.Now()
+		n.steps = append(n.steps, name+" "+now.Sub(last).Round(time.Millisecond).String())
+		last = now
+	}
 	if err := createCgroup(n.cgroup()); err != nil {
 		return err
 	}
@@ -114,17 +123,32 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.startContainerd(ctx); err != nil {
 		return err
 	}
-	if err := n.loadImages(ctx); err != nil {
+	step("namespace and containerd")
+	bins, err := testbin.Dir(ctx, testbin.All()...)
+	if err != nil {
 		return err
 	}
+	step("binaries")
+	if err := n.loadImages(ctx, bins); err != nil {
+		return err
+	}
+	step("images")
 	if err := n.startControllers(); err != nil {
 		return err
 	}
 	if _, err := n.startKubelet(); err != nil {
 		return err
 	}
-	return n.waitReady(ctx)
+	if err := n.waitReady(ctx); err != nil {
+		return err
+	}
+	step("controllers and kubelet to Ready")
+	return nil
 }
+
+// Steps says how long each step of Start took: where a run's setup time
+// goes.
+func (n *Node) Steps() string { return strings.Join(n.steps, ", ") }
 
 // cgroup is the node's cgroup: containerd, the kubelet and every pod.
 func (n *Node) cgroup() string { return "/" + n.Name }
