@@ -23,20 +23,25 @@ import (
 // Then the kubelet is restarted: it keeps its tokens in memory, and a new
 // kubelet requests a new one for the pod and swaps it into the volume, as
 // it does at 80 % of a token's lifetime (the same request, the same atomic
-// writer; waiting for that would take at least eight minutes). Every
-// connection to the API server is then cut, and an update after that
-// must still reach the gateway: the sidecar came back with the new token,
-// without a restart.
+// writer; waiting for that would take at least eight minutes). A minute
+// later every connection to the API server is cut, and an update after
+// that must still reach the gateway: the sidecar came back with the new
+// token, without a restart.
 //
-// The kubelet restart is why this test is not parallel: the other tests'
-// pods would see their kubelet go away. Go runs it on its own, before the
-// parallel tests start.
+// The kubelet restart and the cut are why this test is not parallel: the
+// other tests' pods would lose their kubelet and their connections. Go
+// runs it on its own, before the parallel tests start.
 func TestSidecarFollowsTheRotatedProjectedToken(t *testing.T) {
 	ns := namespace(t, "token")
 	gw := installGateway(t, ns, sidecarValues(nil))
 	doc1, _ := gw.Envelope(1)
 	gw.Put(doc1)
 	pod := waitPod(t, ns, 60*time.Second, "Ready", testnode.PodReady)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the pod at the end: %s", describe(pod))
+		}
+	})
 	tokenFile := node.VolumeFile(pod, "kubernetes.io~projected", "overlay-sync-token", "token")
 	first := readFile(tokenFile)
 	require.NotEmpty(t, first, "no projected token at %s", tokenFile)
@@ -55,6 +60,15 @@ func TestSidecarFollowsTheRotatedProjectedToken(t *testing.T) {
 	t.Logf("the restarted kubelet wrote a new token %s after the restart began", time.Since(restarted).Round(time.Millisecond))
 	assert.True(t, authenticated(t, rotated), "the rotated token does not authenticate")
 
+	// client-go reads a token file again on the first request a minute
+	// after it last read it (10 s before, in fact), not on a refusal: a
+	// client that read the first token just before the new one came
+	// presents it for up to that long. The kubelet rotates at 80 % of the
+	// lifetime, leaving at least two minutes before the old token expires,
+	// so that every client has read the new one by then. Here the first
+	// token is refused at once: the cut comes once that minute has passed.
+	time.Sleep(tokenReread)
+
 	// The sidecar, made to connect again, can only do so with the new one.
 	node.CutAPI()
 	cut := time.Now()
@@ -69,6 +83,11 @@ func TestSidecarFollowsTheRotatedProjectedToken(t *testing.T) {
 	pod = waitPod(t, ns, 30*time.Second, "Ready", testnode.PodReady)
 	assert.Zero(t, containerStatus(pod, "overlay-sync").RestartCount, "the sidecar restarted to pick the token up")
 }
+
+// tokenReread is how long client-go may keep presenting a token it read
+// from a file (k8s.io/client-go/transport NewCachedFileTokenSource: a
+// minute, read again 10 s before).
+const tokenReread = time.Minute
 
 // replaceServiceAccount deletes the ServiceAccount and creates it again
 // under the same name (the RoleBindings name it, so its rights stay), as

@@ -139,7 +139,7 @@ func (n *Node) start(ctx context.Context) error {
 	if _, err := n.startKubelet(); err != nil {
 		return err
 	}
-	if err := n.waitReady(ctx); err != nil {
+	if err := n.waitReady(ctx, time.Time{}); err != nil {
 		return err
 	}
 	step("controllers and kubelet to Ready")
@@ -264,6 +264,7 @@ func (n *Node) RestartKubelet(ctx context.Context) error {
 	if old == nil {
 		return errors.New("restart the kubelet: it is not running")
 	}
+	stopped := time.Now()
 	if err := old.Stop(stopGrace); err != nil {
 		return err
 	}
@@ -287,13 +288,14 @@ func (n *Node) RestartKubelet(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the restarted kubelet is not healthy: %w\n%s", err, p.LogTail())
 	}
-	return n.waitReady(ctx)
+	return n.waitReady(ctx, stopped)
 }
 
 // waitReady waits for the Node object to report Ready and carry no taint
 // (the kubelet registers it not-ready; the node lifecycle controller
-// lifts that once it is Ready).
-func (n *Node) waitReady(ctx context.Context) error {
+// lifts that once it is Ready), in a status the kubelet posted after
+// since: a restarted kubelet's first, not the one before its restart.
+func (n *Node) waitReady(ctx context.Context, since time.Time) error {
 	client := n.cp.AdminClient()
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -303,7 +305,8 @@ func (n *Node) waitReady(ctx context.Context) error {
 		if err == nil {
 			for _, c := range node.Status.Conditions {
 				if c.Type == corev1.NodeReady {
-					if c.Status == corev1.ConditionTrue && len(node.Spec.Taints) == 0 {
+					fresh := !c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second))
+					if c.Status == corev1.ConditionTrue && len(node.Spec.Taints) == 0 && fresh {
 						return nil
 					}
 					last = fmt.Sprintf("%s: %s; taints %v", c.Reason, c.Message, node.Spec.Taints)
