@@ -14,8 +14,13 @@ import (
 // already understand: each generation is a hidden timestamped folder,
 // ..data is a symlink to the current one, and every visible name is a
 // symlink through ..data. Swapping ..data with one rename switches all
-// files at once, so a reader that opens tls.crt and tls.key never pairs
-// two generations.
+// files at once for the next open: one open of a visible name always
+// reads one whole file of one generation. It does not make two opens one
+// generation: each open resolves ..data anew, and a swap between opening
+// tls.crt and opening tls.key pairs a new certificate with the old key. A
+// reader that needs several files to agree reads ..data once and opens
+// them inside the generation folder it names (as tlsidentity does); a
+// folder gone by then was replaced, and a new read finds the next one.
 const (
 	DataLink      = "..data"
 	dataLinkTmp   = "..data_tmp"

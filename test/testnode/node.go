@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testbin"
 )
 
 const (
@@ -61,6 +63,8 @@ type Node struct {
 	dir     string
 	binDir  string
 	forward *controlplane.Proxy
+
+	steps []string // of Start, with their durations
 
 	mu        sync.Mutex
 	processes []*controlplane.Process // in start order
@@ -99,6 +103,12 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane) (*Node, error) {
 }
 
 func (n *Node) start(ctx context.Context) error {
+	last := time.Now()
+	step := func(name string) {
+		now := time.Now()
+		n.steps = append(n.steps, name+" "+now.Sub(last).Round(time.Millisecond).String())
+		last = now
+	}
 	if err := createCgroup(n.cgroup()); err != nil {
 		return err
 	}
@@ -113,17 +123,32 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.startContainerd(ctx); err != nil {
 		return err
 	}
-	if err := n.loadImages(ctx); err != nil {
+	step("namespace and containerd")
+	bins, err := testbin.Dir(ctx, testbin.All()...)
+	if err != nil {
 		return err
 	}
+	step("binaries")
+	if err := n.loadImages(ctx, bins); err != nil {
+		return err
+	}
+	step("images")
 	if err := n.startControllers(); err != nil {
 		return err
 	}
-	if err := n.startKubelet(); err != nil {
+	if _, err := n.startKubelet(); err != nil {
 		return err
 	}
-	return n.waitReady(ctx)
+	if err := n.waitReady(ctx, time.Time{}); err != nil {
+		return err
+	}
+	step("controllers and kubelet to Ready")
+	return nil
 }
+
+// Steps says how long each step of Start took: where a run's setup time
+// goes.
+func (n *Node) Steps() string { return strings.Join(n.steps, ", ") }
 
 // cgroup is the node's cgroup: containerd, the kubelet and every pod.
 func (n *Node) cgroup() string { return "/" + n.Name }
@@ -216,10 +241,61 @@ func (n *Node) CutAPI() {
 	n.forward.Restore()
 }
 
+// RestartKubelet stops the kubelet and starts it again with the same
+// configuration, as a kubelet upgrade or crash does: the pods keep running
+// in containerd, and the kubelet begins with none of what it kept in
+// memory. Its cache of the pods' ServiceAccount tokens is part of that: it
+// requests a new token for every projected token volume, where a running
+// kubelet only does so at 80 % of the token's lifetime. It returns once the
+// kubelet serves its health check again and the Node is Ready.
+func (n *Node) RestartKubelet(ctx context.Context) error {
+	n.mu.Lock()
+	var old *controlplane.Process
+	kept := make([]*controlplane.Process, 0, len(n.processes))
+	for _, p := range n.processes {
+		if p.Name() == "kubelet" {
+			old = p
+			continue
+		}
+		kept = append(kept, p)
+	}
+	n.processes = kept
+	n.mu.Unlock()
+	if old == nil {
+		return errors.New("restart the kubelet: it is not running")
+	}
+	stopped := time.Now()
+	if err := old.Stop(stopGrace); err != nil {
+		return err
+	}
+	p, err := n.startKubelet()
+	if err != nil {
+		return err
+	}
+	healthz := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(kubeletHealthzPort)) + "/healthz"
+	err = p.WaitUntil(ctx, 60*time.Second, func() bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthz, http.NoBody)
+		if err != nil {
+			return false
+		}
+		resp, err := n.HTTPClient().Do(req)
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		return fmt.Errorf("the restarted kubelet is not healthy: %w\n%s", err, p.LogTail())
+	}
+	return n.waitReady(ctx, stopped)
+}
+
 // waitReady waits for the Node object to report Ready and carry no taint
 // (the kubelet registers it not-ready; the node lifecycle controller
-// lifts that once it is Ready).
-func (n *Node) waitReady(ctx context.Context) error {
+// lifts that once it is Ready), in a status the kubelet posted after
+// since: a restarted kubelet's first, not the one before its restart.
+func (n *Node) waitReady(ctx context.Context, since time.Time) error {
 	client := n.cp.AdminClient()
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -229,7 +305,8 @@ func (n *Node) waitReady(ctx context.Context) error {
 		if err == nil {
 			for _, c := range node.Status.Conditions {
 				if c.Type == corev1.NodeReady {
-					if c.Status == corev1.ConditionTrue && len(node.Spec.Taints) == 0 {
+					fresh := !c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second))
+					if c.Status == corev1.ConditionTrue && len(node.Spec.Taints) == 0 && fresh {
 						return nil
 					}
 					last = fmt.Sprintf("%s: %s; taints %v", c.Reason, c.Message, node.Spec.Taints)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gridsync/gridsync/hack/images"
 	"github.com/gridsync/gridsync/test/controlplane"
-	"github.com/gridsync/gridsync/test/testbin"
 )
 
 // Check says what a node needs that this machine lacks, nil when nothing.
@@ -179,19 +178,28 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	return nil
 }
 
-// loadImages builds the project's images from the binaries the tests run
-// and imports them into containerd's CRI namespace.
-func (n *Node) loadImages(ctx context.Context) error {
-	bins, err := testbin.Dir(ctx, testbin.All()...)
-	if err != nil {
+// loadImages writes the project's images from the binaries the tests run
+// (in the folder bins) and imports them into containerd's CRI namespace.
+// They are written by the command `make images` runs, for the node's
+// platform only (ctr imports and unpacks an index's image for the node's
+// platform), in a process of its own: built without the race detector the
+// node tests run under, it writes them in seconds, where compressing the
+// layers inside the test binary took half a minute.
+func (n *Node) loadImages(ctx context.Context, bins string) error {
+	// The command reads each platform's binaries from <bin>/linux-<arch>.
+	if err := os.MkdirAll(n.path("bin"), 0o755); err != nil {
 		return err
 	}
+	if err := os.Symlink(bins, n.path("bin", "linux-"+runtime.GOARCH)); err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "go", "run", "github.com/gridsync/gridsync/hack/images/build",
+		"--bin", n.path("bin"), "--out", n.path("images"), "--platforms", "linux/"+runtime.GOARCH,
+		"--tag", ImageTag, "--version", ImageTag, "--test-images").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("write the images: %w\n%s", err, out)
+	}
 	for _, s := range images.All {
-		// The index `make images` writes, with the node's platform only:
-		// ctr imports and unpacks the image for the node's platform.
-		if _, err := images.Write(s, map[string]string{runtime.GOARCH: bins}, n.path("images"), s.Ref(ImageTag), images.Meta{Version: ImageTag}); err != nil {
-			return err
-		}
 		out, err := exec.CommandContext(ctx, filepath.Join(n.binDir, "ctr"), "--address", n.path("containerd.sock"),
 			"--namespace", "k8s.io", "images", "import", "--snapshotter", "overlayfs",
 			n.path("images", s.Name+".tar")).CombinedOutput()
@@ -258,7 +266,7 @@ containerRuntimeEndpoint: unix://{{dir}}/containerd.sock
 address: {{nodeIP}}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: 10248
+healthzPort: {{healthzPort}}
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
@@ -287,14 +295,19 @@ enforceNodeAllocatable: [pods]
 // wait for it.
 const syncFrequency = 5 * time.Second
 
-func (n *Node) startKubelet() error {
+// kubeletHealthzPort is where the kubelet answers /healthz, on the
+// loopback of the node's namespace.
+const kubeletHealthzPort = 10248
+
+func (n *Node) startKubelet() (*controlplane.Process, error) {
 	values := map[string]string{
 		"cgroup": n.cgroup(), "dir": n.dir, "nodeIP": nodeIP, "ca": n.cp.CAFile(), "sync": syncFrequency.String(),
+		"healthzPort": strconv.Itoa(kubeletHealthzPort),
 	}
 	kubeconfig, err := n.kubeconfig("kubelet.kubeconfig", "https://"+net.JoinHostPort(controlplane.KubernetesServiceIP, "443"),
 		"system:node:"+n.Name, "system:nodes")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	files := map[string]string{
 		n.path("kubelet.yaml"): fill(kubeletConfig, values),
@@ -303,10 +316,10 @@ func (n *Node) startKubelet() error {
 	}
 	for path, data := range files {
 		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	_, err = n.run("kubelet", true, nil, filepath.Join(n.binDir, "kubelet"),
+	return n.run("kubelet", true, nil, filepath.Join(n.binDir, "kubelet"),
 		"--config="+n.path("kubelet.yaml"),
 		"--kubeconfig="+kubeconfig,
 		"--root-dir="+n.path("kubelet"),
@@ -315,5 +328,4 @@ func (n *Node) startKubelet() error {
 		"--node-ip="+nodeIP,
 		"--v=1",
 	)
-	return err
 }

@@ -34,7 +34,7 @@ func (w *withNode) Run() int {
 		return 1
 	}
 	*w.node = n
-	fmt.Fprintf(os.Stderr, "node %s ready in %s\n", n.Name, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "node %s ready in %s (%s)\n", n.Name, time.Since(start).Round(time.Millisecond), n.Steps())
 	code := w.m.Run()
 	if code != 0 {
 		for _, name := range []string{"kubelet", "containerd"} {

@@ -30,6 +30,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/shared/publish"
 )
 
 // State is what GET /state answers.
@@ -148,7 +149,7 @@ func (g *gateway) snapshot() State {
 }
 
 // read reads the overlay and the identity once each, as the gateway does:
-// the file by its path, the identity's two files through the folder.
+// the file by its path, the identity's two files from one generation.
 func (g *gateway) read() {
 	data, err := os.ReadFile(g.overlay)
 	g.mu.Lock()
@@ -162,8 +163,7 @@ func (g *gateway) read() {
 			g.state.Revision = res.Revision
 		}
 	}
-	cert, cerr := os.ReadFile(filepath.Join(g.identityDir, "tls.crt"))
-	key, kerr := os.ReadFile(filepath.Join(g.identityDir, "tls.key"))
+	cert, key, cerr, kerr := readIdentity(g.identityDir)
 	if errors.Is(cerr, os.ErrNotExist) || errors.Is(kerr, os.ErrNotExist) {
 		return
 	}
@@ -173,6 +173,30 @@ func (g *gateway) read() {
 	}
 	sum := sha256.Sum256(cert)
 	g.state.Identity = hex.EncodeToString(sum[:])
+}
+
+// readIdentity reads tls.crt and tls.key of one generation of a folder in
+// the kubelet's atomic writer layout, as a gateway must: ..data is resolved
+// once and both files are read from the generation folder it names. The
+// visible names are links through ..data, each resolved when it is opened:
+// two opens one after the other can straddle a swap of ..data and pair a
+// new certificate with the old key. Retrying until the pair matches was the
+// other way; it would also retry away a mismatched pair the publisher put
+// into one generation, which is what IdentityTorn is there to count. Read
+// this way, a mismatch is always the publisher's. A generation removed
+// between the readlink and the reads (a newer one replaced it) is missing,
+// not torn: the next read finds the newer one. Without ..data (plain
+// files) the names are read as they are.
+func readIdentity(dir string) (cert, key []byte, cerr, kerr error) {
+	if gen, err := os.Readlink(filepath.Join(dir, publish.DataLink)); err == nil {
+		if !filepath.IsAbs(gen) {
+			gen = filepath.Join(dir, gen)
+		}
+		dir = gen
+	}
+	cert, cerr = os.ReadFile(filepath.Join(dir, "tls.crt"))
+	key, kerr = os.ReadFile(filepath.Join(dir, "tls.key"))
+	return cert, key, cerr, kerr
 }
 
 func (g *gateway) serveState(w http.ResponseWriter, _ *http.Request) {
