@@ -143,9 +143,8 @@ test: ## every test, the integration tests against the real kube-apiserver inclu
 	@# The pinned tools and the linter are built side by side: each has
 	@# phases (downloads, links) that leave a core idle, which the other
 	@# fills. Then the binaries the tests run, and hack/test.sh: it starts
-	@# the node tests first (their token test waits eleven minutes, the
-	@# floor of this target), lints beside them, then runs the other tests
-	@# and the benchmarks' smoke.
+	@# the node tests first (the longest package), lints beside them, then
+	@# runs the other tests and the benchmarks' smoke.
 	@$(MAKE) --no-print-directory -j2 --output-sync=target tools $(GOLANGCI_LINT) $(CONTROLLER_GEN)
 	@$(MAKE) --no-print-directory testbins
 	@# testreport prints what go test prints, each package's slowest test
