@@ -5,6 +5,9 @@
 //     publishes it with server-side apply (only when the stored revision
 //     differs), deletes the ConfigMaps of removed gateways and networks,
 //     and reports each gateway's overlay in the network's status;
+//   - the delivery status reconciler folds what the gateway pods report
+//     they deliver into the network's status (its Delivered condition),
+//     rendering and publishing nothing;
 //   - the provider reconciler keeps the health probes running and reports
 //     each provider's phase.
 //
@@ -32,6 +35,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/deliverystatus"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
 	"github.com/gridsync/gridsync/controller/internal/overlay"
 	"github.com/gridsync/gridsync/controller/internal/provider"
@@ -125,7 +129,8 @@ type Options struct {
 	Directory *Directory
 
 	// Deliveries folds the delivery reports of gateway pods into the
-	// overlay statuses (delivery/fold); nil: no delivery evidence.
+	// overlay statuses and the Delivered condition (delivery/fold); nil:
+	// no delivery evidence, no Delivered condition.
 	Deliveries DeliveryTracker
 
 	// SiteName is this site's name (a lowercase DNS label): the subject of
@@ -342,12 +347,15 @@ func Setup(mgr manager.Manager, opts Options) error {
 			}
 		})
 	}
+	// Delivery reports change the delivery fields of a status only: they
+	// reach the delivery status reconciler alone, which renders and
+	// publishes nothing (and probes no site).
+	fromDeliveries := make(chan event.GenericEvent, 1024)
 	if opts.Deliveries != nil {
-		// Only the status changes: no probe of sites.
 		opts.Deliveries.OnChange(func(network string) {
 			n := &v1alpha1.GridNetwork{}
 			n.Name = network
-			life.Send(fromMembership, event.GenericEvent{Object: n})
+			life.Send(fromDeliveries, event.GenericEvent{Object: n})
 		})
 	}
 	if err := mgr.Add(nr.SecretPoller(fromMembership)); err != nil {
@@ -372,6 +380,11 @@ func Setup(mgr manager.Manager, opts Options) error {
 	}
 	if err := nr.Setup(mgr, toNetworks, fromMembership); err != nil {
 		return err
+	}
+	if opts.Deliveries != nil {
+		if err := deliverystatus.New(shared, opts.Deliveries).Setup(mgr, fromDeliveries); err != nil {
+			return err
+		}
 	}
 	if err := (&gridsite.Reconciler{Env: shared, Trust: trust}).Setup(mgr, reprobe); err != nil {
 		return err

@@ -78,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer, sites client.Reader) (*Metrics, error
 	m := &Metrics{
 		NetworkReconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_network_reconciles_total",
-			Help: "GridNetwork reconciles by controller (gridnetwork: the overlay pipeline) and outcome: ran, skipped (the network gone or being deleted, or its SWIM key failed: no stage ran), error.",
+			Help: "GridNetwork reconciles by controller (gridnetwork: the overlay pipeline; gridnetwork-delivery: the delivery status) and outcome: ran, skipped (the network gone or being deleted, or its SWIM key failed: no stage ran), error.",
 		}, []string{"controller", "outcome"}),
 		NetworkStages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_network_stages_total",

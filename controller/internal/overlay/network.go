@@ -115,14 +115,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// from one whose reconcile fails.
 		r.Snapshot.attempted(req.Name)
 	}
-	outcome := base.ReconcileRan
-	switch {
-	case err != nil:
-		outcome = base.ReconcileError
-	case !ran:
-		outcome = base.ReconcileSkipped
-	}
-	r.Metrics.NetworkReconciles.WithLabelValues(ControllerName, outcome).Inc()
+	r.Metrics.NetworkReconciles.WithLabelValues(ControllerName, base.Outcome(ran, err)).Inc()
 	// One line per reconcile at debug level: what operators (and the
 	// controller benchmark) need to see how long a network takes.
 	r.Opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount,
@@ -219,7 +212,6 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 	r.rollIdentity(ctx, network, identity.gossipCert, statuses)
 	firstErr = cmp.Or(firstErr, r.syncGridSites(ctx, network, swim.view))
 
-	r.summariseDeliveries(network.Name, gws, statuses)
 	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, serving, mountStatus, swim, identity))
 	var again time.Duration
 	if identity.renewIn > 0 && identity.renewIn < r.Opts.ResyncPeriod {
@@ -263,7 +255,9 @@ func (r *Reconciler) admit(ctx context.Context, name string) (*v1alpha1.GridNetw
 	if err != nil {
 		return nil, false, err
 	}
-	network.Status = *r.Written.Networks.Current(key, network.ResourceVersion, &network.Status).DeepCopy()
+	// The status and version as the API server holds them, as far as the
+	// agent knows: the status patch is made against that version.
+	r.ReadNetworkStatus(&network)
 	if !network.DeletionTimestamp.IsZero() {
 		return nil, false, r.finalize(ctx, &network)
 	}

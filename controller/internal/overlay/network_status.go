@@ -5,19 +5,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/mounts"
-	"github.com/gridsync/gridsync/controller/render"
 )
 
 // writeStatus writes the network's status when it differs.
@@ -26,14 +22,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 ) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
-	next.OverlayStatus = overlays
+	next.OverlayStatus = carryDeliveries(overlays, network.Status.OverlayStatus)
 	next.PraxisConfigStatus = praxis
 	next.ConsumerConfigStatus = praxis // upstream's name for the same entries
 	next.ServingConfigStatus = serving
 	next.MountReconciliationStatus = mountStatus
 	next.GatewayCount = int32(len(overlays))
 	next.DistributedCount = 0
-	next.Delivered = deliveredSummary(overlays)
 	var failing []string
 	for _, o := range overlays {
 		if o.Phase == v1alpha1.OverlayDistributed {
@@ -134,12 +129,14 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	if equality.Semantic.DeepEqual(&network.Status, next) {
 		return nil
 	}
-	orig := network.DeepCopy()
-	network.Status = *next
-	if err := r.Client.Status().Patch(ctx, network, client.MergeFrom(orig)); err != nil {
-		return fmt.Errorf("patch status of GridNetwork %s: %w", network.Name, err)
+	// The delivery status reconciler writes the delivery fields of this
+	// status (overlayStatus[].delivery, delivered, the Delivered
+	// condition): next carries them over from what was read (the copy of
+	// the status, carryDeliveries), and the patch is made against the
+	// version read, so that neither writer undoes the other.
+	if err := r.WriteNetworkStatus(ctx, network, next); err != nil {
+		return err
 	}
-	r.Written.Networks.Wrote(client.ObjectKeyFromObject(network), network.ResourceVersion, network.Status.DeepCopy())
 	if changed {
 		eventType := corev1.EventTypeNormal
 		if ready.Status != metav1.ConditionTrue {
@@ -147,7 +144,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 		}
 		r.Events.Record(ctx, network, "GridNetwork", eventType, ready.Reason, ready.Message)
 	}
-	r.Metrics.StatusWrites.WithLabelValues("GridNetwork").Inc()
 	return nil
 }
 
@@ -229,41 +225,19 @@ const ReasonMountsNotReconciled = "MountsNotReconciled"
 // fails.
 const ReasonPraxisConfigsNotRendered = "PraxisConfigsNotRendered"
 
-// summariseDeliveries tells the delivery tracker the network's gateways
-// and puts what their pods report in each overlay status.
-func (r *Reconciler) summariseDeliveries(network string, gws []render.Gateway, statuses []v1alpha1.GatewayOverlayStatus) {
-	d := r.Opts.Deliveries
-	if d == nil {
-		return
-	}
-	r.ranStage(base.StageDeliveryFold)
-	keys := make([]types.NamespacedName, 0, len(gws))
-	for _, gw := range gws {
-		keys = append(keys, types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name})
-	}
-	d.SetGateways(network, keys)
-	for i := range statuses {
-		st := &statuses[i]
-		var renderedAt time.Time
-		if st.RenderedAt != nil {
-			renderedAt = st.RenderedAt.Time
-		}
-		st.Delivery = d.Summary(st.Namespace, st.GatewayName, st.RenderedRevision, renderedAt)
-	}
-}
-
-// deliveredSummary is "on revision/reporting" over every gateway, empty
-// while no pod reports.
-func deliveredSummary(overlays []v1alpha1.GatewayOverlayStatus) string {
-	var on, reporting int32
-	for _, o := range overlays {
-		if o.Delivery != nil {
-			on += o.Delivery.PodsOnRevision
-			reporting += o.Delivery.ReportingPods
+// carryDeliveries gives each gateway's new overlay status the delivery
+// summary the delivery status reconciler last wrote for it: that
+// reconciler owns the field, and follows a new revision at once (it
+// watches the rendered revisions).
+func carryDeliveries(overlays, before []v1alpha1.GatewayOverlayStatus) []v1alpha1.GatewayOverlayStatus {
+	for i := range overlays {
+		o := &overlays[i]
+		for j := range before {
+			if b := &before[j]; b.Namespace == o.Namespace && b.GatewayName == o.GatewayName {
+				o.Delivery = b.Delivery.DeepCopy()
+				break
+			}
 		}
 	}
-	if reporting == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%d/%d", on, reporting)
+	return overlays
 }
