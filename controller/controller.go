@@ -37,6 +37,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/deliverystatus"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
+	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/internal/overlay"
 	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/internal/signalcollect"
@@ -245,7 +246,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range overlay.RotationResults() {
+	for _, r := range membership.RotationResults() {
 		metrics.IdentityRotations.WithLabelValues(r)
 	}
 	ctx := context.Background()

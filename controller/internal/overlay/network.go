@@ -26,6 +26,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/gossip/seeds"
@@ -40,6 +41,7 @@ const ControllerName = "gridnetwork"
 type Reconciler struct {
 	*base.Env
 	Trust     *trustmaterial.Cache
+	identity  *membership.Identity
 	gridSites writeMemo
 	// seedResolver caches seed lookups; seedProblems remembers the seed
 	// problems logged, so that each is logged once per change.
@@ -59,7 +61,7 @@ func New(env *base.Env, trust *trustmaterial.Cache, seedResolver seeds.Resolver)
 	for _, o := range []string{base.ReconcileRan, base.ReconcileSkipped, base.ReconcileError} {
 		env.Metrics.NetworkReconciles.WithLabelValues(ControllerName, o)
 	}
-	return &Reconciler{Env: env, Trust: trust, Snapshot: &Snapshot{},
+	return &Reconciler{Env: env, Trust: trust, Snapshot: &Snapshot{}, identity: &membership.Identity{Env: env, Trust: trust},
 		seedResolver: seeds.NewCachingResolver(seedResolver, seeds.DefaultCacheTTL, env.Opts.Now)}
 }
 
@@ -140,7 +142,7 @@ func errString(err error) string {
 // they depend on one another:
 //
 //  1. providers (network_providers.go): this site's providers, assessed;
-//  2. identity (network_identity.go): the site certificate, issued or
+//  2. identity (package membership): the site certificate, issued or
 //     renewed before membership gossips it;
 //  3. membership (network_membership.go): SWIM keys, seeds and this site's
 //     records; what is known of the other sites;
@@ -176,11 +178,11 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 	if err != nil {
 		return 0, 0, false, err
 	}
-	identity := r.reconcileIdentity(ctx, network)
-	if identity.wrote {
+	identity := r.identity.Reconcile(ctx, network)
+	if identity.Wrote {
 		r.Trust.Refresh(ctx, network)
 	}
-	swim := r.reconcileMembership(ctx, network, gossipProviders(items, local), identity.gossipCert, identity.gossipErr)
+	swim := r.reconcileMembership(ctx, network, gossipProviders(items, local), identity.GossipCert, identity.GossipErr)
 	if swim.keyFailed {
 		// The reconcile stops at the key: nothing announced, nothing
 		// published, the overlays keep what they had. The discovery API
@@ -209,13 +211,13 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 	firstErr = cmp.Or(firstErr, err)
 	serving, err := r.reconcileServing(ctx, network, overlays)
 	firstErr = cmp.Or(firstErr, err)
-	r.rollIdentity(ctx, network, identity.gossipCert, statuses)
+	r.rollIdentity(ctx, network, identity.GossipCert, statuses)
 	firstErr = cmp.Or(firstErr, r.syncGridSites(ctx, network, swim.view))
 
 	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, serving, mountStatus, swim, identity))
 	var again time.Duration
-	if identity.renewIn > 0 && identity.renewIn < r.Opts.ResyncPeriod {
-		again = identity.renewIn + time.Second/10 // just past the renewal point
+	if identity.RenewIn > 0 && identity.RenewIn < r.Opts.ResyncPeriod {
+		again = identity.RenewIn + time.Second/10 // just past the renewal point
 	}
 	if held > 0 && (again == 0 || held < again) {
 		again = held // an admission change waiting for its interval

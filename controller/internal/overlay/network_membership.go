@@ -21,6 +21,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/render"
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
@@ -59,10 +60,9 @@ type membershipOutcome struct {
 	view      sites.NetworkView
 }
 
-type conditionSpec struct {
-	ok              bool
-	reason, message string
-}
+// conditionSpec is a condition's verdict, reason and message, as a stage
+// reports it.
+type conditionSpec = membership.Condition
 
 // loadSwimKey reads a network's SWIM key Secret. The error's message names
 // the field and the Secret, never its bytes; reason is the status reason.
@@ -98,22 +98,22 @@ func (r *Reconciler) reconcileMembership(ctx context.Context, network *v1alpha1.
 	m := r.Opts.Membership
 	if m == nil {
 		if membershipRequested(network) {
-			return membershipOutcome{condition: conditionSpec{reason: ReasonSwimNotRunning,
-				message: "the agent runs without a SWIM bind address (--swim-bind-addr, GRID_SWIM_BIND_ADDR): spec.seeds, spec.tls.swimKeySecretRef and site discovery have no effect"}}
+			return membershipOutcome{condition: conditionSpec{Reason: ReasonSwimNotRunning,
+				Message: "the agent runs without a SWIM bind address (--swim-bind-addr, GRID_SWIM_BIND_ADDR): spec.seeds, spec.tls.swimKeySecretRef and site discovery have no effect"}}
 		}
-		return membershipOutcome{condition: conditionSpec{ok: true, reason: ReasonSwimNotRunning, message: "SWIM is not configured on this agent"}}
+		return membershipOutcome{condition: conditionSpec{OK: true, Reason: ReasonSwimNotRunning, Message: "SWIM is not configured on this agent"}}
 	}
 	r.ranStage(base.StageGossipConfig)
 	ks, reason, err := r.loadSwimKey(ctx, network)
 	if err != nil {
 		m.SetNetworkKeys(network.Name, nil, true)
 		r.Opts.Logger.Error("swim_key_failed", "network", network.Name, "field", "spec.tls.swimKeySecretRef", "reason", reason, "error", err.Error())
-		return membershipOutcome{keyFailed: true, condition: conditionSpec{reason: reason,
-			message: err.Error() + "; nothing is announced or published for this network until it loads"}}
+		return membershipOutcome{keyFailed: true, condition: conditionSpec{Reason: reason,
+			Message: err.Error() + "; nothing is announced or published for this network until it loads"}}
 	}
 	m.SetNetworkKeys(network.Name, ks, false)
 
-	out := membershipOutcome{condition: conditionSpec{ok: true, reason: ReasonMembershipRunning}}
+	out := membershipOutcome{condition: conditionSpec{OK: true, Reason: ReasonMembershipRunning}}
 	var notes []string
 	settings, problem := networkSettings(&network.Spec)
 	if problem != "" {
@@ -137,7 +137,7 @@ func (r *Reconciler) reconcileMembership(ctx context.Context, network *v1alpha1.
 		}
 		notes = append(notes, "spec.seeds skipped: "+base.JoinLimited(bad, 3))
 		if len(resolved) == 0 {
-			out.condition = conditionSpec{reason: ReasonSeedsUnresolvable}
+			out.condition = conditionSpec{Reason: ReasonSeedsUnresolvable}
 		}
 	}
 	// A wholly failed non-empty list keeps the last resolved set.
@@ -156,15 +156,15 @@ func (r *Reconciler) reconcileMembership(ctx context.Context, network *v1alpha1.
 	}
 	r.seedProblems.Keep(network.Name+"/", said)
 	if res.Conflict {
-		out.condition = conditionSpec{reason: ReasonGridIDConflict}
+		out.condition = conditionSpec{Reason: ReasonGridIDConflict}
 		notes = append(notes, "a seed belongs to another grid (its grid ID differs): the merge was refused")
 	}
 
 	if certErr != nil {
 		r.Opts.Logger.Error("swim_site_certificate_refused", "network", network.Name, "field", "spec.tls.siteSecretRef", "error", certErr.Error())
 		notes = append(notes, certErr.Error())
-		if out.condition.ok {
-			out.condition = conditionSpec{reason: ReasonSiteCertInvalid}
+		if out.condition.OK {
+			out.condition = conditionSpec{Reason: ReasonSiteCertInvalid}
 		}
 	}
 	id := r.membershipIdentity(ctx, network)
@@ -182,18 +182,18 @@ func (r *Reconciler) reconcileMembership(ctx context.Context, network *v1alpha1.
 	out.view = m.View(network.Name)
 	switch {
 	case out.view.KeyPending:
-		out.condition = conditionSpec{reason: ReasonSwimKeyPending}
+		out.condition = conditionSpec{Reason: ReasonSwimKeyPending}
 		notes = append([]string{"SWIM holds every send and receive until a key loads (another network's key, or GRID_SWIM_REQUIRE_KEY=false)"}, notes...)
-	case !out.view.Running && out.condition.ok:
-		out.condition = conditionSpec{ok: true, reason: ReasonStandby, message: "this replica is not the site's member"}
-	case out.condition.ok:
-		out.condition.message = fmt.Sprintf("%d of %d remote sites alive, %d remote provider records", out.view.Connected(), len(out.view.Sites), len(out.view.Providers))
+	case !out.view.Running && out.condition.OK:
+		out.condition = conditionSpec{OK: true, Reason: ReasonStandby, Message: "this replica is not the site's member"}
+	case out.condition.OK:
+		out.condition.Message = fmt.Sprintf("%d of %d remote sites alive, %d remote provider records", out.view.Connected(), len(out.view.Sites), len(out.view.Providers))
 	}
 	if len(notes) > 0 {
-		if out.condition.message != "" {
-			notes = append([]string{out.condition.message}, notes...)
+		if out.condition.Message != "" {
+			notes = append([]string{out.condition.Message}, notes...)
 		}
-		out.condition.message = strings.Join(notes, "; ")
+		out.condition.Message = strings.Join(notes, "; ")
 	}
 	return out
 }

@@ -13,12 +13,13 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/mounts"
 )
 
 // writeStatus writes the network's status when it differs.
 func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
-	praxis, serving []v1alpha1.PraxisConfigStatus, mountStatus []v1alpha1.MountReconciliationStatus, swim membershipOutcome, identity identityOutcome,
+	praxis, serving []v1alpha1.PraxisConfigStatus, mountStatus []v1alpha1.MountReconciliationStatus, swim membershipOutcome, identity membership.IdentityOutcome,
 ) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
@@ -82,12 +83,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	// without SWIM do nothing.
 	switch {
 	case swim.keyFailed:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.condition.reason, swim.condition.message
-	case swim.condition.reason == ReasonSwimNotRunning && !swim.condition.ok:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.condition.Reason, swim.condition.Message
+	case swim.condition.Reason == ReasonSwimNotRunning && !swim.condition.OK:
 		if ready.Reason != base.ReasonFieldNotSupported {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonSwimNotRunning, swim.condition.message+"; "+ready.Message
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonSwimNotRunning, swim.condition.Message+"; "+ready.Message
 		} else {
-			ready.Message += "; " + swim.condition.message
+			ready.Message += "; " + swim.condition.Message
 		}
 	}
 	// Admission by load on an agent that collects no signals would see
@@ -103,12 +104,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	}
 	// A site identity that is configured and not in effect is said in
 	// Ready: nothing it secures (probes of other sites) works.
-	if !identity.condition.ok && ready.Status == metav1.ConditionTrue {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, identity.condition.reason, identity.condition.message+"; "+ready.Message
+	if !identity.Condition.OK && ready.Status == metav1.ConditionTrue {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, identity.Condition.Reason, identity.Condition.Message+"; "+ready.Message
 	}
-	identityCond := metav1.Condition{Type: ConditionSiteIdentity, Status: metav1.ConditionTrue, Reason: identity.condition.reason,
-		Message: identity.condition.message, ObservedGeneration: network.Generation}
-	if !identity.condition.ok {
+	identityCond := metav1.Condition{Type: membership.ConditionSiteIdentity, Status: metav1.ConditionTrue, Reason: identity.Condition.Reason,
+		Message: identity.Condition.Message, ObservedGeneration: network.Generation}
+	if !identity.Condition.OK {
 		identityCond.Status = metav1.ConditionFalse
 	}
 	meta.SetStatusCondition(&next.Conditions, identityCond)
@@ -116,9 +117,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	next.ConnectedSites = int32(swim.view.AlivePeers)
 	next.DistributedProviderCount = next.RemoteProviderCount // upstream's name for the same count
 	next.GridID = swim.view.GridID
-	membershipCond := metav1.Condition{Type: ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.condition.reason,
-		Message: swim.condition.message, ObservedGeneration: network.Generation}
-	if !swim.condition.ok {
+	membershipCond := metav1.Condition{Type: ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.condition.Reason,
+		Message: swim.condition.Message, ObservedGeneration: network.Generation}
+	if !swim.condition.OK {
 		membershipCond.Status = metav1.ConditionFalse
 	}
 	meta.SetStatusCondition(&next.Conditions, membershipCond)
