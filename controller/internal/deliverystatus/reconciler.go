@@ -30,8 +30,8 @@ const ControllerName = "gridnetwork-delivery"
 // its status: each overlayStatus entry's delivery, status.delivered and
 // the Delivered condition. It renders and publishes nothing: a delivery
 // report costs a status read and, when the summary moved, one patch. The
-// overlay reconciler writes the rest of the status; the two meet there
-// (base.WriteNetworkStatus).
+// overlay reconciler writes the rest of the status (folding too, see
+// Fold); the two meet there (base.WriteNetworkStatus).
 type Reconciler struct {
 	*base.Env
 	Deliveries base.DeliveryTracker
@@ -107,26 +107,37 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (bool, error) {
 	r.ReadNetworkStatus(&network)
 
 	r.Metrics.NetworkStages.WithLabelValues(base.StageDeliveryFold).Inc()
-	r.Deliveries.SetGateways(name, gatewayKeys(&network))
 	next := network.Status.DeepCopy()
+	Fold(r.Deliveries, &network, next)
+	if equality.Semantic.DeepEqual(&network.Status, next) {
+		return true, nil
+	}
+	// The overlay reconciler writes the rest of this status (and folds
+	// these fields with it, the same way); this write carries its fields
+	// over.
+	return true, r.WriteNetworkStatus(ctx, &network, next)
+}
+
+// Fold tells the tracker the network's gateways and puts what their pods
+// report in next: each overlay status's delivery (against its rendered
+// revision), status.delivered and the Delivered condition. The overlay
+// reconciler folds as well when it writes a status, so that a new
+// rendered revision is never written beside a delivery summary of the
+// previous one (a drain waiting for its pods would take that for done).
+func Fold(d base.DeliveryTracker, network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus) {
+	d.SetGateways(network.Name, gatewayKeys(network))
 	for i := range next.OverlayStatus {
 		st := &next.OverlayStatus[i]
 		var renderedAt time.Time
 		if st.RenderedAt != nil {
 			renderedAt = st.RenderedAt.Time
 		}
-		st.Delivery = r.Deliveries.Summary(st.Namespace, st.GatewayName, st.RenderedRevision, renderedAt)
+		st.Delivery = d.Summary(st.Namespace, st.GatewayName, st.RenderedRevision, renderedAt)
 	}
 	next.Delivered = Summary(next.OverlayStatus)
 	status, reason, message := Condition(next.OverlayStatus)
 	meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: ConditionDelivered, Status: status, Reason: reason,
 		Message: message, ObservedGeneration: network.Generation})
-	if equality.Semantic.DeepEqual(&network.Status, next) {
-		return true, nil
-	}
-	// The overlay reconciler writes the rest of this status and carries
-	// these fields over; this write carries its fields over the same way.
-	return true, r.WriteNetworkStatus(ctx, &network, next)
 }
 
 // gatewayKeys are the network's gateways, each once.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/deliverystatus"
 	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/mounts"
 )
@@ -23,7 +24,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 ) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
-	next.OverlayStatus = carryDeliveries(overlays, network.Status.OverlayStatus)
+	next.OverlayStatus = slices.Clone(overlays) // Fold sets each entry's delivery: not in the caller's
+	if d := r.Opts.Deliveries; d != nil {
+		// The delivery fields go with the revisions written here: a
+		// summary of the previous revision beside a new one would say its
+		// pods serve it. The delivery status reconciler folds the same
+		// way when a report changes them.
+		r.ranStage(base.StageDeliveryFold)
+		deliverystatus.Fold(d, network, next)
+	}
 	next.PraxisConfigStatus = praxis
 	next.ConsumerConfigStatus = praxis // upstream's name for the same entries
 	next.ServingConfigStatus = serving
@@ -131,10 +140,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 		return nil
 	}
 	// The delivery status reconciler writes the delivery fields of this
-	// status (overlayStatus[].delivery, delivered, the Delivered
-	// condition): next carries them over from what was read (the copy of
-	// the status, carryDeliveries), and the patch is made against the
-	// version read, so that neither writer undoes the other.
+	// status too (overlayStatus[].delivery, delivered, the Delivered
+	// condition): next has them from the same tracker, and the patch is
+	// made against the version read, so that neither writer undoes the
+	// other.
 	if err := r.WriteNetworkStatus(ctx, network, next); err != nil {
 		return err
 	}
@@ -225,20 +234,3 @@ const ReasonMountsNotReconciled = "MountsNotReconciled"
 // every overlay is distributed and a gateway's generated Praxis config
 // fails.
 const ReasonPraxisConfigsNotRendered = "PraxisConfigsNotRendered"
-
-// carryDeliveries gives each gateway's new overlay status the delivery
-// summary the delivery status reconciler last wrote for it: that
-// reconciler owns the field, and follows a new revision at once (it
-// watches the rendered revisions).
-func carryDeliveries(overlays, before []v1alpha1.GatewayOverlayStatus) []v1alpha1.GatewayOverlayStatus {
-	for i := range overlays {
-		o := &overlays[i]
-		for j := range before {
-			if b := &before[j]; b.Namespace == o.Namespace && b.GatewayName == o.GatewayName {
-				o.Delivery = b.Delivery.DeepCopy()
-				break
-			}
-		}
-	}
-	return overlays
-}
