@@ -306,7 +306,8 @@ func Setup(mgr manager.Manager, opts Options) error {
 		p.Name = name
 		life.Send(toProviders, event.GenericEvent{Object: p})
 	})
-	nr := overlay.New(shared, trust, opts.SeedResolver)
+	member := membership.NewMember(shared, trust, opts.SeedResolver)
+	nr := overlay.New(shared, trust, member)
 	if opts.Directory != nil {
 		*opts.Directory = Directory{networks: mgr.GetClient(), site: opts.SiteName, snapshot: nr.Snapshot, remote: opts.Membership != nil}
 	}
@@ -359,7 +360,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 			life.Send(fromDeliveries, event.GenericEvent{Object: n})
 		})
 	}
-	if err := mgr.Add(nr.SecretPoller(fromMembership)); err != nil {
+	if err := mgr.Add(member.SecretPoller(fromMembership)); err != nil {
 		return err
 	}
 	if opts.Signals != nil {

@@ -113,22 +113,22 @@ const (
 // reasons (and Ready's when membership keeps the network from being
 // reconciled).
 const (
-	ConditionMembership     = overlay.ConditionMembership
-	ReasonSwimNotRunning    = overlay.ReasonSwimNotRunning
-	ReasonSwimKeyMissing    = overlay.ReasonSwimKeyMissing
-	ReasonSwimKeyInvalid    = overlay.ReasonSwimKeyInvalid
-	ReasonSwimKeyUnreadable = overlay.ReasonSwimKeyUnreadable
-	ReasonSwimKeyPending    = overlay.ReasonSwimKeyPending
-	ReasonSeedsUnresolvable = overlay.ReasonSeedsUnresolvable
-	ReasonGridIDConflict    = overlay.ReasonGridIDConflict
-	ReasonSiteCertInvalid   = overlay.ReasonSiteCertInvalid
-	ReasonMembershipRunning = overlay.ReasonMembershipRunning
-	ReasonStandby           = overlay.ReasonStandby
+	ConditionMembership     = membership.ConditionMembership
+	ReasonSwimNotRunning    = membership.ReasonSwimNotRunning
+	ReasonSwimKeyMissing    = membership.ReasonSwimKeyMissing
+	ReasonSwimKeyInvalid    = membership.ReasonSwimKeyInvalid
+	ReasonSwimKeyUnreadable = membership.ReasonSwimKeyUnreadable
+	ReasonSwimKeyPending    = membership.ReasonSwimKeyPending
+	ReasonSeedsUnresolvable = membership.ReasonSeedsUnresolvable
+	ReasonGridIDConflict    = membership.ReasonGridIDConflict
+	ReasonSiteCertInvalid   = membership.ReasonSiteCertInvalid
+	ReasonMembershipRunning = membership.ReasonMembershipRunning
+	ReasonStandby           = membership.ReasonStandby
 )
 
 // AutoDiscoverSitesLabel on a GridNetwork asks for GridSites of the
 // sites discovered in it.
-const AutoDiscoverSitesLabel = overlay.AutoDiscoverSitesLabel
+const AutoDiscoverSitesLabel = membership.AutoDiscoverSitesLabel
 
 // Reasons of a gateway's overlay phase, and AnnotationOrphaned, the mark
 // of an overlay ConfigMap whose gateway or network is gone.

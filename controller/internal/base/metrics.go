@@ -43,6 +43,11 @@ const (
 	StageDeliveryFold = "delivery_fold" // the delivery reports folded into the overlay statuses
 )
 
+// RanStage counts a stage a GridNetwork reconcile ran.
+func (e *Env) RanStage(stage string) {
+	e.Metrics.NetworkStages.WithLabelValues(stage).Inc()
+}
+
 // Metrics are the controller's metrics, shared by its reconcilers.
 type Metrics struct {
 	// NetworkReconciles and NetworkStages count the GridNetwork reconciles

@@ -106,7 +106,7 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (bool, error) {
 	// The overlay reconciler's last write may not be in the cache yet.
 	r.ReadNetworkStatus(&network)
 
-	r.Metrics.NetworkStages.WithLabelValues(base.StageDeliveryFold).Inc()
+	r.RanStage(base.StageDeliveryFold)
 	next := network.Status.DeepCopy()
 	Fold(r.Deliveries, &network, next)
 	if equality.Semantic.DeepEqual(&network.Status, next) {

@@ -1,6 +1,10 @@
 // Package membership holds the stages of a network's reconcile that keep
-// this site a member of the network's grid: its identity (the grid CA and
-// the site certificate, issued, enrolled or provided).
+// this site a member of the network's grid: its identity (Identity: the
+// grid CA and the site certificate, issued, enrolled or provided), its
+// membership (Member: SWIM keys, seeds, this site's records, what is known
+// of the other sites), the GridSites of the discovered sites, and the poll
+// of the Secrets these read. The overlay reconciler runs the stages and
+// reads their outcomes.
 package membership
 
 import (

@@ -20,7 +20,7 @@ import (
 
 // writeStatus writes the network's status when it differs.
 func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
-	praxis, serving []v1alpha1.PraxisConfigStatus, mountStatus []v1alpha1.MountReconciliationStatus, swim membershipOutcome, identity membership.IdentityOutcome,
+	praxis, serving []v1alpha1.PraxisConfigStatus, mountStatus []v1alpha1.MountReconciliationStatus, swim membership.Outcome, identity membership.IdentityOutcome,
 ) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
@@ -30,7 +30,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 		// summary of the previous revision beside a new one would say its
 		// pods serve it. The delivery status reconciler folds the same
 		// way when a report changes them.
-		r.ranStage(base.StageDeliveryFold)
+		r.RanStage(base.StageDeliveryFold)
 		deliverystatus.Fold(d, network, next)
 	}
 	next.PraxisConfigStatus = praxis
@@ -91,13 +91,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	// Ready too: a key that does not load stops the reconcile, and seeds
 	// without SWIM do nothing.
 	switch {
-	case swim.keyFailed:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.condition.Reason, swim.condition.Message
-	case swim.condition.Reason == ReasonSwimNotRunning && !swim.condition.OK:
+	case swim.KeyFailed:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.Condition.Reason, swim.Condition.Message
+	case swim.Condition.Reason == membership.ReasonSwimNotRunning && !swim.Condition.OK:
 		if ready.Reason != base.ReasonFieldNotSupported {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonSwimNotRunning, swim.condition.Message+"; "+ready.Message
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, membership.ReasonSwimNotRunning, swim.Condition.Message+"; "+ready.Message
 		} else {
-			ready.Message += "; " + swim.condition.Message
+			ready.Message += "; " + swim.Condition.Message
 		}
 	}
 	// Admission by load on an agent that collects no signals would see
@@ -123,12 +123,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	}
 	meta.SetStatusCondition(&next.Conditions, identityCond)
 	next.Phase, next.NetworkSites, next.RemoteProviderCount = networkPhase(swim)
-	next.ConnectedSites = int32(swim.view.AlivePeers)
+	next.ConnectedSites = int32(swim.View.AlivePeers)
 	next.DistributedProviderCount = next.RemoteProviderCount // upstream's name for the same count
-	next.GridID = swim.view.GridID
-	membershipCond := metav1.Condition{Type: ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.condition.Reason,
-		Message: swim.condition.Message, ObservedGeneration: network.Generation}
-	if !swim.condition.OK {
+	next.GridID = swim.View.GridID
+	membershipCond := metav1.Condition{Type: membership.ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.Condition.Reason,
+		Message: swim.Condition.Message, ObservedGeneration: network.Generation}
+	if !swim.Condition.OK {
 		membershipCond.Status = metav1.ConditionFalse
 	}
 	meta.SetStatusCondition(&next.Conditions, membershipCond)
@@ -161,8 +161,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 // without SWIM, Initializing until a remote site is known (or while
 // SWIM holds for a key), Active with at least one alive, Degraded when
 // all known are suspect or dead.
-func networkPhase(swim membershipOutcome) (v1alpha1.NetworkPhase, int32, int32) {
-	v := swim.view
+func networkPhase(swim membership.Outcome) (v1alpha1.NetworkPhase, int32, int32) {
+	v := swim.View
 	if !v.Enabled {
 		return v1alpha1.NetworkPending, 0, 0
 	}
@@ -201,9 +201,6 @@ func setSelectionCondition(network *v1alpha1.GridNetwork, next *v1alpha1.GridNet
 		Message: "weightedRandom is not a mode of the overlay contract 1.0.0: the overlays ask the gateway for random selection within a group, " +
 			"and each candidate carries its capacityWeight as selection_weight for a gateway that weighs by it"})
 }
-
-// AutoDiscoverSitesLabel asks for GridSites of discovered sites.
-const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
 
 // unsupportedFields lists the paths of the fields a network sets that
 // this release does not act on yet (upstream's budget policy
