@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/gossip/seeds"
+	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/signals"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -328,11 +330,15 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if opts.Membership != nil {
 		opts.Membership.OnChange(networkChanged)
 	}
-	if opts.Signals != nil {
+	if opts.Signals != nil && opts.Membership != nil {
 		// A remote provider its site reports unready is rendered not
-		// fresh: every network is looked at again (the store does not
-		// know which network a site's provider is of).
-		opts.Signals.OnReadyChange(func(site, _ string) {
+		// fresh: the networks whose view holds that provider (the store
+		// does not know which network a site's provider is of) render
+		// again. Only their overlays: readiness is nothing a GridSite
+		// probe looks at, and a network that does not hold the provider
+		// renders nothing new. Without membership no remote provider is
+		// rendered.
+		opts.Signals.OnReadyChange(func(site, provider string) {
 			if site == opts.SiteName {
 				return // local readiness reaches the reconcilers through probes
 			}
@@ -345,7 +351,13 @@ func Setup(mgr manager.Manager, opts Options) error {
 				return
 			}
 			for i := range list.Items {
-				networkChanged(list.Items[i].Name)
+				name := list.Items[i].Name
+				if !viewHolds(opts.Membership.View(name), site, provider) {
+					continue
+				}
+				n := &v1alpha1.GridNetwork{}
+				n.Name = name
+				life.Send(fromMembership, event.GenericEvent{Object: n})
 			}
 		})
 	}
@@ -392,4 +404,9 @@ func Setup(mgr manager.Manager, opts Options) error {
 		return err
 	}
 	return (&provider.Reconciler{Env: shared, Endpoints: endpoints, ScrapeStatus: scraped}).Setup(mgr, toProviders)
+}
+
+// viewHolds reports whether a network's view holds a site's provider.
+func viewHolds(v sites.NetworkView, site, provider string) bool {
+	return slices.ContainsFunc(v.Providers, func(p sites.RemoteProvider) bool { return p.Site == site && p.Name == provider })
 }

@@ -18,7 +18,9 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/deliverystatus"
 	rollout "github.com/gridsync/gridsync/delivery/fold"
 	deliveryreport "github.com/gridsync/gridsync/delivery/report"
+	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/signals"
 )
 
 // The network reconciles are counted by controller and outcome, and the
@@ -127,6 +129,24 @@ func stagesOf(t *testing.T, reg *prometheus.Registry) stageCounts {
 	}
 }
 
+// oneProviderNetwork is a network with one gateway and one provider.
+func (e *env) oneProviderNetwork() (v1alpha1.ConsumerGateway, *v1alpha1.GridNetwork) {
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	e.create(network)
+	e.create(e.provider("east-provider", network.Name, "model-a"))
+	return gw, network
+}
+
+// countingStages has the agent count into reg, without a resync in the
+// way of counting what an event runs.
+func countingStages(reg *prometheus.Registry) agentOption {
+	return func(o *controller.ManagerOptions) {
+		o.Registerer = reg
+		o.ResyncPeriod = time.Hour
+	}
+}
+
 // quiet waits until no stage has run for a second: what runs after is
 // what the next event set off (the resync is long enough not to come).
 func (e *env) quiet(reg *prometheus.Registry) stageCounts {
@@ -170,16 +190,10 @@ func (e *env) deliveredOf(network *v1alpha1.GridNetwork, status metav1.Condition
 // no render and no publish.
 func TestTheDeliveredConditionFollowsReportsAndAReportRendersNothing(t *testing.T) {
 	e := newEnv(t)
-	gw := e.gateway("edge", "east")
-	network := e.network(gw)
-	e.create(network)
-	e.create(e.provider("east-provider", network.Name, "model-a"))
+	gw, network := e.oneProviderNetwork()
 	reg := prometheus.NewRegistry()
 	deliveries := rollout.New(rollout.Options{Registerer: prometheus.NewRegistry()})
-	e.startAgent(withDeliveries(deliveries), func(o *controller.ManagerOptions) {
-		o.Registerer = reg
-		o.ResyncPeriod = time.Hour // no resync in the way of counting what an event runs
-	})
+	e.startAgent(withDeliveries(deliveries), countingStages(reg))
 	_, res := e.overlayOf(network, gw, anyRevision)
 	e.deliveredOf(network, metav1.ConditionUnknown, deliverystatus.ReasonNoReports)
 	before := e.quiet(reg)
@@ -213,4 +227,28 @@ func TestTheDeliveredConditionFollowsReportsAndAReportRendersNothing(t *testing.
 	assert.Equal(t, before.render, after.render, "a delivery report renders nothing")
 	assert.Equal(t, before.publish, after.publish, "a delivery report publishes nothing")
 	assert.Equal(t, before.gridSites, after.gridSites)
+}
+
+// A peer's readiness change is reconciled only where it is rendered: with
+// no network's view holding that site's provider, it runs no render and
+// no publish (nor probes a GridSite).
+func TestAPeerReadinessChangeNoNetworkHoldsRendersNothing(t *testing.T) {
+	e := newEnv(t)
+	gw, network := e.oneProviderNetwork()
+	store := signals.NewStore(nil)
+	reg := prometheus.NewRegistry()
+	e.startAgent(withMembership(startSwimSite(t, "east", membership.Config{}), seedNames{}), withSignals(store), countingStages(reg))
+	e.overlayOf(network, gw, anyRevision)
+	before := e.quiet(reg)
+
+	// The store tells the agent of each change as it is set.
+	for _, value := range []float64{1, 0} {
+		store.Set("west", "west-provider", signals.PartPeer, []signals.Sample{{Metric: signals.MetricReady, Value: value, At: time.Now()}}, time.Now().Add(time.Hour))
+		isReady, known := store.Ready("west", "west-provider")
+		require.True(t, known)
+		require.Equal(t, value > 0, isReady, "a readiness change")
+	}
+	after := e.quiet(reg)
+	assert.Equal(t, before.render, after.render, "a peer readiness change no network holds renders nothing")
+	assert.Equal(t, before.publish, after.publish, "and publishes nothing")
 }
