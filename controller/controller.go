@@ -5,6 +5,9 @@
 //     publishes it with server-side apply (only when the stored revision
 //     differs), deletes the ConfigMaps of removed gateways and networks,
 //     and reports each gateway's overlay in the network's status;
+//   - the delivery status reconciler folds what the gateway pods report
+//     they deliver into the network's status (its Delivered condition),
+//     rendering and publishing nothing;
 //   - the provider reconciler keeps the health probes running and reports
 //     each provider's phase.
 //
@@ -19,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,13 +36,16 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/deliverystatus"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
+	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/internal/overlay"
 	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/internal/signalcollect"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/gossip/seeds"
+	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/signals"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -125,7 +132,8 @@ type Options struct {
 	Directory *Directory
 
 	// Deliveries folds the delivery reports of gateway pods into the
-	// overlay statuses (delivery/fold); nil: no delivery evidence.
+	// overlay statuses and the Delivered condition (delivery/fold); nil:
+	// no delivery evidence, no Delivered condition.
 	Deliveries DeliveryTracker
 
 	// SiteName is this site's name (a lowercase DNS label): the subject of
@@ -240,7 +248,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range overlay.RotationResults() {
+	for _, r := range membership.RotationResults() {
 		metrics.IdentityRotations.WithLabelValues(r)
 	}
 	ctx := context.Background()
@@ -300,7 +308,8 @@ func Setup(mgr manager.Manager, opts Options) error {
 		p.Name = name
 		life.Send(toProviders, event.GenericEvent{Object: p})
 	})
-	nr := overlay.New(shared, trust, opts.SeedResolver)
+	member := membership.NewMember(shared, trust, opts.SeedResolver)
+	nr := overlay.New(shared, trust, member)
 	if opts.Directory != nil {
 		*opts.Directory = Directory{networks: mgr.GetClient(), site: opts.SiteName, snapshot: nr.Snapshot, remote: opts.Membership != nil}
 	}
@@ -321,11 +330,15 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if opts.Membership != nil {
 		opts.Membership.OnChange(networkChanged)
 	}
-	if opts.Signals != nil {
+	if opts.Signals != nil && opts.Membership != nil {
 		// A remote provider its site reports unready is rendered not
-		// fresh: every network is looked at again (the store does not
-		// know which network a site's provider is of).
-		opts.Signals.OnReadyChange(func(site, _ string) {
+		// fresh: the networks whose view holds that provider (the store
+		// does not know which network a site's provider is of) render
+		// again. Only their overlays: readiness is nothing a GridSite
+		// probe looks at, and a network that does not hold the provider
+		// renders nothing new. Without membership no remote provider is
+		// rendered.
+		opts.Signals.OnReadyChange(func(site, provider string) {
 			if site == opts.SiteName {
 				return // local readiness reaches the reconcilers through probes
 			}
@@ -338,19 +351,28 @@ func Setup(mgr manager.Manager, opts Options) error {
 				return
 			}
 			for i := range list.Items {
-				networkChanged(list.Items[i].Name)
+				name := list.Items[i].Name
+				if !viewHolds(opts.Membership.View(name), site, provider) {
+					continue
+				}
+				n := &v1alpha1.GridNetwork{}
+				n.Name = name
+				life.Send(fromMembership, event.GenericEvent{Object: n})
 			}
 		})
 	}
+	// Delivery reports change the delivery fields of a status only: they
+	// reach the delivery status reconciler alone, which renders and
+	// publishes nothing (and probes no site).
+	fromDeliveries := make(chan event.GenericEvent, 1024)
 	if opts.Deliveries != nil {
-		// Only the status changes: no probe of sites.
 		opts.Deliveries.OnChange(func(network string) {
 			n := &v1alpha1.GridNetwork{}
 			n.Name = network
-			life.Send(fromMembership, event.GenericEvent{Object: n})
+			life.Send(fromDeliveries, event.GenericEvent{Object: n})
 		})
 	}
-	if err := mgr.Add(nr.SecretPoller(fromMembership)); err != nil {
+	if err := mgr.Add(member.SecretPoller(fromMembership)); err != nil {
 		return err
 	}
 	if opts.Signals != nil {
@@ -373,8 +395,18 @@ func Setup(mgr manager.Manager, opts Options) error {
 	if err := nr.Setup(mgr, toNetworks, fromMembership); err != nil {
 		return err
 	}
+	if opts.Deliveries != nil {
+		if err := deliverystatus.New(shared, opts.Deliveries).Setup(mgr, fromDeliveries); err != nil {
+			return err
+		}
+	}
 	if err := (&gridsite.Reconciler{Env: shared, Trust: trust}).Setup(mgr, reprobe); err != nil {
 		return err
 	}
 	return (&provider.Reconciler{Env: shared, Endpoints: endpoints, ScrapeStatus: scraped}).Setup(mgr, toProviders)
+}
+
+// viewHolds reports whether a network's view holds a site's provider.
+func viewHolds(v sites.NetworkView, site, provider string) bool {
+	return slices.ContainsFunc(v.Providers, func(p sites.RemoteProvider) bool { return p.Site == site && p.Name == provider })
 }

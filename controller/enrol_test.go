@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -193,7 +194,11 @@ func TestAnEnrolledSiteObtainsAndRenewsItsCertificate(t *testing.T) {
 	})
 	renewed := e.secretData("site-cert")
 	require.NotEqual(t, string(first["tls.key"]), string(renewed["tls.key"]), "a renewal certifies a new key")
-	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "rotated"))
+	// Counted just after the Secret is written: waited for.
+	e.eventually("the renewal counted", func() (bool, string) {
+		n := counterOf(t, reg, "grid_site_identity_rotations_total", "rotated")
+		return n > 0, fmt.Sprint(n)
+	})
 
 	// The issuer refuses the next renewal: the certificate stays in use
 	// until it expires, then the site says its identity expired.

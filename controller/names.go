@@ -6,6 +6,7 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/gridsite"
+	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/internal/overlay"
 	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/internal/signalcollect"
@@ -87,47 +88,47 @@ const PollMaxBytes = signalcollect.PollMaxBytes
 // ConditionSiteIdentity is the network's condition on this site's
 // certificate; these are its reasons.
 const (
-	ConditionSiteIdentity         = overlay.ConditionSiteIdentity
-	ReasonSiteCertificateIssued   = overlay.ReasonSiteCertificateIssued
-	ReasonSiteCertificateCurrent  = overlay.ReasonSiteCertificateCurrent
-	ReasonSiteCertificateGiven    = overlay.ReasonSiteCertificateGiven
-	ReasonNoSiteIdentity          = overlay.ReasonNoSiteIdentity
-	ReasonGridCAUnreadable        = overlay.ReasonGridCAUnreadable
-	ReasonGridCAInvalid           = overlay.ReasonGridCAInvalid
-	ReasonGridCAGenerationFailed  = overlay.ReasonGridCAGenerationFailed
-	ReasonSiteSecretUnreadable    = overlay.ReasonSiteSecretUnreadable
-	ReasonSiteNameMissing         = overlay.ReasonSiteNameMissing
-	ReasonSiteCertificateMissing  = overlay.ReasonSiteCertificateMissing
-	ReasonSiteCertificateFailed   = overlay.ReasonSiteCertificateFailed
-	ReasonSiteSecretConflict      = overlay.ReasonSiteSecretConflict
-	ReasonSiteCertificateEnrolled = overlay.ReasonSiteCertificateEnrolled
-	ReasonSiteCertificateRenewed  = overlay.ReasonSiteCertificateRenewed
-	ReasonEnrollmentTokenMissing  = overlay.ReasonEnrollmentTokenMissing
-	ReasonEnrollmentRefused       = overlay.ReasonEnrollmentRefused
-	ReasonIssuerUnreachable       = overlay.ReasonIssuerUnreachable
-	ReasonIdentityExpired         = overlay.ReasonIdentityExpired
+	ConditionSiteIdentity         = membership.ConditionSiteIdentity
+	ReasonSiteCertificateIssued   = membership.ReasonSiteCertificateIssued
+	ReasonSiteCertificateCurrent  = membership.ReasonSiteCertificateCurrent
+	ReasonSiteCertificateGiven    = membership.ReasonSiteCertificateGiven
+	ReasonNoSiteIdentity          = membership.ReasonNoSiteIdentity
+	ReasonGridCAUnreadable        = membership.ReasonGridCAUnreadable
+	ReasonGridCAInvalid           = membership.ReasonGridCAInvalid
+	ReasonGridCAGenerationFailed  = membership.ReasonGridCAGenerationFailed
+	ReasonSiteSecretUnreadable    = membership.ReasonSiteSecretUnreadable
+	ReasonSiteNameMissing         = membership.ReasonSiteNameMissing
+	ReasonSiteCertificateMissing  = membership.ReasonSiteCertificateMissing
+	ReasonSiteCertificateFailed   = membership.ReasonSiteCertificateFailed
+	ReasonSiteSecretConflict      = membership.ReasonSiteSecretConflict
+	ReasonSiteCertificateEnrolled = membership.ReasonSiteCertificateEnrolled
+	ReasonSiteCertificateRenewed  = membership.ReasonSiteCertificateRenewed
+	ReasonEnrollmentTokenMissing  = membership.ReasonEnrollmentTokenMissing
+	ReasonEnrollmentRefused       = membership.ReasonEnrollmentRefused
+	ReasonIssuerUnreachable       = membership.ReasonIssuerUnreachable
+	ReasonIdentityExpired         = membership.ReasonIdentityExpired
 )
 
 // ConditionMembership is the network's SWIM condition; these are its
 // reasons (and Ready's when membership keeps the network from being
 // reconciled).
 const (
-	ConditionMembership     = overlay.ConditionMembership
-	ReasonSwimNotRunning    = overlay.ReasonSwimNotRunning
-	ReasonSwimKeyMissing    = overlay.ReasonSwimKeyMissing
-	ReasonSwimKeyInvalid    = overlay.ReasonSwimKeyInvalid
-	ReasonSwimKeyUnreadable = overlay.ReasonSwimKeyUnreadable
-	ReasonSwimKeyPending    = overlay.ReasonSwimKeyPending
-	ReasonSeedsUnresolvable = overlay.ReasonSeedsUnresolvable
-	ReasonGridIDConflict    = overlay.ReasonGridIDConflict
-	ReasonSiteCertInvalid   = overlay.ReasonSiteCertInvalid
-	ReasonMembershipRunning = overlay.ReasonMembershipRunning
-	ReasonStandby           = overlay.ReasonStandby
+	ConditionMembership     = membership.ConditionMembership
+	ReasonSwimNotRunning    = membership.ReasonSwimNotRunning
+	ReasonSwimKeyMissing    = membership.ReasonSwimKeyMissing
+	ReasonSwimKeyInvalid    = membership.ReasonSwimKeyInvalid
+	ReasonSwimKeyUnreadable = membership.ReasonSwimKeyUnreadable
+	ReasonSwimKeyPending    = membership.ReasonSwimKeyPending
+	ReasonSeedsUnresolvable = membership.ReasonSeedsUnresolvable
+	ReasonGridIDConflict    = membership.ReasonGridIDConflict
+	ReasonSiteCertInvalid   = membership.ReasonSiteCertInvalid
+	ReasonMembershipRunning = membership.ReasonMembershipRunning
+	ReasonStandby           = membership.ReasonStandby
 )
 
 // AutoDiscoverSitesLabel on a GridNetwork asks for GridSites of the
 // sites discovered in it.
-const AutoDiscoverSitesLabel = overlay.AutoDiscoverSitesLabel
+const AutoDiscoverSitesLabel = membership.AutoDiscoverSitesLabel
 
 // Reasons of a gateway's overlay phase, and AnnotationOrphaned, the mark
 // of an overlay ConfigMap whose gateway or network is gone.
@@ -166,9 +167,9 @@ const (
 )
 
 // EnrolmentAuthority is the issuer's side of enrolment (see
-// overlay.EnrolmentAuthority): the CA of a network whose site
+// membership.EnrolmentAuthority): the CA of a network whose site
 // certificates this site issues, read uncached through api.
-func EnrolmentAuthority(api client.Reader) enrol.CA { return overlay.EnrolmentAuthority(api) }
+func EnrolmentAuthority(api client.Reader) enrol.CA { return membership.EnrolmentAuthority(api) }
 
 // OfflinePraxisConfig is one gateway's Praxis config rendered from
 // manifests, without a cluster.

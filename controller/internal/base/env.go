@@ -112,6 +112,18 @@ type Env struct {
 	Written *WrittenStatuses
 }
 
+// Outcome is a reconcile's outcome as
+// gridsync_controller_network_reconciles_total counts it.
+func Outcome(ran bool, err error) string {
+	switch {
+	case err != nil:
+		return ReconcileError
+	case !ran:
+		return ReconcileSkipped
+	}
+	return ReconcileRan
+}
+
 // RetryConflicts turns a write conflict (the cache had not yet seen the
 // object's latest version, often the controller's own last write) into a
 // quiet retry once the cache has caught up: it is expected, and not worth

@@ -43,6 +43,11 @@ const (
 	StageDeliveryFold = "delivery_fold" // the delivery reports folded into the overlay statuses
 )
 
+// RanStage counts a stage a GridNetwork reconcile ran.
+func (e *Env) RanStage(stage string) {
+	e.Metrics.NetworkStages.WithLabelValues(stage).Inc()
+}
+
 // Metrics are the controller's metrics, shared by its reconcilers.
 type Metrics struct {
 	// NetworkReconciles and NetworkStages count the GridNetwork reconciles
@@ -78,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer, sites client.Reader) (*Metrics, error
 	m := &Metrics{
 		NetworkReconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_network_reconciles_total",
-			Help: "GridNetwork reconciles by controller (gridnetwork: the overlay pipeline) and outcome: ran, skipped (the network gone or being deleted, or its SWIM key failed: no stage ran), error.",
+			Help: "GridNetwork reconciles by controller (gridnetwork: the overlay pipeline; gridnetwork-delivery: the delivery status) and outcome: ran, skipped (the network gone or being deleted, or its SWIM key failed: no stage ran), error.",
 		}, []string{"controller", "outcome"}),
 		NetworkStages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_controller_network_stages_total",

@@ -37,6 +37,27 @@ func TestStatusMemoAnswersForALaggingCache(t *testing.T) {
 	assert.Same(t, stale, m.Current(key, "10", stale), "a deleted object's entry is forgotten")
 }
 
+// Latest gives the resourceVersion beside the status: the cache's with
+// the cache's status, the write's with the written one.
+func TestStatusMemoGivesTheVersionToWriteAgainst(t *testing.T) {
+	m := NewStatusMemo[v1alpha1.GridNetworkStatus]()
+	key := types.NamespacedName{Name: "n"}
+	stale := &v1alpha1.GridNetworkStatus{RemoteProviderCount: 1}
+	status, version := m.Latest(key, "10", stale)
+	assert.Same(t, stale, status)
+	assert.Equal(t, "10", version)
+
+	written := &v1alpha1.GridNetworkStatus{RemoteProviderCount: 2}
+	m.Wrote(key, "11", written)
+	status, version = m.Latest(key, "10", stale)
+	assert.Same(t, written, status)
+	assert.Equal(t, "11", version, "the write's version, not the lagging cache's")
+
+	status, version = m.Latest(key, "12", &v1alpha1.GridNetworkStatus{RemoteProviderCount: 2})
+	assert.Equal(t, int32(2), status.RemoteProviderCount)
+	assert.Equal(t, "12", version, "the cache caught up, with a later version of its own")
+}
+
 func TestStatusMemoIsBounded(t *testing.T) {
 	m := NewStatusMemo[v1alpha1.GridSiteStatus]()
 	for i := range maxWrittenStatuses + 10 {

@@ -1,9 +1,9 @@
 // Package overlay is the GridNetwork reconciler (controller gridnetwork):
 // one pipeline that assesses a network's providers, keeps the site's
-// identity and membership, renders one overlay per consumer gateway,
-// generates the gateways' Praxis configs, publishes the overlays, and
-// writes the network's status. The stages are in network_*.go, in the
-// order reconcile runs them.
+// identity and membership (the stages of package membership), renders one
+// overlay per consumer gateway, generates the gateways' Praxis configs,
+// publishes the overlays, and writes the network's status. Its own stages
+// are in network_*.go, in the order reconcile runs them.
 package overlay
 
 import (
@@ -26,9 +26,9 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/render"
-	"github.com/gridsync/gridsync/gossip/seeds"
 )
 
 // ControllerName names the reconciler in controller-runtime's metrics and
@@ -39,12 +39,11 @@ const ControllerName = "gridnetwork"
 // it with a manager.
 type Reconciler struct {
 	*base.Env
-	Trust     *trustmaterial.Cache
-	gridSites writeMemo
-	// seedResolver caches seed lookups; seedProblems remembers the seed
-	// problems logged, so that each is logged once per change.
-	seedResolver seeds.Resolver
-	seedProblems base.ReasonLog
+	Trust *trustmaterial.Cache
+	// identity and member are the stages that keep this site a member
+	// of the network's grid (package membership).
+	identity *membership.Identity
+	member   *membership.Member
 	// admission is each network's provider admission (the admission
 	// stage's memory).
 	admission admissionBook
@@ -53,14 +52,13 @@ type Reconciler struct {
 	Snapshot *Snapshot
 }
 
-// New returns the network reconciler; seedResolver resolves spec.seeds
-// (cached here).
-func New(env *base.Env, trust *trustmaterial.Cache, seedResolver seeds.Resolver) *Reconciler {
+// New returns the network reconciler; member is its membership stage.
+func New(env *base.Env, trust *trustmaterial.Cache, member *membership.Member) *Reconciler {
 	for _, o := range []string{base.ReconcileRan, base.ReconcileSkipped, base.ReconcileError} {
 		env.Metrics.NetworkReconciles.WithLabelValues(ControllerName, o)
 	}
-	return &Reconciler{Env: env, Trust: trust, Snapshot: &Snapshot{},
-		seedResolver: seeds.NewCachingResolver(seedResolver, seeds.DefaultCacheTTL, env.Opts.Now)}
+	return &Reconciler{Env: env, Trust: trust, Snapshot: &Snapshot{}, identity: &membership.Identity{Env: env, Trust: trust},
+		member: member}
 }
 
 // Setup registers the reconciler with mgr: it watches GridNetworks,
@@ -115,14 +113,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// from one whose reconcile fails.
 		r.Snapshot.attempted(req.Name)
 	}
-	outcome := base.ReconcileRan
-	switch {
-	case err != nil:
-		outcome = base.ReconcileError
-	case !ran:
-		outcome = base.ReconcileSkipped
-	}
-	r.Metrics.NetworkReconciles.WithLabelValues(ControllerName, outcome).Inc()
+	r.Metrics.NetworkReconciles.WithLabelValues(ControllerName, base.Outcome(ran, err)).Inc()
 	// One line per reconcile at debug level: what operators (and the
 	// controller benchmark) need to see how long a network takes.
 	r.Opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount,
@@ -147,9 +138,9 @@ func errString(err error) string {
 // they depend on one another:
 //
 //  1. providers (network_providers.go): this site's providers, assessed;
-//  2. identity (network_identity.go): the site certificate, issued or
+//  2. identity (package membership): the site certificate, issued or
 //     renewed before membership gossips it;
-//  3. membership (network_membership.go): SWIM keys, seeds and this site's
+//  3. membership (package membership): SWIM keys, seeds and this site's
 //     records; what is known of the other sites;
 //  4. remote providers (network_providers.go): the records of the sites
 //     whose GridSite is Active; their admission, and the local
@@ -165,7 +156,7 @@ func errString(err error) string {
 //     Deployments switched to their new config and mounts, or pruned
 //     (network_mounts.go), and the opted-in gateway Deployments rolled to
 //     a renewed site certificate (network_rollidentity.go);
-//  8. GridSites of the discovered sites (network_membership.go);
+//  8. GridSites of the discovered sites (package membership);
 //  9. status (network_status.go).
 //
 // Each stage takes what the earlier ones produced as arguments and
@@ -183,21 +174,21 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 	if err != nil {
 		return 0, 0, false, err
 	}
-	identity := r.reconcileIdentity(ctx, network)
-	if identity.wrote {
+	identity := r.identity.Reconcile(ctx, network)
+	if identity.Wrote {
 		r.Trust.Refresh(ctx, network)
 	}
-	swim := r.reconcileMembership(ctx, network, gossipProviders(items, local), identity.gossipCert, identity.gossipErr)
-	if swim.keyFailed {
+	swim := r.member.Reconcile(ctx, network, gossipProviders(items, local), identity.GossipCert, identity.GossipErr)
+	if swim.KeyFailed {
 		// The reconcile stops at the key: nothing announced, nothing
 		// published, the overlays keep what they had. The discovery API
 		// still lists the providers, the remote ones as the view holds
 		// them (none when they cannot be read).
 		remote, _ := r.remoteProviders(ctx, network, r.Opts.Membership.View(network.Name))
 		r.Snapshot.publish(network.Name, local, remote)
-		return len(network.Spec.ConsumerGateways), swimKeyRetry, false, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, network.Status.MountReconciliationStatus, swim, identity)
+		return len(network.Spec.ConsumerGateways), membership.SwimKeyRetry, false, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, network.Status.MountReconciliationStatus, swim, identity)
 	}
-	remote, err := r.remoteProviders(ctx, network, swim.view)
+	remote, err := r.remoteProviders(ctx, network, swim.View)
 	if err != nil {
 		return 0, 0, false, err
 	}
@@ -206,24 +197,23 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 
 	gws := gateways(network)
 	overlays := renderOverlays(network.Name, gws, local, remote)
-	r.ranStage(base.StageRender)
+	r.RanStage(base.StageRender)
 	overlays, praxis, delegated, firstErr := r.reconcilePraxisConfigs(ctx, network, items, overlays)
 	plans := r.planMounts(ctx, network, overlays, delegated)
 	statuses, err := r.publishOverlays(ctx, network, overlays)
-	r.ranStage(base.StagePublish)
+	r.RanStage(base.StagePublish)
 	firstErr = cmp.Or(firstErr, err)
 	mountStatus, rolling, err := r.applyMounts(ctx, network, plans)
 	firstErr = cmp.Or(firstErr, err)
 	serving, err := r.reconcileServing(ctx, network, overlays)
 	firstErr = cmp.Or(firstErr, err)
-	r.rollIdentity(ctx, network, identity.gossipCert, statuses)
-	firstErr = cmp.Or(firstErr, r.syncGridSites(ctx, network, swim.view))
+	r.rollIdentity(ctx, network, identity.GossipCert, statuses)
+	firstErr = cmp.Or(firstErr, r.member.SyncGridSites(ctx, network, swim.View))
 
-	r.summariseDeliveries(network.Name, gws, statuses)
 	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, serving, mountStatus, swim, identity))
 	var again time.Duration
-	if identity.renewIn > 0 && identity.renewIn < r.Opts.ResyncPeriod {
-		again = identity.renewIn + time.Second/10 // just past the renewal point
+	if identity.RenewIn > 0 && identity.RenewIn < r.Opts.ResyncPeriod {
+		again = identity.RenewIn + time.Second/10 // just past the renewal point
 	}
 	if held > 0 && (again == 0 || held < again) {
 		again = held // an admission change waiting for its interval
@@ -232,11 +222,6 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 		again = mountPollInterval // a delegated Deployment rolling, read again soon
 	}
 	return len(gws), again, true, firstErr
-}
-
-// ranStage counts a stage the reconcile ran.
-func (r *Reconciler) ranStage(stage string) {
-	r.Metrics.NetworkStages.WithLabelValues(stage).Inc()
 }
 
 // admit reads the network. A deleted one is finalized (its overlays
@@ -263,7 +248,9 @@ func (r *Reconciler) admit(ctx context.Context, name string) (*v1alpha1.GridNetw
 	if err != nil {
 		return nil, false, err
 	}
-	network.Status = *r.Written.Networks.Current(key, network.ResourceVersion, &network.Status).DeepCopy()
+	// The status and version as the API server holds them, as far as the
+	// agent knows: the status patch is made against that version.
+	r.ReadNetworkStatus(&network)
 	if !network.DeletionTimestamp.IsZero() {
 		return nil, false, r.finalize(ctx, &network)
 	}

@@ -167,3 +167,32 @@ func capacityWeight(p *v1alpha1.InferenceProvider) int32 {
 	}
 	return 0
 }
+
+// gossipProviders is what the other sites learn of this site's providers.
+func gossipProviders(items []v1alpha1.InferenceProvider, assessed []render.Provider) []sites.Provider {
+	phase := map[string]render.Provider{}
+	for _, p := range assessed {
+		phase[p.Name] = p
+	}
+	var out []sites.Provider
+	for i := range items {
+		p := &items[i]
+		a, ok := phase[p.Name]
+		if !ok {
+			continue
+		}
+		mp := sites.Provider{
+			Name: p.Name, Models: a.Models, Cluster: a.Cluster, Phase: string(a.Phase),
+			ProviderKind: p.Spec.ProviderKind, BackendKind: p.Spec.BackendKind,
+			Credentialed: a.Credential != nil,
+			Drained:      base.Drained(p),
+			Load:         measuredLoad(p),
+			Weight:       capacityWeight(p),
+		}
+		if a.Sites != nil {
+			mp.Sites = a.Sites.String()
+		}
+		out = append(out, mp)
+	}
+	return out
+}

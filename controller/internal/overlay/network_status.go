@@ -5,35 +5,40 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/deliverystatus"
+	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/mounts"
-	"github.com/gridsync/gridsync/controller/render"
 )
 
 // writeStatus writes the network's status when it differs.
 func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
-	praxis, serving []v1alpha1.PraxisConfigStatus, mountStatus []v1alpha1.MountReconciliationStatus, swim membershipOutcome, identity identityOutcome,
+	praxis, serving []v1alpha1.PraxisConfigStatus, mountStatus []v1alpha1.MountReconciliationStatus, swim membership.Outcome, identity membership.IdentityOutcome,
 ) error {
 	next := network.Status.DeepCopy()
 	next.ObservedGeneration = network.Generation
-	next.OverlayStatus = overlays
+	next.OverlayStatus = slices.Clone(overlays) // Fold sets each entry's delivery: not in the caller's
+	if d := r.Opts.Deliveries; d != nil {
+		// The delivery fields go with the revisions written here: a
+		// summary of the previous revision beside a new one would say its
+		// pods serve it. The delivery status reconciler folds the same
+		// way when a report changes them.
+		r.RanStage(base.StageDeliveryFold)
+		deliverystatus.Fold(d, network, next)
+	}
 	next.PraxisConfigStatus = praxis
 	next.ConsumerConfigStatus = praxis // upstream's name for the same entries
 	next.ServingConfigStatus = serving
 	next.MountReconciliationStatus = mountStatus
 	next.GatewayCount = int32(len(overlays))
 	next.DistributedCount = 0
-	next.Delivered = deliveredSummary(overlays)
 	var failing []string
 	for _, o := range overlays {
 		if o.Phase == v1alpha1.OverlayDistributed {
@@ -86,13 +91,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	// Ready too: a key that does not load stops the reconcile, and seeds
 	// without SWIM do nothing.
 	switch {
-	case swim.keyFailed:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.condition.reason, swim.condition.message
-	case swim.condition.reason == ReasonSwimNotRunning && !swim.condition.ok:
+	case swim.KeyFailed:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.Condition.Reason, swim.Condition.Message
+	case swim.Condition.Reason == membership.ReasonSwimNotRunning && !swim.Condition.OK:
 		if ready.Reason != base.ReasonFieldNotSupported {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonSwimNotRunning, swim.condition.message+"; "+ready.Message
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, membership.ReasonSwimNotRunning, swim.Condition.Message+"; "+ready.Message
 		} else {
-			ready.Message += "; " + swim.condition.message
+			ready.Message += "; " + swim.Condition.Message
 		}
 	}
 	// Admission by load on an agent that collects no signals would see
@@ -108,22 +113,22 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	}
 	// A site identity that is configured and not in effect is said in
 	// Ready: nothing it secures (probes of other sites) works.
-	if !identity.condition.ok && ready.Status == metav1.ConditionTrue {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, identity.condition.reason, identity.condition.message+"; "+ready.Message
+	if !identity.Condition.OK && ready.Status == metav1.ConditionTrue {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, identity.Condition.Reason, identity.Condition.Message+"; "+ready.Message
 	}
-	identityCond := metav1.Condition{Type: ConditionSiteIdentity, Status: metav1.ConditionTrue, Reason: identity.condition.reason,
-		Message: identity.condition.message, ObservedGeneration: network.Generation}
-	if !identity.condition.ok {
+	identityCond := metav1.Condition{Type: membership.ConditionSiteIdentity, Status: metav1.ConditionTrue, Reason: identity.Condition.Reason,
+		Message: identity.Condition.Message, ObservedGeneration: network.Generation}
+	if !identity.Condition.OK {
 		identityCond.Status = metav1.ConditionFalse
 	}
 	meta.SetStatusCondition(&next.Conditions, identityCond)
 	next.Phase, next.NetworkSites, next.RemoteProviderCount = networkPhase(swim)
-	next.ConnectedSites = int32(swim.view.AlivePeers)
+	next.ConnectedSites = int32(swim.View.AlivePeers)
 	next.DistributedProviderCount = next.RemoteProviderCount // upstream's name for the same count
-	next.GridID = swim.view.GridID
-	membershipCond := metav1.Condition{Type: ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.condition.reason,
-		Message: swim.condition.message, ObservedGeneration: network.Generation}
-	if !swim.condition.ok {
+	next.GridID = swim.View.GridID
+	membershipCond := metav1.Condition{Type: membership.ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.Condition.Reason,
+		Message: swim.Condition.Message, ObservedGeneration: network.Generation}
+	if !swim.Condition.OK {
 		membershipCond.Status = metav1.ConditionFalse
 	}
 	meta.SetStatusCondition(&next.Conditions, membershipCond)
@@ -134,12 +139,14 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	if equality.Semantic.DeepEqual(&network.Status, next) {
 		return nil
 	}
-	orig := network.DeepCopy()
-	network.Status = *next
-	if err := r.Client.Status().Patch(ctx, network, client.MergeFrom(orig)); err != nil {
-		return fmt.Errorf("patch status of GridNetwork %s: %w", network.Name, err)
+	// The delivery status reconciler writes the delivery fields of this
+	// status too (overlayStatus[].delivery, delivered, the Delivered
+	// condition): next has them from the same tracker, and the patch is
+	// made against the version read, so that neither writer undoes the
+	// other.
+	if err := r.WriteNetworkStatus(ctx, network, next); err != nil {
+		return err
 	}
-	r.Written.Networks.Wrote(client.ObjectKeyFromObject(network), network.ResourceVersion, network.Status.DeepCopy())
 	if changed {
 		eventType := corev1.EventTypeNormal
 		if ready.Status != metav1.ConditionTrue {
@@ -147,7 +154,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 		}
 		r.Events.Record(ctx, network, "GridNetwork", eventType, ready.Reason, ready.Message)
 	}
-	r.Metrics.StatusWrites.WithLabelValues("GridNetwork").Inc()
 	return nil
 }
 
@@ -155,8 +161,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 // without SWIM, Initializing until a remote site is known (or while
 // SWIM holds for a key), Active with at least one alive, Degraded when
 // all known are suspect or dead.
-func networkPhase(swim membershipOutcome) (v1alpha1.NetworkPhase, int32, int32) {
-	v := swim.view
+func networkPhase(swim membership.Outcome) (v1alpha1.NetworkPhase, int32, int32) {
+	v := swim.View
 	if !v.Enabled {
 		return v1alpha1.NetworkPending, 0, 0
 	}
@@ -196,9 +202,6 @@ func setSelectionCondition(network *v1alpha1.GridNetwork, next *v1alpha1.GridNet
 			"and each candidate carries its capacityWeight as selection_weight for a gateway that weighs by it"})
 }
 
-// AutoDiscoverSitesLabel asks for GridSites of discovered sites.
-const AutoDiscoverSitesLabel = "grid.praxis.fast/auto-discover-sites"
-
 // unsupportedFields lists the paths of the fields a network sets that
 // this release does not act on yet (upstream's budget policy
 // and metrics interval, a key named in a TLS Secret reference).
@@ -228,42 +231,3 @@ const ReasonMountsNotReconciled = "MountsNotReconciled"
 // every overlay is distributed and a gateway's generated Praxis config
 // fails.
 const ReasonPraxisConfigsNotRendered = "PraxisConfigsNotRendered"
-
-// summariseDeliveries tells the delivery tracker the network's gateways
-// and puts what their pods report in each overlay status.
-func (r *Reconciler) summariseDeliveries(network string, gws []render.Gateway, statuses []v1alpha1.GatewayOverlayStatus) {
-	d := r.Opts.Deliveries
-	if d == nil {
-		return
-	}
-	r.ranStage(base.StageDeliveryFold)
-	keys := make([]types.NamespacedName, 0, len(gws))
-	for _, gw := range gws {
-		keys = append(keys, types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name})
-	}
-	d.SetGateways(network, keys)
-	for i := range statuses {
-		st := &statuses[i]
-		var renderedAt time.Time
-		if st.RenderedAt != nil {
-			renderedAt = st.RenderedAt.Time
-		}
-		st.Delivery = d.Summary(st.Namespace, st.GatewayName, st.RenderedRevision, renderedAt)
-	}
-}
-
-// deliveredSummary is "on revision/reporting" over every gateway, empty
-// while no pod reports.
-func deliveredSummary(overlays []v1alpha1.GatewayOverlayStatus) string {
-	var on, reporting int32
-	for _, o := range overlays {
-		if o.Delivery != nil {
-			on += o.Delivery.PodsOnRevision
-			reporting += o.Delivery.ReportingPods
-		}
-	}
-	if reporting == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%d/%d", on, reporting)
-}

@@ -1,4 +1,11 @@
-package overlay
+// Package membership holds the stages of a network's reconcile that keep
+// this site a member of the network's grid: its identity (Identity: the
+// grid CA and the site certificate, issued, enrolled or provided), its
+// membership (Member: SWIM keys, seeds, this site's records, what is known
+// of the other sites), the GridSites of the discovered sites, and the poll
+// of the Secrets these read. The overlay reconciler runs the stages and
+// reads their outcomes.
+package membership
 
 import (
 	"context"
@@ -45,35 +52,50 @@ const (
 	keyCACert = trustmaterial.KeyCACert
 )
 
-// identityOutcome is what one reconcile did with the site's identity.
-type identityOutcome struct {
-	condition conditionSpec
-	// renewIn is how soon the network is reconciled again to renew the
-	// certificate; 0 when nothing is due.
-	renewIn time.Duration
-	// wrote: a CA or site Secret was written, so trust material changed.
-	wrote bool
-	// gossipCert is the public certificate gossiped to the other sites:
-	// tls.crt of the site Secret as read or as issued (never tls.key);
-	// gossipErr says why none is.
-	gossipCert string
-	gossipErr  error
+// Identity is the site identity stage of a network's reconcile: the grid
+// CA and this site's certificate, issued here, obtained from the issuer
+// (enrolment and renewal) or provided.
+type Identity struct {
+	*base.Env
+	Trust *trustmaterial.Cache
 }
 
-// reconcileIdentity makes sure of the grid CA and this site's certificate:
+// Condition is a condition's verdict, reason and message, as a stage
+// reports it for the network's status.
+type Condition struct {
+	OK              bool
+	Reason, Message string
+}
+
+// IdentityOutcome is what one reconcile did with the site's identity.
+type IdentityOutcome struct {
+	Condition Condition
+	// RenewIn is how soon the network is reconciled again to renew the
+	// certificate; 0 when nothing is due.
+	RenewIn time.Duration
+	// Wrote: a CA or site Secret was written, so trust material changed.
+	Wrote bool
+	// GossipCert is the public certificate gossiped to the other sites:
+	// tls.crt of the site Secret as read or as issued (never tls.key);
+	// GossipErr says why none is.
+	GossipCert string
+	GossipErr  error
+}
+
+// Reconcile makes sure of the grid CA and this site's certificate:
 // a CA Secret that does not exist is generated (the first site of a grid;
 // the others receive the same Secret out of band, the agent never copies
 // Secrets between clusters), and the site certificate is issued into
 // siteSecretRef when it is missing, not the CA's, not in the site profile
 // or two thirds through its lifetime. Keys never leave the Secrets: not in
 // logs, events or status.
-func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.GridNetwork) identityOutcome {
+func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork) IdentityOutcome {
 	t := network.Spec.TLS
 	if t == nil || t.SiteSecretRef == nil && t.CASecretRef == nil {
-		return identityOutcome{condition: conditionSpec{ok: true, reason: ReasonNoSiteIdentity, message: "spec.tls names no grid CA or site Secret"}}
+		return IdentityOutcome{Condition: Condition{OK: true, Reason: ReasonNoSiteIdentity, Message: "spec.tls names no grid CA or site Secret"}}
 	}
 	now := r.Opts.Now()
-	var out identityOutcome
+	var out IdentityOutcome
 	// The site Secret first: its certificate is gossiped whatever the
 	// state of the CA.
 	ref := t.SiteSecretRef
@@ -84,12 +106,12 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.Gr
 		at = fmt.Sprintf("spec.tls.siteSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
 		err := r.API.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &secret)
 		if err != nil && !apierrors.IsNotFound(err) {
-			out.gossipErr = fmt.Errorf("%s: %s", at, base.APIFailure(err, "get", "Secret"))
-			out.condition = conditionSpec{reason: ReasonSiteSecretUnreadable, message: out.gossipErr.Error()}
+			out.GossipErr = fmt.Errorf("%s: %s", at, base.APIFailure(err, "get", "Secret"))
+			out.Condition = Condition{Reason: ReasonSiteSecretUnreadable, Message: out.GossipErr.Error()}
 			return out
 		}
 		if exists = err == nil; exists {
-			out.gossipCert, out.gossipErr = gossipable(at, secret.Data[corev1.TLSCertKey])
+			out.GossipCert, out.GossipErr = gossipable(at, secret.Data[corev1.TLSCertKey])
 		}
 	}
 	mode := siteCertificateMode(t)
@@ -101,7 +123,7 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.Gr
 		if t.CASecretRef != nil || t.CAConfigMapRef != nil {
 			cert, cond := r.gridCACertificate(ctx, network)
 			if cond != nil {
-				out.condition = *cond
+				out.Condition = *cond
 				return out
 			}
 			caCert = cert
@@ -109,17 +131,17 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.Gr
 	case t.CASecretRef != nil:
 		c, cert, wrote, cond := r.gridCA(ctx, network, t.CASecretRef, now)
 		if cond != nil {
-			out.condition, out.wrote = *cond, wrote
+			out.Condition, out.Wrote = *cond, wrote
 			return out
 		}
-		ca, caCert, out.wrote = c, cert, wrote
+		ca, caCert, out.Wrote = c, cert, wrote
 		if mode == v1alpha1.SiteCertificateIssuer && ca == nil {
-			out.condition = conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("spec.tls.siteCertificate.mode issuer: Secret %s/%s holds the grid CA's certificate without its key (tls.key)", t.CASecretRef.Namespace, t.CASecretRef.Name)}
+			out.Condition = Condition{Reason: ReasonGridCAInvalid, Message: fmt.Sprintf("spec.tls.siteCertificate.mode issuer: Secret %s/%s holds the grid CA's certificate without its key (tls.key)", t.CASecretRef.Namespace, t.CASecretRef.Name)}
 			return out
 		}
 	}
 	if ref == nil {
-		out.condition = conditionSpec{ok: true, reason: ReasonNoSiteIdentity, message: "the grid CA is ready; spec.tls.siteSecretRef names no site certificate to issue"}
+		out.Condition = Condition{OK: true, Reason: ReasonNoSiteIdentity, Message: "the grid CA is ready; spec.tls.siteSecretRef names no site certificate to issue"}
 		return out
 	}
 	var held *sitetrust.Held
@@ -134,9 +156,9 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.Gr
 	if mode == v1alpha1.SiteCertificateEnrolled {
 		switch {
 		case caCert == nil:
-			out.condition = conditionSpec{reason: ReasonGridCAUnreadable, message: "an enrolled site needs the grid CA's certificate: spec.tls.caConfigMapRef or caSecretRef (ca.crt)"}
+			out.Condition = Condition{Reason: ReasonGridCAUnreadable, Message: "an enrolled site needs the grid CA's certificate: spec.tls.caConfigMapRef or caSecretRef (ca.crt)"}
 		case site == "":
-			out.condition = conditionSpec{reason: ReasonSiteNameMissing, message: "the agent has no site name (--site-name, GRID_SWIM_SITE_NAME): it cannot enrol"}
+			out.Condition = Condition{Reason: ReasonSiteNameMissing, Message: "the agent has no site name (--site-name, GRID_SWIM_SITE_NAME): it cannot enrol"}
 		default:
 			return r.enrolled(ctx, network, at, exists, &secret, held, heldErr, caCert, now)
 		}
@@ -146,25 +168,25 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.Gr
 		// The CA's key is not here: the site certificate is provided.
 		switch {
 		case !exists:
-			out.condition = conditionSpec{reason: ReasonSiteCertificateMissing, message: at + ": the Secret does not exist, and without the grid CA's key (spec.tls.caSecretRef with tls.key) this agent cannot issue it"}
+			out.Condition = Condition{Reason: ReasonSiteCertificateMissing, Message: at + ": the Secret does not exist, and without the grid CA's key (spec.tls.caSecretRef with tls.key) this agent cannot issue it"}
 		case heldErr != nil:
-			out.condition = conditionSpec{reason: ReasonSiteCertificateMissing, message: fmt.Sprintf("%s: %v; without the grid CA's key this agent cannot issue it", at, heldErr)}
+			out.Condition = Condition{Reason: ReasonSiteCertificateMissing, Message: fmt.Sprintf("%s: %v; without the grid CA's key this agent cannot issue it", at, heldErr)}
 		case now.After(held.Leaf.NotAfter):
-			out.condition = conditionSpec{reason: ReasonSiteCertificateMissing, message: fmt.Sprintf("%s: the provided certificate expired at %s", at, held.Leaf.NotAfter.UTC().Format(time.RFC3339))}
+			out.Condition = Condition{Reason: ReasonSiteCertificateMissing, Message: fmt.Sprintf("%s: the provided certificate expired at %s", at, held.Leaf.NotAfter.UTC().Format(time.RFC3339))}
 		default:
-			out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateGiven, message: fmt.Sprintf("%s: provided, valid until %s (not issued by this agent)", at, held.Leaf.NotAfter.UTC().Format(time.RFC3339))}
+			out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateGiven, Message: fmt.Sprintf("%s: provided, valid until %s (not issued by this agent)", at, held.Leaf.NotAfter.UTC().Format(time.RFC3339))}
 		}
 		return out
 	}
 	if site == "" {
-		out.condition = conditionSpec{reason: ReasonSiteNameMissing, message: "the agent has no site name (--site-name, GRID_SWIM_SITE_NAME): no site certificate is issued"}
+		out.Condition = Condition{Reason: ReasonSiteNameMissing, Message: "the agent has no site name (--site-name, GRID_SWIM_SITE_NAME): no site certificate is issued"}
 		return out
 	}
 	why := reissueWhy(exists, held, heldErr, caCert, site, now)
 	if why == "" {
 		renew := sitetrust.RenewAt(held.Leaf)
-		out.renewIn = renew.Sub(now)
-		out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateCurrent, message: fmt.Sprintf("site %s's certificate is valid until %s and is renewed at %s",
+		out.RenewIn = renew.Sub(now)
+		out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateCurrent, Message: fmt.Sprintf("site %s's certificate is valid until %s and is renewed at %s",
 			site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
 		return out
 	}
@@ -176,32 +198,32 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.Gr
 		holder != "" && holder != network.Name && r.networkExists(ctx, holder) {
 		// Valid under this network's CA now, only its renewal due.
 		if heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
-			out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateCurrent, message: fmt.Sprintf("%s: shared with GridNetwork %s, which renews it; valid until %s",
+			out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateCurrent, Message: fmt.Sprintf("%s: shared with GridNetwork %s, which renews it; valid until %s",
 				at, holder, held.Leaf.NotAfter.UTC().Format(time.RFC3339))}
 			return out
 		}
-		out.condition = conditionSpec{reason: ReasonSiteSecretConflict, message: fmt.Sprintf("%s: issued for GridNetwork %s from another grid CA; give each network its own site Secret, or both the same grid CA", at, holder)}
+		out.Condition = Condition{Reason: ReasonSiteSecretConflict, Message: fmt.Sprintf("%s: issued for GridNetwork %s from another grid CA; give each network its own site Secret, or both the same grid CA", at, holder)}
 		return out
 	}
 	chain, key, err := ca.Issue(site, now, r.Opts.SiteCertLifetime)
 	if err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: issuing failed: %v", at, err)}
+		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: issuing failed: %v", at, err)}
 		return out
 	}
 	if err := r.writeSiteSecret(ctx, network, exists, &secret, chain, key, caCert); err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}
+		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}
 		r.Opts.Logger.Error("site_certificate_not_written", "network", network.Name, "secret", ref.Namespace+"/"+ref.Name, "error", err.Error())
 		return out
 	}
 	issued, err := sitetrust.ParseHeld(chain, key)
 	if err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error()}
+		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}
 		return out
 	}
-	out.wrote = true
-	out.gossipCert, out.gossipErr = string(chain), nil
+	out.Wrote = true
+	out.GossipCert, out.GossipErr = string(chain), nil
 	renew := sitetrust.RenewAt(issued.Leaf)
-	out.renewIn = renew.Sub(now)
+	out.RenewIn = renew.Sub(now)
 	r.Metrics.SiteCertificates.Inc()
 	r.Metrics.IdentityExpiry.WithLabelValues(network.Name).Set(float64(issued.Leaf.NotAfter.Unix()))
 	if exists && heldErr == nil {
@@ -211,7 +233,7 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.Gr
 		"because", why, "not_after", issued.Leaf.NotAfter.UTC().Format(time.RFC3339), "fingerprint", sitetrust.Fingerprint(issued.Leaf.Raw))
 	r.Events.Record(ctx, network, "GridNetwork", corev1.EventTypeNormal, ReasonSiteCertificateIssued,
 		fmt.Sprintf("site %s's certificate issued into Secret %s/%s (%s); valid until %s", site, ref.Namespace, ref.Name, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339)))
-	out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateIssued, message: fmt.Sprintf("site %s's certificate issued (%s); valid until %s, renewed at %s",
+	out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateIssued, Message: fmt.Sprintf("site %s's certificate issued (%s); valid until %s, renewed at %s",
 		site, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
 	return out
 }
@@ -220,7 +242,7 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, network *v1alpha1.Gr
 // when it does not exist. A CA Secret that exists is never rewritten. ca is
 // nil when the Secret holds the certificate without its key (this site
 // cannot issue); cond is set when the CA cannot be used at all.
-func (r *Reconciler) gridCA(ctx context.Context, network *v1alpha1.GridNetwork, ref *v1alpha1.NamespacedName, now time.Time) (ca *sitetrust.CA, cert *x509.Certificate, wrote bool, cond *conditionSpec) {
+func (r *Identity) gridCA(ctx context.Context, network *v1alpha1.GridNetwork, ref *v1alpha1.NamespacedName, now time.Time) (ca *sitetrust.CA, cert *x509.Certificate, wrote bool, cond *Condition) {
 	at := fmt.Sprintf("spec.tls.caSecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
 	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
 	var s corev1.Secret
@@ -228,7 +250,7 @@ func (r *Reconciler) gridCA(ctx context.Context, network *v1alpha1.GridNetwork, 
 	if apierrors.IsNotFound(err) {
 		certPEM, keyPEM, genErr := sitetrust.NewCA(now, sitetrust.CALifetime)
 		if genErr != nil {
-			return nil, nil, false, &conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("%s: generating the grid CA failed: %v", at, genErr)}
+			return nil, nil, false, &Condition{Reason: ReasonGridCAInvalid, Message: fmt.Sprintf("%s: generating the grid CA failed: %v", at, genErr)}
 		}
 		// Server-side apply, without forcing: a create the chart can grant
 		// by name (a POST cannot be), and, should a CA Secret appear
@@ -251,11 +273,11 @@ func (r *Reconciler) gridCA(ctx context.Context, network *v1alpha1.GridNetwork, 
 			err = r.API.Get(ctx, key, &s)
 		default:
 			r.Opts.Logger.Error("grid_ca_not_written", "network", network.Name, "secret", key.String(), "error", err.Error())
-			return nil, nil, false, &conditionSpec{reason: ReasonGridCAGenerationFailed, message: fmt.Sprintf("%s: the Secret does not exist and %s", at, base.APIFailure(err, "write", "Secret"))}
+			return nil, nil, false, &Condition{Reason: ReasonGridCAGenerationFailed, Message: fmt.Sprintf("%s: the Secret does not exist and %s", at, base.APIFailure(err, "write", "Secret"))}
 		}
 	}
 	if err != nil {
-		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAUnreadable, message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "get", "Secret"))}
+		return nil, nil, wrote, &Condition{Reason: ReasonGridCAUnreadable, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "get", "Secret"))}
 	}
 	certPEM := s.Data[corev1.TLSCertKey]
 	if len(certPEM) == 0 {
@@ -264,16 +286,16 @@ func (r *Reconciler) gridCA(ctx context.Context, network *v1alpha1.GridNetwork, 
 	if len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
 		certs, perr := sitetrust.ParseCertificates(certPEM)
 		if perr != nil {
-			return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("%s: %v", at, perr)}
+			return nil, nil, wrote, &Condition{Reason: ReasonGridCAInvalid, Message: fmt.Sprintf("%s: %v", at, perr)}
 		}
 		return nil, certs[0], wrote, nil
 	}
 	ca, err = sitetrust.ParseCA(certPEM, s.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("%s: %v", at, err)}
+		return nil, nil, wrote, &Condition{Reason: ReasonGridCAInvalid, Message: fmt.Sprintf("%s: %v", at, err)}
 	}
 	if now.After(ca.Cert.NotAfter) {
-		return nil, nil, wrote, &conditionSpec{reason: ReasonGridCAInvalid, message: fmt.Sprintf("%s: the grid CA expired at %s", at, ca.Cert.NotAfter.UTC().Format(time.RFC3339))}
+		return nil, nil, wrote, &Condition{Reason: ReasonGridCAInvalid, Message: fmt.Sprintf("%s: the grid CA expired at %s", at, ca.Cert.NotAfter.UTC().Format(time.RFC3339))}
 	}
 	return ca, ca.Cert, wrote, nil
 }
@@ -289,7 +311,7 @@ func gossipable(at string, certPEM []byte) (string, error) {
 
 // networkExists reports whether a GridNetwork exists (from the cache; an
 // error counts as existing, so nothing is taken over on doubt).
-func (r *Reconciler) networkExists(ctx context.Context, name string) bool {
+func (r *Identity) networkExists(ctx context.Context, name string) bool {
 	var n v1alpha1.GridNetwork
 	return !apierrors.IsNotFound(r.Client.Get(ctx, types.NamespacedName{Name: name}, &n))
 }
@@ -311,7 +333,7 @@ func reissueWhy(exists bool, held *sitetrust.Held, heldErr error, caCert *x509.C
 // grid CA into the site Secret by server-side apply. A type is immutable,
 // and one left out of an apply that wrote it would be removed: a new
 // Secret is kubernetes.io/tls, one that exists keeps its own.
-func (r *Reconciler) writeSiteSecret(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, current *corev1.Secret, chain, key []byte, caCert *x509.Certificate) error {
+func (r *Identity) writeSiteSecret(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, current *corev1.Secret, chain, key []byte, caCert *x509.Certificate) error {
 	apply := r.siteSecretApply(network, map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: sitetrust.EncodeCertificate(caCert)})
 	if exists {
 		apply.WithType(current.Type)
@@ -327,7 +349,7 @@ func (r *Reconciler) writeSiteSecret(ctx context.Context, network *v1alpha1.Grid
 // existing site Secret, leaving its certificate, key and CA as they are:
 // applied with them (a data key the agent wrote and leaves out would go)
 // and on the version read, so that a write made since is not undone.
-func (r *Reconciler) keepPendingKey(ctx context.Context, network *v1alpha1.GridNetwork, current *corev1.Secret, keyPEM []byte) error {
+func (r *Identity) keepPendingKey(ctx context.Context, network *v1alpha1.GridNetwork, current *corev1.Secret, keyPEM []byte) error {
 	data := map[string][]byte{keyPendingData: keyPEM}
 	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, keyCACert} {
 		if v, ok := current.Data[k]; ok {
@@ -339,7 +361,7 @@ func (r *Reconciler) keepPendingKey(ctx context.Context, network *v1alpha1.GridN
 }
 
 // siteSecretApply is the site Secret the agent applies, with data.
-func (r *Reconciler) siteSecretApply(network *v1alpha1.GridNetwork, data map[string][]byte) *corev1ac.SecretApplyConfiguration {
+func (r *Identity) siteSecretApply(network *v1alpha1.GridNetwork, data map[string][]byte) *corev1ac.SecretApplyConfiguration {
 	ref := network.Spec.TLS.SiteSecretRef
 	return corev1ac.Secret(ref.Name, ref.Namespace).
 		WithLabels(map[string]string{envelope.LabelManagedBy: r.Opts.Producer, envelope.LabelNetwork: network.Name}).

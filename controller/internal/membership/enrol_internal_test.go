@@ -1,4 +1,4 @@
-package overlay
+package membership
 
 import (
 	"crypto/ecdsa"

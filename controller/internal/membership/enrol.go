@@ -1,4 +1,4 @@
-package overlay
+package membership
 
 import (
 	"bytes"
@@ -71,14 +71,14 @@ func siteCertificateMode(t *v1alpha1.GridTLS) v1alpha1.SiteCertificateMode {
 // ca.crt or tls.crt of caSecretRef), as the trust material the probes and
 // the record checks use holds it: never generated, since an enrolled or
 // provided site only trusts the CA the issuer made.
-func (r *Reconciler) gridCACertificate(ctx context.Context, network *v1alpha1.GridNetwork) (*x509.Certificate, *conditionSpec) {
+func (r *Identity) gridCACertificate(ctx context.Context, network *v1alpha1.GridNetwork) (*x509.Certificate, *Condition) {
 	tm := r.Trust.Get(ctx, network)
 	if p := tm.RootsProblem; p != nil {
 		reason := ReasonGridCAUnreadable
 		if p.Invalid {
 			reason = ReasonGridCAInvalid
 		}
-		return nil, &conditionSpec{reason: reason, message: p.Message}
+		return nil, &Condition{Reason: reason, Message: p.Message}
 	}
 	return tm.RootCerts[0], nil
 }
@@ -88,21 +88,21 @@ func (r *Reconciler) gridCACertificate(ctx context.Context, network *v1alpha1.Gr
 // the one-time token otherwise. The new key is made here and never leaves
 // the cluster; the certificate the issuer returns is checked (the grid
 // CA, the site profile for this site, this key) before it is written.
-func (r *Reconciler) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, at string, exists bool, secret *corev1.Secret,
-	held *sitetrust.Held, heldErr error, caCert *x509.Certificate, now time.Time) identityOutcome {
-	var out identityOutcome
+func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, at string, exists bool, secret *corev1.Secret,
+	held *sitetrust.Held, heldErr error, caCert *x509.Certificate, now time.Time) IdentityOutcome {
+	var out IdentityOutcome
 	site := r.Opts.SiteName
 	sc := network.Spec.TLS.SiteCertificate
 	ref := network.Spec.TLS.SiteSecretRef
 	if exists && heldErr == nil {
 		r.Metrics.IdentityExpiry.WithLabelValues(network.Name).Set(float64(held.Leaf.NotAfter.Unix()))
-		out.gossipCert, out.gossipErr = gossipable(at, secret.Data[corev1.TLSCertKey])
+		out.GossipCert, out.GossipErr = gossipable(at, secret.Data[corev1.TLSCertKey])
 	}
 	why := reissueWhy(exists, held, heldErr, caCert, site, now)
 	if why == "" {
 		renew := sitetrust.RenewAt(held.Leaf)
-		out.renewIn = renew.Sub(now)
-		out.condition = conditionSpec{ok: true, reason: ReasonSiteCertificateCurrent, message: fmt.Sprintf("site %s's certificate from issuer %s is valid until %s and is renewed at %s",
+		out.RenewIn = renew.Sub(now)
+		out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateCurrent, Message: fmt.Sprintf("site %s's certificate from issuer %s is valid until %s and is renewed at %s",
 			site, sc.Issuer.Site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
 		return out
 	}
@@ -119,7 +119,7 @@ func (r *Reconciler) enrolled(ctx context.Context, network *v1alpha1.GridNetwork
 		}
 		token, cond := r.enrollmentToken(ctx, sc)
 		if cond != nil {
-			out.condition, out.renewIn = *cond, enrolRetryRefused
+			out.Condition, out.RenewIn = *cond, enrolRetryRefused
 			return out
 		}
 		req.Token = token
@@ -127,12 +127,12 @@ func (r *Reconciler) enrolled(ctx context.Context, network *v1alpha1.GridNetwork
 	key, keyPEM, err := r.pendingKey(ctx, network, exists, secret, held)
 	if err != nil {
 		r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
-		out.condition, out.renewIn = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: the key to be certified could not be kept: %s", at, base.APIFailure(err, "write", "Secret"))}, enrolRetryUnreachable
+		out.Condition, out.RenewIn = Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: the key to be certified could not be kept: %s", at, base.APIFailure(err, "write", "Secret"))}, enrolRetryUnreachable
 		return out
 	}
 	csr, err := enrol.CertificateRequest(key)
 	if err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error()}
+		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}
 		return out
 	}
 	req.CSR = string(csr)
@@ -150,31 +150,31 @@ func (r *Reconciler) enrolled(ctx context.Context, network *v1alpha1.GridNetwork
 		switch {
 		case errors.As(err, &refused):
 			r.Metrics.IdentityRotations.WithLabelValues(rotationRefused).Inc()
-			out.condition, out.renewIn = conditionSpec{reason: ReasonEnrollmentRefused, message: fmt.Sprintf("issuer %s refused: %s%s", sc.Issuer.Site, refused.Message, kept)}, enrolRetryRefused
+			out.Condition, out.RenewIn = Condition{Reason: ReasonEnrollmentRefused, Message: fmt.Sprintf("issuer %s refused: %s%s", sc.Issuer.Site, refused.Message, kept)}, enrolRetryRefused
 		case errors.As(err, &unreachable):
 			r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
-			out.condition, out.renewIn = conditionSpec{reason: ReasonIssuerUnreachable, message: err.Error() + kept}, enrolRetryUnreachable
+			out.Condition, out.RenewIn = Condition{Reason: ReasonIssuerUnreachable, Message: err.Error() + kept}, enrolRetryUnreachable
 		default:
 			r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
-			out.condition, out.renewIn = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error() + kept}, enrolRetryUnreachable
+			out.Condition, out.RenewIn = Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error() + kept}, enrolRetryUnreachable
 		}
 		if current == nil && exists && heldErr == nil && !now.Before(held.Leaf.NotAfter) {
-			out.condition.reason = ReasonIdentityExpired
-			out.condition.message = fmt.Sprintf("site %s's certificate expired at %s and cannot be renewed: %s", site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), out.condition.message)
+			out.Condition.Reason = ReasonIdentityExpired
+			out.Condition.Message = fmt.Sprintf("site %s's certificate expired at %s and cannot be renewed: %s", site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), out.Condition.Message)
 		}
-		r.Opts.Logger.Warn("site_enrollment_failed", "network", network.Name, "site", site, "issuer", sc.Issuer.Site, "reason", out.condition.reason, "error", err.Error())
+		r.Opts.Logger.Warn("site_enrollment_failed", "network", network.Name, "site", site, "issuer", sc.Issuer.Site, "reason", out.Condition.Reason, "error", err.Error())
 		return out
 	}
 	// The certificate and its key replace the current pair, and the
 	// pending key goes, in one write: until it succeeds the pending key
 	// stays, and the next attempt asks again for it.
 	if err := r.writeSiteSecret(ctx, network, exists, secret, chain, keyPEM, caCert); err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}
+		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}
 		return out
 	}
 	issued, err := sitetrust.ParseHeld(chain, keyPEM)
 	if err != nil {
-		out.condition = conditionSpec{reason: ReasonSiteCertificateFailed, message: err.Error()}
+		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}
 		return out
 	}
 	result, reason, verb := rotationEnrolled, ReasonSiteCertificateEnrolled, "enrolled"
@@ -183,15 +183,15 @@ func (r *Reconciler) enrolled(ctx context.Context, network *v1alpha1.GridNetwork
 	}
 	r.Metrics.IdentityRotations.WithLabelValues(result).Inc()
 	r.Metrics.IdentityExpiry.WithLabelValues(network.Name).Set(float64(issued.Leaf.NotAfter.Unix()))
-	out.wrote = true
-	out.gossipCert, out.gossipErr = string(chain), nil
+	out.Wrote = true
+	out.GossipCert, out.GossipErr = string(chain), nil
 	renew := sitetrust.RenewAt(issued.Leaf)
-	out.renewIn = renew.Sub(now)
+	out.RenewIn = renew.Sub(now)
 	r.Opts.Logger.Info("site_certificate_"+verb, "network", network.Name, "site", site, "issuer", sc.Issuer.Site,
 		"because", why, "not_after", issued.Leaf.NotAfter.UTC().Format(time.RFC3339), "fingerprint", sitetrust.Fingerprint(issued.Leaf.Raw))
 	r.Events.Record(ctx, network, "GridNetwork", corev1.EventTypeNormal, reason,
 		fmt.Sprintf("site %s's certificate %s by issuer %s into Secret %s/%s; valid until %s", site, verb, sc.Issuer.Site, ref.Namespace, ref.Name, issued.Leaf.NotAfter.UTC().Format(time.RFC3339)))
-	out.condition = conditionSpec{ok: true, reason: reason, message: fmt.Sprintf("site %s's certificate %s by issuer %s (%s); valid until %s, renewed at %s",
+	out.Condition = Condition{OK: true, Reason: reason, Message: fmt.Sprintf("site %s's certificate %s by issuer %s (%s); valid until %s, renewed at %s",
 		site, verb, sc.Issuer.Site, why, issued.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
 	return out
 }
@@ -213,7 +213,7 @@ const keyPendingData = "pending.key"
 // (a first enrolment) the key is not kept: a retry of an enrolment needs
 // a new token whatever key it asks for, and the Secret is created, of
 // type kubernetes.io/tls, with the certificate. The key is never logged.
-func (r *Reconciler) pendingKey(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, secret *corev1.Secret, held *sitetrust.Held) (crypto.Signer, []byte, error) {
+func (r *Identity) pendingKey(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, secret *corev1.Secret, held *sitetrust.Held) (crypto.Signer, []byte, error) {
 	if exists {
 		if key, ok := usablePendingKey(secret.Data[keyPendingData], held); ok {
 			return key, secret.Data[keyPendingData], nil
@@ -261,10 +261,10 @@ func usablePendingKey(keyPEM []byte, held *sitetrust.Held) (crypto.Signer, bool)
 }
 
 // enrollmentToken reads the one-time token the issuer's operator gave.
-func (r *Reconciler) enrollmentToken(ctx context.Context, sc *v1alpha1.SiteCertificate) (string, *conditionSpec) {
+func (r *Identity) enrollmentToken(ctx context.Context, sc *v1alpha1.SiteCertificate) (string, *Condition) {
 	ref := sc.EnrollmentTokenSecretRef
 	if ref == nil {
-		return "", &conditionSpec{reason: ReasonEnrollmentTokenMissing, message: "the site has no valid certificate and spec.tls.siteCertificate.enrollmentTokenSecretRef names no token: ask the issuer's operator for one (gridsync-agent enroll-token)"}
+		return "", &Condition{Reason: ReasonEnrollmentTokenMissing, Message: "the site has no valid certificate and spec.tls.siteCertificate.enrollmentTokenSecretRef names no token: ask the issuer's operator for one (gridsync-agent enroll-token)"}
 	}
 	key := ref.Key
 	if key == "" {
@@ -273,11 +273,11 @@ func (r *Reconciler) enrollmentToken(ctx context.Context, sc *v1alpha1.SiteCerti
 	at := fmt.Sprintf("spec.tls.siteCertificate.enrollmentTokenSecretRef (Secret %s/%s, key %s)", ref.Namespace, ref.Name, key)
 	var s corev1.Secret
 	if err := r.API.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
-		return "", &conditionSpec{reason: ReasonEnrollmentTokenMissing, message: at + ": " + base.APIFailure(err, "get", "Secret")}
+		return "", &Condition{Reason: ReasonEnrollmentTokenMissing, Message: at + ": " + base.APIFailure(err, "get", "Secret")}
 	}
 	token := string(s.Data[key])
 	if token == "" {
-		return "", &conditionSpec{reason: ReasonEnrollmentTokenMissing, message: at + ": the key is missing or empty"}
+		return "", &Condition{Reason: ReasonEnrollmentTokenMissing, Message: at + ": the key is missing or empty"}
 	}
 	return token, nil
 }

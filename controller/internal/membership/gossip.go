@@ -1,0 +1,257 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
+	"github.com/gridsync/gridsync/gossip/seeds"
+	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/gossip/swimkeys"
+)
+
+// Member is the membership stage of a network's reconcile: the network's
+// SWIM keys, its seeds, this site's records and what is known of the
+// other sites; the GridSites of the discovered sites; the poll of the
+// Secrets it reads.
+type Member struct {
+	*base.Env
+	Trust *trustmaterial.Cache
+	// seedResolver caches seed lookups; seedProblems remembers the seed
+	// problems logged, so that each is logged once per change.
+	seedResolver seeds.Resolver
+	seedProblems base.ReasonLog
+	gridSites    writeMemo
+}
+
+// NewMember returns the membership stage; seedResolver resolves
+// spec.seeds (cached here).
+func NewMember(env *base.Env, trust *trustmaterial.Cache, seedResolver seeds.Resolver) *Member {
+	return &Member{Env: env, Trust: trust, seedResolver: seeds.NewCachingResolver(seedResolver, seeds.DefaultCacheTTL, env.Opts.Now)}
+}
+
+// Reasons of the Membership condition (and of Ready when membership
+// keeps the network from being reconciled).
+const (
+	ReasonSwimNotRunning    = "SwimNotRunning"
+	ReasonSwimKeyMissing    = "SwimKeyMissing"
+	ReasonSwimKeyInvalid    = "SwimKeyInvalid"
+	ReasonSwimKeyUnreadable = "SwimKeyUnreadable"
+	ReasonSwimKeyPending    = "SwimKeyPending"
+	ReasonSeedsUnresolvable = "SeedsUnresolvable"
+	ReasonGridIDConflict    = "GridIdConflict"
+	ReasonSiteCertInvalid   = "SiteCertificateInvalid"
+	ReasonMembershipRunning = "MembershipRunning"
+	ReasonStandby           = "Standby"
+)
+
+// ConditionMembership is the network's SWIM condition.
+const ConditionMembership = "Membership"
+
+// SwimKeyRetry is how soon a network whose SWIM key did not load is tried
+// again (the key poll notices a fixed Secret sooner).
+const SwimKeyRetry = 10 * time.Second
+
+// Outcome is what one reconcile did with membership, for the network's
+// status.
+type Outcome struct {
+	// KeyFailed stops the reconcile: nothing is announced or published.
+	KeyFailed bool
+	Condition Condition
+	View      sites.NetworkView
+}
+
+// loadSwimKey reads a network's SWIM key Secret. The error's message names
+// the field and the Secret, never its bytes; reason is the status reason.
+func (r *Member) loadSwimKey(ctx context.Context, network *v1alpha1.GridNetwork) (ks *swimkeys.Set, reason string, err error) {
+	if network.Spec.TLS == nil || network.Spec.TLS.SwimKeySecretRef == nil {
+		return nil, "", nil
+	}
+	ref := network.Spec.TLS.SwimKeySecretRef
+	at := fmt.Sprintf("spec.tls.swimKeySecretRef (Secret %s/%s)", ref.Namespace, ref.Name)
+	var s corev1.Secret
+	switch err := r.API.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); {
+	case apierrors.IsNotFound(err):
+		return nil, ReasonSwimKeyMissing, fmt.Errorf("%s: the Secret does not exist", at)
+	case err != nil:
+		return nil, ReasonSwimKeyUnreadable, fmt.Errorf("%s: %s", at, base.APIFailure(err, "get", "Secret"))
+	}
+	ks, err = swimkeys.FromSecret(s.Data, ref.Key)
+	switch {
+	case errors.Is(err, swimkeys.ErrMissing):
+		return nil, ReasonSwimKeyMissing, fmt.Errorf("%s: %w", at, err)
+	case err != nil:
+		return nil, ReasonSwimKeyInvalid, fmt.Errorf("%s: %w", at, err)
+	}
+	return ks, "", nil
+}
+
+// Reconcile loads the network's key, announces its seeds and
+// publishes this site's state (its public certificate cert, as the
+// identity step read or issued it, and its providers), in that order:
+// with a key configured that does not load, nothing is announced or
+// published.
+func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, local []sites.Provider, cert string, certErr error) Outcome {
+	m := r.Opts.Membership
+	if m == nil {
+		if membershipRequested(network) {
+			return Outcome{Condition: Condition{Reason: ReasonSwimNotRunning,
+				Message: "the agent runs without a SWIM bind address (--swim-bind-addr, GRID_SWIM_BIND_ADDR): spec.seeds, spec.tls.swimKeySecretRef and site discovery have no effect"}}
+		}
+		return Outcome{Condition: Condition{OK: true, Reason: ReasonSwimNotRunning, Message: "SWIM is not configured on this agent"}}
+	}
+	r.RanStage(base.StageGossipConfig)
+	ks, reason, err := r.loadSwimKey(ctx, network)
+	if err != nil {
+		m.SetNetworkKeys(network.Name, nil, true)
+		r.Opts.Logger.Error("swim_key_failed", "network", network.Name, "field", "spec.tls.swimKeySecretRef", "reason", reason, "error", err.Error())
+		return Outcome{KeyFailed: true, Condition: Condition{Reason: reason,
+			Message: err.Error() + "; nothing is announced or published for this network until it loads"}}
+	}
+	m.SetNetworkKeys(network.Name, ks, false)
+
+	out := Outcome{Condition: Condition{OK: true, Reason: ReasonMembershipRunning}}
+	var notes []string
+	settings, problem := networkSettings(&network.Spec)
+	if problem != "" {
+		notes = append(notes, problem)
+	}
+	m.SetNetworkSettings(network.Name, settings)
+	resolved, problems := seeds.Resolve(ctx, r.seedResolver, network.Spec.Seeds, seeds.DefaultTimeout, seeds.DefaultTotalTimeout)
+	// A seed's problem is logged when it changes, not at every reconcile.
+	said := map[string]bool{}
+	for _, p := range problems {
+		key := network.Name + "/resolve/" + p.Entry
+		said[key] = true
+		if r.seedProblems.Set(key, p.Err.Error()) != p.Err.Error() {
+			r.Opts.Logger.Warn("swim_seed_skipped", "network", network.Name, "field", "spec.seeds", "entry", p.Entry, "error", p.Err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		bad := make([]string, 0, len(problems))
+		for _, p := range problems {
+			bad = append(bad, fmt.Sprintf("%q (%v)", p.Entry, p.Err))
+		}
+		notes = append(notes, "spec.seeds skipped: "+base.JoinLimited(bad, 3))
+		if len(resolved) == 0 {
+			out.Condition = Condition{Reason: ReasonSeedsUnresolvable}
+		}
+	}
+	// A wholly failed non-empty list keeps the last resolved set.
+	var res sites.SeedResult
+	if len(resolved) == 0 && len(network.Spec.Seeds) > 0 {
+		res = m.RejoinSeeds(network.Name)
+	} else {
+		res = m.AnnounceSeeds(network.Name, resolved)
+	}
+	for _, f := range res.Failed {
+		key := network.Name + "/join/" + f.Entry
+		said[key] = true
+		if r.seedProblems.Set(key, f.Err.Error()) != f.Err.Error() {
+			r.Opts.Logger.Warn("swim_seed_join_failed", "network", network.Name, "field", "spec.seeds", "address", f.Entry, "error", f.Err.Error())
+		}
+	}
+	r.seedProblems.Keep(network.Name+"/", said)
+	if res.Conflict {
+		out.Condition = Condition{Reason: ReasonGridIDConflict}
+		notes = append(notes, "a seed belongs to another grid (its grid ID differs): the merge was refused")
+	}
+
+	if certErr != nil {
+		r.Opts.Logger.Error("swim_site_certificate_refused", "network", network.Name, "field", "spec.tls.siteSecretRef", "error", certErr.Error())
+		notes = append(notes, certErr.Error())
+		if out.Condition.OK {
+			out.Condition = Condition{Reason: ReasonSiteCertInvalid}
+		}
+	}
+	id := r.membershipIdentity(ctx, network)
+	switch {
+	case id.Open:
+	case id.Roots == nil:
+		notes = append(notes, "the grid CA did not load: records of the other sites are refused until it does (they are signed)")
+	case id.Signer == nil:
+		notes = append(notes, "this site has no certificate yet: nothing of it is announced until it has one (records are signed)")
+	}
+	m.SetIdentity(network.Name, id)
+	if err := m.Publish(network.Name, cert, local); err != nil {
+		notes = append(notes, err.Error())
+	}
+	out.View = m.View(network.Name)
+	switch {
+	case out.View.KeyPending:
+		out.Condition = Condition{Reason: ReasonSwimKeyPending}
+		notes = append([]string{"SWIM holds every send and receive until a key loads (another network's key, or GRID_SWIM_REQUIRE_KEY=false)"}, notes...)
+	case !out.View.Running && out.Condition.OK:
+		out.Condition = Condition{OK: true, Reason: ReasonStandby, Message: "this replica is not the site's member"}
+	case out.Condition.OK:
+		out.Condition.Message = fmt.Sprintf("%d of %d remote sites alive, %d remote provider records", out.View.Connected(), len(out.View.Sites), len(out.View.Providers))
+	}
+	if len(notes) > 0 {
+		if out.Condition.Message != "" {
+			notes = append([]string{out.Condition.Message}, notes...)
+		}
+		out.Condition.Message = strings.Join(notes, "; ")
+	}
+	return out
+}
+
+// membershipIdentity is how the network's records are signed and checked:
+// with the site certificate and against the grid CA the trust probes use.
+// A network that declares no grid CA is open: its records are neither
+// signed nor checked.
+func (r *Member) membershipIdentity(ctx context.Context, network *v1alpha1.GridNetwork) sites.Identity {
+	t := network.Spec.TLS
+	if t == nil || t.CASecretRef == nil && t.CAConfigMapRef == nil {
+		return sites.Identity{Open: true}
+	}
+	tm := r.Trust.Get(ctx, network)
+	return sites.Identity{Roots: tm.Roots, RootCerts: tm.RootCerts, Signer: tm.Client}
+}
+
+// membershipRequested reports whether a network asks for anything only
+// SWIM does.
+func membershipRequested(n *v1alpha1.GridNetwork) bool {
+	return len(n.Spec.Seeds) > 0 || n.Spec.TLS != nil && n.Spec.TLS.SwimKeySecretRef != nil || n.Labels[AutoDiscoverSitesLabel] == "true"
+}
+
+// networkSettings is what the network's spec asks of membership; problem
+// names a spec.swim duration that does not parse (the agent's own timing
+// is kept for it).
+func networkSettings(spec *v1alpha1.GridNetworkSpec) (sites.NetworkSettings, string) {
+	out := sites.NetworkSettings{GridID: spec.GridID, Region: spec.Region, Zone: spec.Zone}
+	sw := spec.Swim
+	if sw == nil {
+		return out, ""
+	}
+	var bad []string
+	for _, d := range []struct {
+		field, value string
+		to           *time.Duration
+	}{
+		{"spec.swim.probeInterval", sw.ProbeInterval, &out.Swim.ProbeInterval},
+		{"spec.swim.suspicionTimeout", sw.SuspicionTimeout, &out.Swim.SuspicionTimeout},
+	} {
+		if d.value == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.value)
+		if err != nil || v < 100*time.Millisecond || v > time.Hour {
+			bad = append(bad, fmt.Sprintf("%s %q is not a duration from 100ms to 1h: the agent's own is kept", d.field, d.value))
+			continue
+		}
+		*d.to = v
+	}
+	if sw.GossipNodes != nil {
+		out.Swim.GossipNodes = int(*sw.GossipNodes)
+	}
+	return out, strings.Join(bad, "; ")
+}

@@ -1,0 +1,91 @@
+package membership
+
+import (
+	"context"
+	"crypto/sha256"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
+)
+
+// SecretPoller is the runnable that polls the networks' Secrets (see
+// secretPoller); it sends the networks to reconcile to out.
+func (r *Member) SecretPoller(out chan<- event.GenericEvent) manager.Runnable {
+	return &secretPoller{r: r, out: out}
+}
+
+// secretPoller reads the networks' SWIM key and trust Secrets every
+// SwimKeyPollInterval (the agent gets Secrets, it does not watch them).
+// A SWIM key Secret that changed has its network reconciled: that is how
+// the steps of a key rotation are followed without a restart. Trust
+// material (the grid CA, the site certificate) that changed has the
+// network reconciled (a deleted site Secret is issued again) and its
+// sites probed again.
+type secretPoller struct {
+	r    *Member
+	out  chan<- event.GenericEvent
+	last map[string][32]byte
+}
+
+// NeedLeaderElection: only the leader runs membership and probes.
+func (p *secretPoller) NeedLeaderElection() bool { return true }
+
+func (p *secretPoller) Start(ctx context.Context) error {
+	p.last = map[string][32]byte{}
+	t := time.NewTicker(p.r.Opts.SwimKeyPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			p.poll(ctx)
+		}
+	}
+}
+
+func (p *secretPoller) poll(ctx context.Context) {
+	var list v1alpha1.GridNetworkList
+	if err := p.r.Client.List(ctx, &list); err != nil {
+		return
+	}
+	for i := range list.Items {
+		n := &list.Items[i]
+		if n.Spec.TLS == nil || !n.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if n.Spec.TLS.CASecretRef != nil || n.Spec.TLS.CAConfigMapRef != nil || n.Spec.TLS.SiteSecretRef != nil {
+			p.r.Trust.Refresh(ctx, n) // reports a change itself
+		}
+		if n.Spec.TLS.SwimKeySecretRef == nil || p.r.Opts.Membership == nil {
+			continue
+		}
+		ks, reason, err := p.r.loadSwimKey(ctx, n)
+		// A digest of what was read: keys are compared, never kept here
+		// or logged.
+		h := sha256.New()
+		if err != nil {
+			h.Write([]byte(reason))
+		} else {
+			for _, k := range ks.All() {
+				h.Write(k)
+			}
+		}
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		prev, seen := p.last[n.Name]
+		p.last[n.Name] = sum
+		if seen && prev != sum {
+			p.r.Opts.Logger.Info("swim_key_secret_changed", "network", n.Name)
+			select {
+			case p.out <- event.GenericEvent{Object: &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
