@@ -82,15 +82,6 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// deleteGridObjects removes the test's cluster-scoped objects, so that the
-// next test's agent does not see them.
-func (e *env) deleteGridObjects() {
-	ctx := context.Background()
-	sel := client.MatchingLabels{"test": e.id}
-	_ = e.admin.DeleteAllOf(ctx, &v1alpha1.InferenceProvider{}, sel)
-	_ = e.admin.DeleteAllOf(ctx, &v1alpha1.GridNetwork{}, sel)
-}
-
 // requestLog records the agent's write requests (method and path).
 type requestLog struct {
 	mu     sync.Mutex

@@ -11,5 +11,5 @@ import (
 var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTests(m, &cp))
+	os.Exit(controlplane.RunTests(checkLeftovers{m}, &cp))
 }

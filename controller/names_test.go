@@ -318,6 +318,7 @@ func TestUpstreamManifestsApplyWithNothingPrunedAndConvert(t *testing.T) {
 	require.Len(t, upstream, 7)
 	for _, obj := range upstream {
 		obj.SetName(obj.GetName() + "-" + e.id)
+		e.label(obj)
 		for _, validation := range []string{"Strict", "Ignore"} {
 			want := withGroup(obj)
 			got := apply(want.DeepCopy(), validation)

@@ -66,11 +66,11 @@ func TestNetworkReconcilesAndTheirStagesAreCounted(t *testing.T) {
 	// Every reconcile that got past the providers rendered and published
 	// once each, and folded deliveries into the status it wrote; only this
 	// network, labelled for it, syncs GridSites; the delivery status
-	// reconciler folded deliveries too. The agent sees the
-	// whole cluster, where networks of earlier tests may linger (being
-	// deleted: skipped; or failing before render: error), so the relations
-	// are agent-wide, and the counters, read one after another, are
-	// compared once the reconciles settle.
+	// reconciler folded deliveries too. The agent sees the whole cluster
+	// (no earlier test's network: each test's cleanup removes its own and
+	// fails on one left behind), so the relations are agent-wide, and the
+	// counters, read one after another, are compared once the reconciles
+	// settle.
 	var first counts
 	e.eventually("every reconcile past the providers counted each of its stages once", func() (bool, string) {
 		first = read()

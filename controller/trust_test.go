@@ -440,11 +440,10 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	t.Cleanup(gw.Close)
 	presentIssued(t, gw, ca, "north")
 
-	north := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-north"}, Spec: v1alpha1.GridSiteSpec{
+	north := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-north", Labels: map[string]string{"test": e.id}}, Spec: v1alpha1.GridSiteSpec{
 		GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr},
 	}}
 	e.create(north)
-	t.Cleanup(func() { _ = e.admin.Delete(context.Background(), north) })
 	key := client.ObjectKeyFromObject(north)
 	e.gridSite(key, "Active without pins", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTLSVerified
@@ -455,12 +454,11 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	})
 	assert.Contains(t, got.Status.Message, "north.grid.internal")
 
-	plain := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-plain"}, Spec: v1alpha1.GridSiteSpec{
+	plain := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-plain", Labels: map[string]string{"test": e.id}}, Spec: v1alpha1.GridSiteSpec{
 		GridNetworkRef:  network.Name,
 		GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr, TLS: &v1alpha1.GatewayTLS{Mode: "Plaintext"}},
 	}}
 	e.create(plain)
-	t.Cleanup(func() { _ = e.admin.Delete(context.Background(), plain) })
 	e.gridSite(client.ObjectKeyFromObject(plain), "reachable, never Active", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonIdentityVerificationRequired
 	})
@@ -493,13 +491,12 @@ func TestTrustMaterialFromACAConfigMap(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(gw.Close)
 	westPin, _ := presentIssued(t, gw, ca, "west")
-	west := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-west"}, Spec: v1alpha1.GridSiteSpec{
+	west := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-west", Labels: map[string]string{"test": e.id}}, Spec: v1alpha1.GridSiteSpec{
 		GridNetworkRef:  network.Name,
 		GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr, TLS: &v1alpha1.GatewayTLS{Mode: "Mutual", ServerName: "west.grid.internal"}},
 		Trust:           &v1alpha1.SiteTrust{CanonicalFingerprints: []string{westPin}},
 	}}
 	e.create(west)
-	t.Cleanup(func() { _ = e.admin.Delete(context.Background(), west) })
 	e.startAgent(withSiteTrust("east", time.Hour, time.Second))
 
 	westKey := client.ObjectKeyFromObject(west)
