@@ -3,6 +3,7 @@ package base
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -66,11 +67,30 @@ func (m *StatusMemo[S]) Latest(key types.NamespacedName, cachedVersion string, c
 	if !ok {
 		return cached, cachedVersion
 	}
-	if w.resourceVersion == cachedVersion || equality.Semantic.DeepEqual(cached, w.status) {
-		delete(m.written, key) // the cache caught up
+	if caughtUp(cachedVersion, w.resourceVersion, func() bool { return equality.Semantic.DeepEqual(cached, w.status) }) {
+		delete(m.written, key)
 		return cached, cachedVersion
 	}
 	return w.status, w.resourceVersion
+}
+
+// caughtUp reports whether the cache shows a write: its version, or a
+// later one. The API server's resourceVersions are etcd's revisions,
+// integers that only grow; were they not (another storage), a cached
+// status equal to the one written is taken for it, as the best guess. An
+// older version whose status happens to equal the write (a change and its
+// undo in between) is not the write: taking it for the write would let
+// the cache's next, intermediate version be read as current.
+func caughtUp(cached, written string, sameStatus func() bool) bool {
+	if cached == written {
+		return true
+	}
+	c, err1 := strconv.ParseUint(cached, 10, 64)
+	w, err2 := strconv.ParseUint(written, 10, 64)
+	if err1 != nil || err2 != nil {
+		return sameStatus()
+	}
+	return c > w
 }
 
 // Wrote records a status written; status must not be modified afterwards.
@@ -114,17 +134,56 @@ func (e *Env) ReadNetworkStatus(network *v1alpha1.GridNetwork) {
 	network.Status, network.ResourceVersion = *current.DeepCopy(), version
 }
 
-// WriteNetworkStatus patches the network's status to next and records the
-// write. Several reconcilers write parts of a GridNetwork's status (the
-// overlay reconciler most of it, the delivery status reconciler the
-// delivery fields), and a merge patch replaces a list such as
-// overlayStatus whole: so the patch is made against the version read (an
-// optimistic lock), and each writer builds next from what
-// ReadNetworkStatus gave, carrying the other's fields over. A write of the
-// other in between is a conflict, retried (RetryConflicts) once the memo
-// or the cache shows it, never undone; the memo's entry is dropped then,
-// in case another replica wrote.
-func (e *Env) WriteNetworkStatus(ctx context.Context, network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus) error {
+// UpdateNetworkStatus sets the caller's fields of a network's status: set
+// is applied to the latest status the agent knows of, which network must
+// hold (the caller read it with ReadNetworkStatus, once: read again, the
+// memo's own entry would look like a cache that caught up), and the
+// result patched when it differs. Three reconcilers write parts of
+// a GridNetwork's status, each only its own fields (membership its
+// conditions, phase and counts; overlay the overlays, the consumer configs
+// and Ready; delivery status the delivery fields), and a merge patch
+// replaces a list such as conditions or overlayStatus whole: so the patch
+// is made against the version read (an optimistic lock), carrying the
+// others' fields over. A write of another in between is a conflict: the
+// network is read again from the API server and set applied again, so
+// that no writer undoes another's and none has to run its whole reconcile
+// again. It returns the status before and after (equal when nothing was
+// written).
+func (e *Env) UpdateNetworkStatus(ctx context.Context, network *v1alpha1.GridNetwork, set func(next *v1alpha1.GridNetworkStatus)) (before, after *v1alpha1.GridNetworkStatus, err error) {
+	current := network.DeepCopy()
+	for attempt := 1; ; attempt++ {
+		before = current.Status.DeepCopy()
+		next := current.Status.DeepCopy()
+		set(next)
+		if equality.Semantic.DeepEqual(before, next) {
+			return before, next, nil
+		}
+		err := e.writeNetworkStatus(ctx, current, next)
+		if err == nil || !apierrors.IsConflict(err) || attempt == maxStatusAttempts {
+			return before, next, err
+		}
+		current = &v1alpha1.GridNetwork{}
+		if err := e.API.Get(ctx, client.ObjectKeyFromObject(network), current); err != nil {
+			return before, before, fmt.Errorf("read GridNetwork %s again after a write conflict: %w", network.Name, err)
+		}
+		// What the API server holds now is what the other writers build
+		// on too: the conflict dropped the memo's entry, and with nothing
+		// left to write here the cache, which may lag, would be read in
+		// its place (a change undone within the lag would then be taken
+		// for written).
+		e.Written.Networks.Wrote(client.ObjectKeyFromObject(network), current.ResourceVersion, current.Status.DeepCopy())
+	}
+}
+
+// maxStatusAttempts bounds the writes of one UpdateNetworkStatus: a
+// conflict each time means another replica writes too (the reconcile is
+// then retried).
+const maxStatusAttempts = 4
+
+// writeNetworkStatus patches the network's status to next against the
+// version read and records the write; on a conflict the memo's entry is
+// dropped, in case another replica wrote.
+func (e *Env) writeNetworkStatus(ctx context.Context, network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus) error {
 	key := client.ObjectKeyFromObject(network)
 	orig := network.DeepCopy()
 	network.Status = *next

@@ -32,6 +32,15 @@ func TestStatusMemoAnswersForALaggingCache(t *testing.T) {
 	assert.Same(t, later, m.Current(key, "13", later))
 	assert.Empty(t, m.written)
 
+	// An older version whose status equals the one written (a change and
+	// its undo since) is not the write: the write is what holds, until the
+	// cache shows its version or a later one.
+	m.Wrote(key, "20", written)
+	undone := &v1alpha1.GridNetworkStatus{RemoteProviderCount: 2}
+	assert.Same(t, written, m.Current(key, "18", undone), "an older version equal to the write")
+	assert.Same(t, written, m.Current(key, "19", stale), "so the version between is not taken for current")
+	assert.Same(t, undone, m.Current(key, "21", undone), "a later version: the cache's")
+
 	m.Wrote(key, "14", written)
 	m.Forget(key)
 	assert.Same(t, stale, m.Current(key, "10", stale), "a deleted object's entry is forgotten")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,8 +29,9 @@ const ControllerName = "gridnetwork-delivery"
 // its status: each overlayStatus entry's delivery, status.delivered and
 // the Delivered condition. It renders and publishes nothing: a delivery
 // report costs a status read and, when the summary moved, one patch. The
-// overlay reconciler writes the rest of the status (folding too, see
-// Fold); the two meet there (base.WriteNetworkStatus).
+// overlay and membership reconcilers write the rest of the status (the
+// overlay reconciler folds too, see Fold); they meet there
+// (base.UpdateNetworkStatus).
 type Reconciler struct {
 	*base.Env
 	Deliveries base.DeliveryTracker
@@ -103,19 +103,14 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (bool, error) {
 	if !network.DeletionTimestamp.IsZero() {
 		return false, nil
 	}
-	// The overlay reconciler's last write may not be in the cache yet.
+	// Built on the other reconcilers' last writes, which the cache may
+	// not show yet, and carrying their fields over.
 	r.ReadNetworkStatus(&network)
-
 	r.RanStage(base.StageDeliveryFold)
-	next := network.Status.DeepCopy()
-	Fold(r.Deliveries, &network, next)
-	if equality.Semantic.DeepEqual(&network.Status, next) {
-		return true, nil
-	}
-	// The overlay reconciler writes the rest of this status (and folds
-	// these fields with it, the same way); this write carries its fields
-	// over.
-	return true, r.WriteNetworkStatus(ctx, &network, next)
+	_, _, err := r.UpdateNetworkStatus(ctx, &network, func(next *v1alpha1.GridNetworkStatus) {
+		Fold(r.Deliveries, &network, next)
+	})
+	return true, err
 }
 
 // Fold tells the tracker the network's gateways and puts what their pods
