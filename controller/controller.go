@@ -1,7 +1,11 @@
 // Package controller runs the reconcilers that turn GridNetworks and
 // InferenceProviders into published overlay ConfigMaps:
 //
-//   - the network reconciler renders one overlay per consumer gateway,
+//   - the membership reconciler keeps this site a member of each
+//     network's grid (its identity, SWIM keys, seeds and records, the
+//     GridSites of the sites it discovers) and writes the network's
+//     membership conditions, phase and counts, rendering nothing;
+//   - the overlay reconciler renders one overlay per consumer gateway,
 //     publishes it with server-side apply (only when the stored revision
 //     differs), deletes the ConfigMaps of removed gateways and networks,
 //     and reports each gateway's overlay in the network's status;
@@ -308,27 +312,51 @@ func Setup(mgr manager.Manager, opts Options) error {
 		p.Name = name
 		life.Send(toProviders, event.GenericEvent{Object: p})
 	})
+	// The reconcilers of a network meet through its status and the gossip
+	// view; each is told of the events that change its own outputs, on a
+	// channel of its own:
+	//   - membership: the gossip runtime's changes (a record, a site's
+	//     state), SWIM key Secrets that changed (the poll), trust material
+	//     that changed, this site's providers as the overlay reconciler
+	//     assessed them;
+	//   - overlay: membership's verdict or remote providers moved (the
+	//     membership reconciler says when), a peer's readiness, the load
+	//     signals settled, trust material that changed;
+	//   - delivery status: the delivery reports;
+	//   - GridSites: probed again when their network's membership or trust
+	//     changes.
+	toMembership := make(chan event.GenericEvent, 1024)
+	toOverlays := make(chan event.GenericEvent, 1024)
+	reprobe := make(chan event.GenericEvent, 1024)
+	send := func(ch chan event.GenericEvent) func(string) {
+		return func(network string) {
+			n := &v1alpha1.GridNetwork{}
+			n.Name = network
+			life.Send(ch, event.GenericEvent{Object: n})
+		}
+	}
+	locals := &membership.Locals{Changed: send(toMembership)}
 	member := membership.NewMember(shared, trust, opts.SeedResolver)
-	nr := overlay.New(shared, trust, member)
+	nr := overlay.New(shared, trust, locals)
+	mr := membership.NewReconciler(shared, trust, member, locals, send(toOverlays))
 	if opts.Directory != nil {
 		*opts.Directory = Directory{networks: mgr.GetClient(), site: opts.SiteName, snapshot: nr.Snapshot, remote: opts.Membership != nil}
 	}
-	// Membership changes (a site's state, its records), SWIM key changes
-	// and trust material changes reach the network reconciler through one
-	// channel; GridSites are probed again through another.
-	fromMembership := make(chan event.GenericEvent, 1024)
-	reprobe := make(chan event.GenericEvent, 1024)
-	networkChanged := func(network string) {
-		n := &v1alpha1.GridNetwork{}
-		n.Name = network
-		life.Send(fromMembership, event.GenericEvent{Object: n})
+	reprobeSites := func(network string) {
 		if ctx, err := life.Context(); err == nil {
 			gridsite.ReprobeSites(ctx, shared, network, reprobe)
 		}
 	}
-	trust.Changed = networkChanged
+	trust.Changed = func(network string) {
+		send(toMembership)(network)
+		send(toOverlays)(network)
+		reprobeSites(network)
+	}
 	if opts.Membership != nil {
-		opts.Membership.OnChange(networkChanged)
+		opts.Membership.OnChange(func(network string) {
+			send(toMembership)(network)
+			reprobeSites(network)
+		})
 	}
 	if opts.Signals != nil && opts.Membership != nil {
 		// A remote provider its site reports unready is rendered not
@@ -351,13 +379,9 @@ func Setup(mgr manager.Manager, opts Options) error {
 				return
 			}
 			for i := range list.Items {
-				name := list.Items[i].Name
-				if !viewHolds(opts.Membership.View(name), site, provider) {
-					continue
+				if name := list.Items[i].Name; viewHolds(opts.Membership.View(name), site, provider) {
+					send(toOverlays)(name)
 				}
-				n := &v1alpha1.GridNetwork{}
-				n.Name = name
-				life.Send(fromMembership, event.GenericEvent{Object: n})
 			}
 		})
 	}
@@ -366,13 +390,9 @@ func Setup(mgr manager.Manager, opts Options) error {
 	// publishes nothing (and probes no site).
 	fromDeliveries := make(chan event.GenericEvent, 1024)
 	if opts.Deliveries != nil {
-		opts.Deliveries.OnChange(func(network string) {
-			n := &v1alpha1.GridNetwork{}
-			n.Name = network
-			life.Send(fromDeliveries, event.GenericEvent{Object: n})
-		})
+		opts.Deliveries.OnChange(send(fromDeliveries))
 	}
-	if err := mgr.Add(member.SecretPoller(fromMembership)); err != nil {
+	if err := mgr.Add(member.SecretPoller(toMembership)); err != nil {
 		return err
 	}
 	if opts.Signals != nil {
@@ -383,16 +403,17 @@ func Setup(mgr manager.Manager, opts Options) error {
 		// read from membership (gossip).
 		settled := func(ctx context.Context) {
 			for _, name := range overlay.LoadDrivenNetworks(ctx, mgr.GetCache()) {
-				n := &v1alpha1.GridNetwork{}
-				n.Name = name
-				life.Send(fromMembership, event.GenericEvent{Object: n})
+				send(toOverlays)(name)
 			}
 		}
 		if err := mgr.Add(&signalcollect.Loop{Collector: signalcollect.NewCollector(shared, endpoints, scraped), Peers: signalcollect.NewPoller(shared, trust), Every: opts.SignalsInterval, Settled: settled}); err != nil {
 			return err
 		}
 	}
-	if err := nr.Setup(mgr, toNetworks, fromMembership); err != nil {
+	if err := nr.Setup(mgr, toNetworks, toOverlays); err != nil {
+		return err
+	}
+	if err := mr.Setup(mgr, toMembership); err != nil {
 		return err
 	}
 	if opts.Deliveries != nil {

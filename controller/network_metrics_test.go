@@ -19,6 +19,7 @@ import (
 	rollout "github.com/gridsync/gridsync/delivery/fold"
 	deliveryreport "github.com/gridsync/gridsync/delivery/report"
 	membership "github.com/gridsync/gridsync/gossip"
+	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/signals"
 )
@@ -57,7 +58,7 @@ func TestNetworkReconcilesAndTheirStagesAreCounted(t *testing.T) {
 	}
 	// Every series is there from the start, the controller label naming
 	// the reconciler controller-runtime's metrics name.
-	for _, controller := range []string{"gridnetwork", "gridnetwork-delivery"} {
+	for _, controller := range []string{"gridnetwork", "gridnetwork-membership", "gridnetwork-delivery"} {
 		for _, outcome := range []string{"ran", "skipped", "error"} {
 			_, found := reconcilesOf(t, reg, controller, outcome)
 			require.True(t, found, "a series for controller %s, outcome %s", controller, outcome)
@@ -251,4 +252,56 @@ func TestAPeerReadinessChangeNoNetworkHoldsRendersNothing(t *testing.T) {
 	after := e.quiet(reg)
 	assert.Equal(t, before.render, after.render, "a peer readiness change no network holds renders nothing")
 	assert.Equal(t, before.publish, after.publish, "and publishes nothing")
+}
+
+// A gossip record is membership's: the membership reconciler takes it
+// into the network's status, and only a record that changes what the
+// overlays are rendered from (a remote provider's) has the overlay
+// reconciler render. A remote site announcing the network (its site
+// record) and its signals record run no render and no publish, nor
+// configure gossip again; its provider record renders.
+func TestAGossipRecordRendersOnlyWhenItsProvidersMoved(t *testing.T) {
+	e := newEnv(t)
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	remote := startSwimSite(t, "west", membership.Config{}).running(t)
+	network.Spec.Seeds = []string{"west.grid.test:" + portOf(remote.AdvertiseAddr())}
+	e.create(network)
+	e.create(e.provider("east-provider", network.Name, "model-a"))
+	reg := prometheus.NewRegistry()
+	east := startSwimSite(t, "east", membership.Config{})
+	e.startAgent(withMembership(east, seedNames{"west.grid.test": "127.0.0.1"}), countingStages(reg))
+	e.overlayOf(network, gw, anyRevision)
+	e.networkStatus(network, "the seed joined", func(n *v1alpha1.GridNetwork) (bool, string) {
+		return n.Status.ConnectedSites == 1 && n.Status.Phase == v1alpha1.NetworkInitializing, phaseAndCounts(n)
+	})
+	before := e.quiet(reg)
+	ranBefore, _ := reconcilesOf(t, reg, "gridnetwork-membership", "ran")
+
+	// The remote site announces the network (its site record, no
+	// provider), then its signals.
+	remote.SetIdentity(network.Name, sites.Identity{Open: true})
+	require.NoError(t, remote.Publish(network.Name, "", nil))
+	e.networkStatus(network, "the remote site in the status", func(n *v1alpha1.GridNetwork) (bool, string) {
+		return n.Status.Phase == v1alpha1.NetworkActive && n.Status.NetworkSites == 1, phaseAndCounts(n)
+	})
+	require.NoError(t, remote.PublishSignals(network.Name, []sites.Signal{{Provider: "west-provider", Metric: signals.MetricReady, Value: 1}}))
+	require.Eventually(t, func() bool { return len(east.View(network.Name).Signals) == 1 }, 10*time.Second, 20*time.Millisecond)
+	after := e.quiet(reg)
+	ran, _ := reconcilesOf(t, reg, "gridnetwork-membership", "ran")
+	assert.Greater(t, ran, ranBefore, "the membership reconciler took the records")
+	assert.Equal(t, before.render, after.render, "a site record and a signals record render nothing")
+	assert.Equal(t, before.publish, after.publish, "and publish nothing")
+	assert.Equal(t, before.gossip, after.gossip, "nor configure gossip again")
+
+	// Its provider record is rendered from: the overlays are rendered
+	// again (the site is not trusted, so they stay as they were).
+	require.NoError(t, remote.Publish(network.Name, "", []sites.Provider{{Name: "west-provider", Models: []string{"m1"}, Phase: "Available"}}))
+	e.networkStatus(network, "the remote provider in the status", func(n *v1alpha1.GridNetwork) (bool, string) {
+		return n.Status.RemoteProviderCount == 1, phaseAndCounts(n)
+	})
+	e.eventually("the provider record rendered", func() (bool, string) {
+		c := stagesOf(t, reg)
+		return c.render > after.render, fmt.Sprintf("%+v", c)
+	})
 }

@@ -49,7 +49,8 @@ var (
 //	publish providers=<n> gateways=<m> reconcile_p50_ms=<> reconcile_p99_ms=<> writes=<> case=<> reconciles=<> converged_ms=<>
 //
 // The reconcile durations are the agent's own (its network_reconciled
-// debug lines), over every reconcile until it has been quiet for 2 s.
+// debug lines), over every reconcile that rendered until it has been
+// quiet for 2 s.
 // writes counts ConfigMap creations and updates seen by a watch; a change
 // to one provider must write only the 2 ConfigMaps whose content changed.
 // converged_ms runs from the start of the agent process (or the update's
@@ -371,6 +372,7 @@ func (r *reconcileLog) read(stderr io.Reader) {
 		var line struct {
 			Msg        string  `json:"msg"`
 			DurationMS float64 `json:"duration_ms"`
+			Rendered   *bool   `json:"rendered"`
 		}
 		if json.Unmarshal(scanner.Bytes(), &line) != nil {
 			continue
@@ -378,6 +380,13 @@ func (r *reconcileLog) read(stderr io.Reader) {
 		r.mu.Lock()
 		switch line.Msg {
 		case "network_reconciled":
+			// A reconcile that stopped before rendering (the network
+			// waiting for its membership's first reconcile) is not
+			// one of the pipeline's: it neither counts nor ends the
+			// quiet.
+			if line.Rendered != nil && !*line.Rendered {
+				break
+			}
 			r.durations = append(r.durations, line.DurationMS)
 			r.last = time.Now()
 		case "praxis_config_rendered":

@@ -2,9 +2,13 @@ package membership
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +35,21 @@ type Member struct {
 	seedResolver seeds.Resolver
 	seedProblems base.ReasonLog
 	gridSites    writeMemo
+	// configured is what the runtime was last given of each network, so
+	// that it is given a network's keys, settings, identity and records
+	// only when they change (see Reconcile).
+	mu         sync.Mutex
+	configured map[string]*given
+}
+
+// given is what the runtime was last given of a network.
+type given struct {
+	keys      [32]byte // a digest of the keys (or of their absence or failure)
+	settings  *sites.NetworkSettings
+	identity  string // the trust material's version it was built from ("" never given)
+	cert      string
+	providers []sites.Provider
+	published bool
 }
 
 // NewMember returns the membership stage; seedResolver resolves
@@ -66,8 +85,10 @@ const SwimKeyRetry = 10 * time.Second
 type Outcome struct {
 	// KeyFailed stops the reconcile: nothing is announced or published.
 	KeyFailed bool
-	Condition Condition
-	View      sites.NetworkView
+	// SeedsFailed: a seed could not be joined (it is tried again).
+	SeedsFailed bool
+	Condition   Condition
+	View        sites.NetworkView
 }
 
 // loadSwimKey reads a network's SWIM key Secret. The error's message names
@@ -97,10 +118,15 @@ func (r *Member) loadSwimKey(ctx context.Context, network *v1alpha1.GridNetwork)
 
 // Reconcile loads the network's key, announces its seeds and
 // publishes this site's state (its public certificate cert, as the
-// identity step read or issued it, and its providers), in that order:
-// with a key configured that does not load, nothing is announced or
-// published.
-func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, local []sites.Provider, cert string, certErr error) Outcome {
+// identity step read or issued it, and its providers local, once the
+// overlay reconciler assessed them: known), in that order: with a key
+// configured that does not load, nothing is announced or published. The
+// runtime is given the network's keys, settings, identity and records
+// only when they changed since it was last given them (a gossip record or
+// a Secret poll that changed none of them configures nothing); the seeds
+// are joined at every reconcile (the runtime joins only those not alive,
+// and retries a failed one after a pause).
+func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, local []sites.Provider, known bool, cert string, certErr error) Outcome {
 	m := r.Opts.Membership
 	if m == nil {
 		if membershipRequested(network) {
@@ -109,15 +135,19 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 		}
 		return Outcome{Condition: Condition{OK: true, Reason: ReasonSwimNotRunning, Message: "SWIM is not configured on this agent"}}
 	}
-	r.RanStage(base.StageGossipConfig)
+	g := r.given(network.Name)
 	ks, reason, err := r.loadSwimKey(ctx, network)
 	if err != nil {
-		m.SetNetworkKeys(network.Name, nil, true)
+		if r.changed(&g.keys, keysDigest(nil, reason)) {
+			m.SetNetworkKeys(network.Name, nil, true)
+		}
 		r.Opts.Logger.Error("swim_key_failed", "network", network.Name, "field", "spec.tls.swimKeySecretRef", "reason", reason, "error", err.Error())
 		return Outcome{KeyFailed: true, Condition: Condition{Reason: reason,
 			Message: err.Error() + "; nothing is announced or published for this network until it loads"}}
 	}
-	m.SetNetworkKeys(network.Name, ks, false)
+	if r.changed(&g.keys, keysDigest(ks, "")) {
+		m.SetNetworkKeys(network.Name, ks, false)
+	}
 
 	out := Outcome{Condition: Condition{OK: true, Reason: ReasonMembershipRunning}}
 	var notes []string
@@ -125,7 +155,11 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 	if problem != "" {
 		notes = append(notes, problem)
 	}
-	m.SetNetworkSettings(network.Name, settings)
+	if g.settings == nil || *g.settings != settings {
+		r.RanStage(base.StageGossipConfig)
+		g.settings = &settings
+		m.SetNetworkSettings(network.Name, settings)
+	}
 	resolved, problems := seeds.Resolve(ctx, r.seedResolver, network.Spec.Seeds, seeds.DefaultTimeout, seeds.DefaultTotalTimeout)
 	// A seed's problem is logged when it changes, not at every reconcile.
 	said := map[string]bool{}
@@ -153,6 +187,7 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 	} else {
 		res = m.AnnounceSeeds(network.Name, resolved)
 	}
+	out.SeedsFailed = len(res.Failed) > 0 || len(problems) > 0
 	for _, f := range res.Failed {
 		key := network.Name + "/join/" + f.Entry
 		said[key] = true
@@ -173,7 +208,7 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 			out.Condition = Condition{Reason: ReasonSiteCertInvalid}
 		}
 	}
-	id := r.membershipIdentity(ctx, network)
+	id, version := r.membershipIdentity(ctx, network)
 	switch {
 	case id.Open:
 	case id.Roots == nil:
@@ -181,9 +216,20 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 	case id.Signer == nil:
 		notes = append(notes, "this site has no certificate yet: nothing of it is announced until it has one (records are signed)")
 	}
-	m.SetIdentity(network.Name, id)
-	if err := m.Publish(network.Name, cert, local); err != nil {
-		notes = append(notes, err.Error())
+	if g.identity != version {
+		r.RanStage(base.StageGossipConfig)
+		g.identity = version
+		m.SetIdentity(network.Name, id)
+	}
+	// This site's records wait for its providers: announcing none would
+	// withdraw them from the other sites until the overlay reconciler ran.
+	if known && (!g.published || g.cert != cert || !reflect.DeepEqual(g.providers, local)) {
+		r.RanStage(base.StageGossipConfig)
+		if err := m.Publish(network.Name, cert, local); err != nil {
+			notes = append(notes, err.Error())
+		} else {
+			g.cert, g.providers, g.published = cert, local, true
+		}
 	}
 	out.View = m.View(network.Name)
 	switch {
@@ -204,17 +250,75 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 	return out
 }
 
+// given is what the runtime was last given of a network.
+func (r *Member) given(network string) *given {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.configured == nil {
+		r.configured = map[string]*given{}
+	}
+	g, ok := r.configured[network]
+	if !ok {
+		g = &given{}
+		r.configured[network] = g
+	}
+	return g
+}
+
+// changed records a network's key digest, reporting (and counting as a
+// gossip configuration) whether it differs from the last.
+func (r *Member) changed(last *[32]byte, digest [32]byte) bool {
+	if *last == digest {
+		return false
+	}
+	*last = digest
+	r.RanStage(base.StageGossipConfig)
+	return true
+}
+
+// keysDigest stands for a network's keys, or for a key that failed to
+// load (reason) or none: keys are compared, never kept here or logged.
+func keysDigest(ks *swimkeys.Set, reason string) [32]byte {
+	h := sha256.New()
+	switch {
+	case reason != "":
+		h.Write([]byte("failed\x00" + reason))
+	case ks == nil:
+		h.Write([]byte("none"))
+	default:
+		for _, k := range ks.All() {
+			h.Write([]byte{byte(len(k))})
+			h.Write(k)
+		}
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+// Forget withdraws this site from a network (its records become
+// tombstones) and drops what the runtime was given of it.
+func (r *Member) Forget(network string) {
+	r.mu.Lock()
+	delete(r.configured, network)
+	r.mu.Unlock()
+	if r.Opts.Membership != nil {
+		r.Opts.Membership.Forget(network)
+	}
+}
+
 // membershipIdentity is how the network's records are signed and checked:
-// with the site certificate and against the grid CA the trust probes use.
-// A network that declares no grid CA is open: its records are neither
+// with the site certificate and against the grid CA the trust probes use,
+// and the version of that trust material (it changes with either). A
+// network that declares no grid CA is open: its records are neither
 // signed nor checked.
-func (r *Member) membershipIdentity(ctx context.Context, network *v1alpha1.GridNetwork) sites.Identity {
+func (r *Member) membershipIdentity(ctx context.Context, network *v1alpha1.GridNetwork) (sites.Identity, string) {
 	t := network.Spec.TLS
 	if t == nil || t.CASecretRef == nil && t.CAConfigMapRef == nil {
-		return sites.Identity{Open: true}
+		return sites.Identity{Open: true}, "open"
 	}
 	tm := r.Trust.Get(ctx, network)
-	return sites.Identity{Roots: tm.Roots, RootCerts: tm.RootCerts, Signer: tm.Client}
+	return sites.Identity{Roots: tm.Roots, RootCerts: tm.RootCerts, Signer: tm.Client}, strconv.FormatUint(tm.Version, 10)
 }
 
 // membershipRequested reports whether a network asks for anything only

@@ -1,10 +1,12 @@
-// Package membership holds the stages of a network's reconcile that keep
-// this site a member of the network's grid: its identity (Identity: the
-// grid CA and the site certificate, issued, enrolled or provided), its
-// membership (Member: SWIM keys, seeds, this site's records, what is known
-// of the other sites), the GridSites of the discovered sites, and the poll
-// of the Secrets these read. The overlay reconciler runs the stages and
-// reads their outcomes.
+// Package membership is the GridNetwork membership reconciler (controller
+// gridnetwork-membership): it keeps this site a member of each network's
+// grid. Its stages are the site's identity (Identity: the grid CA and the
+// site certificate, issued, enrolled or provided), its membership (Member:
+// SWIM keys, seeds, this site's records, what is known of the other
+// sites), the GridSites of the discovered sites, and the poll of the
+// Secrets these read; it writes the network's membership conditions,
+// phase and counts. The overlay reconciler reads them from the status,
+// and hands it this site's providers (Locals).
 package membership
 
 import (

@@ -1,9 +1,11 @@
-// Package overlay is the GridNetwork reconciler (controller gridnetwork):
-// one pipeline that assesses a network's providers, keeps the site's
-// identity and membership (the stages of package membership), renders one
-// overlay per consumer gateway, generates the gateways' Praxis configs,
-// publishes the overlays, and writes the network's status. Its own stages
-// are in network_*.go, in the order reconcile runs them.
+// Package overlay is the GridNetwork overlay reconciler (controller
+// gridnetwork): one pipeline that assesses a network's providers, renders
+// one overlay per consumer gateway from them and from the remote providers
+// membership knows, generates the gateways' Praxis configs, publishes the
+// overlays, and writes its part of the network's status. Its stages are in
+// network_*.go, in the order reconcile runs them. The site's identity and
+// membership are the membership reconciler's (package membership); the
+// two meet through the network's status and the gossip view.
 package overlay
 
 import (
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -29,6 +32,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/membership"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/gossip/sites"
 )
 
 // ControllerName names the reconciler in controller-runtime's metrics and
@@ -40,10 +44,9 @@ const ControllerName = "gridnetwork"
 type Reconciler struct {
 	*base.Env
 	Trust *trustmaterial.Cache
-	// identity and member are the stages that keep this site a member
-	// of the network's grid (package membership).
-	identity *membership.Identity
-	member   *membership.Member
+	// locals hands this site's assessed providers to the membership
+	// reconciler, which announces them.
+	locals *membership.Locals
 	// admission is each network's provider admission (the admission
 	// stage's memory).
 	admission admissionBook
@@ -52,23 +55,24 @@ type Reconciler struct {
 	Snapshot *Snapshot
 }
 
-// New returns the network reconciler; member is its membership stage.
-func New(env *base.Env, trust *trustmaterial.Cache, member *membership.Member) *Reconciler {
+// New returns the overlay reconciler; locals is where it hands this
+// site's providers to membership.
+func New(env *base.Env, trust *trustmaterial.Cache, locals *membership.Locals) *Reconciler {
 	for _, o := range []string{base.ReconcileRan, base.ReconcileSkipped, base.ReconcileError} {
 		env.Metrics.NetworkReconciles.WithLabelValues(ControllerName, o)
 	}
-	return &Reconciler{Env: env, Trust: trust, Snapshot: &Snapshot{}, identity: &membership.Identity{Env: env, Trust: trust},
-		member: member}
+	return &Reconciler{Env: env, Trust: trust, Snapshot: &Snapshot{}, locals: locals}
 }
 
 // Setup registers the reconciler with mgr: it watches GridNetworks,
 // their providers and GridSites, the provider health events on health and
-// the membership, SWIM key, trust and delivery events on fromMembership
-// (when not nil).
-func (r *Reconciler) Setup(mgr ctrl.Manager, health, fromMembership <-chan event.GenericEvent) error {
+// the events on changes (when not nil): membership's verdict or remote
+// providers moved, a peer's readiness, the load signals settled, trust
+// material changed.
+func (r *Reconciler) Setup(mgr ctrl.Manager, health, changes <-chan event.GenericEvent) error {
 	b := ctrl.NewControllerManagedBy(mgr)
-	if fromMembership != nil {
-		b = b.WatchesRawSource(source.Channel(fromMembership, &handler.EnqueueRequestForObject{}))
+	if changes != nil {
+		b = b.WatchesRawSource(source.Channel(changes, &handler.EnqueueRequestForObject{}))
 	}
 	return b.
 		Named(ControllerName).
@@ -116,7 +120,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r.Metrics.NetworkReconciles.WithLabelValues(ControllerName, base.Outcome(ran, err)).Inc()
 	// One line per reconcile at debug level: what operators (and the
 	// controller benchmark) need to see how long a network takes.
-	r.Opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount,
+	// rendered tells a reconcile that ran the pipeline from one that
+	// stopped before it (membership not reconciled yet, a SWIM key failing).
+	r.Opts.Logger.Debug("network_reconciled", "network", req.Name, "gateways", gatewayCount, "rendered", ran,
 		"duration_ms", float64(time.Since(start).Microseconds())/1000, "error", errString(err))
 	if err != nil {
 		return base.RetryConflicts(err)
@@ -137,33 +143,35 @@ func errString(err error) string {
 // reconcile runs the network's stages, each in its own file, in the order
 // they depend on one another:
 //
-//  1. providers (network_providers.go): this site's providers, assessed;
-//  2. identity (package membership): the site certificate, issued or
-//     renewed before membership gossips it;
-//  3. membership (package membership): SWIM keys, seeds and this site's
-//     records; what is known of the other sites;
-//  4. remote providers (network_providers.go): the records of the sites
-//     whose GridSite is Active; their admission, and the local
-//     providers', from load signals and drains (network_admission.go);
-//  5. render (network_render.go): one overlay per gateway;
-//  6. consumer config (network_praxis.go): each generated praxis.yaml,
+//  1. providers (network_providers.go): this site's providers, assessed,
+//     and handed to membership, which announces them;
+//  2. membership's verdict, as the network's status has it: nothing runs
+//     before membership first reconciled the network, and nothing is
+//     published while its SWIM key does not load;
+//  3. remote providers (network_providers.go): the records of the sites
+//     whose GridSite is Active, as the gossip view holds them; their
+//     admission, and the local providers', from load signals and drains
+//     (network_admission.go);
+//  4. render (network_render.go): one overlay per gateway;
+//  5. consumer config (network_praxis.go): each generated praxis.yaml,
 //     which may withdraw candidates or hold a revision back; for the
 //     gateways whose mounts are delegated (network_mounts.go), their
 //     Deployments read and their overlays narrowed to what their pods'
 //     configs reach;
-//  7. publish (network_publish.go): each overlay to its ConfigMap, the
+//  6. publish (network_publish.go): each overlay to its ConfigMap, the
 //     overlays of removed gateways withdrawn; then the delegated
 //     Deployments switched to their new config and mounts, or pruned
 //     (network_mounts.go), and the opted-in gateway Deployments rolled to
 //     a renewed site certificate (network_rollidentity.go);
-//  8. GridSites of the discovered sites (package membership);
-//  9. status (network_status.go).
+//  7. status (network_status.go): the overlays, the consumer configs and
+//     Ready, which sums up membership's conditions too.
 //
 // Each stage takes what the earlier ones produced as arguments and
 // returns its own result; none reads another's state. It returns how many
 // gateways the network has, and how soon to try again when that is sooner
-// than the resync, and whether the stages past the SWIM key ran (not
-// when the network is gone or being deleted, nor when its key failed).
+// than the resync, and whether the stages past membership's verdict ran
+// (not when the network is gone or being deleted, nor before membership
+// reconciled it, nor when its key failed).
 func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Duration, bool, error) {
 	network, live, err := r.admit(ctx, name)
 	if err != nil || !live {
@@ -174,21 +182,24 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 	if err != nil {
 		return 0, 0, false, err
 	}
-	identity := r.identity.Reconcile(ctx, network)
-	if identity.Wrote {
-		r.Trust.Refresh(ctx, network)
+	r.locals.Set(network.Name, gossipProviders(items, local))
+	if meta.FindStatusCondition(network.Status.Conditions, membership.ConditionMembership) == nil {
+		// Membership has not reconciled this network yet: whether its
+		// key loads is not known, so nothing is published. It tells this
+		// reconciler when it has.
+		r.Snapshot.publish(network.Name, local, nil)
+		return len(network.Spec.ConsumerGateways), 0, false, nil
 	}
-	swim := r.member.Reconcile(ctx, network, gossipProviders(items, local), identity.GossipCert, identity.GossipErr)
-	if swim.KeyFailed {
-		// The reconcile stops at the key: nothing announced, nothing
-		// published, the overlays keep what they had. The discovery API
-		// still lists the providers, the remote ones as the view holds
-		// them (none when they cannot be read).
-		remote, _ := r.remoteProviders(ctx, network, r.Opts.Membership.View(network.Name))
+	if membership.KeyFailed(&network.Status) {
+		// Nothing published while the key does not load: the overlays
+		// keep what they had. The discovery API still lists the providers,
+		// the remote ones as the view holds them (none when they cannot be
+		// read).
+		remote, _ := r.remoteProviders(ctx, network, r.view(network.Name))
 		r.Snapshot.publish(network.Name, local, remote)
-		return len(network.Spec.ConsumerGateways), membership.SwimKeyRetry, false, r.writeStatus(ctx, network, network.Status.OverlayStatus, network.Status.PraxisConfigStatus, network.Status.ServingConfigStatus, network.Status.MountReconciliationStatus, swim, identity)
+		return len(network.Spec.ConsumerGateways), 0, false, r.writeStatus(ctx, network, nil)
 	}
-	remote, err := r.remoteProviders(ctx, network, swim.View)
+	remote, err := r.remoteProviders(ctx, network, r.view(network.Name))
 	if err != nil {
 		return 0, 0, false, err
 	}
@@ -207,21 +218,26 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (int, time.Dura
 	firstErr = cmp.Or(firstErr, err)
 	serving, err := r.reconcileServing(ctx, network, overlays)
 	firstErr = cmp.Or(firstErr, err)
-	r.rollIdentity(ctx, network, identity.GossipCert, statuses)
-	firstErr = cmp.Or(firstErr, r.member.SyncGridSites(ctx, network, swim.View))
+	r.rollIdentity(ctx, network, statuses)
 
-	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, statuses, praxis, serving, mountStatus, swim, identity))
+	firstErr = cmp.Or(firstErr, r.writeStatus(ctx, network, &overlayParts{overlays: statuses, praxis: praxis, serving: serving, mounts: mountStatus}))
 	var again time.Duration
-	if identity.RenewIn > 0 && identity.RenewIn < r.Opts.ResyncPeriod {
-		again = identity.RenewIn + time.Second/10 // just past the renewal point
-	}
-	if held > 0 && (again == 0 || held < again) {
+	if held > 0 {
 		again = held // an admission change waiting for its interval
 	}
 	if rolling && (again == 0 || mountPollInterval < again) {
 		again = mountPollInterval // a delegated Deployment rolling, read again soon
 	}
 	return len(gws), again, true, firstErr
+}
+
+// view is what membership knows of the network's other sites (nothing
+// without SWIM).
+func (r *Reconciler) view(network string) sites.NetworkView {
+	if r.Opts.Membership == nil {
+		return sites.NetworkView{}
+	}
+	return r.Opts.Membership.View(network)
 }
 
 // admit reads the network. A deleted one is finalized (its overlays
@@ -237,9 +253,6 @@ func (r *Reconciler) admit(ctx context.Context, name string) (*v1alpha1.GridNetw
 		r.Written.Networks.Forget(key)
 		r.admission.forget(name)
 		r.Snapshot.forget(name)
-		if r.Opts.Membership != nil {
-			r.Opts.Membership.Forget(name) // deleted while its finalizer was not ours to run
-		}
 		if r.Opts.Deliveries != nil {
 			r.Opts.Deliveries.SetGateways(name, nil)
 		}
@@ -291,10 +304,8 @@ func (r *Reconciler) finalize(ctx context.Context, network *v1alpha1.GridNetwork
 			return err
 		}
 	}
-	if r.Opts.Membership != nil {
-		r.Opts.Membership.Forget(network.Name)
-	}
-	r.Trust.Forget(network.Name)
+	// This site leaves the network's membership when the membership
+	// reconciler sees it deleted.
 	orig := network.DeepCopy()
 	controllerutil.RemoveFinalizer(network, overlaysFinalizer)
 	if err := r.Client.Patch(ctx, network, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

@@ -3,6 +3,7 @@ package overlay
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,15 +34,18 @@ const (
 // differs, and nothing else of the Deployment. The Deployment is read and
 // patched with the access its gateway granted (get and patch on that one
 // Deployment; the agent's own RBAC grants none), and a refusal names the
-// verb refused. certPEM is the site certificate as gossiped.
-func (r *Reconciler) rollIdentity(ctx context.Context, network *v1alpha1.GridNetwork, certPEM string, statuses []v1alpha1.GatewayOverlayStatus) {
-	fingerprint := ""
-	if certs, err := sitetrust.ParseCertificates([]byte(certPEM)); err == nil {
-		fingerprint = sitetrust.Fingerprint(certs[0].Raw)
-	}
-	if fingerprint == "" {
+// verb refused. The site certificate is the one the trust material holds
+// (the membership reconciler refreshes it when it issues or renews one,
+// and the change reaches this reconciler).
+func (r *Reconciler) rollIdentity(ctx context.Context, network *v1alpha1.GridNetwork, statuses []v1alpha1.GatewayOverlayStatus) {
+	if !slices.ContainsFunc(network.Spec.ConsumerGateways, func(g v1alpha1.ConsumerGateway) bool { return g.IdentityRollout != nil }) {
 		return
 	}
+	site := r.Trust.Get(ctx, network).Client
+	if site == nil || len(site.Certificate) == 0 {
+		return
+	}
+	fingerprint := sitetrust.Fingerprint(site.Certificate[0])
 	for _, g := range network.Spec.ConsumerGateways {
 		if g.IdentityRollout == nil {
 			continue

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,55 +17,93 @@ import (
 	"github.com/gridsync/gridsync/controller/mounts"
 )
 
-// writeStatus writes the network's status when it differs.
-func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, overlays []v1alpha1.GatewayOverlayStatus,
-	praxis, serving []v1alpha1.PraxisConfigStatus, mountStatus []v1alpha1.MountReconciliationStatus, swim membership.Outcome, identity membership.IdentityOutcome,
-) error {
-	next := network.Status.DeepCopy()
-	next.ObservedGeneration = network.Generation
-	next.OverlayStatus = slices.Clone(overlays) // Fold sets each entry's delivery: not in the caller's
-	if d := r.Opts.Deliveries; d != nil {
-		// The delivery fields go with the revisions written here: a
-		// summary of the previous revision beside a new one would say its
-		// pods serve it. The delivery status reconciler folds the same
-		// way when a report changes them.
-		r.RanStage(base.StageDeliveryFold)
-		deliverystatus.Fold(d, network, next)
+// overlayParts are the overlay reconciler's fields of a network's status,
+// as one reconcile made them.
+type overlayParts struct {
+	overlays        []v1alpha1.GatewayOverlayStatus
+	praxis, serving []v1alpha1.PraxisConfigStatus
+	mounts          []v1alpha1.MountReconciliationStatus
+}
+
+// writeStatus writes the overlay reconciler's part of the network's
+// status when it differs: parts (nil keeps the overlays' fields as they
+// are: nothing was published), the Selection condition and Ready, which
+// sums up the overlays and membership's conditions as the status has them
+// (the membership reconciler tells this one when those change).
+func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetwork, parts *overlayParts) error {
+	var ready metav1.Condition
+	before, _, err := r.UpdateNetworkStatus(ctx, network, func(next *v1alpha1.GridNetworkStatus) {
+		next.ObservedGeneration = network.Generation
+		if parts != nil {
+			next.OverlayStatus = slices.Clone(parts.overlays) // Fold sets each entry's delivery: not in the caller's
+			if d := r.Opts.Deliveries; d != nil {
+				// The delivery fields go with the revisions written here:
+				// a summary of the previous revision beside a new one
+				// would say its pods serve it. The delivery status
+				// reconciler folds the same way when a report changes
+				// them.
+				r.RanStage(base.StageDeliveryFold)
+				deliverystatus.Fold(d, network, next)
+			}
+			next.PraxisConfigStatus = parts.praxis
+			next.ConsumerConfigStatus = parts.praxis // upstream's name for the same entries
+			next.ServingConfigStatus = parts.serving
+			next.MountReconciliationStatus = parts.mounts
+			next.GatewayCount = int32(len(parts.overlays))
+			next.DistributedCount = 0
+			for _, o := range parts.overlays {
+				if o.Phase == v1alpha1.OverlayDistributed {
+					next.DistributedCount++
+				}
+			}
+		}
+		setSelectionCondition(network, next)
+		ready = r.readyCondition(network, next)
+		meta.SetStatusCondition(&next.Conditions, ready)
+	})
+	if err != nil {
+		return err
 	}
-	next.PraxisConfigStatus = praxis
-	next.ConsumerConfigStatus = praxis // upstream's name for the same entries
-	next.ServingConfigStatus = serving
-	next.MountReconciliationStatus = mountStatus
-	next.GatewayCount = int32(len(overlays))
-	next.DistributedCount = 0
+	if was := meta.FindStatusCondition(before.Conditions, "Ready"); was == nil || was.Status != ready.Status || was.Reason != ready.Reason {
+		eventType := corev1.EventTypeNormal
+		if ready.Status != metav1.ConditionTrue {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Events.Record(ctx, network, "GridNetwork", eventType, ready.Reason, ready.Message)
+	}
+	return nil
+}
+
+// readyCondition sums up the network: its overlays, consumer configs,
+// serving configs and mounts as status has them, the fields it sets that
+// this release does not act on, and membership's conditions.
+func (r *Reconciler) readyCondition(network *v1alpha1.GridNetwork, status *v1alpha1.GridNetworkStatus) metav1.Condition {
 	var failing []string
-	for _, o := range overlays {
-		if o.Phase == v1alpha1.OverlayDistributed {
-			next.DistributedCount++
-		} else {
+	for _, o := range status.OverlayStatus {
+		if o.Phase != v1alpha1.OverlayDistributed {
 			failing = append(failing, o.Namespace+"/"+o.GatewayName+": "+o.Reason)
 		}
 	}
 	overlaysFailing := len(failing)
-	for _, p := range praxis {
+	for _, p := range status.PraxisConfigStatus {
 		if p.Phase != praxisRendered {
 			failing = append(failing, p.Namespace+"/"+p.GatewayName+" praxisConfig: "+p.Reason)
 		}
 	}
 	praxisFailing := len(failing)
-	for _, s := range serving {
+	for _, s := range status.ServingConfigStatus {
 		if s.Phase != praxisRendered {
 			failing = append(failing, s.Namespace+"/"+s.GatewayName+" gridServing: "+s.Message)
 		}
 	}
 	servingFailing := len(failing)
-	for _, m := range mountStatus {
+	for _, m := range status.MountReconciliationStatus {
 		if m.Phase == mounts.PhaseError {
 			failing = append(failing, m.Namespace+"/"+m.GatewayName+" mountReconciliation: "+m.Reason)
 		}
 	}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllOverlaysDistributed",
-		Message: fmt.Sprintf("%d of %d gateway overlays distributed", next.DistributedCount, next.GatewayCount), ObservedGeneration: network.Generation}
+		Message: fmt.Sprintf("%d of %d gateway overlays distributed", status.DistributedCount, status.GatewayCount), ObservedGeneration: network.Generation}
 	switch {
 	case overlaysFailing > 0:
 		ready.Status, ready.Reason = metav1.ConditionFalse, "OverlaysNotDistributed"
@@ -88,16 +125,18 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 		ready.Message = "not supported by this release, so not in effect: " + strings.Join(unsupported, ", ") + "; " + ready.Message
 	}
 	// Membership that keeps the network from what it asks for is said in
-	// Ready too: a key that does not load stops the reconcile, and seeds
+	// Ready too: a key that does not load stops the publishing, and seeds
 	// without SWIM do nothing.
+	swim := meta.FindStatusCondition(status.Conditions, membership.ConditionMembership)
 	switch {
-	case swim.KeyFailed:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.Condition.Reason, swim.Condition.Message
-	case swim.Condition.Reason == membership.ReasonSwimNotRunning && !swim.Condition.OK:
+	case swim == nil:
+	case membership.KeyFailed(status):
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, swim.Reason, swim.Message
+	case swim.Reason == membership.ReasonSwimNotRunning && swim.Status != metav1.ConditionTrue:
 		if ready.Reason != base.ReasonFieldNotSupported {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, membership.ReasonSwimNotRunning, swim.Condition.Message+"; "+ready.Message
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, membership.ReasonSwimNotRunning, swim.Message+"; "+ready.Message
 		} else {
-			ready.Message += "; " + swim.Condition.Message
+			ready.Message += "; " + swim.Message
 		}
 	}
 	// Admission by load on an agent that collects no signals would see
@@ -113,68 +152,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, network *v1alpha1.GridNetw
 	}
 	// A site identity that is configured and not in effect is said in
 	// Ready: nothing it secures (probes of other sites) works.
-	if !identity.Condition.OK && ready.Status == metav1.ConditionTrue {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, identity.Condition.Reason, identity.Condition.Message+"; "+ready.Message
+	if id := meta.FindStatusCondition(status.Conditions, membership.ConditionSiteIdentity); id != nil && id.Status != metav1.ConditionTrue && ready.Status == metav1.ConditionTrue {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, id.Reason, id.Message+"; "+ready.Message
 	}
-	identityCond := metav1.Condition{Type: membership.ConditionSiteIdentity, Status: metav1.ConditionTrue, Reason: identity.Condition.Reason,
-		Message: identity.Condition.Message, ObservedGeneration: network.Generation}
-	if !identity.Condition.OK {
-		identityCond.Status = metav1.ConditionFalse
-	}
-	meta.SetStatusCondition(&next.Conditions, identityCond)
-	next.Phase, next.NetworkSites, next.RemoteProviderCount = networkPhase(swim)
-	next.ConnectedSites = int32(swim.View.AlivePeers)
-	next.DistributedProviderCount = next.RemoteProviderCount // upstream's name for the same count
-	next.GridID = swim.View.GridID
-	membershipCond := metav1.Condition{Type: membership.ConditionMembership, Status: metav1.ConditionTrue, Reason: swim.Condition.Reason,
-		Message: swim.Condition.Message, ObservedGeneration: network.Generation}
-	if !swim.Condition.OK {
-		membershipCond.Status = metav1.ConditionFalse
-	}
-	meta.SetStatusCondition(&next.Conditions, membershipCond)
-	setSelectionCondition(network, next)
-	before := meta.FindStatusCondition(network.Status.Conditions, "Ready")
-	changed := before == nil || before.Status != ready.Status || before.Reason != ready.Reason
-	meta.SetStatusCondition(&next.Conditions, ready)
-	if equality.Semantic.DeepEqual(&network.Status, next) {
-		return nil
-	}
-	// The delivery status reconciler writes the delivery fields of this
-	// status too (overlayStatus[].delivery, delivered, the Delivered
-	// condition): next has them from the same tracker, and the patch is
-	// made against the version read, so that neither writer undoes the
-	// other.
-	if err := r.WriteNetworkStatus(ctx, network, next); err != nil {
-		return err
-	}
-	if changed {
-		eventType := corev1.EventTypeNormal
-		if ready.Status != metav1.ConditionTrue {
-			eventType = corev1.EventTypeWarning
-		}
-		r.Events.Record(ctx, network, "GridNetwork", eventType, ready.Reason, ready.Message)
-	}
-	return nil
-}
-
-// networkPhase is the network's membership phase and counts: Pending
-// without SWIM, Initializing until a remote site is known (or while
-// SWIM holds for a key), Active with at least one alive, Degraded when
-// all known are suspect or dead.
-func networkPhase(swim membership.Outcome) (v1alpha1.NetworkPhase, int32, int32) {
-	v := swim.View
-	if !v.Enabled {
-		return v1alpha1.NetworkPending, 0, 0
-	}
-	connected, remote := int32(v.Connected()), int32(len(v.Providers))
-	switch {
-	case !v.Running || len(v.Sites) == 0:
-		return v1alpha1.NetworkInitializing, connected, remote
-	case connected > 0:
-		return v1alpha1.NetworkActive, connected, remote
-	default:
-		return v1alpha1.NetworkDegraded, connected, remote
-	}
+	return ready
 }
 
 // ConditionSelection is there while the network asks for a selection the
