@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
@@ -75,18 +76,22 @@ func generateConsumerConfig(ctx context.Context, east client.Client, westGateway
 
 func ptr[T any](v T) *T { return &v }
 
-// editGateway changes the demo gateway's entry of the network.
+// editGateway changes the demo gateway's entry of the network, read and
+// written again when the agent wrote the network's status in between (as
+// kubectl edit would have its user do).
 func editGateway(ctx context.Context, c client.Client, mutate func(*v1alpha1.ConsumerGateway)) error {
-	var n v1alpha1.GridNetwork
-	if err := c.Get(ctx, types.NamespacedName{Name: scope.Network}, &n); err != nil {
-		return err
-	}
-	for i := range n.Spec.ConsumerGateways {
-		if n.Spec.ConsumerGateways[i].Name == scope.Gateway {
-			mutate(&n.Spec.ConsumerGateways[i])
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n v1alpha1.GridNetwork
+		if err := c.Get(ctx, types.NamespacedName{Name: scope.Network}, &n); err != nil {
+			return err
 		}
-	}
-	return c.Update(ctx, &n)
+		for i := range n.Spec.ConsumerGateways {
+			if n.Spec.ConsumerGateways[i].Name == scope.Gateway {
+				mutate(&n.Spec.ConsumerGateways[i])
+			}
+		}
+		return c.Update(ctx, &n)
+	})
 }
 
 // praxisStatus waits for the demo gateway's praxisConfigStatus entry.

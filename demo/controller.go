@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
@@ -180,14 +181,19 @@ func demoProvider(name, cluster string, models []string) *v1alpha1.InferenceProv
 	return p
 }
 
-// updateProvider applies mutate and returns when the API server answered.
+// updateProvider applies mutate and returns when the API server answered
+// (read and written again when the agent wrote its status in between).
 func updateProvider(ctx context.Context, c client.Client, p *v1alpha1.InferenceProvider, mutate func(*v1alpha1.InferenceProvider)) (time.Time, error) {
-	if err := c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-		return time.Time{}, err
-	}
-	mutate(p)
-	sent := time.Now()
-	return sent, c.Update(ctx, p)
+	var sent time.Time
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		mutate(p)
+		sent = time.Now()
+		return c.Update(ctx, p)
+	})
+	return sent, err
 }
 
 // showArrival waits until the sidecar's file holds an overlay with the
