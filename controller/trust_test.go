@@ -211,11 +211,13 @@ func TestAnExistingGridCAIsKept(t *testing.T) {
 	}
 	e.create(network)
 	e.startAgent(withSiteTrust("east", time.Hour, time.Second))
-	got := e.networkStatus(network, "SiteCertificateMissing", func(n *v1alpha1.GridNetwork) (bool, string) {
-		c := condition(n, controller.ConditionSiteIdentity)
-		return c.Reason == controller.ReasonSiteCertificateMissing, c.Reason + ": " + c.Message
+	// Membership writes the identity condition; the overlay reconcile
+	// folds it into Ready after it, so both are waited for.
+	e.networkStatus(network, "SiteCertificateMissing, and not Ready", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c, ready := condition(n, controller.ConditionSiteIdentity), condition(n, "Ready")
+		return c.Reason == controller.ReasonSiteCertificateMissing && ready.Status == metav1.ConditionFalse,
+			c.Reason + ": " + c.Message + "; Ready " + string(ready.Status)
 	})
-	assert.Equal(t, metav1.ConditionFalse, condition(got, "Ready").Status)
 	assert.Equal(t, root.PEM, e.secretData("grid-ca")["tls.crt"])
 	assert.Nil(t, e.secretData("site-cert"), "nothing issued without the CA's key")
 }
