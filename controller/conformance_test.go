@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -32,14 +33,20 @@ func TestFieldsNotSupportedYetAreReportedNotIgnored(t *testing.T) {
 	e.startAgent()
 
 	e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 1 })
+	// Ready is the overlay reconcile's; the Membership condition and the
+	// phase are membership's, and Ready names the seeds and the key only
+	// once the overlay reconcile summed up that condition, after
+	// membership wrote it: all of it is waited for.
 	var got v1alpha1.GridNetwork
-	e.eventually("FieldNotSupported", func() (bool, string) {
+	e.eventually("FieldNotSupported, with membership's SwimNotRunning summed up", func() (bool, string) {
 		require.NoError(t, e.admin.Get(e.ctx, client.ObjectKeyFromObject(network), &got))
 		c := meta.FindStatusCondition(got.Status.Conditions, "Ready")
 		if c == nil {
 			return false, "no Ready condition"
 		}
-		return c.Reason == controller.ReasonFieldNotSupported, c.Reason + ": " + c.Message
+		swim := condition(&got, controller.ConditionMembership)
+		return c.Reason == controller.ReasonFieldNotSupported && swim.Reason == controller.ReasonSwimNotRunning && strings.Contains(c.Message, "spec.seeds"),
+			c.Reason + ": " + c.Message + "; Membership " + swim.Reason
 	})
 	ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
 	assert.Equal(t, "False", string(ready.Status))

@@ -120,7 +120,7 @@ func TestPublishesAnOverlayPerGatewayWithTheContractsNamesAndKeys(t *testing.T) 
 	assert.NotNil(t, entry.RenderedAt)
 	assert.Equal(t, gotNet.Generation, entry.ObservedGeneration)
 	assert.Equal(t, gotNet.Generation, gotNet.Status.ObservedGeneration)
-	assert.Equal(t, metav1.ConditionTrue, gotNet.Status.Conditions[0].Status)
+	assert.Equal(t, metav1.ConditionTrue, condition(&gotNet, "Ready").Status)
 
 	e.providerPhase(withToken, v1alpha1.ProviderAvailable, "Ready")
 }

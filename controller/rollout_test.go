@@ -193,12 +193,22 @@ func (e *env) delivery(network *v1alpha1.GridNetwork, gateway string, ok func(v1
 			if s.GatewayName == gateway {
 				got = s.Delivery
 				b, _ := json.Marshal(s.Delivery)
-				return ok(n.Status, s.Delivery), string(b) + " delivered=" + n.Status.Delivered
+				return ok(n.Status, s.Delivery), string(b) + " rendered=" + s.RenderedRevision + " delivered=" + n.Status.Delivered
 			}
 		}
 		return false, "no entry"
 	})
 	return status, got
+}
+
+// renderedOf is the revision the status says was rendered for gateway.
+func renderedOf(status v1alpha1.GridNetworkStatus, gateway string) string {
+	for _, s := range status.OverlayStatus {
+		if s.GatewayName == gateway {
+			return s.RenderedRevision
+		}
+	}
+	return ""
 }
 
 // Real sidecars deliver and report over the signals listener; the network
@@ -224,8 +234,11 @@ func TestGatewayPodsReportTheirDeliveriesIntoTheNetworkStatus(t *testing.T) {
 	pods[2].stopSync()
 	update(e, provider, func(p *v1alpha1.InferenceProvider) { p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "m2"}) })
 	_, next := e.overlayOf(network, gw, func(r envelope.Result) bool { return r.Revision != res.Revision })
-	_, d = e.delivery(network, gw.Name, func(_ v1alpha1.GridNetworkStatus, d *v1alpha1.GatewayDelivery) bool {
-		return d != nil && d.PodsOnRevision == 2 && d.LaggingPods == 1
+	// The ConfigMap is written before the status: until the status has
+	// the new revision, the counts are against the previous one (edge-c
+	// on it, a pod already on the new one lagging).
+	_, d = e.delivery(network, gw.Name, func(st v1alpha1.GridNetworkStatus, d *v1alpha1.GatewayDelivery) bool {
+		return renderedOf(st, gw.Name) == next.Revision && d != nil && d.PodsOnRevision == 2 && d.LaggingPods == 1
 	})
 	require.Len(t, d.Lagging, 1)
 	assert.Equal(t, v1alpha1.LaggingPod{Pod: "edge-c", Reason: rollout.LagOlderRevision, Revision: res.Revision}, d.Lagging[0])

@@ -151,9 +151,12 @@ func TestSiteIdentityIsIssuedAndRenewed(t *testing.T) {
 	var caSecret corev1.Secret
 	require.NoError(t, e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.credNS, Name: "grid-ca"}, &caSecret))
 
-	got := e.networkStatus(network, "SiteIdentity true", func(n *v1alpha1.GridNetwork) (bool, string) {
-		c := condition(n, controller.ConditionSiteIdentity)
-		return c.Status == metav1.ConditionTrue, c.Reason + ": " + c.Message
+	// SiteIdentity is membership's; Ready, which says the fields not
+	// acted on, is the overlay reconcile's: both are waited for, so that
+	// the check below reads a Ready that was written.
+	got := e.networkStatus(network, "SiteIdentity true, and Ready written", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c, ready := condition(n, controller.ConditionSiteIdentity), condition(n, "Ready")
+		return c.Status == metav1.ConditionTrue && ready.Reason != "", c.Reason + ": " + c.Message + "; Ready " + ready.Reason
 	})
 	assert.Empty(t, unsupported(got), "site trust fields are acted on")
 

@@ -91,8 +91,8 @@ func TestUpstreamSiteLifecycleAndNetworkFields(t *testing.T) {
 	require.NoError(t, remoteC.Publish(network.Name, "", nil))
 
 	got := e.networkStatus(network, "the pinned grid ID and both counts", func(n *v1alpha1.GridNetwork) (bool, string) {
-		// Counts and grid ID are membership's; the provider count and
-		// Ready are the overlay reconcile's, written after it.
+		// Counts (the provider counts too) and grid ID are membership's;
+		// Ready is the overlay reconcile's, written after it.
 		return n.Status.GridID == network.Spec.GridID && n.Status.ConnectedSites == 3 && n.Status.NetworkSites == 2 &&
 				n.Status.DistributedProviderCount == 1 && condition(n, "Ready").Reason == controller.ReasonFieldNotSupported,
 			fmt.Sprintf("%s networkSites=%d grid=%q distributed=%d ready=%s", phaseAndCounts(n), n.Status.NetworkSites, n.Status.GridID,
