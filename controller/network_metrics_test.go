@@ -193,6 +193,7 @@ func (e *env) deliveredOf(network *v1alpha1.GridNetwork, status metav1.Condition
 // no render and no publish.
 func TestTheDeliveredConditionFollowsReportsAndAReportRendersNothing(t *testing.T) {
 	e := newEnv(t)
+	e.logOnFailure()
 	gw, network := e.oneProviderNetwork()
 	reg := prometheus.NewRegistry()
 	deliveries := rollout.New(rollout.Options{Registerer: prometheus.NewRegistry()})

@@ -161,10 +161,20 @@ func (l *Lifetime) Context() (context.Context, error) {
 	return l.ctx, nil
 }
 
-// Send delivers an event unless the manager has stopped.
+// Send delivers an event unless the manager has stopped. Before this
+// runnable started, the event waits in the channel's buffer: the
+// controllers that read it start with the manager, beside this runnable
+// and possibly before it, and a reconcile of theirs may already tell
+// another of a change (membership telling the overlays that it wrote its
+// first verdict). Dropped then, that change would reach nobody until the
+// resync.
 func (l *Lifetime) Send(ch chan<- event.GenericEvent, e event.GenericEvent) {
 	ctx, err := l.Context()
 	if err != nil {
+		select {
+		case ch <- e:
+		default: // a full buffer before the start: the start's list covers it
+		}
 		return
 	}
 	select {
