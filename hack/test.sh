@@ -7,20 +7,29 @@
 #          minutes, most of it the delegated mounts' rolls and their quiet
 #          minute). Among the other packages it would start last (go test
 #          runs packages in order) and end the run alone.
-#   tests  the lint (make lint, while the node starts), then every other
-#          package's tests, TEST_P packages at a time (default 2).
+#   tests  every other package's tests, TEST_P packages at a time
+#          (default 3: most of these packages wait on API servers, agents
+#          and timers more than they compute, and two slots left a third
+#          of the two cores idle), the longest first so that none of them
+#          starts last and ends the run alone.
 #   bench  every benchmark, once, at its smallest size (test/measure), so
 #          that one that can no longer run fails here rather than in make
 #          bench. A command of its own because -bench makes go test run
 #          its packages one after another: given to the tests' command it
 #          held back every other package (make test took the sum of its
-#          packages' times).
+#          packages' times). It proves they run and measures nothing:
+#          without the race detector (the tests run the same code under
+#          it), built as the tests' binaries are (static, trimmed), which
+#          the lint's vet has compiled already.
+#
+# The lint runs beside them, from the start; when it fails, everything
+# stops and the run fails with its output alone.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 report="$1"
 GO="${GO:-go}"
 MAKE="${MAKE:-make}"
-P="${TEST_P:-2}"
+P="${TEST_P:-3}"
 module="$("$GO" list -m)"
 
 dir="$(mktemp -d)"
@@ -34,7 +43,13 @@ cleanup() {
 trap cleanup EXIT
 mkfifo "$dir/node" "$dir/tests" "$dir/bench"
 
-mapfile -t others < <("$GO" list ./... | grep -vx "${module}/test/node")
+# The packages that take minutes, longest first (as the last runs
+# printed them), then the rest in go list's order.
+long=(controller hack/images test/multisite test/soak test/attack listener shared/overlaysync gossip test/charts)
+mapfile -t others < <(
+	for p in "${long[@]}"; do echo "${module}/$p"; done
+	"$GO" list ./... | grep -vx "${module}/test/node" | grep -vxF -f <(for p in "${long[@]}"; do echo "${module}/$p"; done)
+)
 mapfile -t benched < <(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 flags=(-race -count=1 -json)
 export GRIDSYNC_BENCH_SMOKE=1
@@ -45,24 +60,26 @@ set -m
 "$report" "$dir/node" "$dir/tests" "bench=$dir/bench" &
 reporter=$!
 
-# 20 minutes for the node tests, as for the others: about four times what
-# they take on a loaded machine.
+# 20 minutes for each command: about four times what it takes on a
+# loaded machine.
 "$GO" test "${flags[@]}" -timeout 20m ./test/node >"$dir/node" 2>&1 &
 pids+=($!)
-
-if ! "$MAKE" --no-print-directory lint; then
-	echo "make test: the lint failed; no tests run"
-	# The node tests stopped, and the report with them: it has nothing
-	# to say of a run that did not happen.
-	kill "$reporter" 2>/dev/null || true
-	wait "$reporter" 2>/dev/null || true
-	exit 1
-fi
-
 "$GO" test "${flags[@]}" -timeout 20m -p "$P" "${others[@]}" >"$dir/tests" 2>&1 &
 pids+=($!)
-"$GO" test "${flags[@]}" -timeout 20m -run '^$' -bench . -benchtime 1x "${benched[@]}" >"$dir/bench" 2>&1 &
+CGO_ENABLED=0 "$GO" test -trimpath -count=1 -json -timeout 20m -run '^$' -bench . -benchtime 1x "${benched[@]}" >"$dir/bench" 2>&1 &
 pids+=($!)
+
+if ! "$MAKE" --no-print-directory lint >"$dir/lint" 2>&1; then
+	# The tests stop, and the report with them: the run fails on the
+	# lint, whose output is all it prints.
+	kill "$reporter" 2>/dev/null || true
+	for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+	wait "$reporter" 2>/dev/null || true
+	cat "$dir/lint"
+	echo "make test: the lint failed; the tests were stopped"
+	exit 1
+fi
+lint_output="$(cat "$dir/lint")"
 
 rc=0
 wait "$reporter" || rc=$?
@@ -70,4 +87,6 @@ for pid in "${pids[@]}"; do
 	wait "$pid" || rc=1
 done
 pids=()
+echo "lint:"
+echo "$lint_output"
 exit "$rc"
