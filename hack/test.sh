@@ -8,10 +8,11 @@
 #          minute). Among the other packages it would start last (go test
 #          runs packages in order) and end the run alone.
 #   tests  every other package's tests, TEST_P packages at a time
-#          (default 3: most of these packages wait on API servers, agents
-#          and timers more than they compute, and two slots left a third
-#          of the two cores idle), the longest first so that none of them
-#          starts last and ends the run alone.
+#          (default 2: three kept the cores busier but made more work of
+#          the same tests, their servers and timers contending, and the
+#          run took longer), the ones that mostly wait first so that none
+#          starts last and ends the run alone, the ones that mostly
+#          compute (the images) beside them.
 #   bench  every benchmark, once, at its smallest size (test/measure), so
 #          that one that can no longer run fails here rather than in make
 #          bench. A command of its own because -bench makes go test run
@@ -29,7 +30,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 report="$1"
 GO="${GO:-go}"
 MAKE="${MAKE:-make}"
-P="${TEST_P:-3}"
+P="${TEST_P:-2}"
 module="$("$GO" list -m)"
 
 dir="$(mktemp -d)"
@@ -44,8 +45,9 @@ trap cleanup EXIT
 mkfifo "$dir/node" "$dir/tests" "$dir/bench"
 
 # The packages that take minutes, longest first (as the last runs
-# printed them), then the rest in go list's order.
-long=(controller hack/images test/multisite test/soak test/attack listener shared/overlaysync gossip test/charts)
+# printed them; the images' test after the ones that wait), then the
+# rest in go list's order.
+long=(controller test/multisite test/soak test/attack hack/images listener shared/overlaysync gossip test/charts)
 mapfile -t others < <(
 	for p in "${long[@]}"; do echo "${module}/$p"; done
 	"$GO" list ./... | grep -vx "${module}/test/node" | grep -vxF -f <(for p in "${long[@]}"; do echo "${module}/$p"; done)
