@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Runs the lint, every test of the module and every benchmark once at its
-# smallest size, in three go commands at once, each into a pipe of its own
+# smallest size, in five go commands at once, each into a pipe of its own
 # that testreport (the first argument) reads and reports as one run:
 #
 #   node   the node tests, started first: the longest package (about five
 #          minutes, most of it the delegated mounts' rolls and their quiet
 #          minute). Among the other packages it would start last (go test
 #          runs packages in order) and end the run alone.
+#   controller
+#          the controller package's tests, half in each of two commands
+#          (its tests run one after another, each starting an agent that
+#          watches every GridNetwork, and mostly wait: alone it was the
+#          tests' critical path, five minutes), each process with a
+#          control plane of its own;
 #   tests  every other package's tests, TEST_P packages at a time
 #          (default 2: three kept the cores busier but made more work of
 #          the same tests, their servers and timers contending, and the
@@ -42,16 +48,25 @@ cleanup() {
 	rm -rf "$dir"
 }
 trap cleanup EXIT
-mkfifo "$dir/node" "$dir/tests" "$dir/bench"
+mkfifo "$dir/node" "$dir/tests" "$dir/bench" "$dir/controller1" "$dir/controller2"
 
 # The packages that take minutes, longest first (as the last runs
 # printed them; the images' test after the ones that wait), then the
 # rest in go list's order.
-long=(controller test/multisite test/soak test/attack hack/images listener shared/overlaysync gossip test/charts)
+long=(test/multisite test/soak test/attack hack/images listener shared/overlaysync gossip test/charts)
 mapfile -t others < <(
 	for p in "${long[@]}"; do echo "${module}/$p"; done
-	"$GO" list ./... | grep -vx "${module}/test/node" | grep -vxF -f <(for p in "${long[@]}"; do echo "${module}/$p"; done)
+	"$GO" list ./... | grep -vx -e "${module}/test/node" -e "${module}/controller" |
+		grep -vxF -f <(for p in "${long[@]}"; do echo "${module}/$p"; done)
 )
+# The controller package's top-level tests, every other one to each half:
+# a test added lands in one of them.
+mapfile -t controller_tests < <(git grep -h -o '^func Test[A-Za-z0-9_]*' -- ':(glob)controller/*_test.go' |
+	sed 's/^func //' | grep -vx TestMain | sort)
+halves=("" "")
+for i in "${!controller_tests[@]}"; do
+	halves[i % 2]+="${halves[i % 2]:+|}${controller_tests[i]}"
+done
 mapfile -t benched < <(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 flags=(-race -count=1 -json)
 export GRIDSYNC_BENCH_SMOKE=1
@@ -59,12 +74,16 @@ export GRIDSYNC_BENCH_SMOKE=1
 # group of its own, which cleanup stops whole.
 set -m
 
-"$report" "$dir/node" "$dir/tests" "bench=$dir/bench" &
+"$report" "$dir/node" "1/2=$dir/controller1" "2/2=$dir/controller2" "$dir/tests" "bench=$dir/bench" &
 reporter=$!
 
 # 20 minutes for each command: about four times what it takes on a
 # loaded machine.
 "$GO" test "${flags[@]}" -timeout 20m ./test/node >"$dir/node" 2>&1 &
+pids+=($!)
+"$GO" test "${flags[@]}" -timeout 20m -run "^(${halves[0]})\$" ./controller >"$dir/controller1" 2>&1 &
+pids+=($!)
+"$GO" test "${flags[@]}" -timeout 20m -run "^(${halves[1]})\$" ./controller >"$dir/controller2" 2>&1 &
 pids+=($!)
 "$GO" test "${flags[@]}" -timeout 20m -p "$P" "${others[@]}" >"$dir/tests" 2>&1 &
 pids+=($!)
