@@ -173,7 +173,10 @@ func (l *Lifetime) Send(ch chan<- event.GenericEvent, e event.GenericEvent) {
 	if err != nil {
 		select {
 		case ch <- e:
-		default: // a full buffer before the start: the start's list covers it
+		default:
+			// A full buffer before the start: dropped, as every event
+			// before the start was, rather than blocking a caller
+			// (a gossip callback) on a manager that may never lead.
 		}
 		return
 	}
