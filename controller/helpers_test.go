@@ -23,24 +23,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testproc"
 )
 
-var (
-	crdsOnce sync.Once
-	crdsErr  error
-	seq      atomic.Int32
-)
+var seq atomic.Int32
 
-// env is one test's corner of the cluster: its own namespaces, a
+// env is one test's corner of a cluster: its own namespaces, a
 // ServiceAccount with exactly the agent's RBAC, and names that no other
 // test uses (the Grid resources are cluster-scoped).
 type env struct {
 	t        *testing.T
+	cp       *controlplane.ControlPlane // the test's alone while it runs
 	ctx      context.Context
 	id       string
 	agentNS  string // the agent's namespace (its Lease)
@@ -51,18 +48,17 @@ type env struct {
 	logs     *testproc.Buffer
 }
 
+// newEnv runs the test in parallel with others, on a control plane that
+// it has alone until it ends (its cleanups included).
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	crdsOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		crdsErr = cp.InstallCRDsFS(ctx, crds.Manifests)
-	})
-	require.NoError(t, crdsErr)
+	t.Parallel()
+	cp := <-planes
+	t.Cleanup(func() { planes <- cp })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	n := seq.Add(1)
-	e := &env{t: t, ctx: ctx, id: fmt.Sprint(n), logs: &testproc.Buffer{}}
+	e := &env{t: t, cp: cp, ctx: ctx, id: fmt.Sprint(n), logs: &testproc.Buffer{}}
 	e.agentNS, e.gwNS, e.credNS = fmt.Sprintf("agent-%d", n), fmt.Sprintf("gw-%d", n), fmt.Sprintf("cred-%d", n)
 	for _, ns := range []string{e.agentNS, e.gwNS, e.credNS} {
 		require.NoError(t, cp.EnsureNamespace(ctx, ns))

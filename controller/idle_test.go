@@ -47,7 +47,7 @@ func TestIdleClusterSeesNoWritesForTenSeconds(t *testing.T) {
 	time.Sleep(time.Second) // let the reconciles triggered by the last writes finish
 
 	watchList := func(list client.ObjectList, opts ...client.ListOption) watch.Interface {
-		w, err := client.NewWithWatch(cp.AdminConfig(), client.Options{Scheme: e.admin.Scheme()})
+		w, err := client.NewWithWatch(e.cp.AdminConfig(), client.Options{Scheme: e.admin.Scheme()})
 		require.NoError(t, err)
 		wi, err := w.Watch(e.ctx, list, opts...)
 		require.NoError(t, err)

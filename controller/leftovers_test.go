@@ -13,7 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/controlplane"
 )
 
 // gridKinds are the cluster-scoped Grid resources. Every agent a test
@@ -95,8 +97,9 @@ func removeGridObjects(ctx context.Context, c client.Client, objs []metav1.Parti
 // deleteGridObjects removes the test's cluster-scoped objects (those
 // labelled with its id, and the GridSites its agents made for its
 // networks) and waits until they are gone, so that the next test's agent
-// does not see them. The tests run one at a time: a Grid object with no
-// test label that is still there was left by this test, which fails.
+// does not see them. A control plane serves one test at a time: a Grid
+// object with no test label that is still there was left by this test,
+// which fails.
 func (e *env) deleteGridObjects() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -141,26 +144,41 @@ func (e *env) label(obj client.Object) {
 	obj.SetLabels(labels)
 }
 
-// checkLeftovers runs the package's tests, then fails the package if any
-// Grid object is still in the cluster: a test that leaves one behind
-// without running into its own cleanup's check (one without an env) is
-// found here.
-type checkLeftovers struct{ m *testing.M }
+// checkLeftovers installs the CRDs in each control plane, lends them to
+// the package's tests, then fails the package if any Grid object is still
+// in one: a test that leaves one behind without running into its own
+// cleanup's check (one without an env) is found here.
+type checkLeftovers struct {
+	m      *testing.M
+	planes []**controlplane.ControlPlane
+}
 
 func (r checkLeftovers) Run() int {
+	for _, p := range r.planes {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := (*p).InstallCRDsFS(ctx, crds.Manifests)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: install the CRDs: %v\n", err)
+			return 1
+		}
+		planes <- *p
+	}
 	code := r.m.Run()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.New(cp.AdminConfig(), client.Options{})
-	if err == nil {
-		var left []metav1.PartialObjectMetadata
-		if left, err = gridObjects(ctx, c); err == nil && len(left) > 0 {
-			err = fmt.Errorf("the tests left Grid objects behind: %s", describe(left))
+	for _, p := range r.planes {
+		c, err := client.New((*p).AdminConfig(), client.Options{})
+		if err == nil {
+			var left []metav1.PartialObjectMetadata
+			if left, err = gridObjects(ctx, c); err == nil && len(left) > 0 {
+				err = fmt.Errorf("the tests left Grid objects behind: %s", describe(left))
+			}
 		}
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		code = 1
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+			code = 1
+		}
 	}
 	return code
 }

@@ -37,7 +37,7 @@ func TestProviderChangeReachesARunningSidecar(t *testing.T) {
 	_, first := e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 1 })
 
 	configMap := envelope.ConfigMapName(network.Name, gw.Name)
-	sidecarConfig, err := cp.ConfigMapReaderConfig(e.ctx, e.gwNS, "gateway", configMap)
+	sidecarConfig, err := e.cp.ConfigMapReaderConfig(e.ctx, e.gwNS, "gateway", configMap)
 	require.NoError(t, err)
 	output := filepath.Join(t.TempDir(), "routing-overlay.json")
 	syncer, err := overlaysync.New(sidecarConfig, overlaysync.Options{
@@ -189,7 +189,7 @@ func TestOverlaysOfANetworkDeletedWhileTheAgentWasDownAreWithdrawn(t *testing.T)
 // for it.
 func TestDeletingOrphanedOverlaysIsOptIn(t *testing.T) {
 	e := newEnv(t)
-	require.NoError(t, cp.Grant(e.ctx, e.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-delete", e.gwNS, rbac.NamespaceRules(true)))
+	require.NoError(t, e.cp.Grant(e.ctx, e.agentNS, controlplane.AgentServiceAccount, "gridsync-agent-delete", e.gwNS, rbac.NamespaceRules(true)))
 	a, b := e.gateway("edge-a", "east"), e.gateway("edge-b", "east")
 	network := e.network(a, b)
 	e.create(network)

@@ -114,8 +114,8 @@ func TestDelegatedMountsNeedTheGatewaysGrantAndOptIn(t *testing.T) {
 	held := e.gatewayStatus(network, "edge", func(s v1alpha1.GatewayOverlayStatus) bool { return s.Reason == mounts.ReasonDeploymentForbidden })
 	assert.Contains(t, held.Message, "the previous revision stays")
 
-	require.NoError(t, cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gateway-edge-gw", e.gwNS, rbac.GatewayDeploymentRules("edge-gw")))
-	require.NoError(t, cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gateway-not-there", e.gwNS, rbac.GatewayDeploymentRules("not-there")))
+	require.NoError(t, e.cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gateway-edge-gw", e.gwNS, rbac.GatewayDeploymentRules("edge-gw")))
+	require.NoError(t, e.cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gateway-not-there", e.gwNS, rbac.GatewayDeploymentRules("not-there")))
 	e.mountStatus(network, "edge", phase(mounts.PhaseError, mounts.ReasonNotOptedIn))
 	e.mountStatus(network, "other", phase(mounts.PhaseError, mounts.ReasonDeploymentMissing))
 	assert.Equal(t, before.ResourceVersion, deployment().ResourceVersion, "nothing patched before the opt-in")

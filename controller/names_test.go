@@ -381,7 +381,7 @@ func TestUpstreamManifestsApplyWithNothingPrunedAndConvert(t *testing.T) {
 // the Ready condition.
 func TestShortNamesCategoriesAndReadyColumn(t *testing.T) {
 	e := newEnv(t)
-	dc, err := discovery.NewDiscoveryClientForConfig(cp.AdminConfig())
+	dc, err := discovery.NewDiscoveryClientForConfig(e.cp.AdminConfig())
 	require.NoError(t, err)
 	list, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
 	require.NoError(t, err)
@@ -402,7 +402,7 @@ func TestShortNamesCategoriesAndReadyColumn(t *testing.T) {
 	n.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "AllOverlaysDistributed", LastTransitionTime: metav1.Now()}}
 	n.Status.GridID = "grid-one"
 	require.NoError(t, e.admin.Status().Update(e.ctx, n))
-	rc, err := rest.RESTClientFor(tableConfig(cp.AdminConfig()))
+	rc, err := rest.RESTClientFor(tableConfig(e.cp.AdminConfig()))
 	require.NoError(t, err)
 	var table metav1.Table
 	require.NoError(t, rc.Get().AbsPath("/apis", v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version, "gridnetworks", n.Name).

@@ -27,6 +27,7 @@ import (
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/signals"
+	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testpki"
 )
 
@@ -46,15 +47,17 @@ type providerServer struct {
 }
 
 type serverOpts struct {
-	plaintext    bool
-	clientCA     *x509.CertPool // require a client certificate of it
-	requireToken bool
+	plaintext bool
+	clientCA  *x509.CertPool // require a client certificate of it
+	// tokenReviewer, when set, is the API server that must authenticate
+	// and authorise each request's bearer token.
+	tokenReviewer *controlplane.ControlPlane
 }
 
 func startProviderServer(t *testing.T, certPEM, keyPEM []byte, o serverOpts) *providerServer {
 	t.Helper()
 	s := &providerServer{clientCNs: map[string]int{}, tokensSeen: map[string]bool{}}
-	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve(t, o.requireToken)))
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve(t, o.tokenReviewer)))
 	if o.plaintext {
 		s.Start()
 		t.Cleanup(s.Close)
@@ -94,7 +97,7 @@ func (s *providerServer) setCertificate(t *testing.T, certPEM, keyPEM []byte) {
 	s.cert.Store(&pair)
 }
 
-func (s *providerServer) serve(t *testing.T, requireToken bool) func(http.ResponseWriter, *http.Request) {
+func (s *providerServer) serve(t *testing.T, reviewer *controlplane.ControlPlane) func(http.ResponseWriter, *http.Request) {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
 		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
@@ -102,9 +105,9 @@ func (s *providerServer) serve(t *testing.T, requireToken bool) func(http.Respon
 			s.clientCNs[r.TLS.PeerCertificates[0].Subject.CommonName]++
 			s.mu.Unlock()
 		}
-		if requireToken {
+		if reviewer != nil {
 			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || !tokenMayGetMetrics(t, token) {
+			if !ok || !tokenMayGetMetrics(t, reviewer, token) {
 				http.Error(w, "unauthorized", http.StatusUnauthorized)
 				return
 			}
@@ -122,7 +125,7 @@ func (s *providerServer) serve(t *testing.T, requireToken bool) func(http.Respon
 
 // tokenMayGetMetrics asks the real API server who the token is and
 // whether that user may get /metrics.
-func tokenMayGetMetrics(t *testing.T, token string) bool {
+func tokenMayGetMetrics(t *testing.T, cp *controlplane.ControlPlane, token string) bool {
 	admin := cp.AdminClient()
 	review, err := admin.AuthenticationV1().TokenReviews().Create(t.Context(),
 		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
@@ -356,13 +359,13 @@ func TestBearerProtectedEndpointsGetTheScraperToken(t *testing.T) {
 	e := newEnv(t)
 	pki := newProviderPKI(t)
 	scraper := "scraper-" + e.id
-	_, err := cp.ServiceAccountToken(e.ctx, e.agentNS, scraper, "unused") // creates the account
+	_, err := e.cp.ServiceAccountToken(e.ctx, e.agentNS, scraper, "unused") // creates the account
 	require.NoError(t, err)
-	require.NoError(t, cp.Grant(e.ctx, e.agentNS, scraper, "gridsync-scraper-"+e.id, "", rbac.ScraperRules()))
-	require.NoError(t, cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gridsync-agent-scraper-token", e.agentNS, rbac.ScraperTokenRules(scraper)))
+	require.NoError(t, e.cp.Grant(e.ctx, e.agentNS, scraper, "gridsync-scraper-"+e.id, "", rbac.ScraperRules()))
+	require.NoError(t, e.cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gridsync-agent-scraper-token", e.agentNS, rbac.ScraperTokenRules(scraper)))
 
-	srv := startProviderServer(t, pki.serverCert, pki.serverKey, serverOpts{requireToken: true})
-	plain := startProviderServer(t, nil, nil, serverOpts{plaintext: true, requireToken: true})
+	srv := startProviderServer(t, pki.serverCert, pki.serverKey, serverOpts{tokenReviewer: e.cp})
+	plain := startProviderServer(t, nil, nil, serverOpts{plaintext: true, tokenReviewer: e.cp})
 	e.create(e.secret("provider-ca", map[string][]byte{"ca.crt": pki.ca.PEM}))
 	network := e.network(e.gateway("edge", "east"))
 	e.create(network)
@@ -419,7 +422,7 @@ func TestBearerProtectedEndpointsGetTheScraperToken(t *testing.T) {
 func TestWithoutAScraperAccountTheCredentialIsUnavailable(t *testing.T) {
 	e := newEnv(t)
 	pki := newProviderPKI(t)
-	srv := startProviderServer(t, pki.serverCert, pki.serverKey, serverOpts{requireToken: true})
+	srv := startProviderServer(t, pki.serverCert, pki.serverKey, serverOpts{tokenReviewer: e.cp})
 	e.create(e.secret("provider-ca", map[string][]byte{"ca.crt": pki.ca.PEM}))
 	network := e.network(e.gateway("edge", "east"))
 	e.create(network)

@@ -78,7 +78,7 @@ func missingFields(path string, want, got any) []string {
 // longer accepted is refused, not pruned.
 func TestTheReferenceManifestsApplyUnchanged(t *testing.T) {
 	e := newEnv(t)
-	require.NoError(t, cp.EnsureNamespace(e.ctx, "praxis-system"))
+	require.NoError(t, e.cp.EnsureNamespace(e.ctx, "praxis-system"))
 	// No controller manager runs to create the namespace's default
 	// ServiceAccount, which the Pod needs.
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "praxis-system"}}

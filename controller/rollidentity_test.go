@@ -59,8 +59,8 @@ func TestAnOptedInGatewayIsRolledToANewSiteCertificate(t *testing.T) {
 	}
 	assert.Contains(t, rollout("edge", controller.ReasonDeploymentForbidden).Message, "get is forbidden")
 
-	require.NoError(t, cp.Grant(e.ctx, e.agentNS, controlplane.AgentServiceAccount, "gateway-edge-gw", e.gwNS, rbac.GatewayDeploymentRules("edge-gw")))
-	require.NoError(t, cp.Grant(e.ctx, e.agentNS, controlplane.AgentServiceAccount, "gateway-not-there", e.gwNS, rbac.GatewayDeploymentRules("not-there")))
+	require.NoError(t, e.cp.Grant(e.ctx, e.agentNS, controlplane.AgentServiceAccount, "gateway-edge-gw", e.gwNS, rbac.GatewayDeploymentRules("edge-gw")))
+	require.NoError(t, e.cp.Grant(e.ctx, e.agentNS, controlplane.AgentServiceAccount, "gateway-not-there", e.gwNS, rbac.GatewayDeploymentRules("not-there")))
 	fingerprint := func() string {
 		l, err := sitetrust.ParseCertificates(e.secretData("site-cert")["tls.crt"])
 		require.NoError(t, err)

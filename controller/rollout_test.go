@@ -64,7 +64,7 @@ func (e *env) startReportListener(agg *rollout.Aggregator, apis ...*signalsapi.A
 	id, err := tlsidentity.New(tlsidentity.Options{CertFile: proj.Path("tls.crt"), KeyFile: proj.Path("tls.key"), CAFile: proj.Path("ca.crt")})
 	require.NoError(e.t, err)
 
-	require.NoError(e.t, cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gridsync-agent-tokenreview-"+e.agentNS, "", rbac.TokenReviewRules()))
+	require.NoError(e.t, e.cp.Grant(e.ctx, e.agentNS, "gridsync-agent", "gridsync-agent-tokenreview-"+e.agentNS, "", rbac.TokenReviewRules()))
 	clientset, err := kubernetes.NewForConfig(e.saConfig)
 	require.NoError(e.t, err)
 	mux := http.NewServeMux()
@@ -137,9 +137,9 @@ type pod struct {
 func (e *env) startPod(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGateway, name string, to *reportListener) *pod {
 	e.t.Helper()
 	cmName := envelope.ConfigMapName(network.Name, gw.Name)
-	cfg, err := cp.ConfigMapReaderConfig(e.ctx, gw.Namespace, name, cmName)
+	cfg, err := e.cp.ConfigMapReaderConfig(e.ctx, gw.Namespace, name, cmName)
 	require.NoError(e.t, err)
-	token, err := cp.PodToken(e.ctx, gw.Namespace, name, name, reports.DefaultAudience)
+	token, err := e.cp.PodToken(e.ctx, gw.Namespace, name, name, reports.DefaultAudience)
 	require.NoError(e.t, err)
 	dir := e.t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -253,11 +253,11 @@ func TestGatewayPodsReportTheirDeliveriesIntoTheNetworkStatus(t *testing.T) {
 	assert.Equal(t, int32(1), d.PodsOnRevision)
 
 	// A pod's token of another namespace reports for nobody here.
-	foreign, err := cp.PodToken(e.ctx, e.credNS, "intruder", "edge-x", reports.DefaultAudience)
+	foreign, err := e.cp.PodToken(e.ctx, e.credNS, "intruder", "edge-x", reports.DefaultAudience)
 	require.NoError(t, err)
 	status2 := postReport(t, listener, foreign, deliveryreport.Report{Namespace: gw.Namespace, Gateway: gw.Name, Pod: "edge-x", Revision: next.Revision, ContentDigest: next.Revision, State: "ready"})
 	assert.Equal(t, http.StatusForbidden, status2)
-	audienceless, err := cp.ServiceAccountToken(e.ctx, gw.Namespace, "edge-a", "some-other-audience")
+	audienceless, err := e.cp.ServiceAccountToken(e.ctx, gw.Namespace, "edge-a", "some-other-audience")
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusUnauthorized, postReport(t, listener, audienceless, deliveryreport.Report{
 		Namespace: gw.Namespace, Gateway: gw.Name, Pod: "edge-x", Revision: next.Revision, ContentDigest: next.Revision, State: "ready"}),

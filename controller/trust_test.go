@@ -35,7 +35,7 @@ import (
 // get, create and patch on the named Secrets of the credential namespace.
 func (e *env) grantTrustSecrets(names ...string) {
 	e.t.Helper()
-	require.NoError(e.t, cp.AgentTrustSecrets(e.ctx, e.agentNS, e.credNS, names...))
+	require.NoError(e.t, e.cp.AgentTrustSecrets(e.ctx, e.agentNS, e.credNS, names...))
 }
 
 // logOnFailure prints the agent's log when the test failed.
