@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs the lint, every test of the module and every benchmark once at its
-# smallest size, in three go commands at once, each into a pipe of its own
+# smallest size, in four go commands at once, each into a pipe of its own
 # that testreport (the first argument) reads and reports as one run:
 #
-#   node   the node tests, started first: the longest package (about five
+#   node   the node tests, started first: the longest package (about four
 #          minutes, most of it the delegated mounts' rolls and their quiet
 #          minute). Among the other packages it would start last (go test
 #          runs packages in order) and end the run alone.
+#   long   after the lint, multisite then the soak, one at a time: two and
+#          a half minutes each, mostly waiting (their sites converge, the
+#          soak's faults play out over fixed seconds). Last in go list's
+#          order, they ended the run side by side on cores a third idle.
 #   tests  the lint (make lint, while the node starts), then every other
 #          package's tests, TEST_P packages at a time (default 2).
 #   bench  every benchmark, once, at its smallest size (test/measure), so
@@ -32,17 +36,23 @@ cleanup() {
 	rm -rf "$dir"
 }
 trap cleanup EXIT
-mkfifo "$dir/node" "$dir/tests" "$dir/bench"
+mkfifo "$dir/node" "$dir/long" "$dir/tests" "$dir/bench"
 
-mapfile -t others < <("$GO" list ./... | grep -vx "${module}/test/node")
+long=("${module}/test/multisite" "${module}/test/soak")
+mapfile -t others < <("$GO" list ./... | grep -vx -e "${module}/test/node" -e "${long[0]}" -e "${long[1]}")
 mapfile -t benched < <(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 flags=(-race -count=1 -json)
+# The race detector's runtime sleeps a second as each test binary exits,
+# for goroutines still running to report a race: the tests stop theirs
+# before they end, and the sleep cost a second of a package slot for each
+# of some ninety packages.
+export GORACE="${GORACE:-atexit_sleep_ms=0}"
 export GRIDSYNC_BENCH_SMOKE=1
 # Job control: each command started in the background leads a process
 # group of its own, which cleanup stops whole.
 set -m
 
-"$report" "$dir/node" "$dir/tests" "bench=$dir/bench" &
+"$report" "$dir/node" "$dir/long" "$dir/tests" "bench=$dir/bench" &
 reporter=$!
 
 # 20 minutes for the node tests, as for the others: about four times what
@@ -59,6 +69,8 @@ if ! "$MAKE" --no-print-directory lint; then
 	exit 1
 fi
 
+"$GO" test "${flags[@]}" -timeout 20m -p 1 "${long[@]}" >"$dir/long" 2>&1 &
+pids+=($!)
 "$GO" test "${flags[@]}" -timeout 20m -p "$P" "${others[@]}" >"$dir/tests" 2>&1 &
 pids+=($!)
 # The smoke proves the benchmarks run and measures nothing: without the
