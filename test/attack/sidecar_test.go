@@ -56,16 +56,24 @@ func (s *sidecar) rss() float64 {
 
 // kubeletProbe is what the kubelet does: a new connection, no keep-alive,
 // one second.
-func kubeletProbe(addr, path string) bool {
+func kubeletProbe(addr, path string) bool { return probeFailure(addr, path) == "" }
+
+// probeFailure is kubeletProbe saying why a probe failed ("" when it
+// passed): what an attack's line names when one did.
+func probeFailure(addr, path string) string {
 	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+addr+path, http.NoBody)
+	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
-		return false
+		return fmt.Sprintf("after %d ms: %v", time.Since(start).Milliseconds(), err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	if resp.StatusCode != http.StatusOK {
+		return resp.Status
+	}
+	return ""
 }
 
 // Idle keep-alive connections and a thousand concurrent /metrics never

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -211,12 +212,17 @@ func TestHealthSlowBody(t *testing.T) {
 	}
 	time.Sleep(time.Second) // every client has sent its headers
 	healthOK, probeOK, probes := 0, 0, size(24, 12)
+	failed := "none"
 	for range probes {
-		if kubeletProbe(s.health, "/readyz") {
+		if why := probeFailure(s.health, "/readyz"); why == "" {
 			healthOK++
+		} else if failed == "none" {
+			failed = "health port " + why
 		}
-		if kubeletProbe(s.probe, "/readyz") {
+		if why := probeFailure(s.probe, "/readyz"); why == "" {
 			probeOK++
+		} else if failed == "none" {
+			failed = "probe port " + why
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -224,7 +230,8 @@ func TestHealthSlowBody(t *testing.T) {
 	wg.Wait()
 	report(t, "health_slow_body", healthOK == probes && probeOK == probes && s.Running(),
 		figure{"clients", clients}, figure{"chunk_every_ms", 500},
-		figure{"health_port_probes_ok", fmt.Sprintf("%d/%d", healthOK, probes)}, figure{"probe_port_probes_ok", fmt.Sprintf("%d/%d", probeOK, probes)})
+		figure{"health_port_probes_ok", fmt.Sprintf("%d/%d", healthOK, probes)}, figure{"probe_port_probes_ok", fmt.Sprintf("%d/%d", probeOK, probes)},
+		figure{"first_failure", strconv.Quote(failed)})
 }
 
 // slowBodyClient sends a GET with a chunked body, a chunk every 500 ms,
