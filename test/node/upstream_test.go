@@ -88,6 +88,16 @@ func TestUpstreamValuesFilesRunOnTheNode(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, testnode.Apply(t.Context(), cp, ns, objs))
 			pod := waitPod(t, ns, 90*time.Second, "Ready", testnode.PodReady)
+			// Ready says little where the values turn the probes off
+			// (hardened.yaml): a gateway that exits at once is Ready for
+			// a moment. The gateway answers on its port, and then no
+			// container has restarted.
+			eventually(t, 10*time.Second, "the gateway answers on its port", func() bool {
+				var st testnode.GatewayState
+				return node.GetJSON(t.Context(), pod.Status.PodIP, c.port, "/state", &st) == nil
+			})
+			pod, err = admin.CoreV1().Pods(ns).Get(t.Context(), pod.Name, metav1.GetOptions{})
+			require.NoError(t, err)
 			for _, st := range pod.Status.ContainerStatuses {
 				require.NotNil(t, st.State.Running, "%s: %s", st.Name, describe(pod))
 				require.Zero(t, st.RestartCount, "%s: %s", st.Name, describe(pod))

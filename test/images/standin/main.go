@@ -58,6 +58,9 @@ func main() {
 	listen := fs.String("listen", ":8080", "where to listen once a valid overlay is read, when --config names no listener")
 	interval := fs.Duration("interval", 10*time.Millisecond, "how often the files are read")
 	exitAtOnce := fs.Bool("exit-at-once", false, "exit 0 at once: an init container that gates on nothing (the node benchmark's floor)")
+	// Praxis's own flag, which the upstream chart's values pass (args);
+	// the stand-in prints nothing it would shape.
+	_ = fs.String("log-format", "text", "Praxis's log format (json or text); accepted and unused")
 	_ = fs.Parse(os.Args[1:])
 	if *exitAtOnce {
 		return
