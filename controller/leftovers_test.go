@@ -144,16 +144,17 @@ func (e *env) label(obj client.Object) {
 	obj.SetLabels(labels)
 }
 
-// checkLeftovers installs the CRDs in each control plane, lends them to
-// the package's tests, then fails the package if any Grid object is still
-// in one: a test that leaves one behind without running into its own
-// cleanup's check (one without an env) is found here.
-type checkLeftovers struct {
+// lendPlanes installs the CRDs in each control plane, lends them to the
+// package's tests (planes), then fails the package if any Grid object is
+// still in one: a test that leaves one behind without running into its
+// own cleanup's check (one without an env) is found here.
+type lendPlanes struct {
 	m      *testing.M
 	planes []**controlplane.ControlPlane
 }
 
-func (r checkLeftovers) Run() int {
+func (r lendPlanes) Run() int {
+	planes = make(chan *controlplane.ControlPlane, len(r.planes))
 	for _, p := range r.planes {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := (*p).InstallCRDsFS(ctx, crds.Manifests)

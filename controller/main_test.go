@@ -13,9 +13,9 @@ import (
 // is waiting for its agent, so two of them let two tests run at once
 // (newEnv takes one for the test), which nearly halves the package's time
 // for one more API server and etcd.
-var planes = make(chan *controlplane.ControlPlane, 2)
+var planes chan *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
 	var a, b *controlplane.ControlPlane
-	os.Exit(controlplane.RunTestsN(checkLeftovers{m: m, planes: []**controlplane.ControlPlane{&a, &b}}, &a, &b))
+	os.Exit(controlplane.RunTestsN(lendPlanes{m: m, planes: []**controlplane.ControlPlane{&a, &b}}, &a, &b))
 }
