@@ -39,7 +39,7 @@ trap cleanup EXIT
 mkfifo "$dir/node" "$dir/long" "$dir/tests" "$dir/bench"
 
 long=("${module}/test/multisite" "${module}/test/soak")
-mapfile -t others < <("$GO" list ./... | grep -vx -e "${module}/test/node" -e "${long[0]}" -e "${long[1]}")
+mapfile -t others < <("$GO" list ./... | grep -vxF -f <(printf '%s\n' "${module}/test/node" "${long[@]}"))
 mapfile -t benched < <(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 flags=(-race -count=1 -json)
 # The race detector's runtime sleeps a second as each test binary exits,
