@@ -92,6 +92,20 @@ type SiteCertificate struct {
 	// +kubebuilder:validation:MaxItems=512
 	// +kubebuilder:validation:items:MaxLength=63
 	RefuseRenewal []string `json:"refuseRenewal,omitempty"`
+	// EvictedSites (issuer) lists sites evicted from the network. The
+	// issuer signs the list with the grid CA and every site, on receiving
+	// it, refuses the evicted sites' records and connections and
+	// withdraws their providers at once, whatever certificate they still
+	// hold; their renewal and enrolment are refused. Removing a site
+	// lifts its eviction: it comes back only with a certificate issued
+	// after that (a new enrolment, with a new token).
+	//
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=512
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	EvictedSites []string `json:"evictedSites,omitempty"`
 }
 
 // EnrollmentIssuer is the site that issues certificates.
@@ -511,7 +525,7 @@ type SiteTrust struct {
 
 // SitePhase is where a remote site stands.
 //
-// +kubebuilder:validation:Enum=Pending;Discovered;Connecting;Active;Unreachable;Left
+// +kubebuilder:validation:Enum=Pending;Discovered;Connecting;Active;Unreachable;Left;Evicted
 type SitePhase string
 
 // GridSiteStatus is what is known of the site.

@@ -509,6 +509,28 @@ const (
 
 // GridNetworkStatus reports the network's membership and the overlay of
 // every consumer gateway.
+// TrustBundleStatus is a network's signed trust bundle as this site
+// holds it.
+type TrustBundleStatus struct {
+	// Version orders the bundles: the time it was signed, in Unix
+	// nanoseconds, as a decimal string.
+	//
+	// +optional
+	Version string `json:"version,omitempty"`
+	// EvictedSites are the sites it evicts now (lifted evictions are
+	// left out).
+	//
+	// +optional
+	// +listType=set
+	EvictedSites []string `json:"evictedSites,omitempty"`
+	// Signed is the bundle as signed (base64 in the API): what the site
+	// checks against the grid CA at start.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=262144
+	Signed []byte `json:"signed,omitempty"`
+}
+
 type GridNetworkStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	//
@@ -545,6 +567,14 @@ type GridNetworkStatus struct {
 	//
 	// +optional
 	DistributedProviderCount int32 `json:"distributedProviderCount"`
+
+	// TrustBundle is the newest signed trust bundle of the network this
+	// site holds: the sites the issuer evicted, signed with the grid CA.
+	// It is kept here so that an eviction outlives a restart of the
+	// agent; a bundle is used only when its signature verifies.
+	//
+	// +optional
+	TrustBundle *TrustBundleStatus `json:"trustBundle,omitempty"`
 
 	// PraxisConfigStatus has one entry per gateway whose Praxis config is
 	// generated.
