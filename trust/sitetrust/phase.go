@@ -10,6 +10,10 @@ const (
 	PhaseActive      v1alpha1.SitePhase = "Active"
 	PhaseUnreachable v1alpha1.SitePhase = "Unreachable"
 	PhaseLeft        v1alpha1.SitePhase = "Left"
+	// PhaseEvicted: the network's issuer evicted the site (a signed trust
+	// bundle says so). No probe runs; the site is never routable until
+	// the eviction is lifted.
+	PhaseEvicted v1alpha1.SitePhase = "Evicted"
 )
 
 // Next is the phase an outcome leads to from current. Only a complete

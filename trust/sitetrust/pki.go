@@ -101,6 +101,10 @@ func Pinned(pins []string, der []byte) bool {
 type CA struct {
 	Cert *x509.Certificate
 	key  crypto.Signer
+	// IssueFloor, when set, is the earliest start of a certificate of a
+	// site (zero: none): after a lifted eviction, what is issued must be
+	// told apart from what the site held before it.
+	IssueFloor func(site string) time.Time
 }
 
 // NewCA generates a grid CA (ECDSA P-256): its certificate and key, PEM.
@@ -225,9 +229,18 @@ func (ca *CA) siteTemplate(site string, now time.Time, lifetime time.Duration) (
 	if notAfter.After(ca.Cert.NotAfter) {
 		notAfter = ca.Cert.NotAfter
 	}
+	notBefore := now.Add(-backdate(lifetime))
+	if ca.IssueFloor != nil {
+		if floor := ca.IssueFloor(site); notBefore.Before(floor) {
+			notBefore = floor
+			if floor.After(now) {
+				notBefore = now
+			}
+		}
+	}
 	return &x509.Certificate{
 		Subject:               pkix.Name{CommonName: site, Organization: []string{site}},
-		NotBefore:             now.Add(-backdate(lifetime)),
+		NotBefore:             notBefore,
 		NotAfter:              notAfter,
 		BasicConstraintsValid: true,
 		IsCA:                  false,
@@ -385,3 +398,7 @@ func pemBlock(kind string, der []byte) []byte {
 
 // EncodeCertificate is a certificate as PEM.
 func EncodeCertificate(c *x509.Certificate) []byte { return pemBlock("CERTIFICATE", c.Raw) }
+
+// Signer is the CA's key, for what else the grid CA signs (a network's
+// trust bundle). It never leaves the process.
+func (ca *CA) Signer() crypto.Signer { return ca.key }

@@ -29,6 +29,9 @@ const (
 	ReasonHandshakeTimeout       = "HandshakeTimeout"
 	ReasonTLSProtocolError       = "TlsProtocolError"
 	ReasonAdvertisedCertMismatch = "AdvertisedCertMismatch"
+	// ReasonSiteEvicted: the network's issuer evicted the site, or its
+	// gateway's certificate dates from before an eviction since lifted.
+	ReasonSiteEvicted = "SiteEvicted"
 	// Connection failures (the upstream operator's names).
 	ReasonConnectionFailed = "ConnectionFailed"
 	ReasonConnectTimeout   = "ConnectTimeout"
@@ -92,6 +95,9 @@ type Target struct {
 	// gossip or from whoever may write a GridSite, and the probe presents
 	// this site's client certificate to it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Revoked, when set, refuses a leaf the network's trust bundle
+	// refuses: one of an evicted site, or from before its eviction.
+	Revoked func(leaf *x509.Certificate) bool
 	// ClientAuthWindow is how long a TLS 1.3 gateway is given to refuse
 	// this site's certificate after the handshake (a TLS 1.3 server
 	// judges it after the client finished): DefaultClientAuthWindow when
@@ -239,6 +245,9 @@ func (t Target) verify(certs []*x509.Certificate, now time.Time) *Outcome {
 		return refuse(ReasonCertificateNotYetValid, "the gateway's certificate is valid from %s", leaf.NotBefore.UTC().Format(time.RFC3339))
 	case now.After(leaf.NotAfter):
 		return refuse(ReasonCertificateExpired, "the gateway's certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if t.Revoked != nil && t.Revoked(leaf) {
+		return refuse(ReasonSiteEvicted, "the gateway's certificate is refused by the network's trust bundle: its site is evicted, or it dates from before an eviction since lifted")
 	}
 	opts.CurrentTime = now
 	if _, err := leaf.Verify(opts); err != nil {

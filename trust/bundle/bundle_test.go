@@ -1,0 +1,123 @@
+package bundle
+
+import (
+	"crypto/x509"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/trust/sitetrust"
+)
+
+func newCA(t *testing.T) *sitetrust.CA {
+	t.Helper()
+	certPEM, keyPEM, err := sitetrust.NewCA(time.Now(), 24*time.Hour)
+	require.NoError(t, err)
+	ca, err := sitetrust.ParseCA(certPEM, keyPEM)
+	require.NoError(t, err)
+	return ca
+}
+
+func TestNextEvictsListsAndLifts(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	b1, err := Next(nil, "prod", "site-a", []string{"site-c", "site-b"}, t0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"site-b", "site-c"}, b1.EvictedSites())
+	require.True(t, b1.Evicted("site-b"))
+	require.False(t, b1.Evicted("site-d"))
+
+	same, err := Next(b1, "prod", "site-a", []string{"site-b", "site-c"}, t0.Add(time.Minute))
+	require.NoError(t, err)
+	require.Nil(t, same, "the same list changes nothing")
+
+	t1 := t0.Add(time.Hour)
+	b2, err := Next(b1, "prod", "site-a", []string{"site-c"}, t1)
+	require.NoError(t, err)
+	require.Greater(t, b2.Version, b1.Version)
+	require.Equal(t, []string{"site-c"}, b2.EvictedSites())
+	require.False(t, b2.Evicted("site-b"), "lifted")
+	// A certificate of site-b from before its eviction stays refused; one
+	// issued after it (a new enrolment) is not.
+	require.True(t, b2.Refuses("site-b", t0.Add(-time.Hour)))
+	require.True(t, b2.Refuses("site-b", t0))
+	require.False(t, b2.Refuses("site-b", b2.IssueFloor("site-b")))
+	require.True(t, b2.Refuses("site-c", t1.Add(time.Hour)), "an eviction that holds refuses every certificate")
+	require.False(t, b2.Refuses("site-d", t0))
+
+	// Evicted again after the lift: from the new time.
+	t2 := t1.Add(time.Hour)
+	b3, err := Next(b2, "prod", "site-a", []string{"site-b", "site-c"}, t2)
+	require.NoError(t, err)
+	require.True(t, b3.Evicted("site-b"))
+	require.Equal(t, t2, b3.IssueFloor("site-b").Add(-time.Second))
+
+	_, err = Next(nil, "prod", "site-a", []string{"Not_A_Site"}, t0)
+	require.Error(t, err)
+}
+
+func TestSignedBundleVerifiesOnlyAgainstItsCA(t *testing.T) {
+	ca, other := newCA(t), newCA(t)
+	b, err := Next(nil, "prod", "site-a", []string{"site-b"}, time.Now())
+	require.NoError(t, err)
+	signed, err := Sign(b, ca.Signer())
+	require.NoError(t, err)
+
+	got, err := Open(signed, "prod", []*x509.Certificate{other.Cert, ca.Cert})
+	require.NoError(t, err)
+	require.Equal(t, []string{"site-b"}, got.EvictedSites())
+
+	_, err = Open(signed, "prod", []*x509.Certificate{other.Cert})
+	require.ErrorIs(t, err, ErrBadSignature)
+	_, err = Open(signed, "staging", []*x509.Certificate{ca.Cert})
+	require.ErrorIs(t, err, ErrWrongNetwork)
+
+	// A bundle rewritten to lift the eviction keeps the old signature.
+	var s Signed
+	require.NoError(t, json.Unmarshal(signed, &s))
+	s.Body = []byte(strings.Replace(string(s.Body), `"site-b"`, `"site-x"`, 1))
+	forged, _ := json.Marshal(s)
+	_, err = Open(forged, "prod", []*x509.Certificate{ca.Cert})
+	require.ErrorIs(t, err, ErrBadSignature)
+
+	_, err = Open(make([]byte, MaxSignedSize+1), "prod", []*x509.Certificate{ca.Cert})
+	require.ErrorIs(t, err, ErrTooLarge)
+	_, err = Open([]byte(`{"b":"","s":""}`), "prod", []*x509.Certificate{ca.Cert})
+	require.ErrorIs(t, err, ErrMalformed)
+}
+
+func TestBookKeepsTheNewestAndTells(t *testing.T) {
+	ca := newCA(t)
+	book := NewBook()
+	var told []string
+	book.Subscribe(func(n string) { told = append(told, n) })
+
+	t0 := time.Now()
+	b1, _ := Next(nil, "prod", "site-a", []string{"site-b"}, t0)
+	s1, _ := Sign(b1, ca.Signer())
+	b2, _ := Next(b1, "prod", "site-a", nil, t0.Add(time.Minute))
+	s2, _ := Sign(b2, ca.Signer())
+
+	kept, err := book.Offer("prod", s1)
+	require.NoError(t, err)
+	require.False(t, kept, "no roots yet: the network has no grid CA here")
+
+	book.SetRoots("prod", []*x509.Certificate{ca.Cert})
+	kept, err = book.Offer("prod", s2)
+	require.NoError(t, err)
+	require.True(t, kept)
+	kept, err = book.Offer("prod", s1)
+	require.NoError(t, err)
+	require.False(t, kept, "an older bundle never replaces a newer one")
+	kept, _ = book.Offer("prod", s2)
+	require.False(t, kept, "the same bundle again")
+	require.Equal(t, []string{"prod"}, told)
+	require.False(t, book.Bundle("prod").Evicted("site-b"))
+	require.True(t, book.RefusesAnywhere("site-b", t0.Add(-time.Hour)), "lifted, but a certificate of before stays refused")
+
+	kept, err = book.Offer("prod", []byte("junk"))
+	require.ErrorIs(t, err, ErrMalformed)
+	require.False(t, kept)
+}
