@@ -86,6 +86,9 @@ func (r *Runtime) announce(network string, l localState) {
 	set := r.settings[network]
 	r.mu.Unlock()
 	site := record.Record{Network: network, Site: r.cfg.Site, Kind: record.KindSite, GatewayAddress: gw, CertPEM: l.certPEM, Region: set.Region, Zone: set.Zone}
+	if r.cfg.Trust != nil {
+		site.TrustBundle = r.cfg.Trust.Signed(network)
+	}
 	provs := record.Record{Network: network, Site: r.cfg.Site, Kind: record.KindProviders, Providers: l.providers}
 	for _, rec := range []record.Record{site, provs} {
 		r.putOwn(rec, false)

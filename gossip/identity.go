@@ -33,7 +33,7 @@ func (r *Runtime) SetIdentity(network string, id sites.Identity) {
 	}
 	r.mu.Lock()
 	prev := r.trust[network]
-	t := &record.NetworkTrust{Open: id.Open, Roots: id.Roots, Signer: s, RootIDs: record.RootIDsOf(id.RootCerts)}
+	t := &record.NetworkTrust{Open: id.Open, Roots: id.Roots, Signer: s, RootIDs: record.RootIDsOf(id.RootCerts), Network: network, Evictions: r.cfg.Trust}
 	sameRoots := prev != nil && prev.Open == t.Open && rootsEqual(prev.Roots, t.Roots) && slices.EqualFunc(prev.RootIDs, t.RootIDs, func(a, b record.RootID) bool {
 		return bytes.Equal(a.KeyID, b.KeyID) && bytes.Equal(a.Subject, b.Subject)
 	})
@@ -53,6 +53,21 @@ func (r *Runtime) SetIdentity(network string, id sites.Identity) {
 	}
 	if !sameRoots {
 		go r.pull()
+		if r.cfg.Trust != nil && !id.Open {
+			r.cfg.Trust.SetRoots(network, id.RootCerts)
+			go r.offerHeldBundles(network)
+		}
+	}
+}
+
+// offerHeldBundles offers the trust bundles the held site records of a
+// network carry: they may have arrived before the network's grid CA
+// loaded, when none could be checked.
+func (r *Runtime) offerHeldBundles(network string) {
+	for _, rec := range r.store.All() {
+		if rec.Network == network && rec.Kind == record.KindSite && len(rec.TrustBundle) > 0 {
+			_, _ = r.cfg.Trust.Offer(network, rec.TrustBundle)
+		}
 	}
 }
 
@@ -223,4 +238,50 @@ func (r *Runtime) recheck(now time.Time) {
 	for n := range changed {
 		r.notify.send(n)
 	}
+}
+
+// followBundle applies a network's new trust bundle: the records held of
+// the sites it evicts are dropped (what arrives of them later is refused
+// by record.Check), and this site's record passes the bundle on.
+func (r *Runtime) followBundle(network string) {
+	t := r.trustOf(network)
+	if t == nil || t.Open || t.Roots == nil {
+		return
+	}
+	now := r.cfg.Now()
+	dropped := false
+	for _, rec := range r.store.All() {
+		if rec.Network != network || rec.Site == r.cfg.Site || !r.evicted(t, &rec, now) {
+			continue
+		}
+		r.store.Remove(rec.Key())
+		r.rejected(&rec, record.RejectEvicted)
+		dropped = true
+	}
+	if dropped {
+		r.notify.send(network)
+	}
+	r.mu.Lock()
+	l, ok := r.locals[network]
+	r.mu.Unlock()
+	if ok {
+		r.announce(network, l)
+	}
+}
+
+// evicted reports whether a held record's site is evicted, or its signing
+// certificate dates from before an eviction since lifted.
+func (r *Runtime) evicted(t *record.NetworkTrust, rec *record.Record, now time.Time) bool {
+	b := r.cfg.Trust.Bundle(rec.Network)
+	if b == nil {
+		return false
+	}
+	if b.Evicted(rec.Site) {
+		return true
+	}
+	if len(rec.Chain) == 0 {
+		return false
+	}
+	leaf, why := t.Chains.Verify(t, rec.Chain, now)
+	return why == "" && b.Refuses(rec.Site, leaf.NotBefore)
 }

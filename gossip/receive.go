@@ -53,6 +53,13 @@ func (r *Runtime) admit(rec record.Record, regossip bool) string {
 		return ""
 	}
 	r.outcome(outcomeStored)
+	if len(rec.TrustBundle) > 0 && r.cfg.Trust != nil {
+		// The site signed the record, not the bundle: the bundle is kept
+		// only when the grid CA's signature on it verifies.
+		if _, err := r.cfg.Trust.Offer(rec.Network, rec.TrustBundle); err != nil && r.firstTime("swim_trust_bundle_refused", err.Error(), rec.Site) {
+			r.log.Warn("swim_trust_bundle_refused", "site", rec.Site, "network", rec.Network, "error", err.Error())
+		}
+	}
 	if regossip {
 		if msg, err := record.EncodeRecords([]record.Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
 			r.mu.Lock()

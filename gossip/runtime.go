@@ -34,6 +34,7 @@ import (
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
+	"github.com/gridsync/gridsync/trust/bundle"
 )
 
 // Config configures the runtime.
@@ -88,6 +89,12 @@ type Config struct {
 	// agent applies its probe destination rule to them (loopback,
 	// link-local and metadata addresses unless a CIDR allows them).
 	CheckPeer func(netip.Addr) error
+
+	// Trust holds each network's trust bundle (the sites its issuer
+	// evicted): records of an evicted site are refused and those held
+	// dropped, and this site passes on the newest bundle it holds in its
+	// site record. Nil: no bundle is read or passed on.
+	Trust *bundle.Book
 
 	Resolver   seeds.Resolver
 	Logger     *slog.Logger
@@ -276,6 +283,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	r.notify = newNotifier()
 	r.verify = newVerifyQueue()
 	r.updateKeyPending()
+	if cfg.Trust != nil {
+		// A new bundle is CA-signed and rare; following it costs a walk
+		// of the network's records, off the goroutine that offered it.
+		cfg.Trust.Subscribe(func(network string) { go r.followBundle(network) })
+	}
 	return r, nil
 }
 

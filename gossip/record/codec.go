@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gridsync/gridsync/trust/bundle"
 )
 
 // The gossip messages of the membership layer. Each is one type byte and
@@ -244,7 +246,10 @@ func checkRecord(r *Record) error {
 	if len(r.Region) > maxLabelBytes || len(r.Zone) > maxLabelBytes {
 		return dropped(DropOversized, "region or zone of more than %d bytes", maxLabelBytes)
 	}
-	site := r.GatewayAddress != "" || r.CertPEM != "" || r.Region != "" || r.Zone != ""
+	if len(r.TrustBundle) > bundle.MaxSignedSize {
+		return dropped(DropOversized, "a trust bundle of %d bytes", len(r.TrustBundle))
+	}
+	site := r.GatewayAddress != "" || r.CertPEM != "" || r.Region != "" || r.Zone != "" || len(r.TrustBundle) > 0
 	if r.Kind == KindSite && (len(r.Providers) > 0 || len(r.Signals) > 0) ||
 		r.Kind == KindProviders && (site || len(r.Signals) > 0) ||
 		r.Kind == KindSignals && (site || len(r.Providers) > 0) {

@@ -55,6 +55,12 @@ type Record struct {
 	// Region and Zone are a KindSite record's: where the site runs.
 	Region string `json:"rg,omitempty"`
 	Zone   string `json:"zn,omitempty"`
+	// TrustBundle is a KindSite record's: the newest trust bundle of the
+	// network its site holds, as the grid CA signed it. Every site passes
+	// on what it holds, so an eviction reaches a site that was away when
+	// it was made from whichever site it meets first; a receiver keeps a
+	// bundle only when the grid CA's signature on it verifies.
+	TrustBundle []byte `json:"tb,omitempty"`
 
 	// Providers are a KindProviders record's.
 	Providers []sites.Provider `json:"p,omitempty"`

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/shared/keypolicy"
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -43,10 +44,13 @@ const (
 	// A record held while its certificate was valid, dropped once it is
 	// not (it expired, or the grid CA changed).
 	RejectNoLongerValid = "certificate_no_longer_valid"
+	// The network's trust bundle evicts its site, or its certificate
+	// dates from before an eviction since lifted.
+	RejectEvicted = "evicted"
 )
 
 var RecordRejectReasons = []string{RejectUnknownNetwork, RejectNoRoots, RejectUnsigned, RejectBadCertificate, RejectKeyRefused,
-	RejectUntrusted, RejectWrongSite, RejectBadSignature, RejectFromFuture, RejectTooOld, RejectOtherGrid, RejectNoLongerValid}
+	RejectUntrusted, RejectWrongSite, RejectBadSignature, RejectFromFuture, RejectTooOld, RejectOtherGrid, RejectNoLongerValid, RejectEvicted}
 
 // MaxClockSkew is how far another site's clock may be ahead of this one's
 // (a record versioned further ahead is refused: a version is the time it
@@ -72,6 +76,7 @@ type recordBody struct {
 	CertPEM        string `json:"pem,omitempty"`
 	Region         string `json:"rg,omitempty"`
 	Zone           string `json:"zn,omitempty"`
+	TrustBundle    []byte `json:"tb,omitempty"`
 	Providers      any    `json:"p,omitempty"`
 	Signals        any    `json:"sg,omitempty"`
 }
@@ -79,7 +84,7 @@ type recordBody struct {
 // signedBytes is the canonical encoding a record's signature covers:
 // every field but the signature material, each length-prefixed.
 func signedBytes(r *Record) ([]byte, error) {
-	body := recordBody{GatewayAddress: r.GatewayAddress, CertPEM: r.CertPEM, Region: r.Region, Zone: r.Zone}
+	body := recordBody{GatewayAddress: r.GatewayAddress, CertPEM: r.CertPEM, Region: r.Region, Zone: r.Zone, TrustBundle: r.TrustBundle}
 	if len(r.Providers) > 0 {
 		body.Providers = r.Providers
 	}
@@ -197,6 +202,12 @@ type NetworkTrust struct {
 	// checked. Empty when the caller gave the pool alone: the chain's own
 	// links are still checked.
 	RootIDs []RootID
+	// Network and Evictions are the network's name and its trust
+	// bundles (nil: no eviction is applied): a record of an evicted site
+	// is refused before its chain is looked at, and one signed with a
+	// certificate from before a lifted eviction once its leaf is known.
+	Network   string
+	Evictions *bundle.Book
 }
 
 // RootID is what a certificate issued by a root names of it.
@@ -404,12 +415,19 @@ func Check(t *NetworkTrust, r *Record, grid string, now time.Time, ttl time.Dura
 	if len(r.Sig) == 0 || len(r.Chain) == 0 {
 		return RejectUnsigned
 	}
+	evictions := t.Evictions.Bundle(t.Network)
+	if evictions.Evicted(r.Site) {
+		return RejectEvicted
+	}
 	leaf, why := t.Chains.Verify(t, r.Chain, now)
 	if why != "" {
 		return why
 	}
 	if len(leaf.Subject.Organization) != 1 || leaf.Subject.Organization[0] != r.Site || sitetrust.SPIFFESite(leaf) != r.Site {
 		return RejectWrongSite
+	}
+	if evictions.Refuses(r.Site, leaf.NotBefore) {
+		return RejectEvicted
 	}
 	msg, err := signedBytes(r)
 	if err != nil {
