@@ -42,6 +42,7 @@ const (
 	overTotalCap    = "over_total_cap"
 	refusedUnnamed  = "closed_unnamed"
 	refusedReissued = "closed_reissued_leaf"
+	refusedEvicted  = "closed_evicted"
 	refusedFull     = "closed_anonymous_full"
 	refusedAddrFull = "closed_anonymous_address_full"
 	refusedPrefFull = "closed_anonymous_prefix_full"

@@ -3,7 +3,9 @@ package listener
 import (
 	"context"
 	"crypto/tls"
+	"time"
 
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -36,6 +38,9 @@ type Caller struct {
 	Kind Kind
 	// Site is the peer's site name for Kind Site.
 	Site string
+	// notBefore is when its certificate starts: a site whose eviction
+	// was lifted comes back only with a certificate issued since.
+	notBefore time.Time
 }
 
 // Naming decides how a verified client certificate names a site.
@@ -45,6 +50,10 @@ type Naming struct {
 	LocalSite string
 	// SPIFFE names peers by their SPIFFE ID instead of their organization.
 	SPIFFE bool
+	// Evictions are the networks' trust bundles: a site one of them
+	// evicts is closed right after its handshake, and its connections
+	// open when the eviction arrives are closed then. Nil: none.
+	Evictions *bundle.Book
 }
 
 // name names the caller of a verified connection. localFingerprint is the
@@ -72,7 +81,10 @@ func (n Naming) name(cs tls.ConnectionState, localFingerprint string) (c Caller,
 	if site == n.LocalSite {
 		return Caller{}, refusedReissued
 	}
-	return Caller{Kind: Site, Site: site}, ""
+	if n.Evictions.RefusesAnywhere(site, leaf.NotBefore) {
+		return Caller{}, refusedEvicted
+	}
+	return Caller{Kind: Site, Site: site, notBefore: leaf.NotBefore}, ""
 }
 
 type callerKey struct{}

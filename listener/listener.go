@@ -160,6 +160,26 @@ func New(handler http.Handler, opts Options) (*Listener, error) {
 	return l, nil
 }
 
+// closeEvicted closes the open connections of the sites the trust bundles
+// now refuse: an eviction ends what its site holds open, not only what it
+// opens next.
+func (l *Listener) closeEvicted() {
+	l.mu.Lock()
+	var refused []*ticket
+	for _, t := range l.conns {
+		if t.caller.Kind == Site && l.opts.Naming.Evictions.RefusesAnywhere(t.caller.Site, t.caller.notBefore) {
+			refused = append(refused, t)
+		}
+	}
+	l.mu.Unlock()
+	for _, t := range refused {
+		l.closeConn(t, "evicted")
+	}
+	if len(refused) > 0 {
+		l.opts.Logger.Info("signals_evicted_connections_closed", "connections", len(refused))
+	}
+}
+
 // onIdentity starts every cap over when the TLS material reloads. It runs
 // inside a handshake, before that handshake's caller is admitted.
 func (l *Listener) onIdentity(*tlsidentity.Identity) {
@@ -180,6 +200,9 @@ func (l *Listener) onIdentity(*tlsidentity.Identity) {
 func (l *Listener) Serve(ctx context.Context, tcp net.Listener, udp net.PacketConn) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if k := l.opts.Naming.Evictions; k != nil {
+		defer k.Subscribe(func(string) { go l.closeEvicted() })()
+	}
 	errc := make(chan error, 2)
 	n := 0
 	if tcp != nil {

@@ -19,7 +19,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"transport", "outcome"}),
 		connections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_signals_connections_total",
-			Help: "Completed handshakes on the signals listener, by transport, caller kind (gateway, site, anonymous) and outcome (admitted, over_site_cap, over_peer_cap, over_total_cap, closed_unnamed, closed_reissued_leaf, closed_anonymous_full, closed_anonymous_address_full, closed_anonymous_prefix_full).",
+			Help: "Completed handshakes on the signals listener, by transport, caller kind (gateway, site, anonymous) and outcome (admitted, over_site_cap, over_peer_cap, over_total_cap, closed_unnamed, closed_reissued_leaf, closed_evicted, closed_anonymous_full, closed_anonymous_address_full, closed_anonymous_prefix_full).",
 		}, []string{"transport", "caller", "outcome"}),
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gridsync_signals_connections",
@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"transport", "caller"}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gridsync_signals_connection_closes_total",
-			Help: "Connections the signals listener closed itself, by transport and reason (max_age, write_stalled, over_cap, anonymous_route, anonymous_idle, anonymous_refused).",
+			Help: "Connections the signals listener closed itself, by transport and reason (max_age, write_stalled, over_cap, anonymous_route, anonymous_idle, anonymous_refused, evicted).",
 		}, []string{"transport", "reason"}),
 		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gridsync_signals_accept_errors_total",
