@@ -51,6 +51,7 @@ import (
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/signals"
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -140,6 +141,12 @@ type Options struct {
 	// no delivery evidence, no Delivered condition.
 	Deliveries DeliveryTracker
 
+	// TrustBundles holds each network's trust bundle: the sites its issuer
+	// evicted, signed with the grid CA. Share it with the listener and
+	// the gossip runtime so that all three refuse an evicted site at once;
+	// one of the controller's own when nil.
+	TrustBundles *bundle.Book
+
 	// SiteName is this site's name (a lowercase DNS label): the subject of
 	// the site certificate the agent issues. Empty: none is issued.
 	SiteName string
@@ -194,6 +201,9 @@ func (o Options) withDefaults() Options {
 	if o.SiteCertLifetime <= 0 {
 		o.SiteCertLifetime = sitetrust.DefaultSiteLifetime
 	}
+	if o.TrustBundles == nil {
+		o.TrustBundles = bundle.NewBook()
+	}
 	if o.SiteProbeInterval <= 0 {
 		o.SiteProbeInterval = DefaultSiteProbeInterval
 	}
@@ -225,6 +235,7 @@ func (o Options) config() base.Config {
 		SignalsAddress:         o.SignalsAddress,
 		Deliveries:             o.Deliveries,
 		SiteName:               o.SiteName,
+		TrustBundles:           o.TrustBundles,
 		SiteCertLifetime:       o.SiteCertLifetime,
 		SiteProbeInterval:      o.SiteProbeInterval,
 		SiteProbeTimeout:       o.SiteProbeTimeout,
@@ -352,6 +363,13 @@ func Setup(mgr manager.Manager, opts Options) error {
 		send(toOverlays)(network)
 		reprobeSites(network)
 	}
+	// A new trust bundle (an eviction signed here, received by gossip or
+	// loaded from a status) is kept in the network's status, and its
+	// GridSites judged again: an evicted site is withdrawn at once.
+	opts.TrustBundles.Subscribe(func(network string) {
+		send(toMembership)(network)
+		reprobeSites(network)
+	})
 	if opts.Membership != nil {
 		opts.Membership.OnChange(func(network string) {
 			send(toMembership)(network)

@@ -10,6 +10,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/overlay"
 	"github.com/gridsync/gridsync/controller/internal/provider"
 	"github.com/gridsync/gridsync/controller/internal/signalcollect"
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/enrol"
 )
 
@@ -169,7 +170,9 @@ const (
 // EnrolmentAuthority is the issuer's side of enrolment (see
 // membership.EnrolmentAuthority): the CA of a network whose site
 // certificates this site issues, read uncached through api.
-func EnrolmentAuthority(api client.Reader) enrol.CA { return membership.EnrolmentAuthority(api) }
+func EnrolmentAuthority(api client.Reader, book *bundle.Book) enrol.CA {
+	return membership.EnrolmentAuthority(api, book)
+}
 
 // OfflinePraxisConfig is one gateway's Praxis config rendered from
 // manifests, without a cluster.

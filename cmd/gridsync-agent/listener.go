@@ -17,6 +17,7 @@ import (
 	siglisten "github.com/gridsync/gridsync/listener"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/enrol"
 )
 
@@ -30,6 +31,7 @@ type signalsListener struct {
 	aggregator *rollout.Aggregator
 	api        *signalsapi.API
 	issuer     http.Handler // enrolment and renewal of the sites this site issues for
+	evictions  *bundle.Book // the networks' trust bundles: evicted sites are refused
 	log        *slog.Logger
 	reg        prometheus.Registerer
 }
@@ -56,7 +58,7 @@ func (s *signalsListener) Start(ctx context.Context) error {
 	conns := siglisten.DefaultConnectionCaps()
 	conns.Max, conns.ReservedForGateway, conns.PerSite = s.cfg.maxConnections, s.cfg.reservedForGateway, s.cfg.perSite
 	l, err := siglisten.New(mux, siglisten.Options{
-		Identity: identity, Naming: siglisten.Naming{LocalSite: s.site, SPIFFE: s.cfg.spiffe},
+		Identity: identity, Naming: siglisten.Naming{LocalSite: s.site, SPIFFE: s.cfg.spiffe, Evictions: s.evictions},
 		Handshakes: &handshakes, Connections: &conns, AnonymousPaths: []string{deliveryreport.Path, enrol.EnrollPath},
 		WriteTimeout: s.cfg.writeTimeout, MaxAge: s.cfg.maxConnectionAge, Registerer: s.reg, Logger: s.log,
 	})

@@ -42,6 +42,7 @@ import (
 	"github.com/gridsync/gridsync/shared/runtimecfg"
 	"github.com/gridsync/gridsync/signals"
 	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/enrol"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -59,6 +60,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == enrollTokenCommand {
 		os.Exit(enrollToken(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == evictCommand {
+		os.Exit(evictSite(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == drainCommand {
 		os.Exit(drainProvider(os.Args[2:], os.Stdout, os.Stderr))
@@ -118,6 +122,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	// that each series is exported once.
 	reg := ctrlmetrics.Registry
 	health.RegisterBuildInfo(reg, binary, version)
+	// The networks' trust bundles: the sites their issuers evicted. The
+	// membership runtime, the listener and the controller share them, so
+	// that an eviction is applied by all three the moment it arrives.
+	trustBundles := bundle.NewBook()
 	var swim *membership.Runtime
 	if cfg.swim.enabled() {
 		swim, err = membership.New(ctx, membership.Config{
@@ -125,7 +133,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			Seeds: cfg.swim.seeds, EnvKey: cfg.swim.key, RequireKey: cfg.swim.requireKey,
 			ProbeInterval: cfg.swim.probeInterval, ProbeTimeout: cfg.swim.probeTimeout, SuspectPeriods: cfg.swim.suspectPeriods,
 			PushPullInterval: cfg.swim.pushPullInterval, StaleTTL: cfg.swim.staleTTL, TombstoneTTL: cfg.swim.tombstoneTTL,
-			CheckPeer: cfg.probeDestinations.CheckPeer, Logger: log, Registerer: reg,
+			CheckPeer: cfg.probeDestinations.CheckPeer, Trust: trustBundles, Logger: log, Registerer: reg,
 		})
 		if err != nil {
 			return fail("swim_config_failed", err)
@@ -170,6 +178,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			Directory:           directory,
 			SwimKeyPollInterval: cfg.swim.keyPollInterval,
 			SiteName:            cfg.swim.site,
+			TrustBundles:        trustBundles,
 			SiteCertLifetime:    cfg.trust.certLifetime,
 			SiteProbeInterval:   cfg.trust.probeInterval,
 			SiteProbeTimeout:    cfg.trust.probeTimeout,
@@ -229,13 +238,13 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		if err != nil {
 			return fail("start_failed", err)
 		}
-		issuer, err := enrol.NewServer(controller.EnrolmentAuthority(mgr.GetAPIReader()),
+		issuer, err := enrol.NewServer(controller.EnrolmentAuthority(mgr.GetAPIReader(), trustBundles),
 			&enrol.Tokens{API: tokensClient, Namespace: cfg.leaderElectionNamespace, Name: cfg.signals.enrollmentTokenSecret},
 			cmp.Or(cfg.trust.certLifetime, sitetrust.DefaultSiteLifetime), log, reg)
 		if err != nil {
 			return fail("start_failed", err)
 		}
-		if err := mgr.Add(&signalsListener{cfg: cfg.signals, site: cfg.swim.site, rest: restConfig, aggregator: aggregator, api: api, issuer: issuer, log: log, reg: reg}); err != nil {
+		if err := mgr.Add(&signalsListener{cfg: cfg.signals, site: cfg.swim.site, rest: restConfig, aggregator: aggregator, api: api, issuer: issuer, evictions: trustBundles, log: log, reg: reg}); err != nil {
 			return fail("start_failed", err)
 		}
 	}

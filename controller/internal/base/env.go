@@ -24,6 +24,7 @@ import (
 
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/signals"
+	"github.com/gridsync/gridsync/trust/bundle"
 )
 
 // Config is what the reconcilers read of the controller's Options, with
@@ -70,6 +71,10 @@ type Config struct {
 
 	// Deliveries folds the delivery reports of gateway pods; nil: none.
 	Deliveries DeliveryTracker
+
+	// TrustBundles holds each network's trust bundle (its evicted sites),
+	// shared with the listener and the gossip runtime.
+	TrustBundles *bundle.Book
 
 	// SiteName is this site's name.
 	SiteName string

@@ -211,7 +211,7 @@ func (c sitePhases) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(sitePhaseDesc, prometheus.GaugeValue, 1, list.Items[i].Name, string(phase))
 		}
 	}
-	for _, p := range []v1alpha1.SitePhase{sitetrust.PhasePending, sitetrust.PhaseDiscovered, sitetrust.PhaseConnecting, sitetrust.PhaseActive, sitetrust.PhaseUnreachable, sitetrust.PhaseLeft} {
+	for _, p := range []v1alpha1.SitePhase{sitetrust.PhasePending, sitetrust.PhaseDiscovered, sitetrust.PhaseConnecting, sitetrust.PhaseActive, sitetrust.PhaseUnreachable, sitetrust.PhaseLeft, sitetrust.PhaseEvicted} {
 		ch <- prometheus.MustNewConstMetric(sitePhasesDesc, prometheus.GaugeValue, counts[p], string(p))
 	}
 }

@@ -7,6 +7,7 @@ package gridsite
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -107,16 +108,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var outcome sitetrust.Outcome
 	var next v1alpha1.SitePhase
 	probed := false
-	if gossip != nil && gossip.State == sites.SiteLeft {
+	evicted := netErr == nil && r.Opts.TrustBundles.Bundle(network.Name).Evicted(site)
+	switch {
+	case evicted:
+		// The issuer's signed word, not a probe: no connection is made to
+		// an evicted site, and it stays out until the eviction is lifted.
+		outcome = sitetrust.Outcome{Kind: sitetrust.TrustFailure, Reason: sitetrust.ReasonSiteEvicted,
+			Message: "the network's issuer evicted the site (spec.tls.siteCertificate.evictedSites at the issuer): its records, connections and providers are refused"}
+		next = sitetrust.PhaseEvicted
+		r.forget(gs.Name)
+	case gossip != nil && gossip.State == sites.SiteLeft:
 		// A clean leave: withdrawn as any site that is not Active, and
 		// probed again once it is alive.
 		outcome = sitetrust.Outcome{Kind: sitetrust.ConnectionFailure, Reason: ReasonSiteLeft,
 			Message: "the site left membership (its agent stopped or it left the network)"}
 		next = sitetrust.PhaseLeft
 		r.forget(gs.Name)
-	} else {
+	default:
 		outcome, probed = r.evaluate(ctx, &gs, &network, netErr, site, now)
-		next = sitetrust.Next(gs.Status.Phase, outcome)
+		current := gs.Status.Phase
+		if current == sitetrust.PhaseEvicted {
+			// Lifted: judged afresh, routable again only by a probe.
+			current = sitetrust.PhaseConnecting
+		}
+		next = sitetrust.Next(current, outcome)
 	}
 	reason, message := outcome.Reason, outcome.Message
 
@@ -218,6 +233,9 @@ func (r *Reconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, networ
 		return told(sitetrust.Probe(ctx, sitetrust.Target{
 			Address: addr, ServerName: serverName, Roots: tm.Roots, Client: *tm.Client,
 			Pins: pins, SPIFFE: spiffe, Site: site, Timeout: r.Opts.SiteProbeTimeout, Dial: dial,
+			Revoked: func(leaf *x509.Certificate) bool {
+				return r.Opts.TrustBundles.Refuses(network.Name, site, leaf.NotBefore)
+			},
 		}))
 	})
 }

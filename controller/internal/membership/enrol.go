@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/shared/keypolicy"
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/enrol"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -285,36 +287,58 @@ func (r *Identity) enrollmentToken(ctx context.Context, sc *v1alpha1.SiteCertifi
 // EnrolmentAuthority is the issuer's side of enrolment: for a network
 // whose site certificates this site issues (spec.tls.siteCertificate.mode
 // issuer, or unset with the grid CA's key in caSecretRef), its CA and the
-// sites whose renewal it refuses. It reads the GridNetwork and the CA
-// Secret uncached, by name.
-func EnrolmentAuthority(api client.Reader) enrol.CA { return authority{api: api} }
+// sites whose renewal and enrolment it refuses (refuseRenewal, and the
+// sites its trust bundle evicts). What it issues to a site whose eviction
+// was lifted starts after the eviction, so that only certificates issued
+// since readmit it. It reads the GridNetwork and the CA Secret uncached,
+// by name.
+func EnrolmentAuthority(api client.Reader, book *bundle.Book) enrol.CA {
+	return authority{api: api, book: book}
+}
 
-type authority struct{ api client.Reader }
+type authority struct {
+	api  client.Reader
+	book *bundle.Book
+}
 
 func (a authority) Authority(ctx context.Context, name string) (*sitetrust.CA, []string, error) {
 	var network v1alpha1.GridNetwork
 	if err := a.api.Get(ctx, types.NamespacedName{Name: name}, &network); err != nil {
 		return nil, nil, fmt.Errorf("network %s is not issued for here", name)
 	}
+	ca, err := issuerCA(ctx, a.api, &network)
+	if err != nil {
+		return nil, nil, err
+	}
+	var refused []string
+	if sc := network.Spec.TLS.SiteCertificate; sc != nil {
+		refused = append(slices.Clone(sc.RefuseRenewal), sc.EvictedSites...)
+	}
+	held := a.book.Bundle(name)
+	refused = append(refused, held.EvictedSites()...)
+	ca.IssueFloor = held.IssueFloor
+	return ca, refused, nil
+}
+
+// issuerCA is the grid CA of a network this site issues for, with its
+// key; an error when the network is not issued for here.
+func issuerCA(ctx context.Context, api client.Reader, network *v1alpha1.GridNetwork) (*sitetrust.CA, error) {
+	name := network.Name
 	t := network.Spec.TLS
 	mode := siteCertificateMode(t)
 	if t == nil || t.CASecretRef == nil || mode == v1alpha1.SiteCertificateEnrolled || mode == v1alpha1.SiteCertificateProvided {
-		return nil, nil, fmt.Errorf("network %s is not issued for here", name)
+		return nil, fmt.Errorf("network %s is not issued for here", name)
 	}
 	var s corev1.Secret
-	if err := a.api.Get(ctx, types.NamespacedName{Namespace: t.CASecretRef.Namespace, Name: t.CASecretRef.Name}, &s); err != nil {
-		return nil, nil, fmt.Errorf("network %s: the grid CA cannot be read here", name)
+	if err := api.Get(ctx, types.NamespacedName{Namespace: t.CASecretRef.Namespace, Name: t.CASecretRef.Name}, &s); err != nil {
+		return nil, fmt.Errorf("network %s: the grid CA cannot be read here", name)
 	}
 	if len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
-		return nil, nil, fmt.Errorf("network %s is not issued for here", name)
+		return nil, fmt.Errorf("network %s is not issued for here", name)
 	}
 	ca, err := sitetrust.ParseCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return nil, nil, fmt.Errorf("network %s: the grid CA is not usable here", name)
+		return nil, fmt.Errorf("network %s: the grid CA is not usable here", name)
 	}
-	var refused []string
-	if sc := t.SiteCertificate; sc != nil {
-		refused = sc.RefuseRenewal
-	}
-	return ca, refused, nil
+	return ca, nil
 }

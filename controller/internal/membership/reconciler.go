@@ -56,8 +56,10 @@ type Reconciler struct {
 	*base.Env
 	Trust    *trustmaterial.Cache
 	Identity *Identity
-	Member   *Member
-	Locals   *Locals
+	// Evictions keeps the network's trust bundle.
+	Evictions *Evictions
+	Member    *Member
+	Locals    *Locals
 	// Overlays is told a network whose overlays may have to change: its
 	// membership verdict or its remote providers moved.
 	Overlays func(network string)
@@ -72,7 +74,8 @@ func NewReconciler(env *base.Env, trust *trustmaterial.Cache, member *Member, lo
 	for _, o := range []string{base.ReconcileRan, base.ReconcileSkipped, base.ReconcileError} {
 		env.Metrics.NetworkReconciles.WithLabelValues(ControllerName, o)
 	}
-	return &Reconciler{Env: env, Trust: trust, Identity: &Identity{Env: env, Trust: trust}, Member: member, Locals: locals, Overlays: overlays,
+	return &Reconciler{Env: env, Trust: trust, Identity: &Identity{Env: env, Trust: trust}, Evictions: &Evictions{Env: env, Trust: trust},
+		Member: member, Locals: locals, Overlays: overlays,
 		told: map[string][32]byte{}}
 }
 
@@ -133,6 +136,7 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (time.Duration,
 	if identity.Wrote {
 		r.Trust.Refresh(ctx, &network)
 	}
+	evictions := r.Evictions.Reconcile(ctx, &network)
 	local, known := r.Locals.Get(name)
 	swim := r.Member.Reconcile(ctx, &network, local, known, identity.GossipCert, identity.GossipErr)
 	var firstErr error
@@ -140,7 +144,7 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (time.Duration,
 		firstErr = r.Member.SyncGridSites(ctx, &network, swim.View)
 	}
 	_, after, err := r.UpdateNetworkStatus(ctx, &network, func(next *v1alpha1.GridNetworkStatus) {
-		setStatus(&network, next, swim, identity)
+		setStatus(&network, next, swim, identity, evictions)
 	})
 	if err != nil {
 		return 0, true, err
@@ -184,13 +188,13 @@ func (r *Reconciler) forget(name string) {
 }
 
 // setStatus sets membership's fields of the network's status: the
-// SiteIdentity and Membership conditions, the phase, the site and
-// provider counts and the grid ID.
-func setStatus(network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus, swim Outcome, identity IdentityOutcome) {
+// SiteIdentity, Membership and Evictions conditions, the phase, the site
+// and provider counts, the grid ID and the trust bundle.
+func setStatus(network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus, swim Outcome, identity IdentityOutcome, evictions EvictionsOutcome) {
 	for _, c := range []struct {
 		kind string
 		cond Condition
-	}{{ConditionSiteIdentity, identity.Condition}, {ConditionMembership, swim.Condition}} {
+	}{{ConditionSiteIdentity, identity.Condition}, {ConditionMembership, swim.Condition}, {ConditionEvictions, evictions.Condition}} {
 		status := metav1.ConditionTrue
 		if !c.cond.OK {
 			status = metav1.ConditionFalse
@@ -202,6 +206,7 @@ func setStatus(network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus, 
 	next.ConnectedSites = int32(swim.View.AlivePeers)
 	next.DistributedProviderCount = next.RemoteProviderCount // upstream's name for the same count
 	next.GridID = swim.View.GridID
+	next.TrustBundle = evictions.Status
 }
 
 // networkPhase is the network's membership phase and counts: Pending

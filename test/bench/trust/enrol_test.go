@@ -110,7 +110,7 @@ func runEnrol(b *testing.B) {
 	serving, err := tls.X509KeyPair(siteSecret.Data["tls.crt"], siteSecret.Data["tls.key"])
 	measure.Must(b, err)
 	tokens := &enrol.Tokens{API: admin, Namespace: agentNS}
-	srv, err := enrol.NewServer(controller.EnrolmentAuthority(admin), tokens, time.Hour, slog.New(slog.DiscardHandler), nil)
+	srv, err := enrol.NewServer(controller.EnrolmentAuthority(admin, nil), tokens, time.Hour, slog.New(slog.DiscardHandler), nil)
 	measure.Must(b, err)
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	measure.Must(b, err)
