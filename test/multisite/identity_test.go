@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,12 +28,8 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
-	"github.com/gridsync/gridsync/controller/rbac"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
-	"github.com/gridsync/gridsync/test/controlplane"
-	"github.com/gridsync/gridsync/test/framework"
-	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
@@ -119,83 +113,15 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	key := newKey(t)
-	var all []*site
-	for i, name := range []string{"site-a", "site-b", "site-c"} {
-		s := newSite(t, clusters[i], name)
-		s.secret("swim-key", map[string][]byte{"key": key})
-		require.NoError(t, s.CP.AgentTrustSecrets(ctx, s.AgentNS, s.Namespace(), "grid-ca", "site-cert"))
-		all = append(all, s)
-	}
-	a, b, c := all[0], all[1], all[2]
 	// Certificates of a minute: renewed at about forty seconds, so that a
-	// renewal and an expiry happen within the test.
-	lifetime := []string{"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--site-cert-lifetime", "60s"}
-
-	// A issues: it generates the grid CA and serves enrolment on its
-	// signals listener, which serves A's own site certificate.
-	signalsPort := freePort(t)
-	identityA := testpki.NewProjection(t)
-	require.NoError(t, a.CP.Grant(ctx, a.AgentNS, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", a.AgentNS, rbac.EnrollmentTokenRules(enrol.DefaultTokenSecret)))
-	// Once C has enrolled, the issuer will refuse C's renewal (revocation
-	// short of rotating the CA): C leaves the grid when its first
-	// certificate expires.
-	a.identityNetwork("grid", &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateIssuer})
-	a.provider("prov-a", "grid", "model-a")
-	agents := []*agent{a.start(nil, append(lifetime, "--signals-addr", "127.0.0.1:"+signalsPort,
-		"--signals-cert", identityA.Path("tls.crt"), "--signals-key", identityA.Path("tls.key"), "--signals-ca", identityA.Path("ca.crt"))...)}
-	caData := a.waitSecret("grid-ca", func(d map[string][]byte) bool { return len(d["tls.key"]) > 0 })
-	gateways := map[string]*testgateway.Gateway{}
-	for _, s := range all {
-		g, err := testgateway.Start(s.gateway)
-		require.NoError(t, err)
-		t.Cleanup(g.Close)
-		gateways[s.Name] = g
-	}
-	go a.project(ctx, identityA, gateways["site-a"])
-
-	// B and C: the CA's certificate only (a ConfigMap), a token each from
-	// the issuer's operator, carried out of band.
-	adminKube := filepath.Join(t.TempDir(), "admin-kubeconfig")
-	require.NoError(t, controlplane.WriteKubeconfig(a.CP.AdminConfig(), adminKube))
-	newToken := func(site, ttl string) string {
-		cmd := exec.CommandContext(ctx, framework.Bin(testbin.Agent), "enroll-token", "--kubeconfig", adminKube, "--namespace", a.AgentNS,
-			"--network", "grid", "--site", site, "--ttl", ttl)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		require.NoError(t, err, stderr.String())
-		require.Contains(t, stderr.String(), "usable once until")
-		token := strings.TrimSpace(string(out))
-		require.True(t, strings.HasPrefix(token, "gst_"), token)
-		// The issuer re-reads its tokens at most every quarter second.
-		time.Sleep(300 * time.Millisecond)
-		return token
-	}
-	tokens := map[string]string{}
-	for _, s := range []*site{b, c} {
-		token := newToken(s.Name, "10m")
-		tokens[s.Name] = token
-		require.NoError(t, s.Admin.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: s.Namespace()},
-			Data: map[string]string{"ca.crt": string(caData["ca.crt"])}}))
-		s.secret("enrol-token", map[string][]byte{"token": []byte(token)})
-		s.identityNetwork("grid", &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateEnrolled,
-			Issuer:                   &v1alpha1.EnrollmentIssuer{Address: "127.0.0.1:" + signalsPort, Site: "site-a"},
-			EnrollmentTokenSecretRef: &v1alpha1.NamespacedKeyRef{Name: "enrol-token", Namespace: s.Namespace()}}, a.SwimAddr)
-		s.provider("prov-"+strings.TrimPrefix(s.Name, "site-"), "grid", "model-"+strings.TrimPrefix(s.Name, "site-"))
-		agents = append(agents, s.start(nil, lifetime...))
-		go s.project(ctx, nil, gateways[s.Name])
-	}
-	firstOfB := ""
-	for _, s := range []*site{b, c} {
-		d := s.waitSecret("site-cert", func(d map[string][]byte) bool { return len(d["tls.key"]) > 0 })
-		eventually(t, 10*time.Second, s.Name+" enrolled", func() (bool, string) {
-			r := s.identityReason("grid")
-			return strings.Contains(r, "by issuer site-a") || strings.Contains(r, "from issuer site-a"), r
-		})
-		if s == b {
-			firstOfB = string(d["tls.crt"])
-		}
-	}
+	// renewal and an expiry happen within the test. Once C has enrolled,
+	// the issuer will refuse C's renewal (revocation short of rotating the
+	// CA): C leaves the grid when its first certificate expires.
+	g := newIssuerGrid(t, ctx, key, []string{"site-a", "site-b", "site-c"},
+		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--site-cert-lifetime", "60s")
+	all, agents, caData, tokens, newToken := g.sites, g.agents, g.caData, g.tokens, g.newToken
+	a, b, c := all[0], all[1], all[2]
+	firstOfB := string(b.secretData("site-cert")["tls.crt"])
 
 	// What a token does not allow, asked of the issuer's listener as a
 	// site without a certificate asks: each refused with its reason.
@@ -206,7 +132,7 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 		require.NoError(t, err)
 		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: subject}, key)
 		require.NoError(t, err)
-		return (&enrol.Client{}).Request(ctx, enrol.Issuer{Address: "127.0.0.1:" + signalsPort, Site: "site-a"}, caRoots,
+		return (&enrol.Client{}).Request(ctx, enrol.Issuer{Address: g.issuer, Site: "site-a"}, caRoots,
 			enrol.Request{Network: "grid", Site: site, Token: token, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))}, nil, key)
 	}
 	refusal := func(_ []byte, err error) string {
@@ -241,14 +167,7 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	assert.Contains(t, refusal(ask("site-c", newToken("site-c", "10m"), pkix.Name{})), "neither renews nor enrols", "a listed site with a new token")
 
 	// The grid forms: every site Active at the two others.
-	for _, s := range all {
-		s.networkStatus("grid", 60*time.Second, counts(v1alpha1.NetworkActive, 2, 2))
-		for _, other := range all {
-			if other != s {
-				s.gridSite("grid-"+other.Name, "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
-			}
-		}
-	}
+	g.formed()
 
 	// The CA's key is in the issuer's cluster only.
 	caKey := strings.Split(strings.TrimSpace(string(caData["tls.key"])), "\n")[1]

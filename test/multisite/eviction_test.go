@@ -1,0 +1,166 @@
+package multisite
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
+	membership "github.com/gridsync/gridsync/gossip"
+	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/test/testnet"
+	"github.com/gridsync/gridsync/trust/sitetrust"
+)
+
+// An issuer (A) and two enrolled sites (B, C) on three clusters. The
+// issuer's operator evicts C with `gridsync-agent evict`: within seconds
+// A and B set C's GridSite Evicted, drop C's records and provider, and
+// refuse what C sends with its still-valid certificate (gossip records,
+// a connection to the issuer's listener, a renewal). B, restarted while
+// the issuer is down, still refuses C: the eviction is kept in B's own
+// status. Lifting the eviction does not readmit C's old certificate.
+func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	key := newKey(t)
+	g := newIssuerGrid(t, ctx, key, []string{"site-a", "site-b", "site-c"},
+		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--site-cert-lifetime", "1h")
+	a, b, c := g.sites[0], g.sites[1], g.sites[2]
+	g.formed()
+	for _, s := range []*site{a, b} {
+		_, ok := s.candidate("grid", "site-c", "model-c")
+		require.True(t, ok, "%s routes C's provider before the eviction", s.Name)
+	}
+	certC := c.secretData("site-cert")
+	pairC, err := tls.X509KeyPair(certC["tls.crt"], certC["tls.key"])
+	require.NoError(t, err)
+	require.Equal(t, "served", listenerVerdict(t, g.issuer, &pairC), "the issuer's listener serves C before the eviction")
+
+	out, _ := g.operator("evict", "--network", "grid", "--site", "site-c")
+	assert.Contains(t, out, "evicted site site-c")
+
+	for _, s := range []*site{a, b} {
+		s.gridSite("grid-site-c", "Evicted", func(gs *v1alpha1.GridSite) bool {
+			return gs.Status.Phase == sitetrust.PhaseEvicted && gs.Status.Reason == sitetrust.ReasonSiteEvicted
+		})
+		eventually(t, 10*time.Second, s.Name+" without C's provider", func() (bool, string) {
+			_, ok := s.candidate("grid", "site-c", "model-c")
+			return !ok, "still routed"
+		})
+		n := s.networkStatus("grid", 10*time.Second, func(n *v1alpha1.GridNetwork) bool {
+			return n.Status.TrustBundle != nil && slices.Equal(n.Status.TrustBundle.EvictedSites, []string{"site-c"})
+		})
+		assert.NotEmpty(t, n.Status.TrustBundle.Signed, "%s keeps the signed bundle", s.Name)
+		_, ok := s.candidate("grid", "site-b", "model-b")
+		if s == a {
+			assert.True(t, ok, "B stays routable at A")
+		}
+	}
+	for i := range 2 {
+		assert.Positive(t, g.agents[i].metric(`grid_swim_records_rejected_total{reason="evicted"}`), "%s dropped C's records", g.sites[i].Name)
+	}
+
+	// C, with its still-valid certificate: its newest records are refused,
+	// its connection to the issuer's listener is closed, its renewal
+	// refused.
+	sendAsC(t, key, &pairC, []*site{a, b})
+	time.Sleep(time.Second)
+	for _, s := range []*site{a, b} {
+		_, ok := s.candidate("grid", "site-c", "model-evicted")
+		assert.False(t, ok, "%s took a record C signed after its eviction", s.Name)
+	}
+	assert.Equal(t, "closed", listenerVerdict(t, g.issuer, &pairC), "the issuer's listener serves C")
+
+	// B restarts while the issuer is down: the eviction holds from B's
+	// status alone.
+	require.NoError(t, g.agents[0].Cmd.Process.Kill())
+	require.NoError(t, g.agents[1].Cmd.Process.Kill())
+	g.agents[1] = b.start(nil, g.flags...)
+	time.Sleep(3 * time.Second)
+	b.gridSite("grid-site-c", "still Evicted after a restart", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseEvicted })
+	_, ok := b.candidate("grid", "site-c", "model-c")
+	assert.False(t, ok, "B routes C again after a restart")
+	assert.Equal(t, float64(1), g.agents[1].metric(`grid_sites{phase="Evicted"}`), "B counts C evicted")
+
+	// The issuer back, and the eviction lifted: C's certificate from
+	// before the eviction stays refused, at A and at B.
+	g.agents[0] = a.start(nil, append(slices.Clone(g.flags), g.issuerFlags...)...)
+	// B tries its seed, the issuer, again within half a minute.
+	eventually(t, 60*time.Second, "B meets the issuer again", func() (bool, string) {
+		m, ok := g.agents[1].member("site-a")
+		return ok && m.State == sites.SiteAlive && m.Generation > 0, fmt.Sprintf("%+v", m)
+	})
+	out, _ = g.operator("evict", "--network", "grid", "--site", "site-c", "--lift")
+	assert.Contains(t, out, "lifted the eviction of site site-c")
+	for _, s := range []*site{a, b} {
+		s.networkStatus("grid", 20*time.Second, func(n *v1alpha1.GridNetwork) bool {
+			return n.Status.TrustBundle != nil && len(n.Status.TrustBundle.EvictedSites) == 0
+		})
+		gs := s.gridSite("grid-site-c", "judged again", func(gs *v1alpha1.GridSite) bool {
+			return gs.Status.Phase != sitetrust.PhaseEvicted && gs.Status.Reason == sitetrust.ReasonSiteEvicted
+		})
+		assert.NotEqual(t, sitetrust.PhaseActive, gs.Status.Phase)
+	}
+	sendAsC(t, key, &pairC, []*site{a, b})
+	time.Sleep(time.Second)
+	for _, s := range []*site{a, b} {
+		_, ok := s.candidate("grid", "site-c", "model-evicted")
+		assert.False(t, ok, "%s took a record of C's certificate from before its eviction", s.Name)
+	}
+	assert.Equal(t, "closed", listenerVerdict(t, g.issuer, &pairC), "the issuer's listener serves C's old certificate after the lift")
+}
+
+// sendAsC signs a fresh record of C's with C's certificate and sends it
+// straight to the sites' SWIM ports, as C's agent would.
+func sendAsC(t *testing.T, key []byte, pair *tls.Certificate, to []*site) {
+	t.Helper()
+	ml := testnet.KeyHolder(t, key)
+	rec := membership.Record{Network: "grid", Site: "site-c", Kind: membership.KindProviders, Version: uint64(time.Now().UnixNano()),
+		Providers: []sites.Provider{{Name: "prov-evicted", Models: []string{"model-evicted"}, Cluster: "site-c", Phase: "Available"}}}
+	require.NoError(t, rec.Sign(pair))
+	msg, err := membership.DirectMessage([]membership.Record{rec})
+	require.NoError(t, err)
+	for _, s := range to {
+		host, port, err := net.SplitHostPort(s.SwimAddr)
+		require.NoError(t, err)
+		p, _ := strconv.Atoi(port)
+		require.NoError(t, ml.SendReliable(&memberlist.Node{Name: s.Name, Addr: net.ParseIP(host), Port: uint16(p)}, msg))
+	}
+}
+
+// listenerVerdict connects to a signals listener with a client
+// certificate and asks for the provider list: "served" when it answers,
+// "closed" when the connection is closed unanswered.
+func listenerVerdict(t *testing.T, addr string, pair *tls.Certificate) string {
+	t.Helper()
+	d := tls.Dialer{Config: &tls.Config{Certificates: []tls.Certificate{*pair}, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}} //nolint:gosec // the verdict on the client is the question
+	conn, err := d.DialContext(context.Background(), "tcp", addr)
+	if err != nil {
+		return "refused: " + err.Error()
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := fmt.Fprintf(conn, "GET /v1/grid/providers HTTP/1.1\r\nHost: %s\r\n\r\n", addr); err != nil {
+		return "closed"
+	}
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	switch {
+	case n > 0 && strings.HasPrefix(string(buf[:n]), "HTTP/1.1 "):
+		return "served"
+	case err != nil && !errors.Is(err, context.DeadlineExceeded):
+		return "closed"
+	}
+	return "no answer"
+}
