@@ -57,7 +57,15 @@ func enrollToken(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stdout, token)
-	fmt.Fprintf(stderr, "a token for site %s in network %s, usable once until %s: give it to that site's operator as the Secret its spec.tls.siteCertificate.enrollmentTokenSecretRef names\n",
-		*site, *network, time.Now().Add(*ttl).UTC().Format(time.RFC3339))
+	// A token does not take a registered name from the key it is
+	// registered under: said now rather than when the site is refused.
+	if rec, err := tokens.Record(ctx, *network, *site); err == nil && rec != nil && rec.ReleasedAt.IsZero() {
+		fmt.Fprintf(stderr, "site %s is registered under key sha256:%s…: this token enrols it under that key only (%s %s releases the name for a new key)\n",
+			*site, short(rec.KeyFingerprint), binary, releaseNameCommand)
+	}
+	// The token's id (never the token) is what the register shows of the
+	// token a site enrolled with.
+	fmt.Fprintf(stderr, "a token for site %s in network %s (token id %s), usable once until %s: give it to that site's operator as the Secret its spec.tls.siteCertificate.enrollmentTokenSecretRef names\n",
+		*site, *network, enrol.TokenID(token), time.Now().Add(*ttl).UTC().Format(time.RFC3339))
 	return 0
 }

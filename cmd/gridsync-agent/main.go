@@ -64,6 +64,12 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == evictCommand {
 		os.Exit(evictSite(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == releaseNameCommand {
+		os.Exit(releaseName(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == registeredSitesCommand {
+		os.Exit(registeredSites(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == drainCommand {
 		os.Exit(drainProvider(os.Args[2:], os.Stdout, os.Stderr))
 	}

@@ -6,8 +6,10 @@ import (
 	"context"
 	"crypto"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -439,6 +441,59 @@ func TestEnrolListedSite(t *testing.T) {
 	report(t, "enrol_listed_site", issued == 0 && refusedListed == attempts && unlisted,
 		figure{"attempts", attempts}, figure{"issued", issued}, figure{"refused_listed", refusedListed},
 		figure{"token_kept_enrols_once_unlisted", unlisted})
+}
+
+// A site is enrolled; a second valid token is made for its name (by
+// mistake, or leaked), and an attacker enrols with it under a key of its
+// own. Before the register, the issuer answered with a certificate for
+// the name, recorded it as the site's newest, and the site's own next
+// renewal was refused as superseded: the name changed hands. It is
+// refused now (name_registered), before any signature, and the token is
+// not spent; the site keeps renewing, and the register keeps naming its
+// key, until the issuer's operator releases the name.
+func TestNameTakeover(t *testing.T) {
+	a := startIssuerAgent(t)
+	site, _, err := a.enrol("taken")
+	require.NoError(t, err)
+	token := a.token("taken")
+	time.Sleep(300 * time.Millisecond) // the issuer's next read of its tokens finds it
+	attempts := size(20, 5)
+	issued, refusedRegistered := 0, 0
+	for range attempts {
+		// A new key each time, as an attacker without the site's key has.
+		_, _, err := a.request(enrol.Request{Network: a.network, Site: "taken", Token: token}, nil)
+		switch {
+		case err == nil:
+			issued++
+		case refusedFor(err) == enrol.RefusedNameRegistered:
+			refusedRegistered++
+		default:
+			t.Logf("attempt: %v", err)
+		}
+	}
+	var secret corev1.Secret
+	require.NoError(t, a.admin.Get(context.Background(), types.NamespacedName{Namespace: a.agentNS, Name: enrol.DefaultTokenSecret}, &secret))
+	sum := sha256.Sum256([]byte(token))
+	_, kept := secret.Data[hex.EncodeToString(sum[:])] // tokens are stored under their SHA-256
+
+	renewals, renewed := 2, 0
+	current := site
+	for range renewals {
+		next, _, err := a.renew("taken", current)
+		if err != nil {
+			t.Logf("renewal: %v", err)
+			continue
+		}
+		renewed++
+		current = next
+	}
+	rec, err := a.tokens.Record(context.Background(), a.network, "taken")
+	require.NoError(t, err)
+	siteKey := rec != nil && rec.KeyFingerprint == sitetrust.Fingerprint(current.Leaf.RawSubjectPublicKeyInfo)
+	held := issued == 0 && refusedRegistered == attempts && kept && renewed == renewals && siteKey
+	report(t, "name_takeover", held,
+		figure{"attempts", attempts}, figure{"issued", issued}, figure{"refused_name_registered", refusedRegistered},
+		figure{"token_kept", kept}, figure{"site_renewed", fmt.Sprintf("%d/%d", renewed, renewals)}, figure{"register_names_site_key", siteKey})
 }
 
 // `gridsync-agent convert` given one huge scalar, and one mapping of very

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,8 +36,39 @@ var (
 	ErrNotRetry    = errors.New("the certificate presented was superseded by the site's newest; it renews only to retry that renewal, for the newest certificate's key")
 	ErrSameKey     = errors.New("a renewal asks a certificate for a new key; the request is for the key of the certificate presented")
 	ErrRenewalRate = fmt.Errorf("the site renewed %d times in the last %s already; the current certificate stays valid, try again later", MaxRenewals, RenewalWindow)
+	ErrReleased    = errors.New("the site's name was released by the issuer's operator: no certificate issued before the release renews; the site enrols afresh with a token")
 	errNoRegister  = errors.New("the issuer's token Secret does not exist (gridsync-agent enroll-token makes it); the certificates issued cannot be recorded")
 )
+
+// Refusals of an enrolment, and of a release, by the register.
+var (
+	// ErrNameRegistered: the name is registered under another key.
+	ErrNameRegistered = errors.New("the site's name is registered under another key")
+	// ErrNotRegistered: there is no registered name to release.
+	ErrNotRegistered = errors.New("the site's name is not registered")
+	// errClaimLost: the name was released while its enrolment was under
+	// way, between the token spent and the certificate recorded.
+	errClaimLost = errors.New("the site's name was released while its enrolment was under way; the certificate was not handed out: enrol again with a new token")
+)
+
+// nameRegisteredError refuses an enrolment of a registered name under
+// another key. It says what to do and nothing of the registered
+// certificate: the caller is known only by its token.
+type nameRegisteredError struct{ network, site string }
+
+func (e *nameRegisteredError) Error() string {
+	return fmt.Sprintf("site %s is registered in network %s under another key: the issuer's operator must release the name (gridsync-agent release-name) before it enrols under a new key; the token was not spent", e.site, e.network)
+}
+func (e *nameRegisteredError) Unwrap() error { return ErrNameRegistered }
+
+// TokenIDLength is how many hex characters of a token's stored SHA-256
+// identify it in the register: enough to tell an operator's tokens
+// apart, nothing to enrol with.
+const TokenIDLength = 12
+
+// TokenID identifies token without being it: the first TokenIDLength
+// characters of the Secret data key it is stored under.
+func TokenID(token string) string { return hashOf(token)[:TokenIDLength] }
 
 // A record's Secret data key: the prefix, then the first bytes of a hash
 // of the network and site names, hex.
@@ -47,23 +79,41 @@ const (
 
 // SiteRecord is what the issuer keeps of a site it issued a certificate
 // to, in the token Secret beside the tokens (the one Secret the issuer
-// may update, so that recording needs no further access): the newest
-// certificate, by serial, the one it superseded, and the times of the
-// site's recent renewals. A renewal from the newest certificate is for a
-// new key; a renewal from the one it superseded is for the newest's key
-// only, the retry of a renewal whose answer the site did not get (the
-// site keeps the key it asked for until it holds its certificate); any
-// other renewal is refused, and that holds across restarts of the
-// issuer.
+// may update, so that recording needs no further access): the register
+// of enrolled names. It holds the newest certificate, by serial, the one
+// it superseded, and the times of the site's recent renewals. A renewal
+// from the newest certificate is for a new key; a renewal from the one
+// it superseded is for the newest's key only, the retry of a renewal
+// whose answer the site did not get (the site keeps the key it asked for
+// until it holds its certificate); any other renewal is refused, and
+// that holds across restarts of the issuer. An enrolment of a registered
+// name is for the newest certificate's key only (the retry of an
+// enrolment whose answer was lost): another key needs the name released
+// first (Release).
+//
+// Records written before the register kept EnrolledAt and TokenID read
+// with them zero: unknown.
 type SiteRecord struct {
 	Network string `json:"network"`
 	Site    string `json:"site"`
 	// Serial is the newest certificate's serial number (hex) and
 	// KeyFingerprint the SHA-256 of its public key (SubjectPublicKeyInfo,
-	// hex): the certificate and the key a renewal must come from.
+	// hex): the certificate and the key a renewal must come from, and
+	// the only key the name enrols under again. Serial is "" between an
+	// enrolment's claim of the name and its certificate's record.
 	Serial         string    `json:"serial"`
 	KeyFingerprint string    `json:"keyFingerprint"`
 	NotAfter       time.Time `json:"notAfter"`
+	// EnrolledAt is when the name was first enrolled, and TokenID which
+	// token enrolled it (TokenID: never the token).
+	EnrolledAt time.Time `json:"enrolledAt,omitzero"`
+	TokenID    string    `json:"tokenID,omitempty"`
+	// ReleasedAt is when the issuer's operator released the name: what
+	// stays of the record then only keeps every certificate issued
+	// before from renewing (with no record at all, a certificate would
+	// renew as one issued before records were kept, and take the name
+	// back); any key enrols the name afresh, with a token.
+	ReleasedAt time.Time `json:"releasedAt,omitzero"`
 	// PreviousSerial is the serial of the certificate the newest renewed
 	// from ("" after an enrolment): it may ask again for the newest key,
 	// and nothing else. A thief of that older key alone cannot: the
@@ -123,6 +173,8 @@ func (r *SiteRecord) mayRenew(presented *x509.Certificate, requested string, now
 	}
 	serial := serialOf(presented)
 	switch {
+	case !r.ReleasedAt.IsZero():
+		return ErrReleased
 	case serial == r.Serial && keyFingerprint(presented) == r.KeyFingerprint:
 		if requested == r.KeyFingerprint {
 			return ErrSameKey
@@ -145,16 +197,60 @@ func (r *SiteRecord) mayRenew(presented *x509.Certificate, requested string, now
 // the rate (an enrolment, authorised by a one-time token, does not), and
 // presented becomes the previous certificate: after a renewal from the
 // newest it is the one superseded, after a retry it already was.
+//
+// The name's first enrolment (EnrolledAt, TokenID) is carried forward;
+// a record started by a renewal (a certificate issued before records
+// were kept) leaves it unknown.
 func (r *SiteRecord) issued(network, site string, issued, presented *x509.Certificate, now time.Time) SiteRecord {
 	next := SiteRecord{Network: network, Site: site, Serial: serialOf(issued), KeyFingerprint: keyFingerprint(issued), NotAfter: issued.NotAfter.UTC()}
-	if r != nil {
+	switch {
+	case r != nil:
 		next.Renewals = recentRenewals(r.Renewals, now)
+		next.EnrolledAt, next.TokenID = r.EnrolledAt, r.TokenID
+	case presented == nil:
+		next.EnrolledAt = now.UTC()
 	}
 	if presented != nil {
 		next.Renewals = append(next.Renewals, now.UTC())
 		next.PreviousSerial = serialOf(presented)
 	}
 	return next
+}
+
+// mayEnrol says whether the name r records enrols under the key whose
+// fingerprint is requested: a name not registered (or released) under
+// any key, a registered one under its newest certificate's key only (the
+// retry of an enrolment whose answer was lost, with a new token).
+func (r *SiteRecord) mayEnrol(network, site, requested string) error {
+	if r == nil || !r.ReleasedAt.IsZero() || r.KeyFingerprint == requested {
+		return nil
+	}
+	return &nameRegisteredError{network: network, site: site}
+}
+
+// claimName registers site in data for the key whose fingerprint is key,
+// on behalf of the token whose ID is tokenID, when the name may enrol
+// under it: the claim is written with the token's spending, so of two
+// enrolments of one name under two keys, one claims it and the other is
+// refused, its token kept. A retry for the registered key keeps the
+// record as it is (the first enrolment's time and token).
+func claimName(data map[string][]byte, network, site, key, tokenID string, now time.Time) error {
+	r, err := recordIn(data, network, site)
+	if err != nil {
+		return err
+	}
+	if err := r.mayEnrol(network, site, key); err != nil {
+		return err
+	}
+	if r != nil && r.ReleasedAt.IsZero() {
+		return nil
+	}
+	raw, err := json.Marshal(SiteRecord{Network: network, Site: site, KeyFingerprint: key, EnrolledAt: now.UTC(), TokenID: tokenID})
+	if err != nil {
+		return err
+	}
+	data[registerKey(network, site)] = raw
+	return nil
 }
 
 // notRetryError refuses a renewal from the previous certificate for a key
@@ -180,29 +276,49 @@ func recordIn(data map[string][]byte, network, site string) (*SiteRecord, error)
 	return &r, nil
 }
 
-// MayRenew reads the site's record and says whether presented may renew
-// it now for the key whose fingerprint is requested: a refused renewal
-// costs one read, and no signature.
-func (t *Tokens) MayRenew(ctx context.Context, network, site string, presented *x509.Certificate, requested string, now time.Time) error {
+// readRecord reads the site's record for a check before anything is
+// spent: nil when there is none.
+func (t *Tokens) readRecord(ctx context.Context, network, site string) (*SiteRecord, error) {
 	var s corev1.Secret
 	err := t.API.Get(ctx, t.key(), &s)
 	switch {
 	case apierrors.IsNotFound(err):
-		return errNoRegister
+		return nil, errNoRegister
 	case err != nil:
-		return fmt.Errorf("the token Secret %s: %w", t.key(), err)
+		return nil, fmt.Errorf("the token Secret %s: %w", t.key(), err)
 	}
-	r, err := recordIn(s.Data, network, site)
+	return recordIn(s.Data, network, site)
+}
+
+// MayRenew reads the site's record and says whether presented may renew
+// it now for the key whose fingerprint is requested: a refused renewal
+// costs one read, and no signature.
+func (t *Tokens) MayRenew(ctx context.Context, network, site string, presented *x509.Certificate, requested string, now time.Time) error {
+	r, err := t.readRecord(ctx, network, site)
 	if err != nil {
 		return err
 	}
 	return r.mayRenew(presented, requested, now)
 }
 
+// MayEnrol reads the register and says whether site may enrol under the
+// key whose fingerprint is requested: a registered name under another
+// key is refused for one read, before any signature and with the token
+// left as it is. Claim checks again in the write that spends the token.
+func (t *Tokens) MayEnrol(ctx context.Context, network, site, requested string) error {
+	r, err := t.readRecord(ctx, network, site)
+	if err != nil {
+		return err
+	}
+	return r.mayEnrol(network, site, requested)
+}
+
 // RecordIssued records issued as the site's newest certificate before it
 // is handed out. For a renewal (presented set) the rule is checked again
 // in the same write: of two renewals with one certificate, one is
-// recorded and the other refused.
+// recorded and the other refused. An enrolment's certificate is recorded
+// only over the claim Claim made for its key: a name released (or
+// claimed anew) since is not taken back by a certificate under way.
 func (t *Tokens) RecordIssued(ctx context.Context, network, site string, presented, issued *x509.Certificate, now time.Time) error {
 	err := t.update(ctx, func(s *corev1.Secret) error {
 		r, err := recordIn(s.Data, network, site)
@@ -212,6 +328,13 @@ func (t *Tokens) RecordIssued(ctx context.Context, network, site string, present
 		if presented != nil {
 			if err := r.mayRenew(presented, keyFingerprint(issued), now); err != nil {
 				return err
+			}
+		} else {
+			switch {
+			case r == nil || !r.ReleasedAt.IsZero():
+				return errClaimLost
+			case r.KeyFingerprint != keyFingerprint(issued):
+				return &nameRegisteredError{network: network, site: site}
 			}
 		}
 		raw, err := json.Marshal(r.issued(network, site, issued, presented, now))
@@ -234,6 +357,117 @@ func (t *Tokens) Record(ctx context.Context, network, site string) (*SiteRecord,
 		return nil, err
 	}
 	return recordIn(s.Data, network, site)
+}
+
+// RegisteredSite is one name of the register as its operator reads it.
+type RegisteredSite struct {
+	SiteRecord
+	// Evicted says whether the network evicts the site: the caller's set,
+	// not the register's (the network's spec says which sites it evicts).
+	Evicted bool
+}
+
+// Registered is the register of network: its registered names, by site
+// name, each marked evicted when evicted lists it (released names are
+// left out). unreadable counts the records that do not parse, of any
+// network (a record's data key does not say whose it is).
+func (t *Tokens) Registered(ctx context.Context, network string, evicted []string) (sites []RegisteredSite, unreadable int, err error) {
+	var s corev1.Secret
+	if err := t.API.Get(ctx, t.key(), &s); err != nil {
+		return nil, 0, t.registerReadError(err)
+	}
+	for k, raw := range s.Data {
+		if !isRegisterKey(k) {
+			continue
+		}
+		var r SiteRecord
+		if json.Unmarshal(raw, &r) != nil || registerKey(r.Network, r.Site) != k {
+			unreadable++
+			continue
+		}
+		if r.Network == network && r.ReleasedAt.IsZero() {
+			sites = append(sites, RegisteredSite{SiteRecord: r, Evicted: slices.Contains(evicted, r.Site)})
+		}
+	}
+	slices.SortFunc(sites, func(a, b RegisteredSite) int { return strings.Compare(a.Site, b.Site) })
+	return sites, unreadable, nil
+}
+
+// registerReadError says why the register could not be read: a missing
+// Secret is named, since a wrong namespace is the likely cause.
+func (t *Tokens) registerReadError(err error) error {
+	if apierrors.IsNotFound(err) || errors.Is(err, errSecretMissing) {
+		return fmt.Errorf("the token Secret %s does not exist: no site enrolled through it (is it the issuer agent's namespace?)", t.key())
+	}
+	return fmt.Errorf("the token Secret %s: %w", t.key(), err)
+}
+
+// Released is what Release released: the name's record as it was (only
+// Network and Site when it did not parse), and the tokens for the name
+// not yet spent, which can enrol it from now on.
+type Released struct {
+	Record  SiteRecord
+	Pending []PendingToken
+}
+
+// PendingToken is a token not yet spent, by its TokenID.
+type PendingToken struct {
+	ID      string
+	Expires time.Time
+}
+
+// Release releases site's name in network, written with the Secret's
+// resource version: from then on a token for the name enrols it under
+// any key, and no certificate issued before renews (the record stays as
+// a note of the release, ReleasedAt set). A record that does not parse
+// is released too: releasing is how the operator starts the name over.
+func (t *Tokens) Release(ctx context.Context, network, site string, now time.Time) (Released, error) {
+	var out Released
+	err := t.update(ctx, func(s *corev1.Secret) error {
+		out = Released{Record: SiteRecord{Network: network, Site: site}}
+		if _, ok := s.Data[registerKey(network, site)]; !ok {
+			return fmt.Errorf("site %s in network %s: %w", site, network, ErrNotRegistered)
+		}
+		if r, err := recordIn(s.Data, network, site); err == nil {
+			if !r.ReleasedAt.IsZero() {
+				return fmt.Errorf("site %s in network %s: %w (released %s)", site, network, ErrNotRegistered, r.ReleasedAt.Format(time.RFC3339))
+			}
+			out.Record = *r
+		}
+		note := out.Record
+		note.ReleasedAt, note.Renewals, note.PreviousSerial = now.UTC(), nil, ""
+		raw, err := json.Marshal(note)
+		if err != nil {
+			return err
+		}
+		s.Data[registerKey(network, site)] = raw
+		out.Pending = pendingFor(s.Data, network, site, now)
+		return nil
+	}, false)
+	switch {
+	case errors.Is(err, errSecretMissing):
+		return Released{}, t.registerReadError(err)
+	case err != nil:
+		return Released{}, err
+	}
+	return out, nil
+}
+
+// pendingFor are the tokens in data for site in network that can still
+// be spent, soonest to expire first.
+func pendingFor(data map[string][]byte, network, site string, now time.Time) []PendingToken {
+	var out []PendingToken
+	for k, raw := range data {
+		var e entry
+		if isRegisterKey(k) || len(k) < TokenIDLength || json.Unmarshal(raw, &e) != nil {
+			continue
+		}
+		if e.Network == network && e.Site == site && now.Before(e.Expires) {
+			out = append(out, PendingToken{ID: k[:TokenIDLength], Expires: e.Expires})
+		}
+	}
+	slices.SortFunc(out, func(a, b PendingToken) int { return a.Expires.Compare(b.Expires) })
+	return out
 }
 
 // maxSupersededHeld bounds the superseded certificates remembered: past

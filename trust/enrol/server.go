@@ -80,6 +80,9 @@ const (
 	RefusedIssuerFailed = "issuer_failed"
 	RefusedSuperseded   = "certificate_superseded"
 	RefusedRenewalRate  = "renewal_rate"
+	// RefusedNameRegistered: the site's name is registered under another
+	// key; its operator releases it (gridsync-agent release-name) first.
+	RefusedNameRegistered = "name_registered"
 )
 
 // CA is the grid CA of a network, as the issuer holds it.
@@ -184,9 +187,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and an enrolment's token looked up among the stored hashes, before any
 // slot is taken; the token's shape and the caller's
 // certificate are checked before the token Secret or the CA is read; the
-// CSR's key is checked for its kind and size before a renewal is
-// checked against the site's record (which needs the key asked for) and
-// before the CSR's signature; the token is spent last, so that a request refused for its CSR loses
+// CSR's key is checked for its kind and size before the request is
+// checked against the site's record (which needs the key asked for: a
+// renewal's, or an enrolment's of a registered name) and before the
+// CSR's signature; the token is spent last, so that a request refused
+// for its CSR, or for a name registered under another key, loses
 // nothing.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (chain []byte, site, network string, ref *refusal) {
 	if r.Method != http.MethodPost {
@@ -281,22 +286,32 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 	if err != nil {
 		return nil, site, network, refuse(http.StatusBadRequest, RefusedRequest, "%v", err)
 	}
+	// The key asked for decides what the register allows (a renewal: a
+	// new key from the newest certificate, the newest's key again from
+	// the previous one; an enrolment: any key for a name not registered,
+	// the registered key only for one that is); the signature proving
+	// the caller holds it is checked next, before anything is issued.
+	requested := spkiFingerprint(csr.RawSubjectPublicKeyInfo)
 	if kind == "renew" {
-		// The key asked for decides what the register allows (a new key
-		// from the newest certificate, the newest's key again from the
-		// previous one); the signature proving the caller holds it is
-		// checked next, before anything is issued.
-		if ref := s.checkRegister(ctx, network, site, presented, spkiFingerprint(csr.RawSubjectPublicKeyInfo), now); ref != nil {
+		if ref := s.checkRegister(ctx, network, site, presented, requested, now); ref != nil {
 			return nil, site, network, ref
 		}
+	} else if err := s.Tokens.MayEnrol(ctx, network, site, requested); err != nil {
+		return nil, site, network, registerRefusal(err)
 	}
 	if err := csr.CheckSignature(); err != nil {
 		return nil, site, network, refuse(http.StatusBadRequest, RefusedRequest, "the certificate request is not signed by its own key")
 	}
 	if kind == "enroll" {
-		if err := s.Tokens.Consume(ctx, network, site, req.Token, now); err != nil {
-			if errors.Is(err, ErrTokenMalformed) || errors.Is(err, ErrTokenUnknown) || errors.Is(err, ErrTokenExpired) || errors.Is(err, ErrTokenOtherSite) {
+		// The token is spent and the name claimed for this key in one
+		// write: a name claimed since the check above is refused here,
+		// and the token kept.
+		if err := s.Tokens.Claim(ctx, network, site, req.Token, requested, now); err != nil {
+			switch {
+			case errors.Is(err, ErrTokenMalformed) || errors.Is(err, ErrTokenUnknown) || errors.Is(err, ErrTokenExpired) || errors.Is(err, ErrTokenOtherSite):
 				return nil, site, network, refuse(http.StatusForbidden, RefusedToken, "%v", err)
+			case errors.Is(err, ErrNameRegistered):
+				return nil, site, network, registerRefusal(err)
 			}
 			return nil, site, network, refuse(http.StatusServiceUnavailable, RefusedIssuerFailed, "the token could not be checked: %v", err)
 		}
@@ -354,7 +369,9 @@ func (s *Server) rememberSuperseded(err error, network, site string, presented *
 	switch {
 	case errors.As(err, &notRetry):
 		s.superseded.add(network, site, presented, notRetry.newestKey, now)
-	case errors.Is(err, ErrSuperseded):
+	case errors.Is(err, ErrSuperseded), errors.Is(err, ErrReleased):
+		// A released name's certificates never renew again: a new
+		// enrolment issues under a new serial.
 		s.superseded.add(network, site, presented, "", now)
 	}
 }
@@ -362,8 +379,10 @@ func (s *Server) rememberSuperseded(err error, network, site string, presented *
 // registerRefusal answers a refusal of the register.
 func registerRefusal(err error) *refusal {
 	switch {
-	case errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotRetry):
+	case errors.Is(err, ErrSuperseded), errors.Is(err, ErrNotRetry), errors.Is(err, ErrReleased):
 		return refuse(http.StatusForbidden, RefusedSuperseded, "%v", err)
+	case errors.Is(err, ErrNameRegistered):
+		return refuse(http.StatusConflict, RefusedNameRegistered, "%v", err)
 	case errors.Is(err, ErrSameKey):
 		return refuse(http.StatusBadRequest, RefusedRequest, "%v", err)
 	case errors.Is(err, ErrRenewalRate):

@@ -179,11 +179,32 @@ func (t *Tokens) Add(ctx context.Context, network, site string, ttl time.Duratio
 	}, true)
 }
 
-// Consume spends a token for site in network: it is removed whatever
-// happens next, so it can never be used twice (the removal is written
-// with the Secret's resource version: of two requests with one token,
-// one wins).
+// Consume spends a token for site in network, claiming no name (Claim
+// is the enrolment's): it is removed whatever happens next, so it can
+// never be used twice (the removal is written with the Secret's resource
+// version: of two requests with one token, one wins).
 func (t *Tokens) Consume(ctx context.Context, network, site, token string, now time.Time) error {
+	return t.spend(ctx, network, site, token, nil, now)
+}
+
+// Claim spends a token for the enrolment of site in network under the
+// key whose fingerprint is key, and registers the name for that key in
+// the same write. A name registered under another key is refused
+// (ErrNameRegistered) and the token is not spent: the write that would
+// spend it is not made, and of two enrolments racing for one name the
+// one written second finds the other's claim. A token that does not
+// allow the enrolment (expired, for another site) is spent, as Consume
+// spends it.
+func (t *Tokens) Claim(ctx context.Context, network, site, token, key string, now time.Time) error {
+	return t.spend(ctx, network, site, token, func(data map[string][]byte) error {
+		return claimName(data, network, site, key, TokenID(token), now)
+	}, now)
+}
+
+// spend removes token when it is stored, refusing it when it does not
+// allow site in network; claim, when set, is made in the same write for
+// a token that does, and when it fails nothing is written.
+func (t *Tokens) spend(ctx context.Context, network, site, token string, claim func(map[string][]byte) error, now time.Time) error {
 	if !tokenShape.MatchString(token) {
 		return ErrTokenMalformed
 	}
@@ -195,8 +216,6 @@ func (t *Tokens) Consume(ctx context.Context, network, site, token string, now t
 		if !ok {
 			return ErrTokenUnknown
 		}
-		delete(s.Data, h)
-		pruneExpired(s, now)
 		var e entry
 		switch {
 		case json.Unmarshal(raw, &e) != nil:
@@ -205,7 +224,13 @@ func (t *Tokens) Consume(ctx context.Context, network, site, token string, now t
 			refusal = ErrTokenExpired
 		case e.Network != network || e.Site != site:
 			refusal = ErrTokenOtherSite
+		case claim != nil:
+			if err := claim(s.Data); err != nil {
+				return err
+			}
 		}
+		delete(s.Data, h)
+		pruneExpired(s, now)
 		return nil
 	}, false)
 	if errors.Is(err, errSecretMissing) {
