@@ -7,9 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/trust/enrol"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -135,9 +140,12 @@ func registeredSites(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// The sites the network evicts are not in the API yet: none is
-	// marked evicted until they are read from its spec here.
-	var evicted []string
+	evicted, err := evictedSites(ctx, tokens.API, *network)
+	if err != nil {
+		// The register is the token Secret's; the evictions are the
+		// network's, which these credentials may not read.
+		fmt.Fprintf(stderr, "%s %s: the EVICTED column is unknown: %v\n", binary, registeredSitesCommand, err)
+	}
 	if err := listRegister(ctx, tokens, *network, evicted, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", binary, registeredSitesCommand, err)
 		return 1
@@ -146,7 +154,7 @@ func registeredSites(args []string, stdout, stderr io.Writer) int {
 }
 
 // listRegister prints network's register, marking the sites evicted
-// lists.
+// lists (nil: unknown).
 func listRegister(ctx context.Context, tokens *enrol.Tokens, network string, evicted []string, stdout, stderr io.Writer) error {
 	sites, unreadable, err := tokens.Registered(ctx, network, evicted)
 	if err != nil {
@@ -159,18 +167,21 @@ func listRegister(ctx context.Context, tokens *enrol.Tokens, network string, evi
 		fmt.Fprintf(stderr, "no site is registered in network %s\n", network)
 		return nil
 	}
-	writeRegister(stdout, sites)
+	writeRegister(stdout, sites, evicted != nil)
 	return nil
 }
 
 // writeRegister prints the register as a table. A site whose enrolment
 // is under way has no certificate yet: no serial, no expiry.
-func writeRegister(w io.Writer, sites []enrol.RegisteredSite) {
+func writeRegister(w io.Writer, sites []enrol.RegisteredSite, evictionsKnown bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "SITE\tKEY (SHA-256)\tSERIAL\tENROLLED AT\tTOKEN ID\tNOT AFTER\tEVICTED")
 	for _, s := range sites {
 		evicted := "no"
-		if s.Evicted {
+		switch {
+		case !evictionsKnown:
+			evicted = "unknown"
+		case s.Evicted:
 			evicted = "yes"
 		}
 		notAfter := "-"
@@ -203,4 +214,23 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// evictedSites are the sites network evicts: those its signed trust
+// bundle lists, and those its spec lists that the issuer has not signed
+// yet.
+func evictedSites(ctx context.Context, api client.Reader, network string) ([]string, error) {
+	var n v1alpha1.GridNetwork
+	if err := api.Get(ctx, types.NamespacedName{Name: network}, &n); err != nil {
+		return nil, fmt.Errorf("reading GridNetwork %s: %w", network, err)
+	}
+	out := []string{}
+	if tb := n.Status.TrustBundle; tb != nil {
+		out = append(out, tb.EvictedSites...)
+	}
+	if t := n.Spec.TLS; t != nil && t.SiteCertificate != nil {
+		out = append(out, t.SiteCertificate.EvictedSites...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

@@ -36,7 +36,7 @@ func TestTheRegisterIsATable(t *testing.T) {
 		{SiteRecord: enrol.SiteRecord{Network: "n", Site: "site-b", Serial: "f00d", KeyFingerprint: strings.Repeat("cd", 32),
 			NotAfter: enrolled}, Evicted: true},
 		{SiteRecord: enrol.SiteRecord{Network: "n", Site: "site-c", KeyFingerprint: strings.Repeat("ef", 32), EnrolledAt: enrolled, TokenID: "ba9876543210"}},
-	})
+	}, true)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 4)
 	assert.Equal(t, []string{"SITE", "KEY", "(SHA-256)", "SERIAL", "ENROLLED", "AT", "TOKEN", "ID", "NOT", "AFTER", "EVICTED"}, strings.Fields(lines[0]))
@@ -45,6 +45,11 @@ func TestTheRegisterIsATable(t *testing.T) {
 		"a record from before the register: its enrolment unknown")
 	assert.Equal(t, []string{"site-c", "efefefefefefefef…", "-", "2026-03-01T09:00:00Z", "ba9876543210", "-", "no"}, strings.Fields(lines[3]),
 		"an enrolment under way: no certificate yet")
+
+	out.Reset()
+	writeRegister(&out, []enrol.RegisteredSite{{SiteRecord: enrol.SiteRecord{Network: "n", Site: "site-a", Serial: "5eed", KeyFingerprint: strings.Repeat("ab", 32)}}}, false)
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	assert.Equal(t, "unknown", strings.Fields(lines[1])[6], "the network could not be read: its evictions unknown")
 }
 
 func TestAReleaseSaysWhatItReleased(t *testing.T) {

@@ -18,8 +18,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gridsync/gridsync/api/v1alpha1"
+	crds "github.com/gridsync/gridsync/charts/gridsync-agent/files/crds"
+	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/framework"
@@ -137,7 +141,27 @@ func TestTheIssuersOperatorListsAndReleasesRegisteredNames(t *testing.T) {
 	assert.Contains(t, lines[1], enrolled.NotAfter.UTC().Format(time.RFC3339))
 	assert.NotContains(t, out+errOut, first, "no token is printed")
 
+	assert.Equal(t, "unknown", strings.Fields(lines[1])[len(strings.Fields(lines[1]))-1], "the issuer's credentials do not read the network")
+	assert.Contains(t, errOut, "the EVICTED column is unknown")
 	t.Logf("registered-sites:\n%s", out)
+
+	// The operator's own credentials read the network too: the site its
+	// spec evicts is marked.
+	require.NoError(t, cp.InstallCRDsFS(ctx, crds.Manifests))
+	scheme, err := controller.Scheme()
+	require.NoError(t, err)
+	admin, err := client.New(cp.AdminConfig(), client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	network := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: "grid"}, Spec: v1alpha1.GridNetworkSpec{TLS: &v1alpha1.GridTLS{
+		CASecretRef:     &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: ns},
+		SiteCertificate: &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateIssuer, EvictedSites: []string{"site-b"}}}}}
+	require.NoError(t, admin.Create(ctx, network))
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), network) })
+	out, errOut, code = run(adminKube, "registered-sites", "--network", "grid")
+	require.Zero(t, code, errOut)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	assert.Equal(t, "yes", strings.Fields(lines[1])[len(strings.Fields(lines[1]))-1], "site-b is evicted")
 	out, errOut, code = run(issuerKube, "release-name", "--network", "grid", "--site", "site-b")
 	require.Zero(t, code, errOut)
 	t.Logf("release-name:\n%s", out)
