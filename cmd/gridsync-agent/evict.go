@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/internal/cli/evict"
+	"github.com/gridsync/gridsync/trust/enrol"
 )
 
 const evictCommand = "evict"
@@ -20,21 +21,18 @@ func evictSite(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	network := fs.String("network", "", "the GridNetwork to evict the site from (required)")
 	site := fs.String("site", "", "the site to evict (required)")
-	lift := fs.Bool("lift", false, "lift the site's eviction instead: it comes back by enrolling again with a new token")
+	lift := fs.Bool("lift", false, "lift the site's eviction instead, and release its name in the register (with --namespace): it comes back by enrolling again with a new token")
 	noWait := fs.Bool("no-wait", false, "return once the spec is written, without waiting for the issuer to sign the trust bundle")
 	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the issuer's signature")
-	kubecfg := fs.String("kubeconfig", "", "kubeconfig of the issuer's cluster (default: KUBECONFIG, then in-cluster)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	secret := addTokenSecretFlags(fs)
+	if code, done := parseCommand(fs, args); done {
+		return code
 	}
 	if *network == "" || *site == "" {
 		fmt.Fprintf(stderr, "%s %s: --network and --site are required\n", binary, evictCommand)
 		return 2
 	}
-	c, err := operatorClient(*kubecfg)
+	c, err := operatorClient(*secret.kubeconfig)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", binary, evictCommand, err)
 		return 1
@@ -44,6 +42,35 @@ func evictSite(args []string, stdout, stderr io.Writer) int {
 	if err := evict.Run(ctx, c, evict.Options{Network: *network, Site: *site, Lift: *lift, NoWait: *noWait, Out: stdout}); err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", binary, evictCommand, err)
 		return 1
+	}
+	if *lift {
+		return releaseLifted(ctx, secret, *network, *site, stdout, stderr)
+	}
+	return 0
+}
+
+// releaseLifted releases a lifted site's name, so that it comes back by
+// enrolling under a new key with a new token (its old key is presumed
+// lost with the trust that evicted it).
+func releaseLifted(ctx context.Context, secret tokenSecretFlags, network, site string, stdout, stderr io.Writer) int {
+	if *secret.namespace == "" {
+		fmt.Fprintf(stderr, "the name %s stays registered under its old key: release it with %s %s, or give --namespace\n", site, binary, releaseNameCommand)
+		return 0
+	}
+	tokens, err := secret.tokens()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s %s: %v\n", binary, evictCommand, err)
+		return 1
+	}
+	released, err := tokens.Release(ctx, network, site, time.Now())
+	switch {
+	case errors.Is(err, enrol.ErrNotRegistered):
+		fmt.Fprintf(stdout, "the name %s was not registered: a token for it enrols it\n", site)
+	case err != nil:
+		fmt.Fprintf(stderr, "%s %s: the eviction is lifted, but the name is not released: %v\n", binary, evictCommand, err)
+		return 1
+	default:
+		writeReleased(stdout, released)
 	}
 	return 0
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	membership "github.com/gridsync/gridsync/gossip"
@@ -29,7 +31,8 @@ import (
 // refuse what C sends with its still-valid certificate (gossip records,
 // a connection to the issuer's listener, a renewal). B, restarted while
 // the issuer is down, still refuses C: the eviction is kept in B's own
-// status. Lifting the eviction does not readmit C's old certificate.
+// status. Lifting the eviction does not readmit C's old certificate; C
+// comes back by enrolling again with a new token.
 func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -101,8 +104,9 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 		m, ok := g.agents[1].member("site-a")
 		return ok && m.State == sites.SiteAlive && m.Generation > 0, fmt.Sprintf("%+v", m)
 	})
-	out, _ = g.operator("evict", "--network", "grid", "--site", "site-c", "--lift")
+	out, _ = g.operator("evict", "--network", "grid", "--site", "site-c", "--lift", "--namespace", a.AgentNS)
 	assert.Contains(t, out, "lifted the eviction of site site-c")
+	assert.Contains(t, out, "released site site-c of network grid")
 	for _, s := range []*site{a, b} {
 		s.networkStatus("grid", 20*time.Second, func(n *v1alpha1.GridNetwork) bool {
 			return n.Status.TrustBundle != nil && len(n.Status.TrustBundle.EvictedSites) == 0
@@ -119,6 +123,22 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 		assert.False(t, ok, "%s took a record of C's certificate from before its eviction", s.Name)
 	}
 	assert.Equal(t, "closed", listenerVerdict(t, g.issuer, &pairC), "the issuer's listener serves C's old certificate after the lift")
+
+	// C comes back by enrolling again, with a new token, under a new key:
+	// Active at A and B, its provider routed.
+	c.secret("enrol-token", map[string][]byte{"token": []byte(g.newToken("site-c", "10m"))})
+	require.NoError(t, c.Admin.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "site-cert", Namespace: c.Namespace()}}))
+	renewed := c.waitSecret("site-cert", func(d map[string][]byte) bool {
+		return len(d["tls.key"]) > 0 && string(d["tls.crt"]) != string(certC["tls.crt"])
+	})
+	assert.NotEqual(t, string(certC["tls.key"]), string(renewed["tls.key"]), "a new key")
+	for _, s := range []*site{a, b} {
+		s.gridSite("grid-site-c", "Active again", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+		eventually(t, 30*time.Second, s.Name+" routes C's provider again", func() (bool, string) {
+			_, ok := s.candidate("grid", "site-c", "model-c")
+			return ok, "not routed"
+		})
+	}
 }
 
 // sendAsC signs a fresh record of C's with C's certificate and sends it

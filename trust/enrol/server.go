@@ -275,7 +275,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 		if kind == "enroll" {
 			what = "enrolment"
 		}
-		return nil, site, network, refuse(http.StatusForbidden, RefusedRenewal, "the issuer refuses site %s's %s (spec.tls.siteCertificate.refuseRenewal: a listed site neither renews nor enrols)", site, what)
+		return nil, site, network, refuse(http.StatusForbidden, RefusedRenewal, "the issuer refuses site %s's %s (spec.tls.siteCertificate.refuseRenewal or evictedSites: a listed site neither renews nor enrols)", site, what)
 	}
 	if kind == "renew" {
 		if ref := checkPresented(ca, network, site, presented, now); ref != nil {
@@ -343,6 +343,12 @@ func checkPresented(ca *sitetrust.CA, network, site string, presented *x509.Cert
 	}
 	if err := sitetrust.CheckSVID(presented, site); err != nil {
 		return refuse(http.StatusUnauthorized, RefusedIdentity, "the certificate presented is not a site certificate: %v", err)
+	}
+	if ca.IssueFloor != nil && presented.NotBefore.Before(ca.IssueFloor(site)) {
+		// Issued before the site's eviction, which has since been
+		// lifted: such a certificate never renews into one the network
+		// accepts again. The site comes back by enrolling with a token.
+		return refuse(http.StatusForbidden, RefusedRenewal, "the certificate presented dates from before site %s's eviction: it does not renew; the site enrols again with a new token", site)
 	}
 	return nil
 }

@@ -464,3 +464,35 @@ func TestTheTokenReadOutlivesItsCaller(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, held)
 }
+
+// A certificate issued before a site's eviction does not renew once the
+// eviction is lifted (the CA's issue floor is after it); one issued since
+// does.
+func TestACertificateFromBeforeAnEvictionDoesNotRenew(t *testing.T) {
+	certPEM, keyPEM, err := sitetrust.NewCA(time.Now().Add(-time.Hour), 24*time.Hour)
+	require.NoError(t, err)
+	ca, err := sitetrust.ParseCA(certPEM, keyPEM)
+	require.NoError(t, err)
+	evicted := time.Now().Add(-10 * time.Minute).Truncate(time.Second)
+	issue := func(at time.Time) *x509.Certificate {
+		chain, _, err := ca.Issue("site-b", at, time.Hour)
+		require.NoError(t, err)
+		certs, err := sitetrust.ParseCertificates(chain)
+		require.NoError(t, err)
+		return certs[0]
+	}
+	before, after := issue(evicted.Add(-20*time.Minute)), issue(time.Now())
+	now := time.Now()
+	require.Nil(t, checkPresented(ca, "grid", "site-b", before, now), "no eviction: it renews")
+	ca.IssueFloor = func(site string) time.Time {
+		if site == "site-b" {
+			return evicted.Add(time.Second)
+		}
+		return time.Time{}
+	}
+	ref := checkPresented(ca, "grid", "site-b", before, now)
+	require.NotNil(t, ref)
+	assert.Equal(t, RefusedRenewal, ref.reason)
+	assert.Contains(t, ref.message, "dates from before site site-b's eviction")
+	assert.Nil(t, checkPresented(ca, "grid", "site-b", after, now), "issued since the eviction")
+}
