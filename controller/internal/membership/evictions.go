@@ -93,7 +93,19 @@ func (e *Evictions) sign(ctx context.Context, network *v1alpha1.GridNetwork, boo
 		}
 		return Condition{}
 	}
-	next, err := bundle.Next(book.Bundle(network.Name), network.Name, e.Opts.SiteName, listed, e.Opts.Now())
+	held := book.Bundle(network.Name)
+	if held != nil && held.Issuer != e.Opts.SiteName {
+		// Another site signed the newest bundle: where several sites hold
+		// the grid CA's key (a CA Secret copied to each), the one whose
+		// operator evicts is the issuer, and a site with an empty list
+		// must not lift what it evicted.
+		if len(listed) > 0 && !sameSet(listed, held.EvictedSites()) {
+			return Condition{OK: false, Reason: ReasonEvictionsNotHere,
+				Message: fmt.Sprintf("spec.tls.siteCertificate.evictedSites is not applied: the network's evictions are signed by site %s, and only its list counts", held.Issuer)}
+		}
+		return Condition{}
+	}
+	next, err := bundle.Next(held, network.Name, e.Opts.SiteName, listed, e.Opts.Now())
 	if err == nil && next == nil {
 		return Condition{}
 	}
