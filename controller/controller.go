@@ -51,7 +51,6 @@ import (
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/signals"
-	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // DefaultProducer is the managed-by label value and the envelope's
@@ -144,7 +143,10 @@ type Options struct {
 	// the site certificate the agent issues. Empty: none is issued.
 	SiteName string
 	// SiteCertLifetime is how long an issued site certificate is valid;
-	// it is renewed at two thirds. 0 means sitetrust.DefaultSiteLifetime.
+	// it is renewed at two thirds. 0 goes by the network: a day
+	// (sitetrust.DefaultSiteLifetime) in SPIFFE mode, 90 days
+	// (sitetrust.PinnedSiteLifetime) when its sites pin each other's
+	// certificates.
 	SiteCertLifetime time.Duration
 	// SiteProbeInterval is how often each GridSite's gateway is probed
 	// (and at once when its inputs change). 0 means
@@ -190,9 +192,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SwimKeyPollInterval <= 0 {
 		o.SwimKeyPollInterval = DefaultSwimKeyPollInterval
-	}
-	if o.SiteCertLifetime <= 0 {
-		o.SiteCertLifetime = sitetrust.DefaultSiteLifetime
 	}
 	if o.SiteProbeInterval <= 0 {
 		o.SiteProbeInterval = DefaultSiteProbeInterval

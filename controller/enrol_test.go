@@ -108,6 +108,15 @@ func startIssuer(t *testing.T, e *env, lifetime time.Duration) *testIssuer {
 	i := &testIssuer{ca: ca, caPEM: caPEM, tokens: &enrol.Tokens{API: e.admin, Namespace: e.credNS, Name: "issuer-tokens"}}
 	srv, err := enrol.NewServer(i, i.tokens, lifetime, slog.New(slog.DiscardHandler), nil)
 	require.NoError(t, err)
+	i.addr = serveEnrolment(t, ca, srv, i.serve)
+	return i
+}
+
+// serveEnrolment serves srv's paths over TLS on loopback as issuer site
+// site-hub of ca (wrap, when set, wraps the handler), and returns the
+// address.
+func serveEnrolment(t *testing.T, ca *sitetrust.CA, srv http.Handler, wrap ...func(http.Handler) http.Handler) string {
+	t.Helper()
 	chain, key, err := ca.Issue("site-hub", time.Now(), time.Hour)
 	require.NoError(t, err)
 	pair, err := tls.X509KeyPair(chain, key)
@@ -117,12 +126,15 @@ func startIssuer(t *testing.T, e *env, lifetime time.Duration) *testIssuer {
 	mux := http.NewServeMux()
 	mux.Handle(enrol.EnrollPath, srv)
 	mux.Handle(enrol.RenewPath, srv)
-	hs := httptest.NewUnstartedServer(i.serve(mux))
+	var h http.Handler = mux
+	for _, w := range wrap {
+		h = w(h)
+	}
+	hs := httptest.NewUnstartedServer(h)
 	hs.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: roots, ClientAuth: tls.VerifyClientCertIfGiven}
 	hs.StartTLS()
 	t.Cleanup(hs.Close)
-	i.addr = hs.Listener.Addr().String()
-	return i
+	return hs.Listener.Addr().String()
 }
 
 // enrollingNetwork is a network (not yet created) whose site site-a

@@ -168,8 +168,12 @@ const (
 
 // EnrolmentAuthority is the issuer's side of enrolment (see
 // membership.EnrolmentAuthority): the CA of a network whose site
-// certificates this site issues, read uncached through api.
-func EnrolmentAuthority(api client.Reader) enrol.CA { return membership.EnrolmentAuthority(api) }
+// certificates this site issues, read uncached through api, whose
+// certificates live as the network's own do (membership.SiteLifetime)
+// unless the enrolment server is given a lifetime.
+func EnrolmentAuthority(api client.Reader) enrol.CA {
+	return membership.SiteLifetimes(membership.EnrolmentAuthority(api), api)
+}
 
 // OfflinePraxisConfig is one gateway's Praxis config rendered from
 // manifests, without a cluster.

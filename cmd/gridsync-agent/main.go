@@ -43,7 +43,6 @@ import (
 	"github.com/gridsync/gridsync/signals"
 	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
 	"github.com/gridsync/gridsync/trust/enrol"
-	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 const binary = "gridsync-agent"
@@ -231,7 +230,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		}
 		issuer, err := enrol.NewServer(controller.EnrolmentAuthority(mgr.GetAPIReader()),
 			&enrol.Tokens{API: tokensClient, Namespace: cfg.leaderElectionNamespace, Name: cfg.signals.enrollmentTokenSecret},
-			cmp.Or(cfg.trust.certLifetime, sitetrust.DefaultSiteLifetime), log, reg)
+			cfg.trust.certLifetime, log, reg) // 0: by the network, as the authority says
 		if err != nil {
 			return fail("start_failed", err)
 		}

@@ -73,7 +73,8 @@ type Config struct {
 
 	// SiteName is this site's name.
 	SiteName string
-	// SiteCertLifetime is how long an issued site certificate is valid.
+	// SiteCertLifetime is how long an issued site certificate is valid;
+	// 0 goes by the network (membership.SiteLifetime).
 	SiteCertLifetime time.Duration
 	// SiteProbeInterval is how often each GridSite's gateway is probed.
 	SiteProbeInterval time.Duration

@@ -207,7 +207,7 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 		out.Condition = Condition{Reason: ReasonSiteSecretConflict, Message: fmt.Sprintf("%s: issued for GridNetwork %s from another grid CA; give each network its own site Secret, or both the same grid CA", at, holder)}
 		return out
 	}
-	chain, key, err := ca.Issue(site, now, r.Opts.SiteCertLifetime)
+	chain, key, err := ca.Issue(site, now, SiteLifetime(network, r.Opts.SiteCertLifetime))
 	if err != nil {
 		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: issuing failed: %v", at, err)}
 		return out
