@@ -154,12 +154,23 @@ type Options struct {
 	SiteProbeInterval time.Duration
 	// SiteProbeTimeout bounds one probe. 0 means DefaultSiteProbeTimeout.
 	SiteProbeTimeout time.Duration
+	// SiteRenewalRetry is how long the agent waits after a first failure
+	// to obtain or renew the site certificate (the issuer did not answer
+	// or refused, a write failed); the wait doubles with each failure in
+	// a row up to SiteRenewalRetryMax, less up to a quarter at random.
+	// 0 means DefaultSiteRenewalRetry and DefaultSiteRenewalRetryMax.
+	SiteRenewalRetry, SiteRenewalRetryMax time.Duration
 }
 
 // Defaults of the site trust settings.
 const (
 	DefaultSiteProbeInterval = 30 * time.Second
 	DefaultSiteProbeTimeout  = 5 * time.Second
+	// A renewal that failed is tried again after 10 s, 20 s, 40 s and so
+	// on, at most 5 minutes apart: an issuer that is down is not
+	// hammered, and is found again within minutes once it is back.
+	DefaultSiteRenewalRetry    = 10 * time.Second
+	DefaultSiteRenewalRetryMax = 5 * time.Minute
 )
 
 // DefaultSwimKeyPollInterval is how often SWIM key Secrets are read.
@@ -199,6 +210,13 @@ func (o Options) withDefaults() Options {
 	if o.SiteProbeTimeout <= 0 {
 		o.SiteProbeTimeout = DefaultSiteProbeTimeout
 	}
+	if o.SiteRenewalRetry <= 0 {
+		o.SiteRenewalRetry = DefaultSiteRenewalRetry
+	}
+	if o.SiteRenewalRetryMax <= 0 {
+		o.SiteRenewalRetryMax = DefaultSiteRenewalRetryMax
+	}
+	o.SiteRenewalRetryMax = max(o.SiteRenewalRetryMax, o.SiteRenewalRetry)
 	return o
 }
 
@@ -227,6 +245,8 @@ func (o Options) config() base.Config {
 		SiteCertLifetime:       o.SiteCertLifetime,
 		SiteProbeInterval:      o.SiteProbeInterval,
 		SiteProbeTimeout:       o.SiteProbeTimeout,
+		SiteRenewalRetry:       o.SiteRenewalRetry,
+		SiteRenewalRetryMax:    o.SiteRenewalRetryMax,
 	}
 }
 

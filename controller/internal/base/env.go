@@ -80,6 +80,10 @@ type Config struct {
 	SiteProbeInterval time.Duration
 	// SiteProbeTimeout bounds one probe.
 	SiteProbeTimeout time.Duration
+	// SiteRenewalRetry is the wait after a first failure to obtain the
+	// site certificate; it doubles with each failure in a row up to
+	// SiteRenewalRetryMax.
+	SiteRenewalRetry, SiteRenewalRetryMax time.Duration
 }
 
 // Resync is the next periodic reconcile, jittered so that a thousand
