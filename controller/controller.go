@@ -52,7 +52,6 @@ import (
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/signals"
 	"github.com/gridsync/gridsync/trust/bundle"
-	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // DefaultProducer is the managed-by label value and the envelope's
@@ -151,7 +150,10 @@ type Options struct {
 	// the site certificate the agent issues. Empty: none is issued.
 	SiteName string
 	// SiteCertLifetime is how long an issued site certificate is valid;
-	// it is renewed at two thirds. 0 means sitetrust.DefaultSiteLifetime.
+	// it is renewed at two thirds. 0 goes by the network: a day
+	// (sitetrust.DefaultSiteLifetime) in SPIFFE mode, 90 days
+	// (sitetrust.PinnedSiteLifetime) when its sites pin each other's
+	// certificates.
 	SiteCertLifetime time.Duration
 	// SiteProbeInterval is how often each GridSite's gateway is probed
 	// (and at once when its inputs change). 0 means
@@ -159,12 +161,23 @@ type Options struct {
 	SiteProbeInterval time.Duration
 	// SiteProbeTimeout bounds one probe. 0 means DefaultSiteProbeTimeout.
 	SiteProbeTimeout time.Duration
+	// SiteRenewalRetry is how long the agent waits after a first failure
+	// to obtain or renew the site certificate (the issuer did not answer
+	// or refused, a write failed); the wait doubles with each failure in
+	// a row up to SiteRenewalRetryMax, less up to a quarter at random.
+	// 0 means DefaultSiteRenewalRetry and DefaultSiteRenewalRetryMax.
+	SiteRenewalRetry, SiteRenewalRetryMax time.Duration
 }
 
 // Defaults of the site trust settings.
 const (
 	DefaultSiteProbeInterval = 30 * time.Second
 	DefaultSiteProbeTimeout  = 5 * time.Second
+	// A renewal that failed is tried again after 10 s, 20 s, 40 s and so
+	// on, at most 5 minutes apart: an issuer that is down is not
+	// hammered, and is found again within minutes once it is back.
+	DefaultSiteRenewalRetry    = 10 * time.Second
+	DefaultSiteRenewalRetryMax = 5 * time.Minute
 )
 
 // DefaultSwimKeyPollInterval is how often SWIM key Secrets are read.
@@ -198,9 +211,6 @@ func (o Options) withDefaults() Options {
 	if o.SwimKeyPollInterval <= 0 {
 		o.SwimKeyPollInterval = DefaultSwimKeyPollInterval
 	}
-	if o.SiteCertLifetime <= 0 {
-		o.SiteCertLifetime = sitetrust.DefaultSiteLifetime
-	}
 	if o.TrustBundles == nil {
 		o.TrustBundles = bundle.NewBook()
 	}
@@ -210,6 +220,13 @@ func (o Options) withDefaults() Options {
 	if o.SiteProbeTimeout <= 0 {
 		o.SiteProbeTimeout = DefaultSiteProbeTimeout
 	}
+	if o.SiteRenewalRetry <= 0 {
+		o.SiteRenewalRetry = DefaultSiteRenewalRetry
+	}
+	if o.SiteRenewalRetryMax <= 0 {
+		o.SiteRenewalRetryMax = DefaultSiteRenewalRetryMax
+	}
+	o.SiteRenewalRetryMax = max(o.SiteRenewalRetryMax, o.SiteRenewalRetry)
 	return o
 }
 
@@ -239,6 +256,8 @@ func (o Options) config() base.Config {
 		SiteCertLifetime:       o.SiteCertLifetime,
 		SiteProbeInterval:      o.SiteProbeInterval,
 		SiteProbeTimeout:       o.SiteProbeTimeout,
+		SiteRenewalRetry:       o.SiteRenewalRetry,
+		SiteRenewalRetryMax:    o.SiteRenewalRetryMax,
 	}
 }
 

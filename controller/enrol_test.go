@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +48,10 @@ type testIssuer struct {
 	// answer lost on the network is.
 	dropRenewals int
 	lost         [][]byte
+	// down cuts every connection before anything is answered, as an
+	// issuer that is down does; the requests it cut are at attempts.
+	down     bool
+	attempts []time.Time
 }
 
 // swallowed answers a request into a buffer, the connection's read
@@ -67,6 +72,11 @@ func (s *swallowed) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 func (i *testIssuer) serve(srv http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		i.mu.Lock()
+		if i.down {
+			i.attempts = append(i.attempts, time.Now())
+			i.mu.Unlock()
+			panic(http.ErrAbortHandler)
+		}
 		drop := r.URL.Path == enrol.RenewPath && i.dropRenewals > 0
 		if drop {
 			i.dropRenewals--
@@ -93,6 +103,18 @@ func (i *testIssuer) Authority(_ context.Context, _ string) (*sitetrust.CA, []st
 	return i.ca, append([]string(nil), i.refused...), nil
 }
 
+func (i *testIssuer) setDown(down bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.down = down
+}
+
+func (i *testIssuer) cut() []time.Time {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return append([]time.Time(nil), i.attempts...)
+}
+
 func (i *testIssuer) refuse(site string) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -108,6 +130,15 @@ func startIssuer(t *testing.T, e *env, lifetime time.Duration) *testIssuer {
 	i := &testIssuer{ca: ca, caPEM: caPEM, tokens: &enrol.Tokens{API: e.admin, Namespace: e.credNS, Name: "issuer-tokens"}}
 	srv, err := enrol.NewServer(i, i.tokens, lifetime, slog.New(slog.DiscardHandler), nil)
 	require.NoError(t, err)
+	i.addr = serveEnrolment(t, ca, srv, i.serve)
+	return i
+}
+
+// serveEnrolment serves srv's paths over TLS on loopback as issuer site
+// site-hub of ca (wrap, when set, wraps the handler), and returns the
+// address.
+func serveEnrolment(t *testing.T, ca *sitetrust.CA, srv http.Handler, wrap ...func(http.Handler) http.Handler) string {
+	t.Helper()
 	chain, key, err := ca.Issue("site-hub", time.Now(), time.Hour)
 	require.NoError(t, err)
 	pair, err := tls.X509KeyPair(chain, key)
@@ -117,12 +148,15 @@ func startIssuer(t *testing.T, e *env, lifetime time.Duration) *testIssuer {
 	mux := http.NewServeMux()
 	mux.Handle(enrol.EnrollPath, srv)
 	mux.Handle(enrol.RenewPath, srv)
-	hs := httptest.NewUnstartedServer(i.serve(mux))
+	var h http.Handler = mux
+	for _, w := range wrap {
+		h = w(h)
+	}
+	hs := httptest.NewUnstartedServer(h)
 	hs.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: roots, ClientAuth: tls.VerifyClientCertIfGiven}
 	hs.StartTLS()
 	t.Cleanup(hs.Close)
-	i.addr = hs.Listener.Addr().String()
-	return i
+	return hs.Listener.Addr().String()
 }
 
 // enrollingNetwork is a network (not yet created) whose site site-a
@@ -269,6 +303,77 @@ func TestARenewalWhoseAnswerIsLostIsRetried(t *testing.T) {
 
 	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "failed"), "the lost answer was a failed rotation")
 	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "rotated"))
+}
+
+// The issuer is down (it cuts every connection) when the site's renewal
+// is due: the site keeps its certificate, its SiteIdentity condition
+// says since when the renewal fails and until when the certificate stays
+// in use, and it asks again after waits that double up to a cap (less up
+// to a quarter at random), however often the network is reconciled in
+// between (the resync, every 2 s here). Once the issuer is back, the site
+// renews before its certificate expires. Every attempt the issuer cut is
+// counted as a failed rotation.
+func TestARenewalOutlastsTheIssuerBeingDown(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("site-cert")
+	// Renewed two thirds in, at about 12.7 s; expired at 20 s.
+	issuer := startIssuer(t, e, 20*time.Second)
+	network, _ := enrollingNetwork(t, e, issuer)
+	e.create(network)
+	reg := prometheus.NewRegistry()
+	const retry, retryMax = 250 * time.Millisecond, time.Second
+	e.startAgent(withSiteTrust("site-a", time.Hour, time.Second), func(o *controller.ManagerOptions) {
+		o.Registerer = reg
+		o.SiteRenewalRetry, o.SiteRenewalRetryMax = retry, retryMax
+	})
+	e.eventually("the site certificate enrolled", func() (bool, string) {
+		d := e.secretData("site-cert")
+		return len(d["tls.key"]) > 0, "not yet"
+	})
+	enrolled := e.secretData("site-cert")
+	first := leafOf(t, enrolled["tls.crt"])
+	issuer.setDown(true)
+	time.Sleep(time.Until(sitetrust.RenewAt(first)))
+
+	got := e.networkStatus(network, "the renewal failing a few times", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := condition(n, controller.ConditionSiteIdentity)
+		return c.Reason == controller.ReasonIssuerUnreachable && len(issuer.cut()) >= 4, fmt.Sprintf("%d attempts; %s: %s", len(issuer.cut()), c.Reason, c.Message)
+	})
+	c := condition(got, controller.ConditionSiteIdentity)
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	since := regexp.MustCompile(`renewal failing since (\S+),`).FindStringSubmatch(c.Message)
+	require.Len(t, since, 2, c.Message)
+	at, err := time.Parse(time.RFC3339, since[1])
+	require.NoError(t, err)
+	assert.WithinRange(t, at, sitetrust.RenewAt(first).Add(-time.Second), sitetrust.RenewAt(first).Add(2*time.Second), "failing since the renewal was due")
+	assert.Contains(t, c.Message, "the current certificate stays in use until "+first.NotAfter.UTC().Format(time.RFC3339))
+	assert.Equal(t, enrolled["tls.crt"], e.secretData("site-cert")["tls.crt"], "the certificate is kept")
+
+	issuer.setDown(false)
+	e.eventually("the site certificate renewed", func() (bool, string) {
+		d := e.secretData("site-cert")
+		return d != nil && !bytes.Equal(d["tls.crt"], enrolled["tls.crt"]), "not yet"
+	})
+	assert.True(t, time.Now().Before(first.NotAfter), "renewed before the certificate expired (at %s)", first.NotAfter)
+	got = e.networkStatus(network, "the renewal said", func(n *v1alpha1.GridNetwork) (bool, string) {
+		c := condition(n, controller.ConditionSiteIdentity)
+		return c.Status == metav1.ConditionTrue, c.Reason + ": " + c.Message
+	})
+	assert.NotContains(t, condition(got, controller.ConditionSiteIdentity).Message, "failing")
+
+	// Never more often than the backoff allows.
+	cut := issuer.cut()
+	wait := retry
+	for k := 1; k < len(cut); k++ {
+		assert.GreaterOrEqual(t, cut[k].Sub(cut[k-1]), wait*3/4, "attempt %d came %s after the one before", k+1, cut[k].Sub(cut[k-1]))
+		wait = min(2*wait, retryMax)
+	}
+	e.eventually("every attempt cut counted as failed", func() (bool, string) {
+		n := counterOf(t, reg, "grid_site_identity_rotations_total", "failed")
+		return n == float64(len(cut)), fmt.Sprintf("%v failed, %d cut", n, len(cut))
+	})
+	assert.Equal(t, 1.0, counterOf(t, reg, "grid_site_identity_rotations_total", "rotated"))
 }
 
 // counterOf is a counter's (or gauge's) value with the given label value,

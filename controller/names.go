@@ -169,7 +169,10 @@ const (
 
 // EnrolmentAuthority is the issuer's side of enrolment (see
 // membership.EnrolmentAuthority): the CA of a network whose site
-// certificates this site issues, read uncached through api.
+// certificates this site issues, read uncached through api, whose
+// certificates live as the network's own do (membership.SiteLifetime)
+// unless the enrolment server is given a lifetime; the sites the
+// network's trust bundle evicts are refused.
 func EnrolmentAuthority(api client.Reader, book *bundle.Book) enrol.CA {
 	return membership.EnrolmentAuthority(api, book)
 }

@@ -54,6 +54,8 @@ func withSiteTrust(site string, lifetime, probeInterval time.Duration) agentOpti
 		o.SiteProbeInterval = probeInterval
 		o.SiteProbeTimeout = time.Second
 		o.SwimKeyPollInterval = 500 * time.Millisecond
+		// A failed attempt at the site certificate is tried again soon.
+		o.SiteRenewalRetry, o.SiteRenewalRetryMax = 500*time.Millisecond, 2*time.Second
 		// The test's gateways listen on loopback, which site probes (as
 		// health probes) never dial unless a CIDR allows it.
 		o.ProbeDestinations = probe.Destinations{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}

@@ -186,7 +186,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.DurationVar(&c.swim.tombstoneTTL, "swim-tombstone-ttl", 10*time.Minute, "how long a withdrawn record is remembered"+note("swim-tombstone-ttl"))
 	fs.StringVar(&c.swim.serviceName, "swim-service-name", "", "SWIM Service (without selector) whose EndpointSlice the leader points at itself, from $POD_IP (empty: none)"+note("swim-service-name"))
 	fs.DurationVar(&c.swim.keyPollInterval, "swim-key-poll-interval", 10*time.Second, "how often the networks' SWIM key and trust Secrets are read (a key rotation step, a replaced CA or site certificate is followed within it)"+note("swim-key-poll-interval"))
-	fs.DurationVar(&c.trust.certLifetime, "site-cert-lifetime", 90*24*time.Hour, "lifetime of the site certificate the agent issues from the grid CA (renewed at two thirds)")
+	fs.DurationVar(&c.trust.certLifetime, "site-cert-lifetime", 0, "lifetime of the site certificates the agent issues from the grid CA, its own and enrolled sites' (renewed at two thirds); 0: 24h, or 2160h in a network whose sites pin each other's certificates (peerTrust.mode pinned)")
 	fs.DurationVar(&c.trust.probeInterval, "site-probe-interval", 30*time.Second, "how often each GridSite's gateway is probed over mutual TLS (and at once when its inputs change)")
 	fs.DurationVar(&c.trust.probeTimeout, "site-probe-timeout", 5*time.Second, "bound of one probe of a GridSite's gateway")
 	fs.StringVar(&c.gateway.address, "gateway-address", "", "this site's data-plane gateway address, advertised to the other sites (skips discovery)"+ref("GRID_GATEWAY_ADDRESS"))
@@ -279,8 +279,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 			return nil, envflag.UsageError(fs, "--site-name: %q is not a lowercase DNS label: %s", c.swim.site, strings.Join(errs, "; "))
 		}
 	}
-	if c.trust.certLifetime < time.Second || c.trust.probeInterval < 100*time.Millisecond || c.trust.probeTimeout <= 0 || c.trust.probeTimeout > c.trust.probeInterval {
-		return nil, envflag.UsageError(fs, "--site-cert-lifetime must be at least 1s, --site-probe-interval at least 100ms, --site-probe-timeout positive and no longer than the interval")
+	if c.trust.certLifetime != 0 && c.trust.certLifetime < time.Second || c.trust.probeInterval < 100*time.Millisecond || c.trust.probeTimeout <= 0 || c.trust.probeTimeout > c.trust.probeInterval {
+		return nil, envflag.UsageError(fs, "--site-cert-lifetime must be 0 (by the network) or at least 1s, --site-probe-interval at least 100ms, --site-probe-timeout positive and no longer than the interval")
 	}
 	if c.swim.enabled() {
 		if c.swim.site == "" {

@@ -44,7 +44,6 @@ import (
 	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
 	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/enrol"
-	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 const binary = "gridsync-agent"
@@ -246,7 +245,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		}
 		issuer, err := enrol.NewServer(controller.EnrolmentAuthority(mgr.GetAPIReader(), trustBundles),
 			&enrol.Tokens{API: tokensClient, Namespace: cfg.leaderElectionNamespace, Name: cfg.signals.enrollmentTokenSecret},
-			cmp.Or(cfg.trust.certLifetime, sitetrust.DefaultSiteLifetime), log, reg)
+			cfg.trust.certLifetime, log, reg) // 0: by the network, as the authority says
 		if err != nil {
 			return fail("start_failed", err)
 		}

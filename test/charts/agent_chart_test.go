@@ -507,27 +507,44 @@ func TestAgentChartGrantsTheSignalsListenerOnlyWhatItNeeds(t *testing.T) {
 }
 
 // The agent chart's PrometheusRule (off by default) alerts on a site
-// certificate near its expiry and on renewals refused or failing, and the
-// API server takes it.
+// certificate near its expiry (6 hours by default, certificateExpiryHours;
+// the earlier certificateExpiryDays wins when set) and on renewals refused
+// or failing, and the API server takes it.
 func TestAgentChartAlertsOnTheSiteCertificate(t *testing.T) {
-	vc := valueCase{name: "alerts", release: "grid", namespace: "grid-alerts", values: map[string]any{
-		"namespaces": []string{"gateways-alerts"},
-		"metrics":    map[string]any{"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}}},
-	}}
-	rendered := render(t, agentChart, vc)
-	rules := ofKind(objects(t, rendered), "PrometheusRule")
-	require.Len(t, rules, 1)
-	groups, _, _ := unstructured.NestedSlice(rules[0].Object, "spec", "groups")
-	exprs := map[string]string{}
-	for _, g := range groups {
-		rs, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
-		for _, r := range rs {
-			exprs[r.(map[string]any)["alert"].(string)] = r.(map[string]any)["expr"].(string)
-		}
+	caseOf := func(rule map[string]any) valueCase {
+		rule["enabled"], rule["labels"] = true, map[string]any{"release": "prometheus"}
+		return valueCase{name: "alerts", release: "grid", namespace: "grid-alerts", values: map[string]any{
+			"namespaces": []string{"gateways-alerts"},
+			"metrics":    map[string]any{"prometheusRule": rule},
+		}}
 	}
-	assert.Equal(t, `grid_site_identity_expiry_timestamp_seconds{namespace="grid-alerts"} - time() < 14 * 86400`, exprs["GridSiteCertificateExpiringSoon"])
-	assert.Contains(t, exprs["GridSiteCertificateRenewalFailing"], `result=~"refused|failed|expired"`)
-	assert.Equal(t, "prometheus", rules[0].GetLabels()["release"])
+	exprsOf := func(rendered string) (map[string]string, *unstructured.Unstructured) {
+		rules := ofKind(objects(t, rendered), "PrometheusRule")
+		require.Len(t, rules, 1)
+		groups, _, _ := unstructured.NestedSlice(rules[0].Object, "spec", "groups")
+		exprs := map[string]string{}
+		for _, g := range groups {
+			rs, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+			for _, r := range rs {
+				exprs[r.(map[string]any)["alert"].(string)] = r.(map[string]any)["expr"].(string)
+			}
+		}
+		return exprs, rules[0]
+	}
+	vc := caseOf(map[string]any{})
+	rendered := render(t, agentChart, vc)
+	exprs, rule := exprsOf(rendered)
+	assert.Equal(t, `grid_site_identity_expiry_timestamp_seconds{namespace="grid-alerts"} - time() < 6 * 3600`, exprs["GridSiteCertificateExpiringSoon"])
+	assert.Equal(t, `increase(grid_site_identity_rotations_total{namespace="grid-alerts", result=~"refused|failed|expired"}[10m]) > 0`, exprs["GridSiteCertificateRenewalFailing"])
+	assert.Equal(t, "prometheus", rule.GetLabels()["release"])
+	for want, rule := range map[string]map[string]any{
+		"12 * 3600":  {"certificateExpiryHours": 12},
+		"336 * 3600": {"certificateExpiryDays": 14},
+		"48 * 3600":  {"certificateExpiryDays": 2, "certificateExpiryHours": 12},
+	} {
+		exprs, _ := exprsOf(render(t, agentChart, caseOf(rule)))
+		assert.Equal(t, `grid_site_identity_expiry_timestamp_seconds{namespace="grid-alerts"} - time() < `+want, exprs["GridSiteCertificateExpiringSoon"], "%v", rule)
+	}
 	installMonitoringCRDs(t)
 	applyRendered(t, adminClient(t), vc, rendered)
 	for _, o := range ofKind(objects(t, render(t, agentChart, agentCases[0])), "PrometheusRule") {

@@ -7,6 +7,7 @@ package sitetrust
 
 import (
 	"bytes"
+	"cmp"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -43,8 +44,14 @@ const sitePath = "/site/"
 const (
 	// CALifetime is how long a generated grid CA is valid.
 	CALifetime = 10 * 365 * 24 * time.Hour
-	// DefaultSiteLifetime is how long an issued site certificate is valid.
-	DefaultSiteLifetime = 90 * 24 * time.Hour
+	// DefaultSiteLifetime is how long an issued site certificate is valid
+	// unless said otherwise: a day, renewed with a third (8 h) left, so
+	// that a site no longer renewed drops out of the grid within hours.
+	DefaultSiteLifetime = 24 * time.Hour
+	// PinnedSiteLifetime is the default in a network whose sites pin each
+	// other's certificates: a pin is the leaf's SHA-256, which every
+	// renewal changes, so the pins would have to follow a daily renewal.
+	PinnedSiteLifetime = 90 * 24 * time.Hour
 	// maxBackdate covers clocks a little behind the issuer's.
 	maxBackdate = time.Minute
 	// MaxPEMBytes bounds any PEM the agent parses (a CA bundle, a chain).
@@ -105,6 +112,17 @@ type CA struct {
 	// site (zero: none): after a lifted eviction, what is issued must be
 	// told apart from what the site held before it.
 	IssueFloor func(site string) time.Time
+	// SiteLifetime is the lifetime of a site certificate issued with none
+	// asked for (0); DefaultSiteLifetime when it is 0 too.
+	SiteLifetime time.Duration
+}
+
+// WithSiteLifetime is a copy of the CA whose certificates issued with no
+// lifetime asked for live d.
+func (ca *CA) WithSiteLifetime(d time.Duration) *CA {
+	c := *ca
+	c.SiteLifetime = d
+	return &c
 }
 
 // NewCA generates a grid CA (ECDSA P-256): its certificate and key, PEM.
@@ -182,7 +200,8 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 // site name, one SPIFFE URI SAN whose path segment is the site name, and
 // the DNS SAN <site>.grid.internal. Every field of the subject is the
 // CA's choice. It returns the chain (leaf then CA) and the new key, PEM.
-// The leaf never outlives the CA.
+// The leaf never outlives the CA; a lifetime of 0 is the CA's
+// SiteLifetime.
 func (ca *CA) Issue(site string, now time.Time, lifetime time.Duration) (chainPEM, keyPEM []byte, err error) {
 	tmpl, err := ca.siteTemplate(site, now, lifetime)
 	if err != nil {
@@ -220,6 +239,9 @@ func (ca *CA) IssueFor(site string, pub crypto.PublicKey, now time.Time, lifetim
 func (ca *CA) siteTemplate(site string, now time.Time, lifetime time.Duration) (*x509.Certificate, error) {
 	if err := ValidSiteName(site); err != nil {
 		return nil, err
+	}
+	if lifetime <= 0 {
+		lifetime = cmp.Or(ca.SiteLifetime, DefaultSiteLifetime)
 	}
 	id, err := url.Parse(SPIFFEID(site))
 	if err != nil {

@@ -114,6 +114,30 @@ func TestReissueReasons(t *testing.T) {
 	assert.Contains(t, ReissueReason(held, ca.Cert, "east", held.Leaf.NotAfter.Add(time.Second)), "not valid")
 }
 
+// A certificate issued with no lifetime asked for lives the CA's
+// SiteLifetime, a day when the CA has none; one asked for wins. A day's
+// certificate is renewed with a third of it, 8 h, left.
+func TestTheLifetimeOfACertificateWithNoneAskedFor(t *testing.T) {
+	now := time.Now()
+	ca := newTestCA(t, now)
+	life := func(ca *CA, asked time.Duration) (time.Duration, time.Duration) {
+		chain, err := ca.IssueFor("east", ca.Cert.PublicKey, now, asked)
+		require.NoError(t, err)
+		certs, err := ParseCertificates(chain)
+		require.NoError(t, err)
+		return certs[0].NotAfter.Sub(now), certs[0].NotAfter.Sub(RenewAt(certs[0]))
+	}
+	got, left := life(ca, 0)
+	assert.Equal(t, 24*time.Hour, got.Round(time.Minute))
+	assert.Equal(t, 8*time.Hour, left.Round(time.Minute), "a third of the day left (and of the minute it is backdated)")
+	pinned := ca.WithSiteLifetime(PinnedSiteLifetime)
+	got, _ = life(pinned, 0)
+	assert.Equal(t, 90*24*time.Hour, got.Round(time.Minute))
+	got, _ = life(pinned, time.Hour)
+	assert.Equal(t, time.Hour, got.Round(time.Minute), "the lifetime asked for wins")
+	assert.Zero(t, ca.SiteLifetime, "WithSiteLifetime copies")
+}
+
 func TestParseRefusesWhatIsNotACertificateOrCA(t *testing.T) {
 	now := time.Now()
 	ca := newTestCA(t, now)

@@ -78,12 +78,17 @@ type Config struct {
 
 	// SiteName is this site's name.
 	SiteName string
-	// SiteCertLifetime is how long an issued site certificate is valid.
+	// SiteCertLifetime is how long an issued site certificate is valid;
+	// 0 goes by the network (membership.SiteLifetime).
 	SiteCertLifetime time.Duration
 	// SiteProbeInterval is how often each GridSite's gateway is probed.
 	SiteProbeInterval time.Duration
 	// SiteProbeTimeout bounds one probe.
 	SiteProbeTimeout time.Duration
+	// SiteRenewalRetry is the wait after a first failure to obtain the
+	// site certificate; it doubles with each failure in a row up to
+	// SiteRenewalRetryMax.
+	SiteRenewalRetry, SiteRenewalRetryMax time.Duration
 }
 
 // Resync is the next periodic reconcile, jittered so that a thousand

@@ -34,13 +34,11 @@ const (
 	ReasonIdentityExpired         = "IdentityExpired"
 )
 
-// Retries of an enrolment that did not succeed: an issuer that did not
-// answer is asked again soon; one that refused, after the operator has
-// had time to act.
-const (
-	enrolRetryUnreachable = 15 * time.Second
-	enrolRetryRefused     = 2 * time.Minute
-)
+// enrolRetryRefused is the least wait after the issuer refused (but for
+// a refusal that passes by itself, transientRefusal), or before the
+// enrolment token is read again when there is none: time for the
+// operator to act. Other failures are tried again sooner (retryDelay).
+const enrolRetryRefused = 2 * time.Minute
 
 // Rotation results (grid_site_identity_rotations_total{result}), as
 // upstream names them, and enrolled for a site's first certificate.
@@ -102,6 +100,7 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 	}
 	why := reissueWhy(exists, held, heldErr, caCert, site, now)
 	if why == "" {
+		r.retryDone(network.Name)
 		renew := sitetrust.RenewAt(held.Leaf)
 		out.RenewIn = renew.Sub(now)
 		out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateCurrent, Message: fmt.Sprintf("site %s's certificate from issuer %s is valid until %s and is renewed at %s",
@@ -111,8 +110,26 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 	// The current certificate authenticates a renewal while it is valid
 	// under the grid CA; otherwise the token enrols the site afresh.
 	var current *tls.Certificate
+	var notAfter time.Time
+	what := "enrolment"
 	if exists && heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
-		current = &held.Pair
+		current, notAfter, what = &held.Pair, held.Leaf.NotAfter, "renewal"
+	}
+	// After a failure the issuer is asked again in its turn only.
+	if cond, wait, ok := r.retryPending(network, now); ok {
+		out.Condition, out.RenewIn = cond, wait
+		return out
+	}
+	fail := func(cond Condition, result string, floor time.Duration, err error) IdentityOutcome {
+		r.Metrics.IdentityRotations.WithLabelValues(result).Inc()
+		if current == nil && exists && heldErr == nil && !now.Before(held.Leaf.NotAfter) {
+			cond.Reason = ReasonIdentityExpired
+			cond.Message = fmt.Sprintf("site %s's certificate expired at %s and cannot be renewed: %s", site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), cond.Message)
+		}
+		out.Condition, out.RenewIn = r.failed(network, what, cond, floor, notAfter, now)
+		r.Opts.Logger.Warn("site_enrollment_failed", "network", network.Name, "site", site, "issuer", sc.Issuer.Site, "reason", out.Condition.Reason,
+			"retry_in", out.RenewIn.Round(time.Millisecond).String(), "error", err.Error())
+		return out
 	}
 	req := enrol.Request{Network: network.Name, Site: site}
 	if current == nil {
@@ -128,14 +145,11 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 	}
 	key, keyPEM, err := r.pendingKey(ctx, network, exists, secret, held)
 	if err != nil {
-		r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
-		out.Condition, out.RenewIn = Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: the key to be certified could not be kept: %s", at, base.APIFailure(err, "write", "Secret"))}, enrolRetryUnreachable
-		return out
+		return fail(Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: the key to be certified could not be kept: %s", at, base.APIFailure(err, "write", "Secret"))}, rotationFailed, 0, err)
 	}
 	csr, err := enrol.CertificateRequest(key)
 	if err != nil {
-		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}
-		return out
+		return fail(Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}, rotationFailed, 0, err)
 	}
 	req.CSR = string(csr)
 	roots := x509.NewCertPool()
@@ -145,35 +159,26 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 	if err != nil {
 		var refused *enrol.RefusedError
 		var unreachable *enrol.UnreachableError
-		kept := ""
-		if current != nil {
-			kept = fmt.Sprintf("; the current certificate stays in use until %s", held.Leaf.NotAfter.UTC().Format(time.RFC3339))
-		}
 		switch {
 		case errors.As(err, &refused):
-			r.Metrics.IdentityRotations.WithLabelValues(rotationRefused).Inc()
-			out.Condition, out.RenewIn = Condition{Reason: ReasonEnrollmentRefused, Message: fmt.Sprintf("issuer %s refused: %s%s", sc.Issuer.Site, refused.Message, kept)}, enrolRetryRefused
+			floor := enrolRetryRefused
+			if transientRefusal(refused.Reason) {
+				floor = 0
+			}
+			return fail(Condition{Reason: ReasonEnrollmentRefused, Message: fmt.Sprintf("issuer %s refused: %s", sc.Issuer.Site, refused.Message)}, rotationRefused, floor, err)
 		case errors.As(err, &unreachable):
-			r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
-			out.Condition, out.RenewIn = Condition{Reason: ReasonIssuerUnreachable, Message: err.Error() + kept}, enrolRetryUnreachable
+			return fail(Condition{Reason: ReasonIssuerUnreachable, Message: err.Error()}, rotationFailed, 0, err)
 		default:
-			r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
-			out.Condition, out.RenewIn = Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error() + kept}, enrolRetryUnreachable
+			return fail(Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}, rotationFailed, 0, err)
 		}
-		if current == nil && exists && heldErr == nil && !now.Before(held.Leaf.NotAfter) {
-			out.Condition.Reason = ReasonIdentityExpired
-			out.Condition.Message = fmt.Sprintf("site %s's certificate expired at %s and cannot be renewed: %s", site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), out.Condition.Message)
-		}
-		r.Opts.Logger.Warn("site_enrollment_failed", "network", network.Name, "site", site, "issuer", sc.Issuer.Site, "reason", out.Condition.Reason, "error", err.Error())
-		return out
 	}
 	// The certificate and its key replace the current pair, and the
 	// pending key goes, in one write: until it succeeds the pending key
 	// stays, and the next attempt asks again for it.
 	if err := r.writeSiteSecret(ctx, network, exists, secret, chain, keyPEM, caCert); err != nil {
-		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}
-		return out
+		return fail(Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}, rotationFailed, 0, err)
 	}
+	r.retryDone(network.Name)
 	issued, err := sitetrust.ParseHeld(chain, keyPEM)
 	if err != nil {
 		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}
@@ -290,7 +295,8 @@ func (r *Identity) enrollmentToken(ctx context.Context, sc *v1alpha1.SiteCertifi
 // sites whose renewal and enrolment it refuses (refuseRenewal, and the
 // sites its trust bundle evicts). What it issues to a site whose eviction
 // was lifted starts after the eviction, so that only certificates issued
-// since readmit it. It reads the GridNetwork and the CA Secret uncached,
+// since readmit it; what it issues lives as the network's certificates
+// do (SiteLifetime). It reads the GridNetwork and the CA Secret uncached,
 // by name.
 func EnrolmentAuthority(api client.Reader, book *bundle.Book) enrol.CA {
 	return authority{api: api, book: book}
@@ -317,6 +323,9 @@ func (a authority) Authority(ctx context.Context, name string) (*sitetrust.CA, [
 	held := a.book.Bundle(name)
 	refused = append(refused, held.EvictedSites()...)
 	ca.IssueFloor = held.IssueFloor
+	// What an enrolment or renewal is issued for when the enrolment
+	// server is given no lifetime of its own: the network's.
+	ca.SiteLifetime = SiteLifetime(&network, 0)
 	return ca, refused, nil
 }
 

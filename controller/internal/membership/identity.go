@@ -60,6 +60,8 @@ const (
 type Identity struct {
 	*base.Env
 	Trust *trustmaterial.Cache
+	// retries are the networks whose last attempt failed.
+	retries retries
 }
 
 // Condition is a condition's verdict, reason and message, as a stage
@@ -186,6 +188,7 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 	}
 	why := reissueWhy(exists, held, heldErr, caCert, site, now)
 	if why == "" {
+		r.retryDone(network.Name)
 		renew := sitetrust.RenewAt(held.Leaf)
 		out.RenewIn = renew.Sub(now)
 		out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateCurrent, Message: fmt.Sprintf("site %s's certificate is valid until %s and is renewed at %s",
@@ -207,16 +210,30 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 		out.Condition = Condition{Reason: ReasonSiteSecretConflict, Message: fmt.Sprintf("%s: issued for GridNetwork %s from another grid CA; give each network its own site Secret, or both the same grid CA", at, holder)}
 		return out
 	}
-	chain, key, err := ca.Issue(site, now, r.Opts.SiteCertLifetime)
+	// After a failure the certificate is issued again in its turn only.
+	if cond, wait, ok := r.retryPending(network, now); ok {
+		out.Condition, out.RenewIn = cond, wait
+		return out
+	}
+	var notAfter time.Time
+	what := "issuing"
+	if exists && heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
+		notAfter, what = held.Leaf.NotAfter, "renewal"
+	}
+	chain, key, err := ca.Issue(site, now, SiteLifetime(network, r.Opts.SiteCertLifetime))
 	if err != nil {
-		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: issuing failed: %v", at, err)}
+		r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
+		out.Condition, out.RenewIn = r.failed(network, what, Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: issuing failed: %v", at, err)}, 0, notAfter, now)
 		return out
 	}
 	if err := r.writeSiteSecret(ctx, network, exists, &secret, chain, key, caCert); err != nil {
-		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}
-		r.Opts.Logger.Error("site_certificate_not_written", "network", network.Name, "secret", ref.Namespace+"/"+ref.Name, "error", err.Error())
+		r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
+		out.Condition, out.RenewIn = r.failed(network, what, Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}, 0, notAfter, now)
+		r.Opts.Logger.Error("site_certificate_not_written", "network", network.Name, "secret", ref.Namespace+"/"+ref.Name,
+			"retry_in", out.RenewIn.Round(time.Millisecond).String(), "error", err.Error())
 		return out
 	}
+	r.retryDone(network.Name)
 	issued, err := sitetrust.ParseHeld(chain, key)
 	if err != nil {
 		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}

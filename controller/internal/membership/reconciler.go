@@ -180,6 +180,7 @@ func keyRetryIf(failed bool) time.Duration {
 // forget has this site leave a deleted network.
 func (r *Reconciler) forget(name string) {
 	r.Member.Forget(name)
+	r.Identity.retryDone(name)
 	r.Trust.Forget(name)
 	r.Locals.Forget(name)
 	r.mu.Lock()
