@@ -117,14 +117,6 @@ type CA struct {
 	SiteLifetime time.Duration
 }
 
-// WithSiteLifetime is a copy of the CA whose certificates issued with no
-// lifetime asked for live d.
-func (ca *CA) WithSiteLifetime(d time.Duration) *CA {
-	c := *ca
-	c.SiteLifetime = d
-	return &c
-}
-
 // NewCA generates a grid CA (ECDSA P-256): its certificate and key, PEM.
 // It may sign leaves only (path length zero).
 func NewCA(now time.Time, lifetime time.Duration) (certPEM, keyPEM []byte, err error) {
