@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +48,9 @@ type testIssuer struct {
 	// and recorded, the answer kept in lost and the connection cut, as an
 	// answer lost on the network is.
 	dropRenewals int
-	lost         [][]byte
+	// dropEnrolments is dropRenewals for enrolments.
+	dropEnrolments int
+	lost           [][]byte
 	// down cuts every connection before anything is answered, as an
 	// issuer that is down does; the requests it cut are at attempts.
 	down     bool
@@ -77,9 +80,12 @@ func (i *testIssuer) serve(srv http.Handler) http.Handler {
 			i.mu.Unlock()
 			panic(http.ErrAbortHandler)
 		}
-		drop := r.URL.Path == enrol.RenewPath && i.dropRenewals > 0
-		if drop {
+		drop := r.URL.Path == enrol.RenewPath && i.dropRenewals > 0 || r.URL.Path == enrol.EnrollPath && i.dropEnrolments > 0
+		switch {
+		case drop && r.URL.Path == enrol.RenewPath:
 			i.dropRenewals--
+		case drop:
+			i.dropEnrolments--
 		}
 		i.mu.Unlock()
 		if !drop {
@@ -303,6 +309,59 @@ func TestARenewalWhoseAnswerIsLostIsRetried(t *testing.T) {
 
 	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "failed"), "the lost answer was a failed rotation")
 	assert.Positive(t, counterOf(t, reg, "grid_site_identity_rotations_total", "rotated"))
+}
+
+// A first enrolment whose answer is lost: the token is spent and the name
+// registered under the key asked for. The site keeps that key (it has no
+// Secret to keep it in yet) and, once its operator gives it a new token,
+// asks again for the same key, which the issuer's register answers; a
+// new key would be refused until the issuer's operator released the
+// name.
+func TestAFirstEnrolmentWhoseAnswerIsLostAsksAgainForItsKey(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("site-cert")
+	issuer := startIssuer(t, e, time.Hour)
+	network, _ := enrollingNetwork(t, e, issuer)
+	issuer.mu.Lock()
+	issuer.dropEnrolments = 1
+	issuer.mu.Unlock()
+	e.create(network)
+	e.startAgent(withSiteTrust("site-a", time.Hour, time.Second))
+
+	identity := func() string {
+		var n v1alpha1.GridNetwork
+		_ = e.admin.Get(e.ctx, types.NamespacedName{Name: network.Name}, &n)
+		c := condition(&n, controller.ConditionSiteIdentity)
+		return c.Reason + ": " + c.Message
+	}
+	e.eventually("the enrolment's answer lost, and its token refused again", func() (bool, string) {
+		r := identity()
+		return strings.Contains(r, "used already"), r
+	})
+	issuer.mu.Lock()
+	require.Len(t, issuer.lost, 1, "the first enrolment was issued and its answer lost")
+	var lostAnswer enrol.Response
+	require.NoError(t, json.Unmarshal(issuer.lost[0], &lostAnswer))
+	issuer.mu.Unlock()
+	lostCerts, err := sitetrust.ParseCertificates([]byte(lostAnswer.Chain))
+	require.NoError(t, err)
+
+	// The site's operator asks the issuer's for a new token.
+	token, err := issuer.tokens.Add(e.ctx, network.Name, "site-a", time.Hour, time.Now())
+	require.NoError(t, err)
+	var tokenSecret corev1.Secret
+	require.NoError(t, e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.credNS, Name: "enrol-token"}, &tokenSecret))
+	tokenSecret.Data["token"] = []byte(token)
+	require.NoError(t, e.admin.Update(e.ctx, &tokenSecret))
+	e.eventually("the site certificate enrolled", func() (bool, string) {
+		d := e.secretData("site-cert")
+		return len(d["tls.key"]) > 0, identity()
+	})
+	d := e.secretData("site-cert")
+	held, err := sitetrust.ParseHeld(d["tls.crt"], d["tls.key"])
+	require.NoError(t, err)
+	assert.Equal(t, lostCerts[0].RawSubjectPublicKeyInfo, held.Leaf.RawSubjectPublicKeyInfo, "the retry asked for the key of the lost enrolment")
 }
 
 // The issuer is down (it cuts every connection) when the site's renewal

@@ -86,6 +86,16 @@ const (
 // upstream's relay does.
 const PollMaxBytes = signalcollect.PollMaxBytes
 
+// ConditionEvictions is the network's condition on its trust bundle: the
+// sites its issuer evicted; these are its reasons.
+const (
+	ConditionEvictions       = membership.ConditionEvictions
+	ReasonNoEvictions        = membership.ReasonNoEvictions
+	ReasonEvictionsCurrent   = membership.ReasonEvictionsCurrent
+	ReasonEvictionsUnsigned  = membership.ReasonEvictionsUnsigned
+	ReasonEvictionsNotIssuer = membership.ReasonEvictionsNotHere
+)
+
 // ConditionSiteIdentity is the network's condition on this site's
 // certificate; these are its reasons.
 const (

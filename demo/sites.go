@@ -253,7 +253,7 @@ func secondSite(ctx context.Context, eastCP *controlplane.ControlPlane, east cli
 		return stop, err
 	}
 	fmt.Printf("    east's gateway keeps west-edge's routes, marked not fresh: %s\n", strings.Join(siteCandidates(output, "west-edge", false), ", "))
-	return stop, nil
+	return stop, evictWest(ctx, east, work, binDir, output)
 }
 
 func withModels(p *v1alpha1.InferenceProvider, models ...string) *v1alpha1.InferenceProvider {

@@ -179,6 +179,7 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 		return fail(Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}, rotationFailed, 0, err)
 	}
 	r.retryDone(network.Name)
+	r.firstKeys.forget(network.Name)
 	issued, err := sitetrust.ParseHeld(chain, keyPEM)
 	if err != nil {
 		out.Condition = Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}
@@ -217,30 +218,50 @@ const keyPendingData = "pending.key"
 // end with its certificate written, or else a new one, kept there before
 // it is sent. A kept key that does not parse, is not of a kind accepted,
 // or is the current certificate's own is replaced. Without a site Secret
-// (a first enrolment) the key is not kept: a retry of an enrolment needs
-// a new token whatever key it asks for, and the Secret is created, of
-// type kubernetes.io/tls, with the certificate. The key is never logged.
+// (a first enrolment) the key is kept in memory until the Secret is
+// written: the issuer's register answers a second enrolment of the name
+// for that key only (with a new token), and the Secret is created, of
+// type kubernetes.io/tls, with the certificate. An agent restarted in
+// between asks for a new key, which the issuer's operator must allow by
+// releasing the name. The key is never logged.
 func (r *Identity) pendingKey(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, secret *corev1.Secret, held *sitetrust.Held) (crypto.Signer, []byte, error) {
 	if exists {
+		r.firstKeys.forget(network.Name)
 		if key, ok := usablePendingKey(secret.Data[keyPendingData], held); ok {
 			return key, secret.Data[keyPendingData], nil
 		}
-	}
-	key, _, err := enrol.NewKey()
-	if err != nil {
-		return nil, nil, err
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-	if exists {
+		keyPEM, err := newKeyPEM()
+		if err != nil {
+			return nil, nil, err
+		}
 		if err := r.keepPendingKey(ctx, network, secret, keyPEM); err != nil {
 			return nil, nil, err
 		}
+		key, _ := usablePendingKey(keyPEM, nil)
+		return key, keyPEM, nil
+	}
+	keyPEM, err := r.firstKeys.take(network.Name, newKeyPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, ok := usablePendingKey(keyPEM, nil)
+	if !ok {
+		return nil, nil, errors.New("the first enrolment's key does not parse")
 	}
 	return key, keyPEM, nil
+}
+
+// newKeyPEM is a new site key, PKCS #8 PEM.
+func newKeyPEM() ([]byte, error) {
+	key, _, err := enrol.NewKey()
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
 // usablePendingKey parses a kept pending key: a PKCS #8 private key of a

@@ -14,6 +14,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,41 @@ type Identity struct {
 	Trust *trustmaterial.Cache
 	// retries are the networks whose last attempt failed.
 	retries retries
+	// firstKeys are the keys of first enrolments not yet written, by
+	// network: with no site Secret to keep it in, a first enrolment keeps
+	// its key here, so that its retry (an answer lost, a Secret not
+	// written) asks again for the key the issuer's register holds for
+	// the name, and is answered.
+	firstKeys firstKeys
+}
+
+type firstKeys struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+// take is the kept first-enrolment key of network, or newKey's, kept.
+func (k *firstKeys) take(network string, newKey func() ([]byte, error)) ([]byte, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if keyPEM, ok := k.m[network]; ok {
+		return keyPEM, nil
+	}
+	keyPEM, err := newKey()
+	if err != nil {
+		return nil, err
+	}
+	if k.m == nil {
+		k.m = map[string][]byte{}
+	}
+	k.m[network] = keyPEM
+	return keyPEM, nil
+}
+
+func (k *firstKeys) forget(network string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, network)
 }
 
 // Condition is a condition's verdict, reason and message, as a stage
