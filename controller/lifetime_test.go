@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -58,18 +59,21 @@ func TestSiteCertificatesLiveByTheNetworksPeerTrust(t *testing.T) {
 		roots := x509.NewCertPool()
 		roots.AddCert(ca.Cert)
 		tokens := &enrol.Tokens{API: e.admin, Namespace: e.credNS, Name: "tokens-" + mode}
-		for _, set := range []time.Duration{0, 36 * time.Hour} {
+		for i, set := range []time.Duration{0, 36 * time.Hour} {
+			// A name of its own each time: the register enrols a name under
+			// one key.
+			site := fmt.Sprintf("site-b%d", i)
 			srv, err := enrol.NewServer(controller.EnrolmentAuthority(e.admin, nil), tokens, set, slog.New(slog.DiscardHandler), nil)
 			require.NoError(t, err)
 			addr := serveEnrolment(t, ca, srv)
-			token, err := tokens.Add(e.ctx, n.Name, "site-b", time.Hour, time.Now())
+			token, err := tokens.Add(e.ctx, n.Name, site, time.Hour, time.Now())
 			require.NoError(t, err)
 			key, _, err := enrol.NewKey()
 			require.NoError(t, err)
 			csr, err := enrol.CertificateRequest(key)
 			require.NoError(t, err)
 			chain, err := (&enrol.Client{}).Request(e.ctx, enrol.Issuer{Address: addr, Site: "site-hub"}, roots,
-				enrol.Request{Network: n.Name, Site: "site-b", Token: token, CSR: string(csr)}, nil, key)
+				enrol.Request{Network: n.Name, Site: site, Token: token, CSR: string(csr)}, nil, key)
 			require.NoError(t, err)
 			expected := want[mode]
 			if set > 0 {

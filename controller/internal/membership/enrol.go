@@ -115,8 +115,19 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 	if exists && heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
 		current, notAfter, what = &held.Pair, held.Leaf.NotAfter, "renewal"
 	}
+	// An enrolment needs the token the issuer's operator gave; a new one
+	// is tried at once, whatever the last failure's turn.
+	token := ""
+	if current == nil {
+		t, cond := r.enrollmentToken(ctx, sc)
+		if cond != nil {
+			out.Condition, out.RenewIn = *cond, enrolRetryRefused
+			return out
+		}
+		token = t
+	}
 	// After a failure the issuer is asked again in its turn only.
-	if cond, wait, ok := r.retryPending(network, now); ok {
+	if cond, wait, ok := r.retryPending(network, token, now); ok {
 		out.Condition, out.RenewIn = cond, wait
 		return out
 	}
@@ -127,21 +138,14 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 			cond.Message = fmt.Sprintf("site %s's certificate expired at %s and cannot be renewed: %s", site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), cond.Message)
 		}
 		out.Condition, out.RenewIn = r.failed(network, what, cond, floor, notAfter, now)
+		r.retriedWith(network.Name, token)
 		r.Opts.Logger.Warn("site_enrollment_failed", "network", network.Name, "site", site, "issuer", sc.Issuer.Site, "reason", out.Condition.Reason,
 			"retry_in", out.RenewIn.Round(time.Millisecond).String(), "error", err.Error())
 		return out
 	}
-	req := enrol.Request{Network: network.Name, Site: site}
-	if current == nil {
-		if exists && heldErr == nil && !now.Before(held.Leaf.NotAfter) {
-			r.Metrics.IdentityRotations.WithLabelValues(rotationExpired).Inc()
-		}
-		token, cond := r.enrollmentToken(ctx, sc)
-		if cond != nil {
-			out.Condition, out.RenewIn = *cond, enrolRetryRefused
-			return out
-		}
-		req.Token = token
+	req := enrol.Request{Network: network.Name, Site: site, Token: token}
+	if current == nil && exists && heldErr == nil && !now.Before(held.Leaf.NotAfter) {
+		r.Metrics.IdentityRotations.WithLabelValues(rotationExpired).Inc()
 	}
 	key, keyPEM, err := r.pendingKey(ctx, network, exists, secret, held)
 	if err != nil {

@@ -247,7 +247,7 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 		return out
 	}
 	// After a failure the certificate is issued again in its turn only.
-	if cond, wait, ok := r.retryPending(network, now); ok {
+	if cond, wait, ok := r.retryPending(network, "", now); ok {
 		out.Condition, out.RenewIn = cond, wait
 		return out
 	}

@@ -1,6 +1,8 @@
 package membership
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -35,6 +37,9 @@ type retry struct {
 	// address say, is tried at once).
 	next       time.Time
 	generation int64
+	// token is a digest of the enrolment token the last attempt used: a
+	// new one (the operator gave the site another) is tried at once.
+	token string
 	// cond is what the last failure said, reported unchanged until the
 	// next attempt.
 	cond Condition
@@ -48,14 +53,32 @@ var failingReasons = []string{ReasonEnrollmentRefused, ReasonIssuerUnreachable, 
 // retryPending is the condition the last failed attempt said and how
 // long until the next may be made; ok is false when an attempt may be
 // made now.
-func (r *Identity) retryPending(network *v1alpha1.GridNetwork, now time.Time) (Condition, time.Duration, bool) {
+func (r *Identity) retryPending(network *v1alpha1.GridNetwork, token string, now time.Time) (Condition, time.Duration, bool) {
 	r.retries.mu.Lock()
 	defer r.retries.mu.Unlock()
 	f := r.retries.m[network.Name]
-	if f == nil || f.generation != network.Generation || !now.Before(f.next) {
+	if f == nil || f.generation != network.Generation || f.token != tokenDigest(token) || !now.Before(f.next) {
 		return Condition{}, 0, false
 	}
 	return f.cond, f.next.Sub(now), true
+}
+
+// retriedWith notes the enrolment token the failed attempt used.
+func (r *Identity) retriedWith(network, token string) {
+	r.retries.mu.Lock()
+	defer r.retries.mu.Unlock()
+	if f := r.retries.m[network]; f != nil {
+		f.token = tokenDigest(token)
+	}
+}
+
+// tokenDigest identifies a token without keeping it ("" for none).
+func tokenDigest(token string) string {
+	if token == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:8])
 }
 
 // retryDone forgets a network's failures: its certificate was obtained,

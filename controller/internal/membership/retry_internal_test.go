@@ -48,24 +48,31 @@ func TestFailedAttemptsWaitTheirTurn(t *testing.T) {
 		LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
 	expiry := now.Add(8 * time.Hour)
 
-	_, _, pending := r.retryPending(network, now)
+	_, _, pending := r.retryPending(network, "", now)
 	assert.False(t, pending, "nothing failed yet")
 	cond, wait := r.failed(network, "renewal", Condition{Reason: ReasonIssuerUnreachable, Message: "issuer down"}, 0, expiry, now)
 	assert.Equal(t, "issuer down; the current certificate stays in use until 2030-01-02T11:04:05Z; renewal failing since 2030-01-02T02:04:05Z, tried again at most 5m0s apart", cond.Message)
 	assert.InDelta(t, 10*time.Second, wait, float64(2500*time.Millisecond))
 
-	held, left, pending := r.retryPending(network, now.Add(wait/2))
+	held, left, pending := r.retryPending(network, "", now.Add(wait/2))
 	assert.True(t, pending)
 	assert.Equal(t, cond, held, "the same condition, no status written")
 	assert.Equal(t, wait-wait/2, left)
-	_, _, pending = r.retryPending(network, now.Add(wait))
+	_, _, pending = r.retryPending(network, "", now.Add(wait))
 	assert.False(t, pending, "its turn")
 	network.Generation++
-	_, _, pending = r.retryPending(network, now)
+	_, _, pending = r.retryPending(network, "", now)
 	assert.False(t, pending, "a changed spec is tried at once")
 
 	_, second := r.failed(network, "renewal", Condition{Message: "issuer down"}, 0, expiry, now.Add(wait))
 	assert.InDelta(t, 20*time.Second, second, float64(5*time.Second), "doubled")
+	r.retryDone("net")
+	r.failed(network, "enrolment", Condition{Reason: ReasonEnrollmentRefused, Message: "token used"}, 2*time.Minute, time.Time{}, now)
+	r.retriedWith("net", "gst_old")
+	_, _, pending = r.retryPending(network, "gst_old", now.Add(time.Second))
+	assert.True(t, pending, "the same token waits its turn")
+	_, _, pending = r.retryPending(network, "gst_new", now.Add(time.Second))
+	assert.False(t, pending, "a new token is tried at once")
 	r.retryDone("net")
 	network.Status.Conditions = nil
 	cond, _ = r.failed(network, "enrolment", Condition{Message: "issuer down"}, 0, time.Time{}, now)
