@@ -529,6 +529,67 @@ type TrustBundleStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=262144
 	Signed []byte `json:"signed,omitempty"`
+	// Chain are the bundles, oldest first, that changed the grid CAs the
+	// network trusts since the CA this site is configured with (a CA
+	// rotation): at start the site follows them from its configured CA
+	// before it takes the newest.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	Chain [][]byte `json:"chain,omitempty"`
+	// Roots are the SHA-256 fingerprints of the grid CAs the network
+	// trusts now, when its trust bundle names them (a CA rotation).
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=4
+	Roots []string `json:"roots,omitempty"`
+	// Rotation is the issuer's account of a grid CA rotation under way.
+	//
+	// +optional
+	Rotation *CARotationStatus `json:"rotation,omitempty"`
+}
+
+// Stages of a rotation of the grid CA (status.trustBundle.rotation.stage).
+const (
+	// CARotationAdded: a new CA is trusted beside the one that issues.
+	CARotationAdded = "Added"
+	// CARotationIssuing: the new CA issues; the old one is still trusted.
+	CARotationIssuing = "Issuing"
+	// CARotationRetired: the new CA alone.
+	CARotationRetired = "Retired"
+)
+
+// CARotationStatus is where a grid CA rotation stands, as the issuer sees
+// it.
+type CARotationStatus struct {
+	// Stage is Added (the new CA trusted beside the old one, the old
+	// still issuing), Issuing (the new CA issues, the old one still
+	// trusted) or Retired (the new CA alone).
+	//
+	// +optional
+	Stage string `json:"stage,omitempty"`
+	// NewCA is the SHA-256 fingerprint of the new CA.
+	//
+	// +optional
+	NewCA string `json:"newCA,omitempty"`
+	// Since is when the stage began here.
+	//
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// Sites counts the sites of the network this site knows, itself
+	// included.
+	//
+	// +optional
+	Sites int32 `json:"sites"`
+	// SitesTrustingNewCA counts those that hold a bundle naming the new
+	// CA (they accept its certificates).
+	//
+	// +optional
+	SitesTrustingNewCA int32 `json:"sitesTrustingNewCA"`
+	// SitesOnNewCA counts those whose certificate the new CA issued.
+	//
+	// +optional
+	SitesOnNewCA int32 `json:"sitesOnNewCA"`
 }
 
 type GridNetworkStatus struct {

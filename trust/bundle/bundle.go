@@ -22,16 +22,21 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gridsync/gridsync/shared/keypolicy"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // Bounds of a signed bundle, checked before it is parsed: a network lists
 // at most MaxEvictions sites (spec.tls.siteCertificate.evictedSites holds
-// 512; lifted evictions are kept beside them).
+// 512; lifted evictions are kept beside them), trusts at most MaxRoots grid
+// CAs at once (two during a rotation), and a bundle carries a signature of
+// each CA the issuer holds.
 const (
 	MaxEvictions  = 1024
+	MaxRoots      = 4
 	MaxSignedSize = 128 << 10
 	maxSigBytes   = 1 << 10
+	maxRootBytes  = 8 << 10
 )
 
 // signingContext starts the signed bytes, so that a bundle's signature can
@@ -50,6 +55,14 @@ type Bundle struct {
 	// Evictions are the sites evicted, and those whose eviction was
 	// lifted, by site name.
 	Evictions []Eviction `json:"evictions,omitempty"`
+	// Roots are the grid CA certificates (DER) the network trusts, once
+	// its issuer has rotated its CA (empty: the CA each site is
+	// configured with). A bundle that changes them is signed by a CA the
+	// sites already trust, so trust passes from the old CA to the new.
+	Roots [][]byte `json:"roots,omitempty"`
+	// Issuing is the SHA-256 (hex) of the CA certificate the issuer
+	// issues from: a site whose certificate another CA issued renews now.
+	Issuing string `json:"issuing,omitempty"`
 }
 
 // Eviction is one site's eviction.
@@ -65,11 +78,13 @@ type Eviction struct {
 	Lifted *time.Time `json:"lifted,omitempty"`
 }
 
-// Signed is a bundle as it travels: its canonical encoding and the grid
-// CA's signature over it.
+// Signed is a bundle as it travels: its canonical encoding and the
+// signatures over it of every grid CA the issuer holds (one, or two
+// during a rotation); one that verifies with a CA the receiver trusts is
+// enough.
 type Signed struct {
-	Body []byte `json:"b"`
-	Sig  []byte `json:"s"`
+	Body []byte   `json:"b"`
+	Sigs [][]byte `json:"s"`
 }
 
 // Evicted reports whether the bundle evicts site now (an eviction that
@@ -143,6 +158,12 @@ func (b *Bundle) IssueFloor(site string) time.Time {
 // longer listed is lifted now, the rest keep their times. It returns nil
 // when nothing changes. The version is now, or one above prev's.
 func Next(prev *Bundle, network, issuer string, evicted []string, now time.Time) (*Bundle, error) {
+	return NextWith(prev, network, issuer, evicted, nil, "", now)
+}
+
+// NextWith is Next for an issuer that also names the grid CAs the network
+// trusts and the one it issues from (nil and "": none named).
+func NextWith(prev *Bundle, network, issuer string, evicted []string, roots [][]byte, issuing string, now time.Time) (*Bundle, error) {
 	want := map[string]bool{}
 	for _, s := range evicted {
 		if err := sitetrust.ValidSiteName(s); err != nil {
@@ -151,8 +172,11 @@ func Next(prev *Bundle, network, issuer string, evicted []string, now time.Time)
 		want[s] = true
 	}
 	now = now.UTC().Truncate(time.Second)
-	next := &Bundle{Network: network, Issuer: issuer}
-	changed := prev == nil && len(want) > 0
+	next := &Bundle{Network: network, Issuer: issuer, Roots: roots, Issuing: issuing}
+	changed := prev == nil && (len(want) > 0 || len(roots) > 0)
+	if prev != nil && (prev.Issuing != issuing || !slices.EqualFunc(prev.Roots, roots, bytes.Equal)) {
+		changed = true
+	}
 	held := map[string]bool{}
 	if prev != nil {
 		for _, e := range prev.Evictions {
@@ -199,25 +223,33 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
-// Sign encodes the bundle and signs it with the grid CA's key: ECDSA and
-// RSA over the SHA-256 of the signed bytes, Ed25519 over the bytes.
-func Sign(b *Bundle, key crypto.Signer) ([]byte, error) {
+// Sign encodes the bundle and signs it with each grid CA key given:
+// ECDSA and RSA over the SHA-256 of the signed bytes, Ed25519 over the
+// bytes.
+func Sign(b *Bundle, keys ...crypto.Signer) ([]byte, error) {
+	if len(keys) == 0 {
+		return nil, errors.New("no key to sign the trust bundle with")
+	}
 	body, err := json.Marshal(b)
 	if err != nil {
 		return nil, err
 	}
 	msg := append([]byte(signingContext), body...)
-	var sig []byte
-	if _, ok := key.Public().(ed25519.PublicKey); ok {
-		sig, err = key.Sign(rand.Reader, msg, crypto.Hash(0))
-	} else {
-		digest := sha256.Sum256(msg)
-		sig, err = key.Sign(rand.Reader, digest[:], crypto.SHA256)
+	s := Signed{Body: body}
+	for _, key := range keys {
+		var sig []byte
+		if _, ok := key.Public().(ed25519.PublicKey); ok {
+			sig, err = key.Sign(rand.Reader, msg, crypto.Hash(0))
+		} else {
+			digest := sha256.Sum256(msg)
+			sig, err = key.Sign(rand.Reader, digest[:], crypto.SHA256)
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.Sigs = append(s.Sigs, sig)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(Signed{Body: body, Sig: sig})
+	return json.Marshal(s)
 }
 
 // Errors of Open.
@@ -236,17 +268,27 @@ func Open(signed []byte, network string, roots []*x509.Certificate) (*Bundle, er
 		return nil, ErrTooLarge
 	}
 	var s Signed
-	if err := json.Unmarshal(signed, &s); err != nil || len(s.Body) == 0 || len(s.Sig) == 0 || len(s.Sig) > maxSigBytes {
+	if err := json.Unmarshal(signed, &s); err != nil || len(s.Body) == 0 || len(s.Sigs) == 0 || len(s.Sigs) > MaxRoots {
 		return nil, ErrMalformed
 	}
 	msg := append([]byte(signingContext), s.Body...)
-	if !slices.ContainsFunc(roots, func(c *x509.Certificate) bool { return verify(c.PublicKey, msg, s.Sig) }) {
+	verified := false
+	for _, sig := range s.Sigs {
+		if len(sig) > maxSigBytes {
+			return nil, ErrMalformed
+		}
+		verified = verified || slices.ContainsFunc(roots, func(c *x509.Certificate) bool { return verify(c.PublicKey, msg, sig) })
+	}
+	if !verified {
 		return nil, ErrBadSignature
 	}
 	var b Bundle
 	dec := json.NewDecoder(bytes.NewReader(s.Body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil || len(b.Evictions) > MaxEvictions {
+	if err := dec.Decode(&b); err != nil || len(b.Evictions) > MaxEvictions || len(b.Roots) > MaxRoots {
+		return nil, ErrMalformed
+	}
+	if _, err := b.RootCerts(); err != nil {
 		return nil, ErrMalformed
 	}
 	if b.Network != network {
@@ -272,4 +314,53 @@ func verify(pub any, msg, sig []byte) bool {
 		return ed25519.Verify(k, msg, sig)
 	}
 	return false
+}
+
+// RootCerts are the grid CA certificates the bundle names, parsed: each a
+// CA that signs certificates, with a key keypolicy accepts.
+func (b *Bundle) RootCerts() ([]*x509.Certificate, error) {
+	if b == nil {
+		return nil, nil
+	}
+	out := make([]*x509.Certificate, 0, len(b.Roots))
+	for _, der := range b.Roots {
+		if len(der) > maxRootBytes {
+			return nil, errors.New("a root of the bundle is too large")
+		}
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, err
+		}
+		if !c.IsCA || c.KeyUsage&x509.KeyUsageCertSign == 0 || keypolicy.CheckCertificate(c) != nil {
+			return nil, errors.New("a root of the bundle is not a grid CA")
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// VersionOf is the version a signed bundle says it has, unchecked (0 when
+// it does not parse): what a site claims to hold, for counting only.
+func VersionOf(signed []byte) uint64 {
+	if b := peek(signed); b != nil {
+		return b.Version
+	}
+	return 0
+}
+
+// Peek is a signed bundle that was checked when it was kept (a step of a
+// book's chain), parsed again without its signatures (nil when it does
+// not parse).
+func Peek(signed []byte) *Bundle { return peek(signed) }
+
+func peek(signed []byte) *Bundle {
+	if len(signed) == 0 || len(signed) > MaxSignedSize {
+		return nil
+	}
+	var s Signed
+	var b Bundle
+	if json.Unmarshal(signed, &s) != nil || json.Unmarshal(s.Body, &b) != nil {
+		return nil
+	}
+	return &b
 }

@@ -102,9 +102,11 @@ func TestBookKeepsTheNewestAndTells(t *testing.T) {
 
 	kept, err := book.Offer("prod", s1)
 	require.NoError(t, err)
-	require.False(t, kept, "no roots yet: the network has no grid CA here")
+	require.False(t, kept, "not loaded yet: the network has no grid CA here")
 
-	book.SetRoots("prod", []*x509.Certificate{ca.Cert})
+	require.NoError(t, book.Load("prod", []*x509.Certificate{ca.Cert}, nil, nil))
+	require.Equal(t, []string{"prod"}, told, "loaded")
+	told = nil
 	kept, err = book.Offer("prod", s2)
 	require.NoError(t, err)
 	require.True(t, kept)
@@ -120,4 +122,61 @@ func TestBookKeepsTheNewestAndTells(t *testing.T) {
 	kept, err = book.Offer("prod", []byte("junk"))
 	require.ErrorIs(t, err, ErrMalformed)
 	require.False(t, kept)
+}
+
+// A rotation: the issuer names the old and the new CA, signed by both;
+// then the new alone, signed by the new. A site configured with the old
+// CA follows each step, and so does a site restarted with the old CA that
+// is offered the steps again; a bundle that names a CA nobody trusted
+// before is refused, and so is the last step alone to a site that never
+// saw the first.
+func TestRootsPassFromTheOldCAToTheNew(t *testing.T) {
+	old, next, evil := newCA(t), newCA(t), newCA(t)
+	t0 := time.Now()
+	both, err := NextWith(nil, "prod", "site-a", nil, [][]byte{old.Cert.Raw, next.Cert.Raw}, "new", t0)
+	require.NoError(t, err)
+	s1, err := Sign(both, old.Signer(), next.Signer())
+	require.NoError(t, err)
+	alone, err := NextWith(both, "prod", "site-a", nil, [][]byte{next.Cert.Raw}, "new", t0.Add(time.Minute))
+	require.NoError(t, err)
+	s2, err := Sign(alone, next.Signer())
+	require.NoError(t, err)
+
+	book := NewBook()
+	require.NoError(t, book.Load("prod", []*x509.Certificate{old.Cert}, nil, nil))
+	kept, err := book.Offer("prod", s2)
+	require.ErrorIs(t, err, ErrBadSignature, "the new CA alone is not trusted yet")
+	require.False(t, kept)
+	for _, s := range [][]byte{s1, s2} {
+		kept, err = book.Offer("prod", s)
+		require.NoError(t, err)
+		require.True(t, kept)
+	}
+	require.True(t, sameCerts([]*x509.Certificate{next.Cert}, book.Roots("prod", []*x509.Certificate{old.Cert})), "the old CA retired")
+	require.Len(t, book.Chain("prod"), 2)
+
+	// Restarted with the old CA configured: what it kept, then a bundle
+	// the retired CA signed, arriving by gossip.
+	restarted := NewBook()
+	_, err = restarted.Offer("prod", s2)
+	require.NoError(t, err, "not loaded: ignored")
+	require.NoError(t, restarted.Load("prod", []*x509.Certificate{old.Cert}, book.Chain("prod"), book.Signed("prod")))
+	require.True(t, sameCerts([]*x509.Certificate{next.Cert}, restarted.Roots("prod", []*x509.Certificate{old.Cert})))
+	require.True(t, sameCerts([]*x509.Certificate{evil.Cert}, restarted.Roots("prod", []*x509.Certificate{evil.Cert})), "another configured CA is the operator's word")
+
+	forged, err := NextWith(alone, "prod", "site-a", nil, [][]byte{evil.Cert.Raw}, "evil", t0.Add(2*time.Minute))
+	require.NoError(t, err)
+	sf, err := Sign(forged, evil.Signer())
+	require.NoError(t, err)
+	_, err = book.Offer("prod", sf)
+	require.ErrorIs(t, err, ErrBadSignature)
+	_, err = book.Offer("prod", mustSignWith(t, forged, old))
+	require.ErrorIs(t, err, ErrBadSignature, "the retired CA signs nothing the network trusts")
+}
+
+func mustSignWith(t *testing.T, b *Bundle, ca *sitetrust.CA) []byte {
+	t.Helper()
+	s, err := Sign(b, ca.Signer())
+	require.NoError(t, err)
+	return s
 }

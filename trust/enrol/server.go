@@ -338,6 +338,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind string) (cha
 func checkPresented(ca *sitetrust.CA, network, site string, presented *x509.Certificate, now time.Time) *refusal {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
+	for _, other := range ca.Also {
+		roots.AddCert(other)
+	}
 	if _, err := presented.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return refuse(http.StatusUnauthorized, RefusedIdentity, "the certificate presented is not a current certificate of network %s's grid CA", network)
 	}

@@ -115,6 +115,9 @@ type CA struct {
 	// SiteLifetime is the lifetime of a site certificate issued with none
 	// asked for (0); DefaultSiteLifetime when it is 0 too.
 	SiteLifetime time.Duration
+	// Also are the network's other grid CAs during a rotation: a renewal
+	// may present a certificate of one of them.
+	Also []*x509.Certificate
 }
 
 // NewCA generates a grid CA (ECDSA P-256): its certificate and key, PEM.
