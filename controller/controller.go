@@ -336,6 +336,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 		Written:  base.NewWrittenStatuses(),
 	}
 	trust := trustmaterial.New(mgr.GetAPIReader())
+	trust.Bundles = opts.TrustBundles
 	endpoints := provider.NewEndpoints(shared, opts.ScraperServiceAccount)
 	scraped := provider.NewScrapeStatus(func(name string) {
 		p := &v1alpha1.InferenceProvider{}
@@ -385,7 +386,10 @@ func Setup(mgr manager.Manager, opts Options) error {
 	// A new trust bundle (an eviction signed here, received by gossip or
 	// loaded from a status) is kept in the network's status, and its
 	// GridSites judged again: an evicted site is withdrawn at once.
+	// The grid CAs it names (a rotation of the grid CA) become the
+	// network's trust material, which tells the reconcilers in turn.
 	opts.TrustBundles.Subscribe(func(network string) {
+		trust.BundleChanged(network)
 		send(toMembership)(network)
 		reprobeSites(network)
 	})

@@ -54,7 +54,6 @@ func (r *Runtime) SetIdentity(network string, id sites.Identity) {
 	if !sameRoots {
 		go r.pull()
 		if r.cfg.Trust != nil && !id.Open {
-			r.cfg.Trust.SetRoots(network, id.RootCerts)
 			go r.offerHeldBundles(network)
 		}
 	}
@@ -62,7 +61,8 @@ func (r *Runtime) SetIdentity(network string, id sites.Identity) {
 
 // offerHeldBundles offers the trust bundles the held site records of a
 // network carry: they may have arrived before the network's grid CA
-// loaded, when none could be checked.
+// loaded, or before the site loaded what it kept across a restart, when
+// none was taken.
 func (r *Runtime) offerHeldBundles(network string) {
 	for _, rec := range r.store.All() {
 		if rec.Network == network && rec.Kind == record.KindSite && len(rec.TrustBundle) > 0 {
@@ -248,6 +248,8 @@ func (r *Runtime) followBundle(network string) {
 	if t == nil || t.Open || t.Roots == nil {
 		return
 	}
+	// Bundles held before the network was loaded were not taken then.
+	r.offerHeldBundles(network)
 	now := r.cfg.Now()
 	dropped := false
 	for _, rec := range r.store.All() {

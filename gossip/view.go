@@ -7,6 +7,7 @@ import (
 
 	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/trust/bundle"
 )
 
 func sortView(v *sites.NetworkView) {
@@ -81,6 +82,7 @@ func (r *Runtime) View(network string) sites.NetworkView {
 		switch rec.Kind {
 		case record.KindSite:
 			s.GatewayAddress, s.Region, s.Zone = rec.GatewayAddress, rec.Region, rec.Zone
+			s.TrustBundleVersion = bundle.VersionOf(rec.TrustBundle)
 			switch record.ClassifyPEM(rec.CertPEM) {
 			case record.CertValid:
 				s.CertPEM = rec.CertPEM

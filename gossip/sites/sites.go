@@ -52,6 +52,10 @@ type Site struct {
 	Region, Zone string
 	// Inference: it offers providers in the network.
 	Inference bool
+	// TrustBundleVersion is the version of the network's trust bundle the
+	// site passes on (0: none), as it signed its record: it holds the
+	// grid CAs that bundle names.
+	TrustBundleVersion uint64
 }
 
 // RemoteProvider is a provider record of another site.

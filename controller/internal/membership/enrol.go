@@ -89,7 +89,7 @@ func (r *Identity) gridCACertificate(ctx context.Context, network *v1alpha1.Grid
 // the cluster; the certificate the issuer returns is checked (the grid
 // CA, the site profile for this site, this key) before it is written.
 func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, at string, exists bool, secret *corev1.Secret,
-	held *sitetrust.Held, heldErr error, caCert *x509.Certificate, now time.Time) IdentityOutcome {
+	held *sitetrust.Held, heldErr error, caCert *x509.Certificate, roots []*x509.Certificate, now time.Time) IdentityOutcome {
 	var out IdentityOutcome
 	site := r.Opts.SiteName
 	sc := network.Spec.TLS.SiteCertificate
@@ -105,6 +105,7 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 		out.RenewIn = renew.Sub(now)
 		out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateCurrent, Message: fmt.Sprintf("site %s's certificate from issuer %s is valid until %s and is renewed at %s",
 			site, sc.Issuer.Site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
+		r.keepSiteCAs(ctx, network, secret, roots, &out)
 		return out
 	}
 	// The current certificate authenticates a renewal while it is valid
@@ -112,7 +113,7 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 	var current *tls.Certificate
 	var notAfter time.Time
 	what := "enrolment"
-	if exists && heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
+	if exists && heldErr == nil && now.Before(held.Leaf.NotAfter) && validUnder(held, roots, site) {
 		current, notAfter, what = &held.Pair, held.Leaf.NotAfter, "renewal"
 	}
 	// An enrolment needs the token the issuer's operator gave; a new one
@@ -156,10 +157,12 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 		return fail(Condition{Reason: ReasonSiteCertificateFailed, Message: err.Error()}, rotationFailed, 0, err)
 	}
 	req.CSR = string(csr)
-	roots := x509.NewCertPool()
-	roots.AddCert(caCert)
+	pool := x509.NewCertPool()
+	for _, c := range roots {
+		pool.AddCert(c)
+	}
 	c := enrol.Client{Dial: r.Opts.ProbeDestinations.Dialer(r.Opts.SiteProbeTimeout), Timeout: r.Opts.SiteProbeTimeout}
-	chain, err := c.Request(ctx, enrol.Issuer{Address: sc.Issuer.Address, Site: sc.Issuer.Site}, roots, req, current, key)
+	chain, err := c.Request(ctx, enrol.Issuer{Address: sc.Issuer.Address, Site: sc.Issuer.Site}, pool, req, current, key)
 	if err != nil {
 		var refused *enrol.RefusedError
 		var unreachable *enrol.UnreachableError
@@ -179,7 +182,7 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 	// The certificate and its key replace the current pair, and the
 	// pending key goes, in one write: until it succeeds the pending key
 	// stays, and the next attempt asks again for it.
-	if err := r.writeSiteSecret(ctx, network, exists, secret, chain, keyPEM, caCert); err != nil {
+	if err := r.writeSiteSecret(ctx, network, exists, secret, chain, keyPEM, roots); err != nil {
 		return fail(Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}, rotationFailed, 0, err)
 	}
 	r.retryDone(network.Name)
@@ -354,25 +357,101 @@ func (a authority) Authority(ctx context.Context, name string) (*sitetrust.CA, [
 	return ca, refused, nil
 }
 
+// The CA Secret's keys during a rotation of the grid CA: the new CA beside
+// the one that issues (next.*), then, once the new one issues, the old one
+// beside it (previous.*), until it is retired.
+const (
+	caNextCert     = "next.crt"
+	caNextKey      = "next.key"
+	caPreviousCert = "previous.crt"
+	caPreviousKey  = "previous.key"
+)
+
 // issuerCA is the grid CA of a network this site issues for, with its
-// key; an error when the network is not issued for here.
+// key, and the other CAs of a rotation under way (which a renewal may
+// present a certificate of); an error when the network is not issued for
+// here.
 func issuerCA(ctx context.Context, api client.Reader, network *v1alpha1.GridNetwork) (*sitetrust.CA, error) {
+	set, err := issuerCAs(ctx, api, network)
+	if err != nil {
+		return nil, err
+	}
+	for _, other := range []*sitetrust.CA{set.next, set.previous} {
+		if other != nil {
+			set.current.Also = append(set.current.Also, other.Cert)
+		}
+	}
+	return set.current, nil
+}
+
+// caSet are the grid CAs of a network this site issues for, with their
+// keys: the one that issues, and during a rotation the new one beside it
+// (next.*) or, once the new one issues, the old one (previous.*).
+type caSet struct{ current, next, previous *sitetrust.CA }
+
+// all are the CAs, the one that issues first.
+func (c caSet) all() []*sitetrust.CA {
+	out := []*sitetrust.CA{c.current}
+	for _, ca := range []*sitetrust.CA{c.next, c.previous} {
+		if ca != nil {
+			out = append(out, ca)
+		}
+	}
+	return out
+}
+
+// newest is the CA a rotation moves to (the one that issues when none is
+// under way).
+func (c caSet) newest() *sitetrust.CA {
+	if c.next != nil {
+		return c.next
+	}
+	return c.current
+}
+
+// stage is where a rotation stands: Added (a new CA beside the one that
+// issues), Issuing (the new CA issues, the old one still trusted), or
+// Retired (one CA).
+func (c caSet) stage() string {
+	switch {
+	case c.next != nil:
+		return v1alpha1.CARotationAdded
+	case c.previous != nil:
+		return v1alpha1.CARotationIssuing
+	default:
+		return v1alpha1.CARotationRetired
+	}
+}
+
+func issuerCAs(ctx context.Context, api client.Reader, network *v1alpha1.GridNetwork) (caSet, error) {
 	name := network.Name
 	t := network.Spec.TLS
 	mode := siteCertificateMode(t)
 	if t == nil || t.CASecretRef == nil || mode == v1alpha1.SiteCertificateEnrolled || mode == v1alpha1.SiteCertificateProvided {
-		return nil, fmt.Errorf("network %s is not issued for here", name)
+		return caSet{}, fmt.Errorf("network %s is not issued for here", name)
 	}
 	var s corev1.Secret
 	if err := api.Get(ctx, types.NamespacedName{Namespace: t.CASecretRef.Namespace, Name: t.CASecretRef.Name}, &s); err != nil {
-		return nil, fmt.Errorf("network %s: the grid CA cannot be read here", name)
+		return caSet{}, fmt.Errorf("network %s: the grid CA cannot be read here", name)
 	}
 	if len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
-		return nil, fmt.Errorf("network %s is not issued for here", name)
+		return caSet{}, fmt.Errorf("network %s is not issued for here", name)
 	}
-	ca, err := sitetrust.ParseCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+	current, err := sitetrust.ParseCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return nil, fmt.Errorf("network %s: the grid CA is not usable here", name)
+		return caSet{}, fmt.Errorf("network %s: the grid CA is not usable here", name)
 	}
-	return ca, nil
+	set := caSet{current: current}
+	for _, k := range []struct {
+		cert, key string
+		into      **sitetrust.CA
+	}{{caNextCert, caNextKey, &set.next}, {caPreviousCert, caPreviousKey, &set.previous}} {
+		if len(s.Data[k.cert]) == 0 {
+			continue
+		}
+		if *k.into, err = sitetrust.ParseCA(s.Data[k.cert], s.Data[k.key]); err != nil {
+			return caSet{}, fmt.Errorf("network %s: the grid CA's %s is not usable here", name, k.cert)
+		}
+	}
+	return set, nil
 }

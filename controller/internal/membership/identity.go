@@ -10,9 +10,11 @@
 package membership
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -184,6 +187,17 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 		out.Condition = Condition{OK: true, Reason: ReasonNoSiteIdentity, Message: "the grid CA is ready; spec.tls.siteSecretRef names no site certificate to issue"}
 		return out
 	}
+	// The CAs the network trusts now (two during a rotation of the grid
+	// CA): a certificate valid under any renews with the issuer, and the
+	// site Secret's ca.crt holds them all, so that the gateway and the
+	// listener accept the other sites' certificates of either.
+	roots := r.Trust.Get(ctx, network).RootCerts
+	if caCert != nil && !slices.ContainsFunc(roots, caCert.Equal) {
+		roots = append([]*x509.Certificate{caCert}, roots...)
+	}
+	if mode == v1alpha1.SiteCertificateEnrolled {
+		caCert = issuingCA(caCert, roots, r.Opts.TrustBundles.Bundle(network.Name))
+	}
 	var held *sitetrust.Held
 	var heldErr error
 	if exists {
@@ -200,7 +214,7 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 		case site == "":
 			out.Condition = Condition{Reason: ReasonSiteNameMissing, Message: "the agent has no site name (--site-name, GRID_SWIM_SITE_NAME): it cannot enrol"}
 		default:
-			return r.enrolled(ctx, network, at, exists, &secret, held, heldErr, caCert, now)
+			return r.enrolled(ctx, network, at, exists, &secret, held, heldErr, caCert, roots, now)
 		}
 		return out
 	}
@@ -229,6 +243,7 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 		out.RenewIn = renew.Sub(now)
 		out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateCurrent, Message: fmt.Sprintf("site %s's certificate is valid until %s and is renewed at %s",
 			site, held.Leaf.NotAfter.UTC().Format(time.RFC3339), renew.UTC().Format(time.RFC3339))}
+		r.keepSiteCAs(ctx, network, &secret, roots, &out)
 		return out
 	}
 	// Another network that names the same Secret and still exists holds
@@ -238,7 +253,7 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 	if holder := secret.Labels[envelope.LabelNetwork]; exists && secret.Labels[envelope.LabelManagedBy] == r.Opts.Producer &&
 		holder != "" && holder != network.Name && r.networkExists(ctx, holder) {
 		// Valid under this network's CA now, only its renewal due.
-		if heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
+		if heldErr == nil && now.Before(held.Leaf.NotAfter) && validUnder(held, roots, site) {
 			out.Condition = Condition{OK: true, Reason: ReasonSiteCertificateCurrent, Message: fmt.Sprintf("%s: shared with GridNetwork %s, which renews it; valid until %s",
 				at, holder, held.Leaf.NotAfter.UTC().Format(time.RFC3339))}
 			return out
@@ -253,7 +268,7 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 	}
 	var notAfter time.Time
 	what := "issuing"
-	if exists && heldErr == nil && now.Before(held.Leaf.NotAfter) && sitetrust.ReissueReason(held, caCert, site, held.Leaf.NotBefore.Add(time.Second)) == "" {
+	if exists && heldErr == nil && now.Before(held.Leaf.NotAfter) && validUnder(held, roots, site) {
 		notAfter, what = held.Leaf.NotAfter, "renewal"
 	}
 	chain, key, err := ca.Issue(site, now, SiteLifetime(network, r.Opts.SiteCertLifetime))
@@ -262,7 +277,7 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 		out.Condition, out.RenewIn = r.failed(network, what, Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: issuing failed: %v", at, err)}, 0, notAfter, now)
 		return out
 	}
-	if err := r.writeSiteSecret(ctx, network, exists, &secret, chain, key, caCert); err != nil {
+	if err := r.writeSiteSecret(ctx, network, exists, &secret, chain, key, roots); err != nil {
 		r.Metrics.IdentityRotations.WithLabelValues(rotationFailed).Inc()
 		out.Condition, out.RenewIn = r.failed(network, what, Condition{Reason: ReasonSiteCertificateFailed, Message: fmt.Sprintf("%s: %s", at, base.APIFailure(err, "write", "Secret"))}, 0, notAfter, now)
 		r.Opts.Logger.Error("site_certificate_not_written", "network", network.Name, "secret", ref.Namespace+"/"+ref.Name,
@@ -388,8 +403,8 @@ func reissueWhy(exists bool, held *sitetrust.Held, heldErr error, caCert *x509.C
 // grid CA into the site Secret by server-side apply. A type is immutable,
 // and one left out of an apply that wrote it would be removed: a new
 // Secret is kubernetes.io/tls, one that exists keeps its own.
-func (r *Identity) writeSiteSecret(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, current *corev1.Secret, chain, key []byte, caCert *x509.Certificate) error {
-	apply := r.siteSecretApply(network, map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: sitetrust.EncodeCertificate(caCert)})
+func (r *Identity) writeSiteSecret(ctx context.Context, network *v1alpha1.GridNetwork, exists bool, current *corev1.Secret, chain, key []byte, roots []*x509.Certificate) error {
+	apply := r.siteSecretApply(network, map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key, keyCACert: encodeCertificates(roots)})
 	if exists {
 		apply.WithType(current.Type)
 	} else {
@@ -421,4 +436,61 @@ func (r *Identity) siteSecretApply(network *v1alpha1.GridNetwork, data map[strin
 	return corev1ac.Secret(ref.Name, ref.Namespace).
 		WithLabels(map[string]string{envelope.LabelManagedBy: r.Opts.Producer, envelope.LabelNetwork: network.Name}).
 		WithData(data)
+}
+
+// encodeCertificates are certificates, PEM, one after another.
+func encodeCertificates(certs []*x509.Certificate) []byte {
+	var out []byte
+	for _, c := range certs {
+		out = append(out, sitetrust.EncodeCertificate(c)...)
+	}
+	return out
+}
+
+// validUnder reports whether the held certificate is a site certificate
+// of site under one of the CAs the network trusts.
+func validUnder(held *sitetrust.Held, roots []*x509.Certificate, site string) bool {
+	return slices.ContainsFunc(roots, func(ca *x509.Certificate) bool {
+		return sitetrust.ReissueReason(held, ca, site, held.Leaf.NotBefore.Add(time.Second)) == ""
+	})
+}
+
+// issuingCA is the CA the network's issuer issues from, when its trust
+// bundle names one the network trusts (a rotation under way), else
+// configured.
+func issuingCA(configured *x509.Certificate, roots []*x509.Certificate, b *bundle.Bundle) *x509.Certificate {
+	if b == nil || b.Issuing == "" {
+		return configured
+	}
+	for _, c := range roots {
+		if sitetrust.Fingerprint(c.Raw) == b.Issuing {
+			return c
+		}
+	}
+	return configured
+}
+
+// keepSiteCAs writes the CAs the network trusts into the site Secret's
+// ca.crt when they changed (a rotation of the grid CA) and its
+// certificate did not: the gateway and the listener read them there. It
+// is written with the certificate and key as they are, on the version
+// read.
+func (r *Identity) keepSiteCAs(ctx context.Context, network *v1alpha1.GridNetwork, secret *corev1.Secret, roots []*x509.Certificate, out *IdentityOutcome) {
+	want := encodeCertificates(roots)
+	if len(roots) == 0 || bytes.Equal(secret.Data[keyCACert], want) || secret.Labels[envelope.LabelManagedBy] != r.Opts.Producer {
+		return
+	}
+	data := map[string][]byte{keyCACert: want}
+	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, keyPendingData} {
+		if v, ok := secret.Data[k]; ok {
+			data[k] = v
+		}
+	}
+	apply := r.siteSecretApply(network, data).WithType(secret.Type).WithResourceVersion(secret.ResourceVersion)
+	if err := r.Client.Apply(ctx, apply, client.FieldOwner(r.Opts.Producer), client.ForceOwnership); err != nil {
+		r.Opts.Logger.Warn("site_ca_not_written", "network", network.Name, "error", err.Error())
+		return
+	}
+	out.Wrote = true
+	r.Opts.Logger.Info("site_ca_written", "network", network.Name, "roots", len(roots))
 }

@@ -139,6 +139,17 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (time.Duration,
 	evictions := r.Evictions.Reconcile(ctx, &network)
 	local, known := r.Locals.Get(name)
 	swim := r.Member.Reconcile(ctx, &network, local, known, identity.GossipCert, identity.GossipErr)
+	if evictions.Status != nil {
+		rot := evictions.Rotation(r.Opts.TrustBundles, name, swim.View, identity.GossipCert)
+		if rot != nil {
+			since := metav1.NewTime(r.Opts.Now().Truncate(time.Second))
+			if prev := network.Status.TrustBundle; prev != nil && prev.Rotation != nil && prev.Rotation.Stage == rot.Stage && prev.Rotation.NewCA == rot.NewCA && prev.Rotation.Since != nil {
+				since = *prev.Rotation.Since
+			}
+			rot.Since = &since
+		}
+		evictions.Status.Rotation = rot
+	}
 	var firstErr error
 	if !swim.KeyFailed {
 		firstErr = r.Member.SyncGridSites(ctx, &network, swim.View)

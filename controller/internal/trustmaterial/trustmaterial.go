@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -42,12 +44,18 @@ type Material struct {
 	Version uint64
 	loaded  uint64 // the load's sequence number
 
-	digest        [sha256.Size]byte
-	Roots         *x509.CertPool
-	RootCerts     []*x509.Certificate
-	RootsProblem  *Problem
-	Client        *tls.Certificate
-	ClientProblem *Problem
+	digest       [sha256.Size]byte
+	loadedDigest [sha256.Size]byte // of what was read, before the bundle's roots
+	Roots        *x509.CertPool
+	RootCerts    []*x509.Certificate
+	// ConfiguredRoots are the grid CAs the network's spec names; Roots
+	// and RootCerts are those the network trusts now, which its trust
+	// bundle names once the issuer rotated its CA.
+	ConfiguredRoots []*x509.Certificate
+	configuredPool  *x509.CertPool
+	RootsProblem    *Problem
+	Client          *tls.Certificate
+	ClientProblem   *Problem
 }
 
 // Cache holds each network's trust material, loaded from its Secrets
@@ -61,6 +69,56 @@ type Cache struct {
 	entries map[string]*Material
 	// Changed is told the network whose material changed.
 	Changed func(network string)
+	// Bundles, when set, are the networks' trust bundles: the CAs a
+	// network trusts once its issuer rotated its grid CA.
+	Bundles *bundle.Book
+}
+
+// withBundle is tm with the roots the network's trust bundle names, when
+// it names any for the CAs tm was configured with.
+func (c *Cache) withBundle(name string, tm *Material) *Material {
+	out := *tm
+	// What was read, the CAs configured: a material derived before from
+	// another bundle starts over from them.
+	out.digest, out.Roots, out.RootCerts = tm.loadedDigest, tm.configuredPool, tm.ConfiguredRoots
+	if c.Bundles == nil || tm.RootsProblem != nil {
+		return &out
+	}
+	roots := c.Bundles.Roots(name, tm.ConfiguredRoots)
+	if len(roots) == 0 || slices.EqualFunc(roots, tm.ConfiguredRoots, func(a, b *x509.Certificate) bool { return a.Equal(b) }) {
+		return &out
+	}
+	out.Roots, out.RootCerts = x509.NewCertPool(), roots
+	h := sha256.New()
+	h.Write(tm.loadedDigest[:])
+	for _, r := range roots {
+		out.Roots.AddCert(r)
+		h.Write(r.Raw)
+	}
+	copy(out.digest[:], h.Sum(nil))
+	return &out
+}
+
+// BundleChanged takes a network's new trust bundle into its material:
+// the roots it names, when they changed, make a new version.
+func (c *Cache) BundleChanged(name string) {
+	c.mu.Lock()
+	prev := c.entries[name]
+	if prev == nil {
+		c.mu.Unlock()
+		return
+	}
+	tm := c.withBundle(name, prev)
+	if tm.digest == prev.digest {
+		c.mu.Unlock()
+		return
+	}
+	tm.Version = prev.Version + 1
+	c.entries[name] = tm
+	c.mu.Unlock()
+	if c.Changed != nil {
+		c.Changed(name)
+	}
 }
 
 // Get is the network's material, loaded on first use.
@@ -84,7 +142,7 @@ func (c *Cache) Refresh(ctx context.Context, network *v1alpha1.GridNetwork) {
 	c.loads++
 	seq := c.loads
 	c.mu.Unlock()
-	tm := Load(ctx, c.api, network)
+	tm := c.withBundle(network.Name, Load(ctx, c.api, network))
 	tm.loaded = seq
 	c.mu.Lock()
 	prev := c.entries[network.Name]
@@ -160,7 +218,8 @@ func Load(ctx context.Context, api client.Reader, network *v1alpha1.GridNetwork)
 		if err != nil {
 			tm.RootsProblem = &Problem{Invalid: true, Message: caAt + ": the grid CA: " + err.Error()}
 		} else {
-			tm.Roots, tm.RootCerts = x509.NewCertPool(), certs
+			tm.Roots, tm.RootCerts, tm.ConfiguredRoots = x509.NewCertPool(), certs, certs
+			tm.configuredPool = tm.Roots
 			for _, c := range certs {
 				tm.Roots.AddCert(c)
 				h.Write(c.Raw)
@@ -193,5 +252,6 @@ func Load(ctx context.Context, api client.Reader, network *v1alpha1.GridNetwork)
 		}
 	}
 	copy(tm.digest[:], h.Sum(nil))
+	tm.loadedDigest = tm.digest
 	return tm
 }
