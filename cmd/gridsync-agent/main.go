@@ -60,6 +60,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == enrollTokenCommand {
 		os.Exit(enrollToken(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == rotateCACommand {
+		os.Exit(rotateCA(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == evictCommand {
 		os.Exit(evictSite(os.Args[2:], os.Stdout, os.Stderr))
 	}
