@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,16 +68,18 @@ func (s *site) identityNetwork(name string, sc *v1alpha1.SiteCertificate, seeds 
 
 // project keeps a site's certificate where the kubelet and the gateway
 // would: the Secret's current content in files (for the signals
-// listener) and presented by the site's gateway, as it changes.
+// listener) and presented by the site's gateway, as it changes (its
+// certificate, or the CAs it trusts).
 func (s *site) project(ctx context.Context, files *testpki.Projection, gw *testgateway.Gateway) {
 	var last []byte
 	for {
-		if d := s.secretData("site-cert"); len(d["tls.key"]) > 0 && !bytes.Equal(d["tls.crt"], last) {
+		d := s.secretData("site-cert")
+		if now := append(slices.Clip(d["tls.crt"]), d["ca.crt"]...); len(d["tls.key"]) > 0 && !bytes.Equal(now, last) {
 			if files != nil {
 				files.Publish(map[string][]byte{"tls.crt": d["tls.crt"], "tls.key": d["tls.key"], "ca.crt": d["ca.crt"]})
 			}
 			if _, err := gw.PresentSecret(d); err == nil {
-				last = d["tls.crt"]
+				last = now
 			}
 		}
 		select {

@@ -1,0 +1,139 @@
+package multisite
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/trust/sitetrust"
+)
+
+// An issuer and two enrolled sites rotate the grid CA in its three stages
+// with `gridsync-agent rotate-ca`, while the sites probe each other and
+// gossip provider changes: no site leaves Active anywhere, no record is
+// refused for its certificate, every change arrives. At the end every
+// site holds a certificate of the new CA, trusts it alone, and a
+// certificate of the old CA is refused.
+func TestTheGridCARotatesWithoutAGap(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	key := newKey(t)
+	g := newIssuerGrid(t, ctx, key, []string{"site-a", "site-b", "site-c"},
+		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--site-cert-lifetime", "1h")
+	a, b, c := g.sites[0], g.sites[1], g.sites[2]
+	g.formed()
+	oldCA, err := sitetrust.ParseCA(g.caData["tls.crt"], g.caData["tls.key"])
+	require.NoError(t, err)
+	untrusted := func() (sum float64) {
+		for _, ag := range g.agents {
+			sum += max(ag.metric(`grid_swim_records_rejected_total{reason="untrusted_certificate"}`), 0)
+		}
+		return sum
+	}
+	refusedBefore := untrusted()
+
+	// Throughout: every site Active at every other.
+	var mu sync.Mutex
+	var gaps []string
+	stop := watch(100*time.Millisecond, func() {
+		for _, s := range g.sites {
+			for _, other := range g.sites {
+				if other == s {
+					continue
+				}
+				var gs v1alpha1.GridSite
+				if s.Admin.Get(ctx, types.NamespacedName{Name: "grid-" + other.Name}, &gs) == nil && gs.Status.Phase != sitetrust.PhaseActive {
+					mu.Lock()
+					gaps = append(gaps, fmt.Sprintf("%s: %s %s (%s: %s)", s.Name, other.Name, gs.Status.Phase, gs.Status.Reason, gs.Status.Message))
+					mu.Unlock()
+				}
+			}
+		}
+	})
+	// And a change of B's providers reaches A and C after each stage.
+	changes := 0
+	changeB := func() {
+		changes++
+		model := fmt.Sprintf("model-b-%d", changes)
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var p v1alpha1.InferenceProvider
+			if err := b.Admin.Get(ctx, types.NamespacedName{Name: "prov-b"}, &p); err != nil {
+				return err
+			}
+			p.Spec.Models = []v1alpha1.Model{{Name: model}}
+			return b.Admin.Update(ctx, &p)
+		}))
+		for _, s := range []*site{a, c} {
+			eventually(t, 15*time.Second, s.Name+" gets "+model, func() (bool, string) {
+				_, ok := s.candidate("grid", "site-b", model)
+				return ok, "not yet"
+			})
+		}
+	}
+
+	for _, stage := range []string{"add", "switch", "retire"} {
+		// The test's gateways load their Secret at once: no settling.
+		out, _ := g.operator("rotate-ca", "--network", "grid", "--stage", stage, "--timeout", "2m", "--settle", "0s")
+		t.Logf("rotate-ca --stage %s: %s", stage, strings.TrimSpace(out))
+		changeB()
+	}
+	stop()
+	mu.Lock()
+	assert.Empty(t, gaps, "a site left Active during the rotation")
+	mu.Unlock()
+	assert.Equal(t, refusedBefore, untrusted(), "records refused for their certificate during the rotation")
+
+	// Every site: a certificate of the new CA, the new CA alone trusted.
+	n := a.networkStatus("grid", 10*time.Second, func(n *v1alpha1.GridNetwork) bool {
+		r := n.Status.TrustBundle.Rotation
+		return r != nil && r.Stage == v1alpha1.CARotationRetired
+	})
+	newCA := n.Status.TrustBundle.Rotation.NewCA
+	assert.NotEqual(t, sitetrust.Fingerprint(oldCA.Cert.Raw), newCA)
+	for _, s := range g.sites {
+		var d map[string][]byte
+		eventually(t, 10*time.Second, s.Name+"'s Secret with the new CA alone", func() (bool, string) {
+			d = s.secretData("site-cert")
+			cas, _ := sitetrust.ParseCertificates(d["ca.crt"])
+			return len(cas) == 1, fmt.Sprintf("%d CAs", len(cas))
+		})
+		certs, err := sitetrust.ParseCertificates(d["tls.crt"])
+		require.NoError(t, err)
+		cas, err := sitetrust.ParseCertificates(d["ca.crt"])
+		require.NoError(t, err)
+		assert.Equal(t, newCA, sitetrust.Fingerprint(cas[0].Raw), "%s trusts the new CA", s.Name)
+		assert.NoError(t, certs[0].CheckSignatureFrom(cas[0]), "%s's certificate is the new CA's", s.Name)
+		s.networkStatus("grid", 10*time.Second, func(n *v1alpha1.GridNetwork) bool {
+			return n.Status.TrustBundle != nil && len(n.Status.TrustBundle.Roots) == 1 && n.Status.TrustBundle.Roots[0] == newCA
+		})
+	}
+
+	// The old CA retired: a record signed with a certificate it issues is
+	// refused.
+	oldPair := issueWith(t, oldCA, "site-c")
+	sendAsC(t, key, oldPair, []*site{a, b})
+	time.Sleep(time.Second)
+	for _, s := range []*site{a, b} {
+		_, ok := s.candidate("grid", "site-c", "model-evicted")
+		assert.False(t, ok, "%s took a record of the retired CA", s.Name)
+	}
+}
+
+func issueWith(t *testing.T, ca *sitetrust.CA, site string) *tls.Certificate {
+	t.Helper()
+	chain, key, err := ca.Issue(site, time.Now(), time.Hour)
+	require.NoError(t, err)
+	pair, err := tls.X509KeyPair(chain, key)
+	require.NoError(t, err)
+	return &pair
+}
