@@ -209,6 +209,14 @@ func Load(ctx context.Context, api client.Reader, network *v1alpha1.GridNetwork)
 			if caPEM = s.Data[corev1.TLSCertKey]; len(caPEM) == 0 {
 				tm.RootsProblem = &Problem{Message: caAt + ": neither ca.crt nor tls.crt holds the grid CA"}
 			}
+		} else {
+			// A rotation's stages change the CAs beside the configured
+			// one (the issuer's next.crt, previous.crt, tls.crt): a new
+			// version, so that the issuer signs the stage at once.
+			for _, k := range []string{corev1.TLSCertKey, "next.crt", "previous.crt"} {
+				h.Write(s.Data[k])
+				h.Write([]byte{0})
+			}
 		}
 	default:
 		tm.RootsProblem = &Problem{Message: "spec.tls.caSecretRef (or caConfigMapRef) names no grid CA"}
