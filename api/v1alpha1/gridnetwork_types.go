@@ -531,6 +531,12 @@ type TrustBundleStatus struct {
 	Signed []byte `json:"signed,omitempty"`
 }
 
+// ResetSiteKeyAnnotation, on a GridNetwork without a grid CA, names the
+// remote sites (comma-separated) whose keys this site forgets: the next
+// key to sign a record of each is bound. The agent applies it once and
+// removes it (gridsync-agent reset-site-key writes it and waits).
+const ResetSiteKeyAnnotation = "grid.praxis.fast/reset-site-key"
+
 // SiteKeyBinding is the key a remote site's records are held to in a
 // network without a grid CA: the first key that signed a record of the
 // site kept here. Records of the site signed with another key, or not
