@@ -48,6 +48,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/signalcollect"
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/signals"
@@ -149,6 +150,15 @@ type Options struct {
 	// SiteName is this site's name (a lowercase DNS label): the subject of
 	// the site certificate the agent issues. Empty: none is issued.
 	SiteName string
+	// RecordKeySecret is the Secret holding this site's key for the
+	// records of networks without a grid CA: read by name, and created
+	// (by server-side apply) when it does not exist. The name defaults to
+	// DefaultRecordKeySecret, the namespace to EventNamespace (the
+	// agent's own). With neither namespace, the key is made in memory
+	// and lasts as long as the process: after a restart, every site that
+	// held this site to the old key refuses its records until its
+	// operator resets it.
+	RecordKeySecret types.NamespacedName
 	// SiteCertLifetime is how long an issued site certificate is valid;
 	// it is renewed at two thirds. 0 goes by the network: a day
 	// (sitetrust.DefaultSiteLifetime) in SPIFFE mode, 90 days
@@ -182,6 +192,10 @@ const (
 
 // DefaultSwimKeyPollInterval is how often SWIM key Secrets are read.
 const DefaultSwimKeyPollInterval = 10 * time.Second
+
+// DefaultRecordKeySecret names the Secret of this site's record key in
+// networks without a grid CA.
+const DefaultRecordKeySecret = rbac.DefaultRecordKeySecret
 
 // DefaultResyncPeriod is how often everything is reconciled anyway.
 const DefaultResyncPeriod = 300 * time.Second
@@ -227,6 +241,12 @@ func (o Options) withDefaults() Options {
 		o.SiteRenewalRetryMax = DefaultSiteRenewalRetryMax
 	}
 	o.SiteRenewalRetryMax = max(o.SiteRenewalRetryMax, o.SiteRenewalRetry)
+	if o.RecordKeySecret.Name == "" {
+		o.RecordKeySecret.Name = DefaultRecordKeySecret
+	}
+	if o.RecordKeySecret.Namespace == "" {
+		o.RecordKeySecret.Namespace = o.EventNamespace
+	}
 	return o
 }
 
@@ -252,6 +272,7 @@ func (o Options) config() base.Config {
 		SignalsAddress:         o.SignalsAddress,
 		Deliveries:             o.Deliveries,
 		SiteName:               o.SiteName,
+		RecordKeySecret:        o.RecordKeySecret,
 		TrustBundles:           o.TrustBundles,
 		SiteCertLifetime:       o.SiteCertLifetime,
 		SiteProbeInterval:      o.SiteProbeInterval,

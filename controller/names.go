@@ -96,6 +96,17 @@ const (
 	ReasonEvictionsNotIssuer = membership.ReasonEvictionsNotHere
 )
 
+// ConditionRecordsSigned says how the network's records are
+// authenticated: False (NetworkUnsigned) without a grid CA, True
+// (RecordsSigned) with one. ResetSiteKeyAnnotation, on a network without
+// a grid CA, names the remote sites whose keys this site forgets.
+const (
+	ConditionRecordsSigned = membership.ConditionRecordsSigned
+	ReasonRecordsSigned    = membership.ReasonRecordsSigned
+	ReasonNetworkUnsigned  = membership.ReasonNetworkUnsigned
+	ResetSiteKeyAnnotation = membership.ResetSiteKeyAnnotation
+)
+
 // ConditionSiteIdentity is the network's condition on this site's
 // certificate; these are its reasons.
 const (

@@ -34,6 +34,9 @@ func (r *Runtime) SetIdentity(network string, id sites.Identity) {
 	r.mu.Lock()
 	prev := r.trust[network]
 	t := &record.NetworkTrust{Open: id.Open, Roots: id.Roots, Signer: s, RootIDs: record.RootIDsOf(id.RootCerts), Network: network, Evictions: r.cfg.Trust}
+	if id.Open {
+		r.openTrust(t, prev, id)
+	}
 	sameRoots := prev != nil && prev.Open == t.Open && rootsEqual(prev.Roots, t.Roots) && slices.EqualFunc(prev.RootIDs, t.RootIDs, func(a, b record.RootID) bool {
 		return bytes.Equal(a.KeyID, b.KeyID) && bytes.Equal(a.Subject, b.Subject)
 	})
@@ -42,10 +45,10 @@ func (r *Runtime) SetIdentity(network string, id sites.Identity) {
 	} else {
 		t.Chains = record.NewChainCache()
 	}
-	// The same certificate, or still none (an open network, or a site
+	// The same certificate or open network key, or still none (a site
 	// waiting for its certificate): nothing to sign again. The controller
 	// calls this at every reconcile.
-	sameSigner := prev != nil && bytes.Equal(signerLeaf(prev.Signer), signerLeaf(t.Signer))
+	sameSigner := prev != nil && bytes.Equal(signerLeaf(prev.Signer), signerLeaf(t.Signer)) && openFingerprint(prev) == openFingerprint(t)
 	r.trust[network] = t
 	r.mu.Unlock()
 	if !sameSigner {
@@ -98,7 +101,8 @@ func (r *Runtime) trustOf(network string) *record.NetworkTrust {
 // renewed certificate, a new grid ID, a record that must be signed again
 // before it is too old). In a network with a grid CA nothing of this site
 // is stored or sent until it has a certificate: an unsigned record would
-// be refused everywhere.
+// be refused everywhere. In an open network it is signed with this
+// site's key, or goes unsigned without one.
 func (r *Runtime) putOwn(rec record.Record, again bool) {
 	if cur, ok := r.store.Get(rec.Key()); ok && !again && sameContent(&cur, &rec) {
 		return
@@ -111,11 +115,16 @@ func (r *Runtime) putOwn(rec record.Record, again bool) {
 		return
 	}
 	rec.Version, rec.Grid, rec.Chain, rec.Sig = r.clock.Next(), grid, nil, nil
-	if !t.Open {
-		if err := t.Signer.Sign(&rec); err != nil {
-			r.log.Error("swim_record_not_signed", "network", rec.Network, "kind", string(rec.Kind), "error", err.Error())
-			return
-		}
+	var err error
+	switch {
+	case !t.Open:
+		err = t.Signer.Sign(&rec)
+	case t.OpenSigner != nil:
+		err = t.OpenSigner.Sign(&rec)
+	}
+	if err != nil {
+		r.log.Error("swim_record_not_signed", "network", rec.Network, "kind", string(rec.Kind), "error", err.Error())
+		return
 	}
 	r.store.Merge(rec, r.cfg.Now())
 	r.send(rec)

@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		recordsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_swim_records_rejected_total",
-			Help: "Records of other sites refused before they were stored, by reason: unsigned, signed by a certificate that does not chain to the grid CA or names another site, a signature that does not verify, signed too far ahead or too long ago, or of a network this site does not take part in.",
+			Help: "Records of other sites refused before they were stored, by reason: unsigned, signed by a certificate that does not chain to the grid CA or names another site, a signature that does not verify, signed too far ahead or too long ago, of a network this site does not take part in, or, in a network without a grid CA, signed with another key than the one its site is held to (rebound_key, before_reset).",
 		}, []string{"reason"}),
 		recordsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_swim_records_received_total",

@@ -16,13 +16,13 @@ func (r *Runtime) admit(rec record.Record, regossip bool) string {
 	r.mu.Lock()
 	grid := r.grid.ID
 	r.mu.Unlock()
+	t := r.trustOf(rec.Network)
 	// A copy that waited behind another of the same record (push/pull
 	// and gossip bring several) costs no check once the first is held.
-	if cur, ok := r.store.Get(rec.Key()); ok && !record.Newer(&rec, &cur) {
+	if cur, ok := r.store.Get(rec.Key()); ok && !record.Newer(&rec, &cur) && !supersedes(t, &rec, &cur) {
 		r.outcome(outcomeNotNewer)
 		return ""
 	}
-	t := r.trustOf(rec.Network)
 	if why := record.Check(t, &rec, grid, now, r.cfg.TombstoneTTL); why != "" {
 		if needsSignatureCheck(t, &rec) {
 			// Only a refusal that cost a check is charged to the site:
@@ -41,7 +41,27 @@ func (r *Runtime) admit(rec record.Record, regossip bool) string {
 			"why", "a gossiped certificate PEM carries a private key; it is discarded")
 		rec.CertPEM = ""
 	}
-	ok, refused := r.store.MergeCapped(rec, now, true)
+	var ok bool
+	var refused string
+	keep := func() bool {
+		ok, refused = r.store.MergeCapped(rec, now, true)
+		return ok
+	}
+	if t.Open {
+		// Kept under the lock that binds the site to its key: two
+		// records of one site signed with different keys never both are.
+		why, full := r.keepOpen(t, &rec, now, keep)
+		if why != "" {
+			r.rejected(&rec, why)
+			r.outcome(outcomeRefused)
+			return ""
+		}
+		if full {
+			refused = record.DropNetworkFull
+		}
+	} else {
+		keep()
+	}
 	if refused != "" {
 		r.overCap(rec, refused)
 		r.outcome(outcomeOverCap)

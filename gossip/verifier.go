@@ -221,7 +221,7 @@ func verifyWorkers() int {
 
 // receive takes records from a peer on memberlist's goroutine: what it
 // can tell without a signature (this site's own, not newer than the copy
-// held, a record of an open network, an unsigned one) is decided at once,
+// held, an unsigned one) is decided at once,
 // the rest waits for a worker. regossip sends what was
 // news on by epidemic broadcast.
 func (r *Runtime) receive(records []record.Record, regossip bool) {
@@ -234,13 +234,14 @@ func (r *Runtime) receive(records []record.Record, regossip bool) {
 		}
 		// What is not newer than the copy held is not checked: it would
 		// not be stored anyway, and push/pull brings many such.
-		if cur, ok := r.store.Get(rec.Key()); ok && !record.Newer(&rec, &cur) {
+		t := r.trustOf(rec.Network)
+		if cur, ok := r.store.Get(rec.Key()); ok && !record.Newer(&rec, &cur) && !supersedes(t, &rec, &cur) {
 			r.outcome(outcomeNotNewer)
 			continue
 		}
-		if !needsSignatureCheck(r.trustOf(rec.Network), &rec) {
-			// Decided without a signature (an open network, one this
-			// site is not in, an unsigned record): no worker needed.
+		if !needsSignatureCheck(t, &rec) {
+			// Decided without a signature (one this site is not in, an
+			// unsigned record): no worker needed.
 			if network := r.admit(rec, regossip); network != "" {
 				changed[network] = true
 			}
@@ -269,10 +270,14 @@ func (r *Runtime) receive(records []record.Record, regossip bool) {
 }
 
 // needsSignatureCheck reports whether a record's check verifies a
-// signature, the work the verifier's workers are for; every other check
-// costs no more than reading the record.
+// signature, the work the verifier's workers are for (a certificate's,
+// or in an open network the site's own key's); every other check costs
+// no more than reading the record.
 func needsSignatureCheck(t *record.NetworkTrust, r *record.Record) bool {
-	return t != nil && !t.Open && t.Roots != nil && len(r.Sig) > 0 && len(r.Chain) > 0
+	if t != nil && t.Open {
+		return len(r.Sig) > 0
+	}
+	return t != nil && t.Roots != nil && len(r.Sig) > 0 && len(r.Chain) > 0
 }
 
 // checkRecords runs a worker until ctx ends.

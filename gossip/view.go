@@ -103,6 +103,9 @@ func (r *Runtime) View(network string) sites.NetworkView {
 	for _, s := range known {
 		v.Sites = append(v.Sites, *s)
 	}
+	if t := r.trustOf(network); t != nil && t.Open && t.Keys != nil {
+		v.OpenKeys, v.SiteKeys = true, t.Keys.List()
+	}
 	for i := range v.Providers {
 		v.Providers[i].Stale = known[v.Providers[i].Site].State != sites.SiteAlive
 	}

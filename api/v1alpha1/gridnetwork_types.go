@@ -592,6 +592,31 @@ type CARotationStatus struct {
 	SitesOnNewCA int32 `json:"sitesOnNewCA"`
 }
 
+// ResetSiteKeyAnnotation, on a GridNetwork without a grid CA, names the
+// remote sites (comma-separated) whose keys this site forgets: the next
+// key to sign a record of each is bound. The agent applies it once and
+// removes it (gridsync-agent reset-site-key writes it and waits).
+const ResetSiteKeyAnnotation = "grid.praxis.fast/reset-site-key"
+
+// SiteKeyBinding is the key a remote site's records are held to in a
+// network without a grid CA: the first key that signed a record of the
+// site kept here. Records of the site signed with another key, or not
+// signed, are refused until the binding is reset (the annotation
+// grid.praxis.fast/reset-site-key, or gridsync-agent reset-site-key).
+type SiteKeyBinding struct {
+	// Site is the remote site's name.
+	//
+	// +kubebuilder:validation:MaxLength=63
+	Site string `json:"site"`
+	// Fingerprint is the SHA-256 of the site's Ed25519 public key, in
+	// lowercase hex.
+	//
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	Fingerprint string `json:"fingerprint"`
+	// Since is when the site was bound to the key.
+	Since metav1.Time `json:"since"`
+}
+
 type GridNetworkStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	//
@@ -636,6 +661,16 @@ type GridNetworkStatus struct {
 	//
 	// +optional
 	TrustBundle *TrustBundleStatus `json:"trustBundle,omitempty"`
+	// SiteKeys, in a network without a grid CA, are the keys the remote
+	// sites' records are held to, each site's the first that signed a
+	// record of it here. They are kept here so that a binding outlives a
+	// restart of the agent. Empty in a network with a grid CA.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=site
+	// +kubebuilder:validation:MaxItems=512
+	SiteKeys []SiteKeyBinding `json:"siteKeys,omitempty"`
 
 	// PraxisConfigStatus has one entry per gateway whose Praxis config is
 	// generated.

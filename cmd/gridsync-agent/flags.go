@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gridsync/gridsync/controller/probe"
+	"github.com/gridsync/gridsync/controller/rbac"
 	rollout "github.com/gridsync/gridsync/delivery/fold"
 	reports "github.com/gridsync/gridsync/delivery/handler"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
@@ -107,6 +108,9 @@ type swimConfig struct {
 	pushPullInterval              time.Duration
 	staleTTL, tombstoneTTL        time.Duration
 	keyPollInterval               time.Duration
+	// recordKeySecret names the Secret, in the agent's namespace, of the
+	// site's key for the records of networks without a grid CA.
+	recordKeySecret string
 	// serviceName is the SWIM Service whose EndpointSlice the leader
 	// writes (with podIP, from POD_IP).
 	serviceName, podIP string
@@ -186,6 +190,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.DurationVar(&c.swim.tombstoneTTL, "swim-tombstone-ttl", 10*time.Minute, "how long a withdrawn record is remembered"+note("swim-tombstone-ttl"))
 	fs.StringVar(&c.swim.serviceName, "swim-service-name", "", "SWIM Service (without selector) whose EndpointSlice the leader points at itself, from $POD_IP (empty: none)"+note("swim-service-name"))
 	fs.DurationVar(&c.swim.keyPollInterval, "swim-key-poll-interval", 10*time.Second, "how often the networks' SWIM key and trust Secrets are read (a key rotation step, a replaced CA or site certificate is followed within it)"+note("swim-key-poll-interval"))
+	fs.StringVar(&c.swim.recordKeySecret, "record-key-secret", rbac.DefaultRecordKeySecret, "the Secret in the agent's namespace holding this site's key for the records of networks without a grid CA (created when missing; keep it: another key is refused by every site that holds this one)"+note("record-key-secret"))
 	fs.DurationVar(&c.trust.certLifetime, "site-cert-lifetime", 0, "lifetime of the site certificates the agent issues from the grid CA, its own and enrolled sites' (renewed at two thirds); 0: 24h, or 2160h in a network whose sites pin each other's certificates (peerTrust.mode pinned)")
 	fs.DurationVar(&c.trust.probeInterval, "site-probe-interval", 30*time.Second, "how often each GridSite's gateway is probed over mutual TLS (and at once when its inputs change)")
 	fs.DurationVar(&c.trust.probeTimeout, "site-probe-timeout", 5*time.Second, "bound of one probe of a GridSite's gateway")
@@ -278,6 +283,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 		if errs := validation.IsDNS1123Label(c.swim.site); len(errs) > 0 {
 			return nil, envflag.UsageError(fs, "--site-name: %q is not a lowercase DNS label: %s", c.swim.site, strings.Join(errs, "; "))
 		}
+	}
+	if errs := validation.IsDNS1123Subdomain(c.swim.recordKeySecret); len(errs) > 0 {
+		return nil, envflag.UsageError(fs, "--record-key-secret: %q is not a Secret name: %s", c.swim.recordKeySecret, strings.Join(errs, "; "))
 	}
 	if c.trust.certLifetime != 0 && c.trust.certLifetime < time.Second || c.trust.probeInterval < 100*time.Millisecond || c.trust.probeTimeout <= 0 || c.trust.probeTimeout > c.trust.probeInterval {
 		return nil, envflag.UsageError(fs, "--site-cert-lifetime must be 0 (by the network) or at least 1s, --site-probe-interval at least 100ms, --site-probe-timeout positive and no longer than the interval")

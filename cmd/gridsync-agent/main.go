@@ -72,6 +72,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == registeredSitesCommand {
 		os.Exit(registeredSites(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == resetSiteKeyCommand {
+		os.Exit(resetSiteKey(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == drainCommand {
 		os.Exit(drainProvider(os.Args[2:], os.Stdout, os.Stderr))
 	}
@@ -186,6 +189,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			Directory:           directory,
 			SwimKeyPollInterval: cfg.swim.keyPollInterval,
 			SiteName:            cfg.swim.site,
+			RecordKeySecret:     types.NamespacedName{Namespace: cfg.leaderElectionNamespace, Name: cfg.swim.recordKeySecret},
 			TrustBundles:        trustBundles,
 			SiteCertLifetime:    cfg.trust.certLifetime,
 			SiteProbeInterval:   cfg.trust.probeInterval,

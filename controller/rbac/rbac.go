@@ -97,6 +97,20 @@ func TrustSecretRules(names ...string) []rbacv1.PolicyRule {
 	}
 }
 
+// DefaultRecordKeySecret names the Secret, in the agent's namespace, of
+// the site's key for the records of networks without a grid CA.
+const DefaultRecordKeySecret = "gridsync-record-key"
+
+// RecordKeySecretRules are granted in the agent's own namespace, by name,
+// on the Secret of the site's record key for networks without a grid CA
+// (the chart's swim.recordKeySecret): get to read it, create and patch to
+// write it by server-side apply when it does not exist yet.
+func RecordKeySecretRules(name string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "patch"}, ResourceNames: []string{name}},
+	}
+}
+
 // TokenReviewRules are granted cluster-wide when the signals listener
 // takes delivery reports: each sidecar's projected token is checked with a
 // TokenReview (create only; nothing is read).

@@ -71,8 +71,10 @@ type Record struct {
 	// Grid is the grid ID the record was signed for.
 	Grid string `json:"g,omitempty"`
 	// Chain is the signing certificate (DER) and any intermediates, not
-	// the grid CA; Sig the signature over signedBytes. Both are empty in a
-	// network without a grid CA.
+	// the grid CA; Sig the signature over signedBytes. In a network
+	// without a grid CA, Chain is the site's Ed25519 public key alone and
+	// Sig the signature over openSignedBytes, or both are empty (a site
+	// that does not sign, as an upstream Grid site).
 	Chain [][]byte `json:"x,omitempty"`
 	Sig   []byte   `json:"z,omitempty"`
 }

@@ -32,7 +32,7 @@ import (
 const (
 	RejectUnknownNetwork = "unknown_network"       // a network this site does not take part in
 	RejectNoRoots        = "no_trust_roots"        // the network's grid CA did not load here
-	RejectUnsigned       = "unsigned"              // no signature in a network with a grid CA
+	RejectUnsigned       = "unsigned"              // no signature in a network with a grid CA, or from a site held to a key in one without
 	RejectBadCertificate = "bad_certificate"       // the signer's chain does not parse
 	RejectKeyRefused     = "key_refused"           // a key of its chain is of a kind or size keypolicy refuses
 	RejectUntrusted      = "untrusted_certificate" // it does not chain to the grid CA, or is not valid now
@@ -50,7 +50,7 @@ const (
 )
 
 var RecordRejectReasons = []string{RejectUnknownNetwork, RejectNoRoots, RejectUnsigned, RejectBadCertificate, RejectKeyRefused,
-	RejectUntrusted, RejectWrongSite, RejectBadSignature, RejectFromFuture, RejectTooOld, RejectOtherGrid, RejectNoLongerValid, RejectEvicted}
+	RejectUntrusted, RejectWrongSite, RejectBadSignature, RejectFromFuture, RejectTooOld, RejectOtherGrid, RejectNoLongerValid, RejectEvicted, RejectReboundKey, RejectBeforeReset}
 
 // MaxClockSkew is how far another site's clock may be ahead of this one's
 // (a record versioned further ahead is refused: a version is the time it
@@ -189,8 +189,15 @@ func signatureAlgorithm(pub any) x509.SignatureAlgorithm {
 // NetworkTrust is what one network's records are signed with and checked
 // against.
 type NetworkTrust struct {
-	// Open: the network has no grid CA, and its records are not signed.
+	// Open: the network has no grid CA. Its records are signed with each
+	// site's own key (OpenSigner) or not at all, and Keys holds each site
+	// to the first key that signed its records.
 	Open bool
+	// OpenSigner is this site's key in an open network (nil: its records
+	// there go unsigned).
+	OpenSigner *OpenSigner
+	// Keys are the keys an open network's sites are held to (nil: none).
+	Keys *SiteKeys
 	// Roots are the grid CA's certificates (nil: they did not load).
 	Roots  *x509.CertPool
 	Signer *Signer // nil: this site has no certificate in the network yet
@@ -407,7 +414,7 @@ func Check(t *NetworkTrust, r *Record, grid string, now time.Time, ttl time.Dura
 		return RejectOtherGrid
 	}
 	if t.Open {
-		return ""
+		return checkOpen(t, r)
 	}
 	if t.Roots == nil {
 		return RejectNoRoots

@@ -7,6 +7,7 @@
 package sites
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"time"
@@ -85,6 +86,10 @@ type NetworkView struct {
 	Signals []RemoteSignals
 	// GridID is the grid this site belongs to ("" until negotiated).
 	GridID string
+	// OpenKeys: the network is open here (it has no grid CA), and
+	// SiteKeys are the keys its remote sites are held to, by site.
+	OpenKeys bool
+	SiteKeys []SiteKey
 	// AlivePeers counts every other site membership holds alive,
 	// whichever networks it announced (the reference's connectedSites).
 	AlivePeers int
@@ -185,10 +190,21 @@ type SeedResult struct {
 // record's site.
 type Identity struct {
 	// Open: the network declares no grid CA (spec.tls.caSecretRef or
-	// caConfigMapRef). Its records are neither signed nor checked: the
-	// SWIM key alone authenticates them, and no site of it can become
-	// trusted (trust needs the grid CA).
+	// caConfigMapRef). No certificate vouches for its records: the SWIM
+	// key authenticates them, and no site of it can become trusted (trust
+	// needs the grid CA). Each site signs its records there with a key of
+	// its own (RecordKey), and every other site holds a site's records to
+	// the first key that signed them (trust on first use).
 	Open bool
+	// RecordKey is this site's key for the records of an open network,
+	// the same in every open network and kept across restarts (a new key
+	// is refused by every site that holds the old one). Nil: this site's
+	// records there go unsigned, as an upstream Grid site's do.
+	RecordKey ed25519.PrivateKey
+	// SiteKeys are the keys the other sites of an open network were
+	// held to before (kept in the network's status): a site the runtime
+	// holds no key for yet is held to the one given here.
+	SiteKeys []SiteKey
 	// Roots are the grid CA's certificates. Nil in a network that is not
 	// Open: the CA it declares did not load, and every record of another
 	// site is refused until it does.
@@ -201,4 +217,15 @@ type Identity struct {
 	// of the site Secret). Nil in a network that is not Open: nothing of
 	// this site is announced there until the site has a certificate.
 	Signer *tls.Certificate
+}
+
+// SiteKey is the key a site's records are held to in an open network.
+type SiteKey struct {
+	Site string
+	// Fingerprint is the SHA-256 of the site's Ed25519 public key,
+	// lowercase hex.
+	Fingerprint string
+	// Since is when it was bound: the first record signed with it was
+	// kept.
+	Since time.Time
 }

@@ -44,6 +44,9 @@ type swimAgent struct {
 	agentNS string
 	resNS   string
 	admin   client.Client
+	// site and opts start it again (restart).
+	site *framework.Site
+	opts framework.AgentOptions
 }
 
 // startSwimAgent starts an agent with key (a new one when nil), joining
@@ -69,11 +72,23 @@ func startSwimAgentWith(t *testing.T, key []byte, seeds []string, loopback bool)
 	if len(seeds) > 0 {
 		env = append(env, "GRID_SWIM_SEEDS="+strings.Join(seeds, ","))
 	}
-	agent := site.StartAgent(t, framework.AgentOptions{Timings: framework.Fast, Loopback: loopback, Env: env,
-		Args: []string{"--gateway-address", testproc.FreeAddr(t)}})
+	a.site, a.opts = site, framework.AgentOptions{Timings: framework.Fast, Loopback: loopback, Env: env,
+		Args: []string{"--gateway-address", testproc.FreeAddr(t)}}
+	agent := site.StartAgent(t, a.opts)
 	a.Proc, a.health = agent.Proc, agent.Health
 	require.Eventually(t, func() bool { return a.status().Swim.Running }, 20*time.Second, 50*time.Millisecond, "SWIM never ran")
 	return a
+}
+
+// restart kills the agent and starts it again on the same SWIM address,
+// with what it kept in the API server and nothing else.
+func (a *swimAgent) restart() {
+	a.t.Helper()
+	require.NoError(a.t, a.Cmd.Process.Kill())
+	a.Wait(a.t, 10*time.Second)
+	agent := a.site.StartAgent(a.t, a.opts)
+	a.Proc, a.health = agent.Proc, agent.Health
+	require.Eventually(a.t, func() bool { return a.status().Swim.Running }, 30*time.Second, 50*time.Millisecond, "SWIM never ran again")
 }
 
 type agentStatus struct {

@@ -337,8 +337,8 @@ func TestAgentChartGrantsTheControllersLeastPrivilegeAndNothingMore(t *testing.T
 // With SWIM and trust on, the chart adds exactly what membership and trust
 // need: the SWIM Service's EndpointSlice in its namespace, the named key
 // and certificate Secrets (get), the gateway Service (get), the named CA
-// and site Secrets in their namespaces (get, create, patch), and nothing
-// else.
+// and site Secrets in their namespaces and the record key Secret in its
+// own (get, create, patch), and nothing else.
 func TestAgentChartGrantsSwimOnlyWhatItNeeds(t *testing.T) {
 	var vc valueCase
 	for _, c := range agentCases {
@@ -355,6 +355,7 @@ func TestAgentChartGrantsSwimOnlyWhatItNeeds(t *testing.T) {
 	assert.Equal(t, map[string][]rbacv1.PolicyRule{
 		"praxis-system/grid-gridsync-agent-leader-election": rbac.LeaderElectionRules(),
 		"praxis-system/grid-gridsync-agent-swim-service":    rbac.SwimServiceRules(),
+		"praxis-system/grid-gridsync-agent-record-key":      rbac.RecordKeySecretRules("grid-gridsync-agent-record-key"),
 		"praxis-system/grid-gridsync-agent-swim-secrets": {{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
 			ResourceNames: []string{"grid-swim-key", "grid-site-cert"}}},
 		"praxis-system/grid-gridsync-agent-gateway-service": {{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"},
@@ -385,6 +386,9 @@ func TestAgentChartGrantsSwimOnlyWhatItNeeds(t *testing.T) {
 		{true, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "praxis-system", Resource: "secrets", Name: "grid-ca"}},
 		{true, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "praxis-system", Resource: "secrets", Name: "grid-site-cert"}},
 		{true, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "gateways", Resource: "secrets", Name: "edge-ca"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "praxis-system", Resource: "secrets", Name: "grid-gridsync-agent-record-key"}},
+		{true, authorizationv1.ResourceAttributes{Verb: "get", Namespace: "praxis-system", Resource: "secrets", Name: "grid-gridsync-agent-record-key"}},
+		{false, authorizationv1.ResourceAttributes{Verb: "delete", Namespace: "praxis-system", Resource: "secrets", Name: "grid-gridsync-agent-record-key"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "create", Namespace: "praxis-system", Resource: "secrets", Name: "grid-swim-key"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "patch", Namespace: "gateways", Resource: "secrets", Name: "grid-ca"}},
 		{false, authorizationv1.ResourceAttributes{Verb: "delete", Namespace: "praxis-system", Resource: "secrets", Name: "grid-ca"}},

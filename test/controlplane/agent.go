@@ -14,8 +14,8 @@ const AgentServiceAccount = "gridsync-agent"
 // AgentConfig gives the ServiceAccount agentNamespace/gridsync-agent
 // exactly the agent's least privilege (controller/rbac, as its chart
 // grants it): the cluster rules, the namespace rules in each of
-// namespaces, the leader election and SWIM Service rules in its own
-// namespace. It returns a
+// namespaces, the leader election, SWIM Service and record key Secret
+// rules in its own namespace. It returns a
 // client configuration with the ServiceAccount's token. The cluster role
 // is named after agentNamespace, so agents in different namespaces do not
 // share it.
@@ -33,6 +33,9 @@ func (cp *ControlPlane) AgentConfig(ctx context.Context, agentNamespace string, 
 		return nil, err
 	}
 	if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent-swim-service", agentNamespace, rbac.SwimServiceRules()); err != nil {
+		return nil, err
+	}
+	if err := cp.Grant(ctx, agentNamespace, sa, "gridsync-agent-record-key", agentNamespace, rbac.RecordKeySecretRules(rbac.DefaultRecordKeySecret)); err != nil {
 		return nil, err
 	}
 	return cp.ServiceAccountConfig(ctx, agentNamespace, sa)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
@@ -78,6 +79,11 @@ type Config struct {
 
 	// SiteName is this site's name.
 	SiteName string
+	// RecordKeySecret is the Secret, in the agent's namespace, holding
+	// this site's key for the records of networks without a grid CA
+	// (created when missing). No namespace: the key is made in memory
+	// and lives as long as the process.
+	RecordKeySecret types.NamespacedName
 	// SiteCertLifetime is how long an issued site certificate is valid;
 	// 0 goes by the network (membership.SiteLifetime).
 	SiteCertLifetime time.Duration

@@ -77,7 +77,8 @@ type Metrics struct {
 }
 
 // NewMetrics registers the controller's metrics; sites (the cache) is
-// what grid_sites counts when scraped. The caller sets up the label values
+// what grid_sites counts and grid_network_records_unsigned reads when
+// scraped. The caller sets up the label values
 // of IdentityRotations (the results are the identity stage's).
 func NewMetrics(reg prometheus.Registerer, sites client.Reader) (*Metrics, error) {
 	m := &Metrics{
@@ -168,7 +169,7 @@ func NewMetrics(reg prometheus.Registerer, sites client.Reader) (*Metrics, error
 		m.StatusWrites.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.NetworkReconciles, m.NetworkStages, m.Publishes, m.StatusWrites, m.RenderDuration,
-		m.SiteCertificates, m.IdentityExpiry, m.IdentityRotations, m.SiteProbes, m.ProbeDuration, sitePhases{sites}, m.PraxisWrites, m.MountPatches, m.PraxisRenderDuration,
+		m.SiteCertificates, m.IdentityExpiry, m.IdentityRotations, m.SiteProbes, m.ProbeDuration, sitePhases{sites}, unsignedNetworks{sites}, m.PraxisWrites, m.MountPatches, m.PraxisRenderDuration,
 		m.GatewayProbes, m.GatewayProbeDuration, m.PhaseTransitions} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError

@@ -38,6 +38,11 @@ type Membership interface {
 	// PublishSignals gossips this site's provider signals (signalTransport
 	// gossip).
 	PublishSignals(network string, signals []sites.Signal) error
+	// ResetSiteKey forgets, in a network without a grid CA, the key a
+	// remote site's records are held to (and what is held of the site):
+	// the next key to sign its records is bound. It reports whether the
+	// site was held to a key.
+	ResetSiteKey(network, site string) bool
 	// Forget withdraws this site from a network.
 	Forget(network string)
 	// View is what is known of a network's other sites.

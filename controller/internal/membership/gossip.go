@@ -40,6 +40,9 @@ type Member struct {
 	// only when they change (see Reconcile).
 	mu         sync.Mutex
 	configured map[string]*given
+	// openKey is this site's key for the records of networks without a
+	// grid CA.
+	openKey recordKey
 }
 
 // given is what the runtime was last given of a network.
@@ -50,6 +53,8 @@ type given struct {
 	cert      string
 	providers []sites.Provider
 	published bool
+	// resetDone is the reset annotation's value last applied.
+	resetDone string
 }
 
 // NewMember returns the membership stage; seedResolver resolves
@@ -89,6 +94,13 @@ type Outcome struct {
 	SeedsFailed bool
 	Condition   Condition
 	View        sites.NetworkView
+	// RecordKeyFailed: this site's record key for networks without a grid
+	// CA did not load (it is tried again).
+	RecordKeyFailed bool
+	// Resets are the sites whose keys the reset annotation (ResetValue,
+	// removed once the status is written) asked to forget.
+	Resets     []string
+	ResetValue string
 }
 
 // loadSwimKey reads a network's SWIM key Secret. The error's message names
@@ -128,12 +140,14 @@ func (r *Member) loadSwimKey(ctx context.Context, network *v1alpha1.GridNetwork)
 // and retries a failed one after a pause).
 func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, local []sites.Provider, known bool, cert string, certErr error) Outcome {
 	m := r.Opts.Membership
+	reset := r.resetRequested(network)
 	if m == nil {
+		out := Outcome{Condition: Condition{OK: true, Reason: ReasonSwimNotRunning, Message: "SWIM is not configured on this agent"}, Resets: reset.sites, ResetValue: reset.value}
 		if membershipRequested(network) {
-			return Outcome{Condition: Condition{Reason: ReasonSwimNotRunning,
-				Message: "the agent runs without a SWIM bind address (--swim-bind-addr, GRID_SWIM_BIND_ADDR): spec.seeds, spec.tls.swimKeySecretRef and site discovery have no effect"}}
+			out.Condition = Condition{Reason: ReasonSwimNotRunning,
+				Message: "the agent runs without a SWIM bind address (--swim-bind-addr, GRID_SWIM_BIND_ADDR): spec.seeds, spec.tls.swimKeySecretRef and site discovery have no effect"}
 		}
-		return Outcome{Condition: Condition{OK: true, Reason: ReasonSwimNotRunning, Message: "SWIM is not configured on this agent"}}
+		return out
 	}
 	g := r.given(network.Name)
 	ks, reason, err := r.loadSwimKey(ctx, network)
@@ -149,7 +163,7 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 		m.SetNetworkKeys(network.Name, ks, false)
 	}
 
-	out := Outcome{Condition: Condition{OK: true, Reason: ReasonMembershipRunning}}
+	out := Outcome{Condition: Condition{OK: true, Reason: ReasonMembershipRunning}, Resets: reset.sites, ResetValue: reset.value}
 	var notes []string
 	settings, problem := networkSettings(&network.Spec)
 	if problem != "" {
@@ -208,8 +222,11 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 			out.Condition = Condition{Reason: ReasonSiteCertInvalid}
 		}
 	}
-	id, version := r.membershipIdentity(ctx, network)
+	id, version, keyNote := r.membershipIdentity(ctx, network)
 	switch {
+	case id.Open && keyNote != "":
+		out.RecordKeyFailed = true
+		notes = append(notes, keyNote)
 	case id.Open:
 	case id.Roots == nil:
 		notes = append(notes, "the grid CA did not load: records of the other sites are refused until it does (they are signed)")
@@ -221,6 +238,9 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 		g.identity = version
 		m.SetIdentity(network.Name, id)
 	}
+	// After the identity, which gives membership the keys the status
+	// kept: a reset forgets one of them.
+	r.resetSiteKeys(network, reset, g)
 	// This site's records wait for its providers: announcing none would
 	// withdraw them from the other sites until the overlay reconciler ran.
 	if known && (!g.published || g.cert != cert || !reflect.DeepEqual(g.providers, local)) {
@@ -310,15 +330,15 @@ func (r *Member) Forget(network string) {
 // membershipIdentity is how the network's records are signed and checked:
 // with the site certificate and against the grid CA the trust probes use,
 // and the version of that trust material (it changes with either). A
-// network that declares no grid CA is open: its records are neither
-// signed nor checked.
-func (r *Member) membershipIdentity(ctx context.Context, network *v1alpha1.GridNetwork) (sites.Identity, string) {
-	t := network.Spec.TLS
-	if t == nil || t.CASecretRef == nil && t.CAConfigMapRef == nil {
-		return sites.Identity{Open: true}, "open"
+// network that declares no grid CA is open: its records are signed with
+// this site's record key and held to the first key of each site
+// (openIdentity; note says why this site has no key).
+func (r *Member) membershipIdentity(ctx context.Context, network *v1alpha1.GridNetwork) (id sites.Identity, version, note string) {
+	if base.OpenNetwork(network) {
+		return r.openIdentity(ctx, network)
 	}
 	tm := r.Trust.Get(ctx, network)
-	return sites.Identity{Roots: tm.Roots, RootCerts: tm.RootCerts, Signer: tm.Client}, strconv.FormatUint(tm.Version, 10)
+	return sites.Identity{Roots: tm.Roots, RootCerts: tm.RootCerts, Signer: tm.Client}, strconv.FormatUint(tm.Version, 10), ""
 }
 
 // membershipRequested reports whether a network asks for anything only

@@ -79,15 +79,16 @@ func NewReconciler(env *base.Env, trust *trustmaterial.Cache, member *Member, lo
 		told: map[string][32]byte{}}
 }
 
-// Setup registers the reconciler with mgr: it follows a network's spec
-// and labels (the auto-discover label asks for GridSites), and the events
+// Setup registers the reconciler with mgr: it follows a network's spec,
+// labels (the auto-discover label asks for GridSites) and annotations
+// (the reset of a site's key), and the events
 // on changes: the gossip runtime's (a record, a site's state), the Secret
 // poll's, the trust material's and the overlay reconciler's (the site's
 // providers changed).
 func (r *Reconciler) Setup(mgr ctrl.Manager, changes <-chan event.GenericEvent) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&v1alpha1.GridNetwork{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		For(&v1alpha1.GridNetwork{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		WatchesRawSource(source.Channel(changes, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
@@ -161,12 +162,15 @@ func (r *Reconciler) reconcile(ctx context.Context, name string) (time.Duration,
 		return 0, true, err
 	}
 	r.tellOverlays(&network, after, swim.View)
+	if swim.ResetValue != "" {
+		r.Member.ClearReset(ctx, &network, swim.ResetValue)
+	}
 
 	var again time.Duration
 	if identity.RenewIn > 0 {
 		again = identity.RenewIn + time.Second/10 // just past the renewal point
 	}
-	for _, d := range []time.Duration{seedRetryIf(swim.SeedsFailed), keyRetryIf(swim.KeyFailed)} {
+	for _, d := range []time.Duration{seedRetryIf(swim.SeedsFailed), keyRetryIf(swim.KeyFailed || swim.RecordKeyFailed)} {
 		if d > 0 && (again == 0 || d < again) {
 			again = d
 		}
@@ -200,8 +204,9 @@ func (r *Reconciler) forget(name string) {
 }
 
 // setStatus sets membership's fields of the network's status: the
-// SiteIdentity, Membership and Evictions conditions, the phase, the site
-// and provider counts, the grid ID and the trust bundle.
+// SiteIdentity, Membership, Evictions and RecordsSigned conditions, the
+// phase, the site and provider counts, the grid ID, the trust bundle and
+// the keys the sites of a network without a grid CA are held to.
 func setStatus(network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus, swim Outcome, identity IdentityOutcome, evictions EvictionsOutcome) {
 	for _, c := range []struct {
 		kind string
@@ -219,6 +224,7 @@ func setStatus(network *v1alpha1.GridNetwork, next *v1alpha1.GridNetworkStatus, 
 	next.DistributedProviderCount = next.RemoteProviderCount // upstream's name for the same count
 	next.GridID = swim.View.GridID
 	next.TrustBundle = evictions.Status
+	setOpenNetwork(network, next, swim)
 }
 
 // networkPhase is the network's membership phase and counts: Pending
