@@ -20,6 +20,7 @@ import (
 	"github.com/gridsync/gridsync/trust/enrol"
 
 	"github.com/gridsync/gridsync/shared/envflag"
+	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
 
 const envPrefix = "GRIDSYNC_AGENT_"
@@ -67,22 +68,25 @@ func (c metricsTLSConfig) enabled() bool { return c.dir != "" }
 type signalsConfig struct {
 	addr                      string
 	certFile, keyFile, caFile string
-	spiffe                    bool
-	maxConnections            int
-	reservedForGateway        int
-	perSite                   int
-	handshakeRate             float64
-	handshakeBurst            int
-	maxConnectionAge          time.Duration
-	writeTimeout              time.Duration
-	reportAudience            string
-	reportSilentAfter         time.Duration
-	reportMaxPodsPerGateway   int
-	enrollmentTokenSecret     string
-	reportReviewRate          float64
-	reportReviewBurst         int
-	interval                  time.Duration
-	peerPort                  int
+	// identityInterval is how often the listener reads its mounted
+	// identity again (a renewal, the CAs of a rotation).
+	identityInterval        time.Duration
+	spiffe                  bool
+	maxConnections          int
+	reservedForGateway      int
+	perSite                 int
+	handshakeRate           float64
+	handshakeBurst          int
+	maxConnectionAge        time.Duration
+	writeTimeout            time.Duration
+	reportAudience          string
+	reportSilentAfter       time.Duration
+	reportMaxPodsPerGateway int
+	enrollmentTokenSecret   string
+	reportReviewRate        float64
+	reportReviewBurst       int
+	interval                time.Duration
+	peerPort                int
 	// serviceName is the signals Service (without selector) whose
 	// EndpointSlice the leader writes (with the pod's address).
 	serviceName, podIP string
@@ -210,6 +214,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.StringVar(&c.signals.certFile, "signals-cert", "", "the site certificate (leaf then chain) the listener serves with, in its mounted Secret"+note("signals-cert"))
 	fs.StringVar(&c.signals.keyFile, "signals-key", "", "its private key"+note("signals-key"))
 	fs.StringVar(&c.signals.caFile, "signals-ca", "", "the grid CA bundle client certificates are verified against"+note("signals-ca"))
+	fs.DurationVar(&c.signals.identityInterval, "signals-identity-interval", tlsidentity.DefaultInterval, "how often the listener reads its identity (--signals-cert, --signals-key, --signals-ca) again: a renewal, or the CAs of a grid CA rotation, is served from the next read"+note("signals-identity-interval"))
 	naming := fs.String("signals-peer-naming", "organization", "how a peer's certificate names its site: organization, or spiffe (its SPIFFE ID)"+note("signals-peer-naming"))
 	fs.IntVar(&c.signals.maxConnections, "signals-max-connections", 256, "connections of the gateway and the peers together"+note("signals-max-connections"))
 	fs.IntVar(&c.signals.reservedForGateway, "signals-gateway-reserved", 8, "of those, the connections peers never take: kept for the co-located gateway"+note("signals-gateway-reserved"))
@@ -244,6 +249,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	if c.signals.enabled() {
 		if c.signals.certFile == "" || c.signals.keyFile == "" || c.signals.caFile == "" {
 			return nil, envflag.UsageError(fs, "--signals-addr needs --signals-cert, --signals-key and --signals-ca: the listener serves only with the site identity and verifies callers against the grid CA")
+		}
+		if c.signals.identityInterval <= 0 {
+			return nil, envflag.UsageError(fs, "--signals-identity-interval must be positive")
 		}
 		if c.signals.podIP = getenv("POD_IP"); c.signals.serviceName != "" && c.signals.podIP == "" {
 			return nil, envflag.UsageError(fs, "--signals-service-name needs the pod's address in $POD_IP")

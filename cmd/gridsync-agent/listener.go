@@ -99,5 +99,5 @@ func (s *signalsListener) reviewBudget() reports.ReviewBudget {
 // yet: the agent issues the site certificate itself.
 func (s *signalsListener) waitIdentity(ctx context.Context) (*tlsidentity.Reloader, error) {
 	return waitIdentity(ctx, tlsidentity.Options{CertFile: s.cfg.certFile, KeyFile: s.cfg.keyFile, CAFile: s.cfg.caFile,
-		RequireServerAuth: true, Logger: s.log, Registerer: identityRegisterer(s.reg, "signals")}, s.log, "signals_identity_waiting")
+		Interval: s.cfg.identityInterval, RequireServerAuth: true, Logger: s.log, Registerer: identityRegisterer(s.reg, "signals")}, s.log, "signals_identity_waiting")
 }

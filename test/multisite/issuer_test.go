@@ -39,8 +39,10 @@ type issuerGrid struct {
 	gateways map[string]*testgateway.Gateway
 	// caData is the issuer's grid CA Secret (its key included).
 	caData map[string][]byte
-	// issuer is the issuer's signals listener, 127.0.0.1:port.
-	issuer string
+	// issuer is the issuer's signals listener, 127.0.0.1:port, and
+	// issuerFiles its identity as the kubelet would project it.
+	issuer      string
+	issuerFiles *testpki.Projection
 	// adminKube is a kubeconfig of the issuer's cluster, for the
 	// operator's commands.
 	adminKube string
@@ -65,6 +67,7 @@ func newIssuerGrid(t *testing.T, ctx context.Context, key []byte, names []string
 	a := g.sites[0]
 	g.issuer = "127.0.0.1:" + freePort(t)
 	identityA := testpki.NewProjection(t)
+	g.issuerFiles = identityA
 	require.NoError(t, a.CP.Grant(ctx, a.AgentNS, controlplane.AgentServiceAccount, "gridsync-agent-enrollment", a.AgentNS, rbac.EnrollmentTokenRules(enrol.DefaultTokenSecret)))
 	a.identityNetwork("grid", &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateIssuer})
 	a.provider("prov-a", "grid", "model-a")
@@ -122,11 +125,18 @@ func (g *issuerGrid) newToken(site, ttl string) string {
 // as its operator does, and returns its output; it must succeed.
 func (g *issuerGrid) operator(args ...string) (stdout, stderr string) {
 	g.t.Helper()
+	stdout, stderr, err := g.tryOperator(args...)
+	require.NoError(g.t, err, stderr)
+	return stdout, stderr
+}
+
+// tryOperator is operator for a command that may be refused.
+func (g *issuerGrid) tryOperator(args ...string) (stdout, stderr string, err error) {
 	cmd := exec.CommandContext(g.ctx, framework.Bin(testbin.Agent), append(args[:1:1], append([]string{"--kubeconfig", g.adminKube}, args[1:]...)...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	require.NoError(g.t, cmd.Run(), errOut.String())
-	return out.String(), errOut.String()
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
 // formed waits until every site is Active at every other.

@@ -3,7 +3,9 @@ package multisite
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,16 +22,22 @@ import (
 
 // An issuer and two enrolled sites rotate the grid CA in its three stages
 // with `gridsync-agent rotate-ca`, while the sites probe each other and
-// gossip provider changes: no site leaves Active anywhere, no record is
-// refused for its certificate, every change arrives. At the end every
+// gossip provider changes, and callers of the issuer's listener (the other
+// sites' certificates, a client verifying it against the CAs its pod
+// holds, as the sidecar's reporter does) keep connecting: no site leaves
+// Active anywhere, no record is refused for its certificate, every change
+// arrives, every connection is served. At the end every
 // site holds a certificate of the new CA, trusts it alone, and a
 // certificate of the old CA is refused.
 func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	key := newKey(t)
+	// The issuer's listener reads its identity every half second: the
+	// stages wait a second and a half for it (--settle), as a grid waits
+	// for the kubelet and its pods.
 	g := newIssuerGrid(t, ctx, key, []string{"site-a", "site-b", "site-c"},
-		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--site-cert-lifetime", "1h")
+		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--site-cert-lifetime", "1h", "--signals-identity-interval", "500ms")
 	a, b, c := g.sites[0], g.sites[1], g.sites[2]
 	g.formed()
 	oldCA, err := sitetrust.ParseCA(g.caData["tls.crt"], g.caData["tls.key"])
@@ -60,6 +68,37 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 			}
 		}
 	})
+	// And the issuer's listener, throughout: B's and C's current
+	// certificates are served (the signals poll's and the provider list's
+	// callers), and a client that verifies the listener against the CAs
+	// the issuer's pod holds, read again for each connection as the
+	// sidecar's delivery reporter does, connects.
+	began := time.Now()
+	for _, s := range []*site{b, c} {
+		d := s.secretData("site-cert")
+		pair, err := tls.X509KeyPair(d["tls.crt"], d["tls.key"])
+		require.NoError(t, err)
+		require.Equal(t, "served", listenerVerdict(t, g.issuer, &pair), "the issuer's listener serves %s before the rotation", s.Name)
+	}
+	stopListener := watch(200*time.Millisecond, func() {
+		for _, s := range []*site{b, c} {
+			d := s.secretData("site-cert")
+			pair, err := tls.X509KeyPair(d["tls.crt"], d["tls.key"])
+			if err != nil {
+				continue
+			}
+			if v := listenerVerdict(t, g.issuer, &pair); v != "served" {
+				mu.Lock()
+				gaps = append(gaps, fmt.Sprintf("%s: the issuer's listener and %s's certificate: %s", time.Since(began).Round(time.Millisecond), s.Name, v))
+				mu.Unlock()
+			}
+		}
+		if err := verifiedDial(ctx, g.issuer, g.issuerFiles.Path("ca.crt"), sitetrust.DNSName(a.Name)); err != nil {
+			mu.Lock()
+			gaps = append(gaps, "a reporter verifying the issuer's listener: "+err.Error())
+			mu.Unlock()
+		}
+	})
 	// And a change of B's providers reaches A and C after each stage.
 	changes := 0
 	changeB := func() {
@@ -82,12 +121,17 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 	}
 
 	for _, stage := range []string{"add", "switch", "retire"} {
-		// The test's gateways load their Secret at once: no settling.
-		out, _ := g.operator("rotate-ca", "--network", "grid", "--stage", stage, "--timeout", "2m", "--settle", "0s")
-		t.Logf("rotate-ca --stage %s: %s", stage, strings.TrimSpace(out))
+		var out string
+		eventually(t, 30*time.Second, "rotate-ca --stage "+stage, func() (bool, string) {
+			o, errOut, err := g.tryOperator("rotate-ca", "--network", "grid", "--stage", stage, "--timeout", "2m", "--settle", "1500ms")
+			out = o
+			return err == nil, errOut
+		})
+		t.Logf("%s: rotate-ca --stage %s: %s", time.Since(began).Round(time.Millisecond), stage, strings.ReplaceAll(strings.TrimSpace(out), "\n", "; "))
 		changeB()
 	}
 	stop()
+	stopListener()
 	mu.Lock()
 	assert.Empty(t, gaps, "a site left Active during the rotation")
 	mu.Unlock()
@@ -136,4 +180,22 @@ func issueWith(t *testing.T, ca *sitetrust.CA, site string) *tls.Certificate {
 	pair, err := tls.X509KeyPair(chain, key)
 	require.NoError(t, err)
 	return &pair
+}
+
+// verifiedDial completes a TLS handshake with addr, verifying it against
+// the CA bundle in caFile for serverName, the file read for this
+// connection.
+func verifiedDial(ctx context.Context, addr, caFile, serverName string) error {
+	pemData, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pemData)
+	d := tls.Dialer{Config: &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
