@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/signals/httpapi"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -68,11 +71,12 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 			}
 		}
 	})
-	// And the issuer's listener, throughout: B's and C's current
-	// certificates are served (the signals poll's and the provider list's
-	// callers), and a client that verifies the listener against the CAs
-	// the issuer's pod holds, read again for each connection as the
-	// sidecar's delivery reporter does, connects.
+	// And the issuer's listener, throughout: B and C, as their signals
+	// polls do, present their current certificates and verify the
+	// listener against the CAs their own Secret holds, and are served; a
+	// client that verifies the listener against the CAs the issuer's pod
+	// holds, read again for each connection as the sidecar's delivery
+	// reporter does, connects.
 	began := time.Now()
 	for _, s := range []*site{b, c} {
 		d := s.secretData("site-cert")
@@ -87,7 +91,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			if v := listenerVerdict(t, g.issuer, &pair); v != "served" {
+			if v := pollVerdict(ctx, g.issuer, &pair, d["ca.crt"], sitetrust.DNSName(a.Name)); v != "served" {
 				mu.Lock()
 				gaps = append(gaps, fmt.Sprintf("%s: the issuer's listener and %s's certificate: %s", time.Since(began).Round(time.Millisecond), s.Name, v))
 				mu.Unlock()
@@ -198,4 +202,26 @@ func verifiedDial(ctx context.Context, addr, caFile, serverName string) error {
 		return err
 	}
 	return conn.Close()
+}
+
+// pollVerdict asks a signals listener for the provider list as a peer's
+// poll does: presenting pair, verifying the listener against the CAs of
+// caPEM for serverName. "served" when it answers.
+func pollVerdict(ctx context.Context, addr string, pair *tls.Certificate, caPEM []byte, serverName string) string {
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	c := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{*pair}, RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
+	defer c.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+httpapi.ProvidersPath, nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return "served"
 }
