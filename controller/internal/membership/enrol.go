@@ -172,7 +172,11 @@ func (r *Identity) enrolled(ctx context.Context, network *v1alpha1.GridNetwork, 
 			if transientRefusal(refused.Reason) {
 				floor = 0
 			}
-			return fail(Condition{Reason: ReasonEnrollmentRefused, Message: fmt.Sprintf("issuer %s refused: %s", sc.Issuer.Site, refused.Message)}, rotationRefused, floor, err)
+			out := fail(Condition{Reason: ReasonEnrollmentRefused, Message: fmt.Sprintf("issuer %s refused: %s", sc.Issuer.Site, refused.Message)}, rotationRefused, floor, err)
+			if refused.Reason == enrol.RefusedBusy {
+				out.RenewIn = r.soonerAfterBusy(network.Name, out.RenewIn, now)
+			}
+			return out
 		case errors.As(err, &unreachable):
 			return fail(Condition{Reason: ReasonIssuerUnreachable, Message: err.Error()}, rotationFailed, 0, err)
 		default:

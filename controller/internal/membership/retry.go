@@ -152,3 +152,29 @@ func retryDelay(failures int, first, most, floor, until time.Duration, random fl
 func transientRefusal(reason string) bool {
 	return reason == enrol.RefusedBusy || reason == enrol.RefusedIssuerFailed
 }
+
+// busyRetry is the wait after an issuer refused for being busy (it
+// answers a few renewals at a time, and many sites renew together after
+// a rotation's switch): its Retry-After of a second, doubled with each
+// busy refusal in a row, with up to as much again at random so that the
+// sites that were turned away together come back apart; never longer than
+// the backoff of an issuer that does not answer.
+func busyRetry(failures int, backoff time.Duration, random float64) time.Duration {
+	d := time.Second << min(failures-1, 8)
+	d += time.Duration(random * float64(d))
+	return min(d, backoff)
+}
+
+// soonerAfterBusy shortens the wait the last failure set for network to
+// busyRetry's.
+func (r *Identity) soonerAfterBusy(network string, wait time.Duration, now time.Time) time.Duration {
+	r.retries.mu.Lock()
+	defer r.retries.mu.Unlock()
+	f := r.retries.m[network]
+	if f == nil {
+		return wait
+	}
+	wait = busyRetry(f.failures, wait, rand.Float64())
+	f.next = now.Add(wait)
+	return wait
+}

@@ -78,3 +78,14 @@ func TestFailedAttemptsWaitTheirTurn(t *testing.T) {
 	cond, _ = r.failed(network, "enrolment", Condition{Message: "issuer down"}, 0, time.Time{}, now)
 	assert.Equal(t, "issuer down; enrolment failing since 2030-01-02T03:04:05Z, tried again at most 5m0s apart", cond.Message, "a new run of failures, no certificate")
 }
+
+// A busy issuer is asked again after its Retry-After of a second, doubled
+// with each busy refusal in a row and spread at random, never later than
+// the backoff of an issuer that does not answer.
+func TestABusyIssuerIsAskedAgainSoon(t *testing.T) {
+	assert.Equal(t, time.Second, busyRetry(1, 10*time.Second, 0))
+	assert.Equal(t, 2*time.Second, busyRetry(1, 10*time.Second, 1))
+	assert.Equal(t, 4*time.Second, busyRetry(3, 10*time.Second, 0))
+	assert.Equal(t, 10*time.Second, busyRetry(5, 10*time.Second, 0.5), "never past the backoff")
+	assert.Equal(t, 5*time.Minute, busyRetry(40, 5*time.Minute, 0.9))
+}
