@@ -154,13 +154,15 @@ func (r *Runtime) send(rec record.Record) {
 
 // aliveNodes are the current members of the alive remote sites (or only
 // the one named), built from what the member events said: the nodes
-// memberlist's Members returns are its own, written while it runs.
+// memberlist's Members returns are its own, written while it runs. A site
+// evicted from every network of this site gets nothing sent to it.
 func (r *Runtime) aliveNodes(only string) []*memberlist.Node {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []*memberlist.Node
-	for _, m := range r.members {
-		if m.state != sites.SiteAlive || only != "" && m.name != only {
+	for s, m := range r.members {
+		// Nothing is sent to a site evicted from every network here.
+		if m.state != sites.SiteAlive || only != "" && m.name != only || r.evictedEverywhereLocked(s) {
 			continue
 		}
 		ap, err := netip.ParseAddrPort(m.addr)

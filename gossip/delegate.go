@@ -146,6 +146,10 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 		if meta.Site == r.cfg.Site {
 			continue // this site: an earlier generation, or this node
 		}
+		if r.evictedEverywhereLocked(meta.Site) {
+			r.memberRefusedLocked(meta.Site)
+			return fmt.Errorf("refused %s: evicted from every network of this site", meta.Site)
+		}
 		names = append(names, meta.Site)
 		next, err := record.Negotiate(held, meta.Grid, now, r.cfg.GridIDSettle)
 		if err != nil {
@@ -175,8 +179,9 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 	return nil
 }
 
-// NotifyAlive keeps members of another grid out, also when they arrive by
-// gossip rather than a merge.
+// NotifyAlive keeps members of another grid out, and a site evicted from
+// every network of this site, also when they arrive by gossip rather than
+// a merge.
 func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	r := d.r
 	meta, err := record.DecodeMeta(peer.Meta)
@@ -188,6 +193,10 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.evictedEverywhereLocked(meta.Site) {
+		r.memberRefusedLocked(meta.Site)
+		return fmt.Errorf("refused %s: evicted from every network of this site", meta.Site)
+	}
 	next, err := record.Negotiate(r.grid, meta.Grid, r.cfg.Now(), r.cfg.GridIDSettle)
 	if err != nil {
 		return err
@@ -334,4 +343,38 @@ func (n *notifier) run(ctx context.Context) {
 			fn(network)
 		}
 	}
+}
+
+// evictedEverywhereLocked reports whether site is evicted from every
+// network with a grid CA this site takes part in (r.mu held): such a site
+// is no member here, whatever certificate or SWIM key it still holds. A
+// site evicted from one network of several stays a member, for the
+// others.
+func (r *Runtime) evictedEverywhereLocked(site string) bool {
+	if r.cfg.Trust == nil {
+		return false
+	}
+	signed := 0
+	for n, t := range r.trust {
+		if t.Open {
+			continue
+		}
+		signed++
+		if !r.cfg.Trust.Bundle(n).Evicted(site) {
+			return false
+		}
+	}
+	return signed > 0
+}
+
+// memberRefusedLocked counts a refused member and says so once (r.mu
+// held).
+func (r *Runtime) memberRefusedLocked(site string) {
+	r.metrics.membersRefused.Inc()
+	key := "swim_member_refused/evicted/" + site
+	if r.said[key] || len(r.said) >= maxSaidLines {
+		return
+	}
+	r.said[key] = true
+	r.log.Warn("swim_member_refused", "site", site, "reason", "evicted")
 }

@@ -22,6 +22,7 @@ type metrics struct {
 	bytesReceived    *prometheus.CounterVec
 	seedJoinFailures prometheus.Counter
 	gridIDConflicts  prometheus.Counter
+	membersRefused   prometheus.Counter
 	recordsRejected  *prometheus.CounterVec
 	recordsReceived  *prometheus.CounterVec
 	pending          prometheus.Gauge
@@ -81,6 +82,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "grid_swim_grid_id_conflicts_total",
 			Help: "Merges and members refused because they belong to another grid.",
 		}),
+		membersRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_swim_members_evicted_refused_total",
+			Help: "Joins and alive messages refused because their site is evicted from every network of this site.",
+		}),
 		recordsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grid_swim_records_rejected_total",
 			Help: "Records of other sites refused before they were stored, by reason: unsigned, signed by a certificate that does not chain to the grid CA or names another site, a signature that does not verify, signed too far ahead or too long ago, of a network this site does not take part in, or, in a network without a grid CA, signed with another key than the one its site is held to (rebound_key, before_reset).",
@@ -95,7 +100,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.keyPending, m.keysInstalled, m.encrypted, m.rejected, m.dropped, m.sites,
-		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.gridIDConflicts, m.recordsRejected, m.recordsReceived, m.pending} {
+		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.gridIDConflicts, m.membersRefused, m.recordsRejected, m.recordsReceived, m.pending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

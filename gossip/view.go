@@ -50,7 +50,9 @@ func (r *Runtime) View(network string) sites.NetworkView {
 	members := make(map[string]member, len(r.members))
 	for s, m := range r.members {
 		members[s] = *m
-		if m.state == sites.SiteAlive && r.ml != nil {
+		// An evicted site still answering from before its eviction is
+		// no peer of this site's.
+		if m.state == sites.SiteAlive && r.ml != nil && !r.evictedEverywhereLocked(s) {
 			v.AlivePeers++
 		}
 	}
