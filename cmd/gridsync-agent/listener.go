@@ -49,6 +49,13 @@ func (s *signalsListener) Start(ctx context.Context) error {
 	s.api.Register(mux)
 	mux.Handle(enrol.EnrollPath, s.issuer)
 	mux.Handle(enrol.RenewPath, s.issuer)
+	// The networks' trust bundles, for a site that runs no SWIM: named
+	// sites and the co-located gateway only (anonymous callers are closed
+	// on this path by the listener anyway).
+	mux.Handle(bundle.Path, bundle.Handler(s.evictions, func(r *http.Request) bool {
+		c, ok := siglisten.CallerFrom(r.Context())
+		return ok && (c.Kind == siglisten.Site || c.Kind == siglisten.Gateway)
+	}))
 	mux.Handle(deliveryreport.Path, reports.NewHandler(
 		&reports.Reviewer{Client: clientset, Audience: s.cfg.reportAudience, Budget: s.reviewBudget()}, s.aggregator, s.log, s.reg))
 	handshakes := siglisten.DefaultHandshakeLimits()

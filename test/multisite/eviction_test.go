@@ -21,7 +21,9 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testnet"
+	"github.com/gridsync/gridsync/test/testproc"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -183,4 +185,31 @@ func listenerVerdict(t *testing.T, addr string, pair *tls.Certificate) string {
 		return "closed"
 	}
 	return "no answer"
+}
+
+// A site that runs no SWIM hears no gossip: it takes its issuer's
+// evictions from the issuer's listener, where it fetches the network's
+// trust bundle at every poll of its Secrets, and keeps them in its status.
+func TestASiteWithoutGossipTakesTheEvictionFromItsIssuer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	g := newIssuerGrid(t, ctx, newKey(t), []string{"site-a"}, "--site-probe-interval", "1s", "--site-probe-timeout", "1s")
+	cp := clusters[1]
+	b := &site{Site: framework.NewSite(t, cp, framework.SiteOptions{Prefix: "grid", Name: "site-b"}), t: t, gateway: testproc.FreeAddr(t)}
+	require.NoError(t, cp.AgentTrustSecrets(ctx, b.AgentNS, b.Namespace(), "grid-ca", "site-cert"))
+	b.secret("swim-key", map[string][]byte{"key": newKey(t)})
+	require.NoError(t, b.Admin.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: b.Namespace()},
+		Data: map[string]string{"ca.crt": string(g.caData["ca.crt"])}}))
+	b.secret("enrol-token", map[string][]byte{"token": []byte(g.newToken("site-b", "10m"))})
+	b.identityNetwork("grid", &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateEnrolled,
+		Issuer:                   &v1alpha1.EnrollmentIssuer{Address: g.issuer, Site: "site-a"},
+		EnrollmentTokenSecretRef: &v1alpha1.NamespacedKeyRef{Name: "enrol-token", Namespace: b.Namespace()}})
+	b.start(nil, "--site-probe-interval", "1s", "--site-probe-timeout", "1s")
+	b.waitSecret("site-cert", func(d map[string][]byte) bool { return len(d["tls.key"]) > 0 })
+
+	g.operator("evict", "--network", "grid", "--site", "site-x")
+	n := b.networkStatus("grid", 20*time.Second, func(n *v1alpha1.GridNetwork) bool {
+		return n.Status.TrustBundle != nil && slices.Equal(n.Status.TrustBundle.EvictedSites, []string{"site-x"})
+	})
+	assert.Equal(t, v1alpha1.NetworkPending, n.Status.Phase, "B runs no SWIM")
 }

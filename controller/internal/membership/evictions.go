@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -224,4 +225,28 @@ func mustRoots(b *bundle.Bundle) []*x509.Certificate {
 func issuedBy(chainPEM string, ca *x509.Certificate) bool {
 	certs, err := sitetrust.ParseCertificates([]byte(chainPEM))
 	return err == nil && len(certs) > 0 && len(ca.SubjectKeyId) > 0 && bytes.Equal(certs[0].AuthorityKeyId, ca.SubjectKeyId)
+}
+
+// fetchFromIssuer has an enrolled site that runs no SWIM, and so hears no
+// gossip, fetch the network's trust bundle from its issuer's listener (at
+// every poll of its Secrets), presenting its site certificate; the book
+// checks it as any other.
+func (e *Evictions) fetchFromIssuer(ctx context.Context, network *v1alpha1.GridNetwork) {
+	t := network.Spec.TLS
+	if e.Opts.TrustBundles == nil || t == nil || t.SiteCertificate == nil || t.SiteCertificate.Mode != v1alpha1.SiteCertificateEnrolled || t.SiteCertificate.Issuer == nil {
+		return
+	}
+	tm := e.Trust.Get(ctx, network)
+	if tm.Client == nil || tm.Roots == nil {
+		return
+	}
+	issuer := t.SiteCertificate.Issuer
+	f := bundle.Fetcher{Dial: e.Opts.ProbeDestinations.Dialer(e.Opts.SiteProbeTimeout), Timeout: e.Opts.SiteProbeTimeout}
+	signed, err := f.Fetch(ctx, issuer.Address, sitetrust.DNSName(issuer.Site), tm.Roots, tm.Client, network.Name)
+	if err == nil {
+		_, err = e.Opts.TrustBundles.Offer(network.Name, signed)
+	}
+	if err != nil && !errors.Is(err, bundle.ErrNone) {
+		e.Opts.Logger.Debug("trust_bundle_not_fetched", "network", network.Name, "issuer", issuer.Site, "error", err.Error())
+	}
 }

@@ -61,6 +61,9 @@ func (p *secretPoller) poll(ctx context.Context) {
 		if n.Spec.TLS.CASecretRef != nil || n.Spec.TLS.CAConfigMapRef != nil || n.Spec.TLS.SiteSecretRef != nil {
 			p.r.Trust.Refresh(ctx, n) // reports a change itself
 		}
+		if p.r.Opts.Membership == nil {
+			(&Evictions{Env: p.r.Env, Trust: p.r.Trust}).fetchFromIssuer(ctx, n)
+		}
 		if n.Spec.TLS.SwimKeySecretRef == nil || p.r.Opts.Membership == nil {
 			continue
 		}
