@@ -34,6 +34,7 @@ import (
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
 	"github.com/gridsync/gridsync/test/testproc"
+	"github.com/gridsync/gridsync/trust/bundle"
 	"github.com/gridsync/gridsync/trust/enrol"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -57,6 +58,7 @@ func TestEvictedSite(t *testing.T) {
 	// Before: C is served, and renews.
 	held := a.listenerClient(pairC)
 	require.Equal(t, http.StatusOK, a.get(held, httpapi.ProvidersPath), "the listener serves C before the eviction")
+	require.Equal(t, http.StatusNotFound, a.get(held, bundle.Path+"?network="+a.network), "no trust bundle before the eviction")
 	renewed, err := a.renew(pairC)
 	require.NoError(t, err, "C renews before the eviction")
 	require.NotNil(t, renewed)
@@ -91,7 +93,7 @@ func TestEvictedSite(t *testing.T) {
 		require.NoError(t, holder.SendReliable(to, msg))
 		sent.Add(1)
 		cl := a.listenerClient(cert)
-		for _, path := range []string{httpapi.ProvidersPath, signals.Path, deliveryreport.Path} {
+		for _, path := range []string{httpapi.ProvidersPath, signals.Path, deliveryreport.Path, bundle.Path + "?network=" + a.network} {
 			if a.get(cl, path) != 0 {
 				served.Add(1)
 			}
