@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,16 +48,26 @@ func Start(ctx context.Context) (*ControlPlane, error) {
 	// Its servers died with a test binary that died: only the folder is
 	// left to remove.
 	RemoveAbandoned(folderPrefix, func(dir string) { _ = os.RemoveAll(dir) })
-	dir, err := OwnedTempDir(folderPrefix)
-	if err != nil {
-		return nil, fmt.Errorf("create control plane folder: %w", err)
-	}
-	cp := &ControlPlane{dir: dir, binDir: binDir}
-	if err := cp.start(ctx); err != nil {
+	// The servers' ports are found free, released, and bound a moment
+	// later: another process may take one in between (any outgoing
+	// connection's local port comes from the same range). A server that
+	// finds its port taken starts the whole control plane again, on
+	// other ports.
+	for attempt := 1; ; attempt++ {
+		dir, err := OwnedTempDir(folderPrefix)
+		if err != nil {
+			return nil, fmt.Errorf("create control plane folder: %w", err)
+		}
+		cp := &ControlPlane{dir: dir, binDir: binDir}
+		err = cp.start(ctx)
+		if err == nil {
+			return cp, nil
+		}
 		_ = cp.Stop()
-		return nil, err
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
 	}
-	return cp, nil
 }
 
 func (cp *ControlPlane) start(ctx context.Context) error {
