@@ -3,7 +3,6 @@ package bundle
 import (
 	"crypto/x509"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 )
@@ -257,20 +256,6 @@ func (k *Book) RefusesAnywhere(site string, notBefore time.Time) bool {
 		}
 	}
 	return false
-}
-
-// Networks are the networks with a bundle held, sorted.
-func (k *Book) Networks() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var out []string
-	for n, e := range k.networks {
-		if e.bundle != nil {
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Subscribe calls fn with a network's name whenever its bundle changes,
