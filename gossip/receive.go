@@ -28,7 +28,7 @@ func (r *Runtime) admit(rec record.Record, regossip bool) string {
 			// Only a refusal that cost a check is charged to the site:
 			// junk that costs nothing to refuse in its name does not
 			// make its records doubtful.
-			r.verify.refused(&rec, now)
+			r.verify.Refused(&rec, now)
 		}
 		r.rejected(&rec, why)
 		r.outcome(outcomeRefused)

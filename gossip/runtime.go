@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gridsync/gridsync/gossip/internal/streamgate"
+	"github.com/gridsync/gridsync/gossip/internal/verifyqueue"
 	"github.com/gridsync/gridsync/gossip/record"
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
@@ -173,7 +174,7 @@ type Runtime struct {
 	store     *record.Store
 	clock     record.VersionClock
 	notify    *notifier
-	verify    *verifyQueue
+	verify    *verifyqueue.Queue
 
 	mu          sync.Mutex
 	ml          *memberlist.Memberlist
@@ -281,7 +282,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		wake:       make(chan struct{}, 1),
 	}
 	r.notify = newNotifier()
-	r.verify = newVerifyQueue()
+	r.verify = verifyqueue.New()
 	r.updateKeyPending()
 	if cfg.Trust != nil {
 		// A new bundle is CA-signed and rare; following it costs a walk
