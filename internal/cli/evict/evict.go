@@ -6,17 +6,15 @@ package evict
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/internal/cli/gridnet"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -55,40 +53,25 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		fmt.Fprintf(o.Out, "network %s: %s site %s in the spec; the issuer signs it at its next reconcile\n", o.Network, verb, o.Site)
 		return nil
 	}
-	poll := o.Poll
-	if poll <= 0 {
-		poll = time.Second
+	n, err := gridnet.Until(ctx, c, o.Network, o.Poll, func(n *v1alpha1.GridNetwork) bool {
+		tb := n.Status.TrustBundle
+		return tb != nil && slices.Contains(tb.EvictedSites, o.Site) != o.Lift || o.Lift && tb == nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the issuer to sign network %s's trust bundle: %w (is this the issuer's cluster? the network's Evictions condition says why)", o.Network, err)
 	}
-	for {
-		var n v1alpha1.GridNetwork
-		if err := c.Get(ctx, types.NamespacedName{Name: o.Network}, &n); err != nil {
-			return err
-		}
-		if tb := n.Status.TrustBundle; tb != nil && slices.Contains(tb.EvictedSites, o.Site) != o.Lift {
-			fmt.Fprintf(o.Out, "network %s: %s site %s (trust bundle version %s, %d site(s) evicted)\n", o.Network, verb, o.Site, tb.Version, len(tb.EvictedSites))
-			return nil
-		}
-		if tb := n.Status.TrustBundle; o.Lift && tb == nil {
-			fmt.Fprintf(o.Out, "network %s: no trust bundle; site %s is not evicted\n", o.Network, o.Site)
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			why := "the network's Evictions condition says why"
-			return fmt.Errorf("waiting for the issuer to sign network %s's trust bundle: %w (is this the issuer's cluster? %s)", o.Network, ctx.Err(), why)
-		case <-time.After(poll):
-		}
+	if tb := n.Status.TrustBundle; tb != nil {
+		fmt.Fprintf(o.Out, "network %s: %s site %s (trust bundle version %s, %d site(s) evicted)\n", o.Network, verb, o.Site, tb.Version, len(tb.EvictedSites))
+	} else {
+		fmt.Fprintf(o.Out, "network %s: no trust bundle; site %s is not evicted\n", o.Network, o.Site)
 	}
+	return nil
 }
 
 // write lists or unlists the site in the spec, with the object's resource
-// version (retried on a conflict): another writer's change is never lost.
+// version: another writer's change is never lost.
 func write(ctx context.Context, c client.Client, o Options) (bool, error) {
-	for range 5 {
-		var n v1alpha1.GridNetwork
-		if err := c.Get(ctx, types.NamespacedName{Name: o.Network}, &n); err != nil {
-			return false, err
-		}
+	_, changed, err := gridnet.Change(ctx, c, o.Network, "gridsync-agent-evict", func(n *v1alpha1.GridNetwork) (bool, error) {
 		t := n.Spec.TLS
 		if t == nil || t.CASecretRef == nil {
 			return false, fmt.Errorf("network %s has no grid CA (spec.tls.caSecretRef): a site can be evicted only by the issuer of a network with one", o.Network)
@@ -102,7 +85,7 @@ func write(ctx context.Context, c client.Client, o Options) (bool, error) {
 		}
 		listed := slices.Contains(sc.EvictedSites, o.Site)
 		switch {
-		case o.Lift && !listed, !o.Lift && listed:
+		case o.Lift == !listed:
 			return false, nil
 		case o.Lift:
 			sc.EvictedSites = slices.DeleteFunc(sc.EvictedSites, func(s string) bool { return s == o.Site })
@@ -110,11 +93,7 @@ func write(ctx context.Context, c client.Client, o Options) (bool, error) {
 			sc.EvictedSites = append(sc.EvictedSites, o.Site)
 			slices.Sort(sc.EvictedSites)
 		}
-		err := c.Update(ctx, &n, client.FieldOwner("gridsync-agent-evict"))
-		if apierrors.IsConflict(err) {
-			continue
-		}
-		return err == nil, err
-	}
-	return false, errors.New("the network kept changing under the write: try again")
+		return true, nil
+	})
+	return changed, err
 }

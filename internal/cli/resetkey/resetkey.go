@@ -7,18 +7,16 @@ package resetkey
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/internal/cli/gridnet"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -51,53 +49,31 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		fmt.Fprintf(o.Out, "network %s: asked to reset site %s's key (%s); the agent applies it at its next reconcile\n", o.Network, o.Site, v1alpha1.ResetSiteKeyAnnotation)
 		return nil
 	}
-	poll := o.Poll
-	if poll <= 0 {
-		poll = time.Second
+	if _, err := gridnet.Until(ctx, c, o.Network, o.Poll, func(n *v1alpha1.GridNetwork) bool { return !slices.Contains(named(n), o.Site) }); err != nil {
+		return fmt.Errorf("waiting for the agent to reset site %s's key in network %s: %w (is the agent of this cluster running, and leading?)", o.Site, o.Network, err)
 	}
-	for {
-		if err := c.Get(ctx, types.NamespacedName{Name: o.Network}, n); err != nil {
-			return err
-		}
-		if !slices.Contains(named(n), o.Site) {
-			fmt.Fprintf(o.Out, "network %s: site %s's key is reset here: the next key that signs its records is bound\n", o.Network, o.Site)
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the agent to reset site %s's key in network %s: %w (is the agent of this cluster running, and leading?)", o.Site, o.Network, ctx.Err())
-		case <-time.After(poll):
-		}
-	}
+	fmt.Fprintf(o.Out, "network %s: site %s's key is reset here: the next key that signs its records is bound\n", o.Network, o.Site)
+	return nil
 }
 
-// write adds the site to the annotation, with the object's resource
-// version (retried on a conflict): another writer's change is never lost.
+// write adds the site to the annotation, on the version read: another
+// writer's change is never lost.
 func write(ctx context.Context, c client.Client, o Options) (*v1alpha1.GridNetwork, error) {
-	for range 5 {
-		var n v1alpha1.GridNetwork
-		if err := c.Get(ctx, types.NamespacedName{Name: o.Network}, &n); err != nil {
-			return nil, err
-		}
+	n, _, err := gridnet.Change(ctx, c, o.Network, "gridsync-agent-reset-site-key", func(n *v1alpha1.GridNetwork) (bool, error) {
 		if t := n.Spec.TLS; t != nil && (t.CASecretRef != nil || t.CAConfigMapRef != nil) {
-			return nil, fmt.Errorf("network %s has a grid CA: its sites' records are held to certificates of it, not to keys (evict a site at its issuer instead)", o.Network)
+			return false, fmt.Errorf("network %s has a grid CA: its sites' records are held to certificates of it, not to keys (evict a site at its issuer instead)", o.Network)
 		}
-		sites := named(&n)
+		sites := named(n)
 		if slices.Contains(sites, o.Site) {
-			return &n, nil
+			return false, nil
 		}
-		orig := n.DeepCopy()
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
 		n.Annotations[v1alpha1.ResetSiteKeyAnnotation] = strings.Join(append(sites, o.Site), ",")
-		err := c.Patch(ctx, &n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner("gridsync-agent-reset-site-key"))
-		if apierrors.IsConflict(err) {
-			continue
-		}
-		return &n, err
-	}
-	return nil, errors.New("the network kept changing under the write: try again")
+		return true, nil
+	})
+	return n, err
 }
 
 // named are the sites the annotation names.

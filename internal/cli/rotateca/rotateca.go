@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/internal/cli/gridnet"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -59,16 +60,15 @@ type Options struct {
 	// Lifetime of the new CA (ten years when zero).
 	Lifetime time.Duration
 	Out      io.Writer
-	Poll     time.Duration
-	Now      func() time.Time
+	// Poll is how often the status is read while waiting (a second when
+	// zero).
+	Poll time.Duration
+	Now  func() time.Time
 }
 
 // Run writes the stage into the CA Secret and waits for the network's
 // status to show it reached every site.
 func Run(ctx context.Context, c client.Client, o Options) error {
-	if o.Poll <= 0 {
-		o.Poll = time.Second
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -96,21 +96,16 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	if o.NoWait {
 		return nil
 	}
-	for {
-		if err := c.Get(ctx, types.NamespacedName{Name: o.Network}, &n); err != nil {
-			return err
-		}
-		if done, say := reached(&n, o.Stage); done {
-			fmt.Fprintf(o.Out, "network %s: %s\n", o.Network, say)
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			_, say := reached(&n, o.Stage)
-			return fmt.Errorf("waiting for the stage to reach every site: %w (%s)", ctx.Err(), say)
-		case <-time.After(o.Poll):
-		}
+	got, err := gridnet.Until(ctx, c, o.Network, o.Poll, func(n *v1alpha1.GridNetwork) bool {
+		done, _ := reached(n, o.Stage)
+		return done
+	})
+	_, say := reached(got, o.Stage)
+	if err != nil {
+		return fmt.Errorf("waiting for the stage to reach every site: %w (%s)", err, say)
 	}
+	fmt.Fprintf(o.Out, "network %s: %s\n", o.Network, say)
+	return nil
 }
 
 // ready refuses a stage the sites are not ready for: switching before
