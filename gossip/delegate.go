@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -138,6 +139,7 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 	now := r.cfg.Now()
 	held := r.grid
 	var names []string
+	evicted := 0
 	for _, p := range peers {
 		meta, err := record.DecodeMeta(p.Meta)
 		if err != nil {
@@ -147,8 +149,11 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 			continue // this site: an earlier generation, or this node
 		}
 		if r.evictedEverywhereLocked(meta.Site) {
+			// Left out, not refused with the rest: an evicted site still
+			// listed by a seed must not stop this site joining it.
 			r.memberRefusedLocked(meta.Site)
-			return fmt.Errorf("refused %s: evicted from every network of this site", meta.Site)
+			evicted++
+			continue
 		}
 		names = append(names, meta.Site)
 		next, err := record.Negotiate(held, meta.Grid, now, r.cfg.GridIDSettle)
@@ -158,6 +163,10 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 			return err
 		}
 		held = next
+	}
+	if evicted > 0 && len(names) == 0 {
+		// Only evicted sites (the joiner is one): refused.
+		return errors.New("refused: a site evicted from every network of this site")
 	}
 	if held != r.grid {
 		r.adoptLocked(held, "adopted")

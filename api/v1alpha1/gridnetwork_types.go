@@ -507,8 +507,6 @@ const (
 	NetworkDegraded NetworkPhase = "Degraded"
 )
 
-// GridNetworkStatus reports the network's membership and the overlay of
-// every consumer gateway.
 // TrustBundleStatus is a network's signed trust bundle as this site
 // holds it.
 type TrustBundleStatus struct {
@@ -617,6 +615,8 @@ type SiteKeyBinding struct {
 	Since metav1.Time `json:"since"`
 }
 
+// GridNetworkStatus reports the network's membership and the overlay of
+// every consumer gateway.
 type GridNetworkStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	//

@@ -202,7 +202,7 @@ func (s *Store) overCap(r *Record, cur *Record) string {
 // MemorySize approximates what a record holds in memory: its strings and
 // a fixed cost per element.
 func MemorySize(r *Record) int64 {
-	n := 128 + len(r.Network) + len(r.Site) + len(r.GatewayAddress) + len(r.CertPEM) + len(r.Grid) + len(r.Sig)
+	n := 128 + len(r.Network) + len(r.Site) + len(r.GatewayAddress) + len(r.CertPEM) + len(r.Grid) + len(r.Sig) + len(r.TrustBundle)
 	for _, der := range r.Chain {
 		n += 24 + len(der)
 	}

@@ -92,23 +92,18 @@ func (k *Book) Load(network string, anchors []*x509.Certificate, chain [][]byte,
 		k.networks[network] = e
 	}
 	e.anchors = slices.Clone(anchors)
-	first := true
 	k.mu.Unlock()
 	var firstErr error
-	changed := false
 	for _, s := range append(slices.Clip(chain), newest) {
-		kept, err := k.offer(network, s, true)
-		changed = changed || kept
-		if err != nil && firstErr == nil {
+		if _, err := k.offer(network, s, true); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
 	k.mu.Lock()
 	e.loaded = true
 	k.mu.Unlock()
-	if first || changed {
-		k.notify(network)
-	}
+	// Loaded: what arrived before by other paths is taken from now on.
+	k.notify(network)
 	return firstErr
 }
 
@@ -162,8 +157,10 @@ func (k *Book) offer(network string, signed []byte, loading bool) (bool, error) 
 	if k.networks[network] != e || e.bundle != nil && b.Version <= e.bundle.Version {
 		return false, nil
 	}
-	if len(b.Roots) > 0 || len(e.roots) > 0 {
-		// Checked by Open: the roots parse.
+	if len(b.Roots) > 0 {
+		// Checked by Open: the roots parse. A bundle that names none
+		// changes nothing of them: only one that names others moves the
+		// network's trust, so a retired CA never comes back by omission.
 		next, _ := b.RootCerts()
 		if !sameCerts(next, e.trusted()) {
 			e.chain = append(e.chain, slices.Clone(signed))

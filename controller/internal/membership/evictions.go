@@ -56,9 +56,13 @@ type EvictionsOutcome struct {
 func (e *Evictions) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork) EvictionsOutcome {
 	book := e.Opts.TrustBundles
 	tm := e.Trust.Get(ctx, network)
-	if book == nil || len(tm.ConfiguredRoots) == 0 {
-		return EvictionsOutcome{Condition: Condition{OK: true, Reason: ReasonNoEvictions, Message: "the network has no grid CA here: no site can be evicted"},
-			Status: network.Status.TrustBundle}
+	switch {
+	case book == nil || base.OpenNetwork(network):
+		return EvictionsOutcome{Condition: Condition{OK: true, Reason: ReasonNoEvictions, Message: "the network has no grid CA here: no site can be evicted"}}
+	case tm.RootsProblem != nil:
+		// The status keeps the bundle until the CA reads again.
+		return EvictionsOutcome{Condition: Condition{OK: false, Reason: ReasonEvictionsUnsigned, Message: "the trust bundle cannot be checked: " + tm.RootsProblem.Message},
+			Status: network.Status.TrustBundle.DeepCopy()}
 	}
 	var chain [][]byte
 	var newest []byte
@@ -198,7 +202,7 @@ func (o EvictionsOutcome) Rotation(book *bundle.Book, network string, view sites
 		}
 		since = min(since, step.Version)
 	}
-	if slices.ContainsFunc(book.Roots(network, nil), newest.Equal) || slices.ContainsFunc(mustRoots(b), newest.Equal) {
+	if slices.ContainsFunc(mustRoots(b), newest.Equal) {
 		st.SitesTrustingNewCA++
 	}
 	if issuedBy(ownPEM, newest) {

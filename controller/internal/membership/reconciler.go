@@ -198,6 +198,9 @@ func (r *Reconciler) forget(name string) {
 	r.Identity.retryDone(name)
 	r.Trust.Forget(name)
 	r.Locals.Forget(name)
+	// A network of the same name created again starts with no eviction.
+	r.Opts.TrustBundles.Forget(name)
+	r.Identity.firstKeys.forget(name)
 	r.mu.Lock()
 	delete(r.told, name)
 	r.mu.Unlock()

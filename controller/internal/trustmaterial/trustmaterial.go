@@ -205,11 +205,12 @@ func Load(ctx context.Context, api client.Reader, network *v1alpha1.GridNetwork)
 		var s corev1.Secret
 		if err := api.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &s); err != nil {
 			tm.RootsProblem = &Problem{Message: caAt + ": " + base.APIFailure(err, "get", "Secret")}
-		} else if caPEM = s.Data[KeyCACert]; len(caPEM) == 0 {
-			if caPEM = s.Data[corev1.TLSCertKey]; len(caPEM) == 0 {
-				tm.RootsProblem = &Problem{Message: caAt + ": neither ca.crt nor tls.crt holds the grid CA"}
-			}
 		} else {
+			if caPEM = s.Data[KeyCACert]; len(caPEM) == 0 {
+				if caPEM = s.Data[corev1.TLSCertKey]; len(caPEM) == 0 {
+					tm.RootsProblem = &Problem{Message: caAt + ": neither ca.crt nor tls.crt holds the grid CA"}
+				}
+			}
 			// A rotation's stages change the CAs beside the configured
 			// one (the issuer's next.crt, previous.crt, tls.crt): a new
 			// version, so that the issuer signs the stage at once.
