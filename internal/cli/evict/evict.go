@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
@@ -76,8 +78,16 @@ func write(ctx context.Context, c client.Client, o Options) (bool, error) {
 		if t == nil || t.CASecretRef == nil {
 			return false, fmt.Errorf("network %s has no grid CA (spec.tls.caSecretRef): a site can be evicted only by the issuer of a network with one", o.Network)
 		}
-		if t.SiteCertificate == nil {
-			t.SiteCertificate = &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateIssuer}
+		if t.SiteCertificate == nil || t.SiteCertificate.Mode == "" {
+			// Unset, the mode is issuer only where the CA's key is.
+			var ca corev1.Secret
+			if err := c.Get(ctx, types.NamespacedName{Namespace: t.CASecretRef.Namespace, Name: t.CASecretRef.Name}, &ca); err != nil || len(ca.Data[corev1.TLSPrivateKeyKey]) == 0 {
+				return false, fmt.Errorf("network %s: the grid CA's key is not in this cluster's Secret %s/%s: evict the site at the issuing site's cluster", o.Network, t.CASecretRef.Namespace, t.CASecretRef.Name)
+			}
+			if t.SiteCertificate == nil {
+				t.SiteCertificate = &v1alpha1.SiteCertificate{}
+			}
+			t.SiteCertificate.Mode = v1alpha1.SiteCertificateIssuer
 		}
 		sc := t.SiteCertificate
 		if sc.Mode == v1alpha1.SiteCertificateEnrolled || sc.Mode == v1alpha1.SiteCertificateProvided {

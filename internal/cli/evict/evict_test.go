@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,8 +27,11 @@ func TestTheCommandListsAndLiftsAtTheIssuerOnly(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, v1alpha1.AddToScheme(scheme))
 	ca := &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: "grid"}
+	require.NoError(t, corev1.AddToScheme(scheme))
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "grid-ca", Namespace: "grid"}, Data: map[string][]byte{corev1.TLSPrivateKeyKey: []byte("key")}},
 		network("issued", &v1alpha1.GridTLS{CASecretRef: ca}),
+		network("keyless", &v1alpha1.GridTLS{CASecretRef: &v1alpha1.NamespacedName{Name: "ca-cert-only", Namespace: "grid"}}),
 		network("enrolled", &v1alpha1.GridTLS{CASecretRef: ca, SiteCertificate: &v1alpha1.SiteCertificate{Mode: v1alpha1.SiteCertificateEnrolled}}),
 		network("open", nil),
 	).Build()
@@ -55,6 +59,8 @@ func TestTheCommandListsAndLiftsAtTheIssuerOnly(t *testing.T) {
 
 	_, err = write(ctx, c, Options{Network: "enrolled", Site: "site-b"})
 	assert.ErrorContains(t, err, "evict the site at the issuing site's cluster")
+	_, err = write(ctx, c, Options{Network: "keyless", Site: "site-b"})
+	assert.ErrorContains(t, err, "the grid CA's key is not in this cluster", "no mode, no key: not the issuer")
 	_, err = write(ctx, c, Options{Network: "open", Site: "site-b"})
 	assert.ErrorContains(t, err, "has no grid CA")
 	assert.Error(t, Run(ctx, c, Options{Network: "issued", Site: "Not A Site", Out: io.Discard}), "a name that is no site name")
