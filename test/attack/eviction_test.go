@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,9 +69,20 @@ func TestEvictedSite(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var gs v1alpha1.GridSite
 		return a.admin.Get(ctx, types.NamespacedName{Name: a.network + "-site-c"}, &gs) == nil && gs.Status.Phase == sitetrust.PhaseEvicted
-	}, 10*time.Second, 20*time.Millisecond, "C's GridSite never Evicted")
-	require.Eventually(t, func() bool { return a.remoteProviders() == 0 }, 10*time.Second, 20*time.Millisecond, "C's provider stayed")
+	}, 30*time.Second, 20*time.Millisecond, "C's GridSite never Evicted")
+	require.Eventually(t, func() bool { return a.remoteProviders() == 0 }, 30*time.Second, 20*time.Millisecond, "C's provider stayed")
 	withdrawnMs := time.Since(evicted).Milliseconds()
+	// The connection C held open is closed by the eviction itself (the
+	// listener counts it), not found closed by a new dial.
+	require.Eventually(t, func() bool {
+		_, body := testproc.Get(t, "http://"+a.health+"/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, `gridsync_signals_connection_closes_total{reason="evicted",transport="tcp"} `); ok && v != "0" {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "the open connection was never closed for the eviction")
 	openClosed := a.get(held, httpapi.ProvidersPath) == 0
 
 	// After: C keeps going, with its still-valid certificates (the one
