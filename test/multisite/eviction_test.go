@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,11 +60,11 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 		s.gridSite("grid-site-c", "Evicted", func(gs *v1alpha1.GridSite) bool {
 			return gs.Status.Phase == sitetrust.PhaseEvicted && gs.Status.Reason == sitetrust.ReasonSiteEvicted
 		})
-		eventually(t, 10*time.Second, s.Name+" without C's provider", func() (bool, string) {
+		eventually(t, 30*time.Second, s.Name+" without C's provider", func() (bool, string) {
 			_, ok := s.candidate("grid", "site-c", "model-c")
 			return !ok, "still routed"
 		})
-		n := s.networkStatus("grid", 10*time.Second, func(n *v1alpha1.GridNetwork) bool {
+		n := s.networkStatus("grid", 30*time.Second, func(n *v1alpha1.GridNetwork) bool {
 			return n.Status.TrustBundle != nil && slices.Equal(n.Status.TrustBundle.EvictedSites, []string{"site-c"})
 		})
 		assert.NotEmpty(t, n.Status.TrustBundle.Signed, "%s keeps the signed bundle", s.Name)
@@ -79,12 +80,7 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 	// C, with its still-valid certificate: its newest records are refused,
 	// its connection to the issuer's listener is closed, its renewal
 	// refused.
-	sendAsC(t, key, &pairC, []*site{a, b})
-	time.Sleep(time.Second)
-	for _, s := range []*site{a, b} {
-		_, ok := s.candidate("grid", "site-c", "model-evicted")
-		assert.False(t, ok, "%s took a record C signed after its eviction", s.Name)
-	}
+	refusedAsEvicted(t, key, &pairC, g.agents[:2], []*site{a, b})
 	assert.Equal(t, "closed", listenerVerdict(t, g.issuer, &pairC), "the issuer's listener serves C")
 
 	// B restarts while the issuer is down: the eviction holds from B's
@@ -92,11 +88,19 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 	require.NoError(t, g.agents[0].Cmd.Process.Kill())
 	require.NoError(t, g.agents[1].Cmd.Process.Kill())
 	g.agents[1] = b.start(nil, g.flags...)
-	time.Sleep(3 * time.Second)
-	b.gridSite("grid-site-c", "still Evicted after a restart", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseEvicted })
+	// It leads, and runs SWIM, once the killed one's lease ran out.
+	eventually(t, 30*time.Second, "B's new agent runs SWIM", func() (bool, string) {
+		return g.agents[1].status().Swim.Running, "not yet"
+	})
+	// The new process refuses C's records (C reaches B directly: its
+	// seed, the issuer, is down) and counts C's GridSite Evicted.
+	refusedAsEvicted(t, key, &pairC, g.agents[1:2], []*site{b})
+	eventually(t, 30*time.Second, "B counts C evicted after a restart", func() (bool, string) {
+		v := g.agents[1].metric(`grid_sites{phase="Evicted"}`)
+		return v == 1, fmt.Sprint(v)
+	})
 	_, ok := b.candidate("grid", "site-c", "model-c")
 	assert.False(t, ok, "B routes C again after a restart")
-	assert.Equal(t, float64(1), g.agents[1].metric(`grid_sites{phase="Evicted"}`), "B counts C evicted")
 
 	// The issuer back, and the eviction lifted: C's certificate from
 	// before the eviction stays refused, at A and at B.
@@ -110,7 +114,7 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 	assert.Contains(t, out, "lifted the eviction of site site-c")
 	assert.Contains(t, out, "released site site-c of network grid")
 	for _, s := range []*site{a, b} {
-		s.networkStatus("grid", 20*time.Second, func(n *v1alpha1.GridNetwork) bool {
+		s.networkStatus("grid", 30*time.Second, func(n *v1alpha1.GridNetwork) bool {
 			return n.Status.TrustBundle != nil && len(n.Status.TrustBundle.EvictedSites) == 0
 		})
 		gs := s.gridSite("grid-site-c", "judged again", func(gs *v1alpha1.GridSite) bool {
@@ -118,12 +122,7 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 		})
 		assert.NotEqual(t, sitetrust.PhaseActive, gs.Status.Phase)
 	}
-	sendAsC(t, key, &pairC, []*site{a, b})
-	time.Sleep(time.Second)
-	for _, s := range []*site{a, b} {
-		_, ok := s.candidate("grid", "site-c", "model-evicted")
-		assert.False(t, ok, "%s took a record of C's certificate from before its eviction", s.Name)
-	}
+	refusedAsEvicted(t, key, &pairC, g.agents[:2], []*site{a, b})
 	assert.Equal(t, "closed", listenerVerdict(t, g.issuer, &pairC), "the issuer's listener serves C's old certificate after the lift")
 
 	// C comes back by enrolling again, with a new token, under a new key:
@@ -163,16 +162,19 @@ func sendAsC(t *testing.T, key []byte, pair *tls.Certificate, to []*site) {
 
 // listenerVerdict connects to a signals listener with a client
 // certificate and asks for the provider list: "served" when it answers,
-// "closed" when the connection is closed unanswered.
+// "closed" when the connection is closed unanswered, "no answer" when
+// nothing came within the deadline.
 func listenerVerdict(t *testing.T, addr string, pair *tls.Certificate) string {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	d := tls.Dialer{Config: &tls.Config{Certificates: []tls.Certificate{*pair}, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}} //nolint:gosec // the verdict on the client is the question
-	conn, err := d.DialContext(context.Background(), "tcp", addr)
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return "refused: " + err.Error()
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := fmt.Fprintf(conn, "GET /v1/grid/providers HTTP/1.1\r\nHost: %s\r\n\r\n", addr); err != nil {
 		return "closed"
 	}
@@ -181,10 +183,31 @@ func listenerVerdict(t *testing.T, addr string, pair *tls.Certificate) string {
 	switch {
 	case n > 0 && strings.HasPrefix(string(buf[:n]), "HTTP/1.1 "):
 		return "served"
-	case err != nil && !errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "no answer"
+	case err != nil:
 		return "closed"
 	}
 	return "no answer"
+}
+
+// refusedAsEvicted sends a fresh record signed with pair (C's
+// certificate) to the sites, and waits until each of their agents
+// counted it refused as evicted.
+func refusedAsEvicted(t *testing.T, key []byte, pair *tls.Certificate, agents []*agent, to []*site) {
+	t.Helper()
+	const series = `grid_swim_records_rejected_total{reason="evicted"}`
+	before := make([]float64, len(agents))
+	for i, a := range agents {
+		before[i] = max(a.metric(series), 0)
+	}
+	sendAsC(t, key, pair, to)
+	for i, a := range agents {
+		eventually(t, 30*time.Second, a.site.Name+" refuses C's record as evicted", func() (bool, string) {
+			v := a.metric(series)
+			return v > before[i], fmt.Sprintf("%v refused, %v before", v, before[i])
+		})
+	}
 }
 
 // A site that runs no SWIM hears no gossip: it takes its issuer's

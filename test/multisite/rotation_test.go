@@ -37,8 +37,8 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 	t.Cleanup(cancel)
 	key := newKey(t)
 	// The issuer's listener reads its identity every half second: the
-	// stages wait a second and a half for it (--settle), as a grid waits
-	// for the kubelet and its pods.
+	// stages wait three seconds for it (--settle), as a grid waits for the
+	// kubelet and its pods.
 	g := newIssuerGrid(t, ctx, key, []string{"site-a", "site-b", "site-c"},
 		"--site-probe-interval", "1s", "--site-probe-timeout", "1s", "--site-cert-lifetime", "1h", "--signals-identity-interval", "500ms")
 	a, b, c := g.sites[0], g.sites[1], g.sites[2]
@@ -117,7 +117,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 			return b.Admin.Update(ctx, &p)
 		}))
 		for _, s := range []*site{a, c} {
-			eventually(t, 15*time.Second, s.Name+" gets "+model, func() (bool, string) {
+			eventually(t, 30*time.Second, s.Name+" gets "+model, func() (bool, string) {
 				_, ok := s.candidate("grid", "site-b", model)
 				return ok, "not yet"
 			})
@@ -127,7 +127,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 	for _, stage := range []string{"add", "switch", "retire"} {
 		var out string
 		eventually(t, 30*time.Second, "rotate-ca --stage "+stage, func() (bool, string) {
-			o, errOut, err := g.tryOperator("rotate-ca", "--network", "grid", "--stage", stage, "--timeout", "2m", "--settle", "1500ms")
+			o, errOut, err := g.tryOperator("rotate-ca", "--network", "grid", "--stage", stage, "--timeout", "2m", "--settle", "3s")
 			out = o
 			return err == nil, errOut
 		})
@@ -142,7 +142,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 	assert.Equal(t, refusedBefore, untrusted(), "records refused for their certificate during the rotation")
 
 	// Every site: a certificate of the new CA, the new CA alone trusted.
-	n := a.networkStatus("grid", 10*time.Second, func(n *v1alpha1.GridNetwork) bool {
+	n := a.networkStatus("grid", 30*time.Second, func(n *v1alpha1.GridNetwork) bool {
 		r := n.Status.TrustBundle.Rotation
 		return r != nil && r.Stage == v1alpha1.CARotationRetired
 	})
@@ -150,7 +150,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 	assert.NotEqual(t, sitetrust.Fingerprint(oldCA.Cert.Raw), newCA)
 	for _, s := range g.sites {
 		var d map[string][]byte
-		eventually(t, 10*time.Second, s.Name+"'s Secret with the new CA alone", func() (bool, string) {
+		eventually(t, 30*time.Second, s.Name+"'s Secret with the new CA alone", func() (bool, string) {
 			d = s.secretData("site-cert")
 			cas, _ := sitetrust.ParseCertificates(d["ca.crt"])
 			return len(cas) == 1, fmt.Sprintf("%d CAs", len(cas))
@@ -161,7 +161,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, newCA, sitetrust.Fingerprint(cas[0].Raw), "%s trusts the new CA", s.Name)
 		assert.NoError(t, certs[0].CheckSignatureFrom(cas[0]), "%s's certificate is the new CA's", s.Name)
-		s.networkStatus("grid", 10*time.Second, func(n *v1alpha1.GridNetwork) bool {
+		s.networkStatus("grid", 30*time.Second, func(n *v1alpha1.GridNetwork) bool {
 			return n.Status.TrustBundle != nil && len(n.Status.TrustBundle.Roots) == 1 && n.Status.TrustBundle.Roots[0] == newCA
 		})
 	}
@@ -169,8 +169,12 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 	// The old CA retired: a record signed with a certificate it issues is
 	// refused.
 	oldPair := issueWith(t, oldCA, "site-c")
+	before := untrusted()
 	sendAsC(t, key, oldPair, []*site{a, b})
-	time.Sleep(time.Second)
+	eventually(t, 30*time.Second, "A and B refuse a record of the retired CA", func() (bool, string) {
+		now := untrusted()
+		return now >= before+2, fmt.Sprintf("%v refused as untrusted, %v before", now, before)
+	})
 	for _, s := range []*site{a, b} {
 		_, ok := s.candidate("grid", "site-c", "model-evicted")
 		assert.False(t, ok, "%s took a record of the retired CA", s.Name)
@@ -196,6 +200,8 @@ func verifiedDial(ctx context.Context, addr, caFile, serverName string) error {
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pemData)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	d := tls.Dialer{Config: &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -210,7 +216,7 @@ func verifiedDial(ctx context.Context, addr, caFile, serverName string) error {
 func pollVerdict(ctx context.Context, addr string, pair *tls.Certificate, caPEM []byte, serverName string) string {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
-	c := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{*pair}, RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
 	defer c.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+httpapi.ProvidersPath, nil)
@@ -223,5 +229,8 @@ func pollVerdict(ctx context.Context, addr string, pair *tls.Certificate, caPEM 
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return resp.Status
+	}
 	return "served"
 }
