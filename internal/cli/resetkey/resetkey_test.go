@@ -46,17 +46,33 @@ func TestResetSiteKeyAsksAndWaits(t *testing.T) {
 	require.NoError(t, Run(ctx, c, Options{Network: "open", Site: "site-c", NoWait: true, Out: &out}))
 	require.Equal(t, "site-x,site-c", annotation(), "a site named already is not named twice")
 
-	// The agent applies it: the annotation goes.
+	// The agent applies it: the annotation goes, whenever it names the
+	// site (so whether the command's write comes first or not).
+	applied := make(chan struct{})
+	agent := make(chan struct{})
 	go func() {
-		time.Sleep(100 * time.Millisecond)
-		var n v1alpha1.GridNetwork
-		_ = c.Get(context.Background(), types.NamespacedName{Name: "open"}, &n)
-		orig := n.DeepCopy()
-		delete(n.Annotations, v1alpha1.ResetSiteKeyAnnotation)
-		_ = c.Patch(context.Background(), &n, client.MergeFrom(orig))
+		defer close(agent)
+		for {
+			select {
+			case <-applied:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			var n v1alpha1.GridNetwork
+			if c.Get(context.Background(), types.NamespacedName{Name: "open"}, &n) != nil || !strings.Contains(n.Annotations[v1alpha1.ResetSiteKeyAnnotation], "site-c") {
+				continue
+			}
+			orig := n.DeepCopy()
+			delete(n.Annotations, v1alpha1.ResetSiteKeyAnnotation)
+			_ = c.Patch(context.Background(), &n, client.MergeFrom(orig))
+		}
 	}()
 	out.Reset()
-	require.NoError(t, Run(ctx, c, Options{Network: "open", Site: "site-c", Out: &out, Poll: 10 * time.Millisecond}))
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, Run(waitCtx, c, Options{Network: "open", Site: "site-c", Out: &out, Poll: 10 * time.Millisecond}))
+	close(applied)
+	<-agent
 	require.Contains(t, out.String(), "site site-c's key is reset here")
 
 	err := Run(ctx, c, Options{Network: "signed", Site: "site-c", Out: &out})
