@@ -38,7 +38,7 @@ step swim-verify -bench VerifyRecord -benchtime 2s ./gossip/record
 step swim -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
 # Site trust: 50 remote gateways probed over mutual TLS, and ten sites enrolling.
 step trust -bench 'Trust|Enrol' -benchtime 1x -timeout 30m ./test/bench/trust
-# The trust lifecycle: an eviction across ten sites, each on its own control plane.
+# The trust lifecycle: an eviction and a grid CA rotation across ten sites, each on its own control plane.
 step lifecycle -bench . -benchtime 1x -timeout 30m ./test/bench/lifecycle
 # Scrapes of 200 providers, plaintext and behind mutual TLS.
 step scrape -bench Scrape -benchtime 1x -timeout 30m ./test/bench/scrape
