@@ -93,7 +93,7 @@ const (
 	ReasonNoEvictions        = membership.ReasonNoEvictions
 	ReasonEvictionsCurrent   = membership.ReasonEvictionsCurrent
 	ReasonEvictionsUnsigned  = membership.ReasonEvictionsUnsigned
-	ReasonEvictionsNotIssuer = membership.ReasonEvictionsNotHere
+	ReasonEvictionsNotIssuer = membership.ReasonEvictionsNotIssuer
 )
 
 // ConditionRecordsSigned says how the network's records are

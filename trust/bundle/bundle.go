@@ -27,16 +27,20 @@ import (
 )
 
 // Bounds of a signed bundle, checked before it is parsed: a network lists
-// at most MaxEvictions sites (spec.tls.siteCertificate.evictedSites holds
-// 512; lifted evictions are kept beside them), trusts at most MaxRoots grid
-// CAs at once (two during a rotation), and a bundle carries a signature of
-// each CA the issuer holds.
+// at most MaxEvictions sites, evicted or lifted (spec.tls.siteCertificate.
+// evictedSites holds 512), trusts at most MaxRoots grid CAs at once (two
+// during a rotation), and a bundle carries a signature of each CA the
+// issuer holds. MaxSignedSize holds the largest such bundle (a test signs
+// one).
 const (
-	MaxEvictions  = 1024
+	MaxEvictions  = 512
 	MaxRoots      = 4
 	MaxSignedSize = 128 << 10
 	maxSigBytes   = 1 << 10
 	maxRootBytes  = 8 << 10
+	// maxBodyBytes is the largest body whose base64 and signatures fit
+	// MaxSignedSize.
+	maxBodyBytes = MaxSignedSize*3/4 - 4<<10
 )
 
 // signingContext starts the signed bytes, so that a bundle's signature can
@@ -233,6 +237,11 @@ func Sign(b *Bundle, keys ...crypto.Signer) ([]byte, error) {
 	body, err := json.Marshal(b)
 	if err != nil {
 		return nil, err
+	}
+	if len(body) > maxBodyBytes {
+		// Signed (base64, and its signatures) it would pass what every
+		// site takes.
+		return nil, fmt.Errorf("a trust bundle of %d bytes: at most %d", len(body), maxBodyBytes)
 	}
 	msg := append([]byte(signingContext), body...)
 	s := Signed{Body: body}

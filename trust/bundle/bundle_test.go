@@ -3,6 +3,7 @@ package bundle
 import (
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -179,4 +180,25 @@ func mustSignWith(t *testing.T, b *Bundle, ca *sitetrust.CA) []byte {
 	s, err := Sign(b, ca.Signer())
 	require.NoError(t, err)
 	return s
+}
+
+// The largest bundle a network can have (every entry evicted and lifted,
+// under the longest site names) is signed, and taken by Open.
+func TestTheLargestBundleFits(t *testing.T) {
+	ca := newCA(t)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	lifted := t0.Add(time.Hour)
+	b := &Bundle{Network: strings.Repeat("n", 253), Issuer: strings.Repeat("i", 63), Version: uint64(lifted.UnixNano())}
+	for i := range MaxEvictions {
+		b.Evictions = append(b.Evictions, Eviction{Site: fmt.Sprintf("s%062d", i), Since: t0, Lifted: &lifted})
+	}
+	signed, err := Sign(b, ca.Signer(), newCA(t).Signer())
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(signed), MaxSignedSize)
+	got, err := Open(signed, b.Network, []*x509.Certificate{ca.Cert})
+	require.NoError(t, err)
+	require.Len(t, got.Evictions, MaxEvictions)
+	b.Evictions = append(b.Evictions, b.Evictions...)
+	_, err = Sign(b, ca.Signer())
+	require.Error(t, err, "past the size every site takes: refused when signed, not by every receiver")
 }

@@ -32,7 +32,7 @@ const (
 	ReasonNoEvictions       = "NoEvictions"        // no bundle: nothing evicted, or no grid CA
 	ReasonEvictionsCurrent  = "EvictionsCurrent"   // the newest bundle held is applied
 	ReasonEvictionsUnsigned = "EvictionsUnsigned"  // the issuer could not sign the list
-	ReasonEvictionsNotHere  = "EvictionsNotIssuer" // the list is not this site's to sign
+	ReasonEvictionsNotIssuer  = "EvictionsNotIssuer" // the list is not this site's to sign
 )
 
 // Evictions is the trust bundle stage of a network's reconcile.
@@ -113,7 +113,7 @@ func (e *Evictions) sign(ctx context.Context, network *v1alpha1.GridNetwork, boo
 	set, err := issuerCAs(ctx, e.API, network)
 	if err != nil {
 		if len(listed) > 0 && !sameSet(listed, book.Bundle(network.Name).EvictedSites()) {
-			return Condition{OK: false, Reason: ReasonEvictionsNotHere,
+			return Condition{OK: false, Reason: ReasonEvictionsNotIssuer,
 				Message: "spec.tls.siteCertificate.evictedSites is signed only by the network's issuer (the site holding the grid CA's key); here it is not applied: " + err.Error()}, nil
 		}
 		return Condition{}, nil
@@ -125,7 +125,7 @@ func (e *Evictions) sign(ctx context.Context, network *v1alpha1.GridNetwork, boo
 		// operator evicts is the issuer, and a site with an empty list
 		// must not lift what it evicted.
 		if len(listed) > 0 && !sameSet(listed, held.EvictedSites()) {
-			return Condition{OK: false, Reason: ReasonEvictionsNotHere,
+			return Condition{OK: false, Reason: ReasonEvictionsNotIssuer,
 				Message: fmt.Sprintf("spec.tls.siteCertificate.evictedSites is not applied: the network's evictions are signed by site %s, and only its list counts", held.Issuer)}, nil
 		}
 		return Condition{}, nil
