@@ -61,6 +61,15 @@ func (r *Runtime) admit(rec record.Record, regossip bool) string {
 		}
 	} else {
 		keep()
+		if ok && r.cfg.Trust.Bundle(rec.Network).Evicted(rec.Site) {
+			// An eviction that arrived while this record waited for its
+			// check (after the walk that dropped the site's records):
+			// not kept either.
+			r.store.Remove(rec.Key())
+			r.rejected(&rec, record.RejectEvicted)
+			r.outcome(outcomeRefused)
+			return ""
+		}
 	}
 	if refused != "" {
 		r.overCap(rec, refused)
