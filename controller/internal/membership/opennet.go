@@ -178,7 +178,13 @@ func (r *Member) resetRequested(network *v1alpha1.GridNetwork) resetRequest {
 // value (until the annotation is removed): a reset repeated after the
 // site was bound again would drop it again.
 func (r *Member) resetSiteKeys(network *v1alpha1.GridNetwork, req resetRequest, g *given) {
-	if req.value == "" || g.resetDone == req.value {
+	if req.value == "" {
+		// Read as gone: the value applied last may be asked for again.
+		g.resetDone = ""
+		return
+	}
+	if g.resetDone == req.value {
+		// Applied, its removal perhaps not seen yet by the cache.
 		return
 	}
 	g.resetDone = req.value
@@ -195,15 +201,15 @@ func (r *Member) resetSiteKeys(network *v1alpha1.GridNetwork, req resetRequest, 
 
 // ClearReset removes the reset annotation once it is applied, unless it
 // changed since it was read (the next reconcile applies the new value).
+// The value stays marked applied until a reconcile reads the annotation
+// gone: a cache that still shows it does not apply it twice.
 func (r *Member) ClearReset(ctx context.Context, network *v1alpha1.GridNetwork, value string) {
 	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(ResetSiteKeyAnnotation, "~", "~0"), "/", "~1")
 	patch, _ := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}})
 	n := &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: network.Name}}
 	if err := r.Client.Patch(ctx, n, client.RawPatch(types.JSONPatchType, patch)); err != nil {
 		r.Opts.Logger.Debug("site_key_reset_annotation_kept", "network", network.Name, "error", err.Error())
-		return
 	}
-	r.given(network.Name).resetDone = ""
 }
 
 // setOpenNetwork sets the RecordsSigned condition and the keys the remote
