@@ -410,7 +410,9 @@ func Setup(mgr manager.Manager, opts Options) error {
 	// The grid CAs it names (a rotation of the grid CA) become the
 	// network's trust material, which tells the reconcilers in turn.
 	opts.TrustBundles.Subscribe(func(network string) {
-		trust.BundleChanged(network)
+		if trust.BundleChanged(network) {
+			return // told as any change of trust material
+		}
 		send(toMembership)(network)
 		reprobeSites(network)
 	})

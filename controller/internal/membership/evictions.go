@@ -29,10 +29,10 @@ const ConditionEvictions = "Evictions"
 
 // Reasons of the Evictions condition.
 const (
-	ReasonNoEvictions       = "NoEvictions"        // no bundle: nothing evicted, or no grid CA
-	ReasonEvictionsCurrent  = "EvictionsCurrent"   // the newest bundle held is applied
-	ReasonEvictionsUnsigned = "EvictionsUnsigned"  // the issuer could not sign the list
-	ReasonEvictionsNotIssuer  = "EvictionsNotIssuer" // the list is not this site's to sign
+	ReasonNoEvictions        = "NoEvictions"        // no bundle: nothing evicted, or no grid CA
+	ReasonEvictionsCurrent   = "EvictionsCurrent"   // the newest bundle held is applied
+	ReasonEvictionsUnsigned  = "EvictionsUnsigned"  // the issuer could not sign the list
+	ReasonEvictionsNotIssuer = "EvictionsNotIssuer" // the list is not this site's to sign
 )
 
 // Evictions is the trust bundle stage of a network's reconcile.

@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"crypto/sha256"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,6 +54,12 @@ func (p *secretPoller) poll(ctx context.Context) {
 	if err := p.r.Client.List(ctx, &list); err != nil {
 		return
 	}
+	if p.r.Opts.Membership == nil {
+		// Without gossip, the trust bundles come from the issuers; each
+		// fetch (bounded by the probe timeout) runs beside the Secret
+		// reads, not before them.
+		defer p.fetchBundles(ctx, list.Items)
+	}
 	for i := range list.Items {
 		n := &list.Items[i]
 		if n.Spec.TLS == nil || !n.DeletionTimestamp.IsZero() {
@@ -60,9 +67,6 @@ func (p *secretPoller) poll(ctx context.Context) {
 		}
 		if n.Spec.TLS.CASecretRef != nil || n.Spec.TLS.CAConfigMapRef != nil || n.Spec.TLS.SiteSecretRef != nil {
 			p.r.Trust.Refresh(ctx, n) // reports a change itself
-		}
-		if p.r.Opts.Membership == nil {
-			(&Evictions{Env: p.r.Env, Trust: p.r.Trust}).fetchFromIssuer(ctx, n)
 		}
 		if n.Spec.TLS.SwimKeySecretRef == nil || p.r.Opts.Membership == nil {
 			continue
@@ -91,4 +95,23 @@ func (p *secretPoller) poll(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// fetchBundles fetches each enrolled network's trust bundle from its
+// issuer, the networks at once, and waits for them.
+func (p *secretPoller) fetchBundles(ctx context.Context, networks []v1alpha1.GridNetwork) {
+	e := &Evictions{Env: p.r.Env, Trust: p.r.Trust}
+	var wg sync.WaitGroup
+	for i := range networks {
+		n := &networks[i]
+		if n.Spec.TLS == nil || !n.DeletionTimestamp.IsZero() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.fetchFromIssuer(ctx, n)
+		}()
+	}
+	wg.Wait()
 }

@@ -100,25 +100,28 @@ func (c *Cache) withBundle(name string, tm *Material) *Material {
 }
 
 // BundleChanged takes a network's new trust bundle into its material:
-// the roots it names, when they changed, make a new version.
-func (c *Cache) BundleChanged(name string) {
+// the roots it names, when they changed, make a new version, told to
+// Changed. It reports whether it told.
+func (c *Cache) BundleChanged(name string) bool {
 	c.mu.Lock()
 	prev := c.entries[name]
 	if prev == nil {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	tm := c.withBundle(name, prev)
 	if tm.digest == prev.digest {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	tm.Version = prev.Version + 1
 	c.entries[name] = tm
 	c.mu.Unlock()
-	if c.Changed != nil {
-		c.Changed(name)
+	if c.Changed == nil {
+		return false
 	}
+	c.Changed(name)
+	return true
 }
 
 // Get is the network's material, loaded on first use.
