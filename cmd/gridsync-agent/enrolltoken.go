@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/gridsync/gridsync/trust/enrol"
@@ -26,15 +24,11 @@ func enrollToken(args []string, stdout, stderr io.Writer) int {
 	network := fs.String("network", "", "the GridNetwork the site enrols in (required)")
 	site := fs.String("site", "", "the site name the token is for: the only name it can enrol (required)")
 	ttl := fs.Duration("ttl", enrol.DefaultTokenTTL, fmt.Sprintf("how long the token can be used (at most %s)", enrol.MaxTokenTTL))
-	namespace := fs.String("namespace", os.Getenv("POD_NAMESPACE"), "the issuer agent's namespace, where the token Secret is (required; POD_NAMESPACE inside the agent's pod)")
-	secret := fs.String("secret", enrol.DefaultTokenSecret, "the Secret the issuer agent reads tokens from")
-	kubecfg := fs.String("kubeconfig", "", "kubeconfig of the issuer's cluster (default: KUBECONFIG, then in-cluster)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	secret := addTokenSecretFlags(fs)
+	if code, done := parseCommand(fs, args); done {
+		return code
 	}
+	namespace := secret.namespace
 	if *network == "" || *site == "" || *namespace == "" {
 		fmt.Fprintf(stderr, "%s %s: --network, --site and --namespace are required\n", binary, enrollTokenCommand)
 		return 2
@@ -43,14 +37,13 @@ func enrollToken(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)
 		return 2
 	}
-	c, err := operatorClient(*kubecfg)
+	tokens, err := secret.tokens()
 	if err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tokens := &enrol.Tokens{API: c, Namespace: *namespace, Name: *secret}
 	token, err := tokens.Add(ctx, *network, *site, *ttl, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", binary, enrollTokenCommand, err)

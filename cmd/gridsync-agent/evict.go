@@ -44,7 +44,7 @@ func evictSite(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *lift {
-		return releaseLifted(ctx, secret, *network, *site, stdout, stderr)
+		return releaseLifted(ctx, &enrol.Tokens{API: c, Namespace: *secret.namespace, Name: *secret.secret}, *network, *site, stdout, stderr)
 	}
 	return 0
 }
@@ -52,15 +52,10 @@ func evictSite(args []string, stdout, stderr io.Writer) int {
 // releaseLifted releases a lifted site's name, so that it comes back by
 // enrolling under a new key with a new token (its old key is presumed
 // lost with the trust that evicted it).
-func releaseLifted(ctx context.Context, secret tokenSecretFlags, network, site string, stdout, stderr io.Writer) int {
-	if *secret.namespace == "" {
+func releaseLifted(ctx context.Context, tokens *enrol.Tokens, network, site string, stdout, stderr io.Writer) int {
+	if tokens.Namespace == "" {
 		fmt.Fprintf(stderr, "the name %s stays registered under its old key: release it with %s %s, or give --namespace\n", site, binary, releaseNameCommand)
 		return 0
-	}
-	tokens, err := secret.tokens()
-	if err != nil {
-		fmt.Fprintf(stderr, "%s %s: %v\n", binary, evictCommand, err)
-		return 1
 	}
 	released, err := tokens.Release(ctx, network, site, time.Now())
 	switch {
