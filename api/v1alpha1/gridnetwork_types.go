@@ -832,3 +832,11 @@ type GridNetworkList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []GridNetwork `json:"items"`
 }
+
+// HasGridCA reports whether the network declares a grid CA
+// (spec.tls.caSecretRef or caConfigMapRef): its records are signed with
+// certificates of it. Without one, each site signs with a key of its own.
+func (n *GridNetwork) HasGridCA() bool {
+	t := n.Spec.TLS
+	return t != nil && (t.CASecretRef != nil || t.CAConfigMapRef != nil)
+}

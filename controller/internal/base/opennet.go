@@ -15,8 +15,7 @@ import (
 // for its records, the SWIM key authenticates them, and none of its
 // remote sites can become trusted.
 func OpenNetwork(n *v1alpha1.GridNetwork) bool {
-	t := n.Spec.TLS
-	return t == nil || t.CASecretRef == nil && t.CAConfigMapRef == nil
+	return !n.HasGridCA()
 }
 
 // unsignedNetworks is grid_network_records_unsigned{network}: 1 for each

@@ -163,7 +163,7 @@ func (r *Identity) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork)
 	switch {
 	case mode == v1alpha1.SiteCertificateEnrolled || mode == v1alpha1.SiteCertificateProvided:
 		// The CA is the issuer's: read, never generated, its key unused.
-		if t.CASecretRef != nil || t.CAConfigMapRef != nil {
+		if network.HasGridCA() {
 			cert, cond := r.gridCACertificate(ctx, network)
 			if cond != nil {
 				out.Condition = *cond

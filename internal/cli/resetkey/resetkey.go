@@ -60,7 +60,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 // writer's change is never lost.
 func write(ctx context.Context, c client.Client, o Options) (*v1alpha1.GridNetwork, error) {
 	n, _, err := gridnet.Change(ctx, c, o.Network, "gridsync-agent-reset-site-key", func(n *v1alpha1.GridNetwork) (bool, error) {
-		if t := n.Spec.TLS; t != nil && (t.CASecretRef != nil || t.CAConfigMapRef != nil) {
+		if n.HasGridCA() {
 			return false, fmt.Errorf("network %s has a grid CA: its sites' records are held to certificates of it, not to keys (evict a site at its issuer instead)", o.Network)
 		}
 		sites := named(n)
