@@ -82,6 +82,11 @@ func TestNetworkSwimTimingsDriveTheNode(t *testing.T) {
 	require.Eventually(t, func() bool { return running() == want && a.Status().Running && a.Status().Generation != gen },
 		5*time.Second, 10*time.Millisecond, "running %+v", running())
 	assert.Contains(t, a.logs.String(), "spec.swim changed the timings")
+	// The node runs before it says so: the line of its start is waited
+	// for before the starts are counted.
+	require.Eventually(t, func() bool {
+		return strings.Contains(a.logs.String(), `"probe_interval":"500ms","suspicion":"4s","gossip_nodes":5`)
+	}, 5*time.Second, 10*time.Millisecond, "the restart with the networks' timings never said so")
 	started := strings.Count(a.logs.String(), `"msg":"swim_started"`)
 
 	// The same settings again restart nothing.

@@ -172,7 +172,7 @@ func TestThreeSiteMesh(t *testing.T) {
 	intruder := x.start([]string{"GRID_SWIM_ENCRYPT_KEY=" + hexKey(wrong), "GRID_SWIM_SEEDS=" + a.SwimAddr})
 	require.Eventually(t, func() bool {
 		return agents[0].metric(`grid_swim_packets_rejected_total{reason="unknown_key"}`) > 0
-	}, 20*time.Second, 100*time.Millisecond)
+	}, 60*time.Second, 100*time.Millisecond, "the intruder's packets were never counted: it starts, on two loaded cores, before it sends")
 	time.Sleep(2 * time.Second)
 	for _, ag := range agents {
 		_, seen := ag.member("site-x")
@@ -259,7 +259,7 @@ func TestKeyRotationAcrossSites(t *testing.T) {
 	r := retired.start([]string{"GRID_SWIM_ENCRYPT_KEY=" + hexKey(oldKey), "GRID_SWIM_SEEDS=" + a.SwimAddr})
 	require.Eventually(t, func() bool {
 		return agents[0].metric(`grid_swim_packets_rejected_total{reason="unknown_key"}`) > 0
-	}, 20*time.Second, 100*time.Millisecond)
+	}, 60*time.Second, 100*time.Millisecond, "the intruder's packets were never counted: it starts, on two loaded cores, before it sends")
 	time.Sleep(2 * time.Second)
 	assert.Empty(t, r.status().Swim.Members, "a site with only the retired key is shut out")
 }
