@@ -27,7 +27,12 @@ func newReporter(cfg *syncflags.Config, syncer func() *overlaysync.Syncer, log *
 		URL: cfg.ReportTo, TokenFile: cfg.ReportTokenFile, CAFile: cfg.ReportCA, ServerName: serverName,
 		Interval: cfg.ReportInterval, Logger: log, Registerer: reg,
 		Snapshot: func() deliveryreport.Report {
-			return deliveryreport.Of(cfg.ExpectedNamespace, cfg.ExpectedGateway, cfg.PodName, syncer().Status())
+			rep := deliveryreport.Of(cfg.ExpectedNamespace, cfg.ExpectedGateway, cfg.PodName, syncer().Status())
+			// What the agent needs to choose the overlay's form for this
+			// pod's gateway: both forms are read here.
+			rep.Reads = []string{deliveryreport.FormPlain, deliveryreport.FormZstd}
+			rep.Encoding, rep.MaxBytes = cfg.OverlayEncoding, cfg.MaxBytes
+			return rep
 		},
 	})
 }

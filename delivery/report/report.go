@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
 )
 
@@ -48,7 +50,28 @@ type Report struct {
 	// LastRejectionReason is a reason of the envelope contract's closed
 	// set, or a delivery reason (api_unreachable, write_failed...).
 	LastRejectionReason string `json:"last_rejection_reason,omitempty"`
+
+	// Reads lists the forms of the overlay ConfigMap the sidecar reads
+	// ("plain", "zstd"); a sidecar that predates the compressed form
+	// sends none, and is taken to read the plain form only.
+	Reads []string `json:"reads,omitempty"`
+	// Encoding is the form the pod's configuration asks for: "auto" (the
+	// agent decides), "zstd" or "plain".
+	Encoding string `json:"encoding,omitempty"`
+	// MaxBytes is the largest envelope the sidecar accepts: the agent
+	// publishes nothing larger to its gateway.
+	MaxBytes int `json:"max_bytes,omitempty"`
 }
+
+// The forms a sidecar reads, and the encodings it may ask for.
+const (
+	FormPlain    = envelope.EncodingPlain
+	FormZstd     = envelope.EncodingZstd
+	EncodingAuto = "auto"
+)
+
+// maxForms bounds Reads: there are two forms today.
+const maxForms = 4
 
 var (
 	hexDigest = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -84,6 +107,23 @@ func (r Report) Validate() error {
 	if r.LastRejectionReason != "" && !reason.MatchString(r.LastRejectionReason) {
 		problems = append(problems, errors.New("last_rejection_reason is not a reason"))
 	}
+	if len(r.Reads) > maxForms {
+		problems = append(problems, fmt.Errorf("reads lists more than %d forms", maxForms))
+	}
+	for _, f := range r.Reads {
+		if f != FormPlain && f != FormZstd {
+			problems = append(problems, errors.New("reads lists a form that is not plain or zstd"))
+			break
+		}
+	}
+	switch r.Encoding {
+	case "", EncodingAuto, FormPlain, FormZstd:
+	default:
+		problems = append(problems, errors.New("encoding is not one of auto, zstd, plain"))
+	}
+	if r.MaxBytes < 0 || r.MaxBytes > envelope.MaxBytesCeiling {
+		problems = append(problems, fmt.Errorf("max_bytes is not between 0 and %d", envelope.MaxBytesCeiling))
+	}
 	return errors.Join(problems...)
 }
 
@@ -92,8 +132,16 @@ func (r Report) Validate() error {
 func sameState(a, b Report) bool {
 	wa, wb := a.WrittenAt, b.WrittenAt
 	sameTime := wa == nil && wb == nil || wa != nil && wb != nil && wa.Equal(*wb)
-	a.WrittenAt, b.WrittenAt = nil, nil
-	return a == b && sameTime
+	return sameTime && slices.Equal(a.Reads, b.Reads) &&
+		a.Namespace == b.Namespace && a.Gateway == b.Gateway && a.Pod == b.Pod && a.Revision == b.Revision &&
+		a.ContentDigest == b.ContentDigest && a.State == b.State && a.LastRejectionReason == b.LastRejectionReason &&
+		a.Encoding == b.Encoding && a.MaxBytes == b.MaxBytes
+}
+
+// ReadsForm reports whether the sidecar says it reads form; the plain form
+// is read by every sidecar, those that say nothing included.
+func (r Report) ReadsForm(form string) bool {
+	return form == FormPlain || slices.Contains(r.Reads, form)
 }
 
 // Of is what a sidecar reports of its state: revisions, times, state and

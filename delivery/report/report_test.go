@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,10 +37,48 @@ func TestValidateRefusesMalformedReports(t *testing.T) {
 		"state":           func(r *Report) { r.State = "fine" },
 		"ready, nothing":  func(r *Report) { r.Revision, r.ContentDigest = "", "" },
 		"reason":          func(r *Report) { r.LastRejectionReason = "has spaces and {json}" },
+		"reads":           func(r *Report) { r.Reads = []string{"plain", "brotli"} },
+		"reads too many":  func(r *Report) { r.Reads = []string{"plain", "zstd", "plain", "zstd", "plain"} },
+		"encoding":        func(r *Report) { r.Encoding = "gzip" },
+		"max bytes":       func(r *Report) { r.MaxBytes = -1 },
+		"max bytes huge":  func(r *Report) { r.MaxBytes = 1 << 30 },
 	} {
 		r := good
 		mutate(&r)
 		assert.Error(t, r.Validate(), name)
+	}
+}
+
+// A heartbeat is sent for an unchanged state only: a change of any field
+// but the time written counts as a change.
+func TestSameStateSeesEveryField(t *testing.T) {
+	written := time.Unix(1.8e9, 0)
+	base := Report{Namespace: "gw", Gateway: "edge", Pod: "p", Revision: rev, ContentDigest: rev, WrittenAt: &written,
+		State: StateReady, LastRejectionReason: "oversized", Reads: []string{FormPlain, FormZstd}, Encoding: EncodingAuto, MaxBytes: 1 << 20}
+	again := base
+	again.WrittenAt = new(time.Time)
+	*again.WrittenAt = written
+	again.Reads = slices.Clone(base.Reads)
+	require.True(t, sameState(base, again))
+	v := reflect.ValueOf(&base).Elem()
+	for i := range v.NumField() {
+		changed := base
+		changed.Reads = slices.Clone(base.Reads)
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Int:
+			f.SetInt(f.Int() + 1)
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]string{FormPlain}))
+		case reflect.Pointer:
+			later := written.Add(time.Second)
+			f.Set(reflect.ValueOf(&later))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to change it", v.Type().Field(i).Name, f.Kind())
+		}
+		assert.False(t, sameState(base, changed), "a change of %s", v.Type().Field(i).Name)
 	}
 }
 

@@ -29,13 +29,11 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 		s.mu.Unlock()
 	}()
 
-	data, ok := cm.Data[s.opts.DataKey]
-	if !ok {
-		s.reject(ReasonMissingDataKey, fmt.Sprintf("ConfigMap has no data key %q", s.opts.DataKey), cm.ResourceVersion)
-		return
+	payload, err := s.envelopeOf(cm)
+	var res envelope.Result
+	if err == nil {
+		res, err = envelope.Validate(payload, s.validationOptions())
 	}
-	payload := bytesOf(data)
-	res, err := envelope.Validate(payload, s.validationOptions())
 	if err != nil {
 		var rej *envelope.Rejection
 		if errors.As(err, &rej) {
@@ -61,6 +59,24 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 		return
 	}
 	s.write(&accepted{data: payload, result: res, receivedAt: receivedAt})
+}
+
+// envelopeOf returns the envelope a ConfigMap holds: the data key's text,
+// or else its compressed form (binaryData, the data key with ".zst"),
+// decompressed within the size bound. The digest the validator checks is
+// the decompressed envelope's, so the compressed bytes are trusted no
+// further than the plain ones. A missing key is a *Rejection too.
+func (s *Syncer) envelopeOf(cm *corev1.ConfigMap) ([]byte, error) {
+	if data, ok := cm.Data[s.opts.DataKey]; ok {
+		return bytesOf(data), nil
+	}
+	compressedKey := envelope.CompressedKey(s.opts.DataKey)
+	packed, ok := cm.BinaryData[compressedKey]
+	if !ok {
+		return nil, &envelope.Rejection{Reason: ReasonMissingDataKey,
+			Detail: fmt.Sprintf("ConfigMap has no data key %q nor binaryData key %q", s.opts.DataKey, compressedKey)}
+	}
+	return envelope.Decompress(packed, s.opts.MaxBytes)
 }
 
 // write publishes an accepted envelope; a failed write keeps the

@@ -46,15 +46,19 @@ type Config struct {
 	ExpectedNamespace string
 	ExpectedLocalSite string
 	MaxBytes          int
-	AcceptLegacy      bool
-	Kubeconfig        string
-	LogLevel          slog.Level
-	ExpireAfter       time.Duration
-	WatchIdleTimeout  time.Duration
-	HealthAddr        string // sidecar only
-	ProbeAddr         string // sidecar only
-	Once              bool   // sidecar only
-	Timeout           time.Duration
+	// OverlayEncoding is the form of the overlay ConfigMap the sidecar
+	// asks the agent for in its reports: auto, zstd or plain. It reads
+	// both forms whatever it asks.
+	OverlayEncoding  string
+	AcceptLegacy     bool
+	Kubeconfig       string
+	LogLevel         slog.Level
+	ExpireAfter      time.Duration
+	WatchIdleTimeout time.Duration
+	HealthAddr       string // sidecar only
+	ProbeAddr        string // sidecar only
+	Once             bool   // sidecar only
+	Timeout          time.Duration
 	// Fsync says when publications (the overlay and the identity) are
 	// fsynced: auto, always or never.
 	Fsync publish.SyncMode
@@ -76,6 +80,10 @@ type Config struct {
 	ReportInterval   time.Duration
 	PodName          string
 }
+
+// EncodingAuto leaves the overlay's form to the agent: compressed when the
+// overlay is large enough for it to pay and every pod reads it.
+const EncodingAuto = "auto"
 
 // DefaultReportTokenFile is where the chart projects the report token.
 const DefaultReportTokenFile = "/var/run/secrets/gridsync/report/token"
@@ -126,6 +134,8 @@ func Parse(mode Mode, program string, args []string, getenv func(string) string,
 	str(&c.ExpectedNamespace, "expected-namespace", envPrefix+"EXPECTED_NAMESPACE", "", "namespace in the envelope's scope (default: --namespace)")
 	fs.IntVar(&c.MaxBytes, "max-bytes", envelope.DefaultMaxBytes, "largest envelope accepted, in bytes"+envflag.Note(envPrefix+"MAX_BYTES"))
 	bind("max-bytes", envPrefix+"MAX_BYTES")
+	str(&c.OverlayEncoding, "overlay-encoding", envPrefix+"OVERLAY_ENCODING", EncodingAuto,
+		"form of the overlay ConfigMap to ask the agent for in delivery reports: auto (compressed when large and every pod reads it), zstd (always compressed) or plain (never); both forms are read either way")
 	fs.BoolVar(&c.AcceptLegacy, "accept-legacy", false, "deliver a bare overlay without an envelope"+envflag.Note(envPrefix+"ACCEPT_LEGACY"))
 	bind("accept-legacy", envPrefix+"ACCEPT_LEGACY")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for out-of-cluster use (default: in-cluster, then $KUBECONFIG)")
@@ -208,8 +218,13 @@ func (c *Config) validate(bindings []envflag.Binding) error {
 	required(c.ExpectedNetwork, "expected-network")
 	required(c.ExpectedGateway, "expected-gateway")
 	required(c.ExpectedLocalSite, "expected-local-site")
-	if c.MaxBytes <= 0 {
-		errs = append(errs, fmt.Errorf("--max-bytes must be positive, got %d", c.MaxBytes))
+	if c.MaxBytes <= 0 || c.MaxBytes > envelope.MaxBytesCeiling {
+		errs = append(errs, fmt.Errorf("--max-bytes must be between 1 and %d, got %d", envelope.MaxBytesCeiling, c.MaxBytes))
+	}
+	switch c.OverlayEncoding {
+	case EncodingAuto, envelope.EncodingZstd, envelope.EncodingPlain:
+	default:
+		errs = append(errs, fmt.Errorf("--overlay-encoding must be auto, zstd or plain, got %q", c.OverlayEncoding))
 	}
 	if c.ExpireAfter < 0 || (c.ExpireAfter > 0 && c.ExpireAfter < MinExpireAfter) {
 		errs = append(errs, fmt.Errorf("--expire-after must be 0 (off) or at least %s, got %s: a quiet ConfigMap is confirmed only by the API server's bookmarks, about once a minute", MinExpireAfter, c.ExpireAfter))

@@ -67,16 +67,18 @@ func TestErrorsNameTheFlag(t *testing.T) {
 		vars map[string]string
 		want string
 	}{
-		"config map":      {args: required[2:], want: "--config-map is required (or set OVERLAY_SYNC_CONFIGMAP)"},
-		"local site":      {args: required[:6], want: "--expected-local-site is required"},
-		"max bytes":       {args: append([]string{"--max-bytes", "0"}, required...), want: "--max-bytes must be positive"},
-		"expire after":    {args: append([]string{"--expire-after", "-1s"}, required...), want: "--expire-after must be 0 (off) or at least 2m0s"},
-		"expire too soon": {args: append([]string{"--expire-after", "30s"}, required...), want: "about once a minute"},
-		"idle timeout":    {args: append([]string{"--watch-idle-timeout", "0s"}, required...), want: "--watch-idle-timeout must be positive"},
-		"log level":       {args: append([]string{"--log-level", "chatty"}, required...), want: "--log-level"},
-		"environment":     {args: required, vars: map[string]string{"OVERLAY_SYNC_MAX_BYTES": "big"}, want: "OVERLAY_SYNC_MAX_BYTES"},
-		"positional":      {args: append(required, "extra"), want: `unexpected argument "extra"`},
-		"init has no -h":  {args: append([]string{"--health-addr", ":1"}, required...), want: "health-addr"},
+		"config map":                 {args: required[2:], want: "--config-map is required (or set OVERLAY_SYNC_CONFIGMAP)"},
+		"local site":                 {args: required[:6], want: "--expected-local-site is required"},
+		"max bytes":                  {args: append([]string{"--max-bytes", "0"}, required...), want: "--max-bytes must be between 1 and 67108864, got 0"},
+		"max bytes over the ceiling": {args: append([]string{"--max-bytes", "67108865"}, required...), want: "--max-bytes must be between 1 and 67108864"},
+		"overlay encoding":           {args: append([]string{"--overlay-encoding", "gzip"}, required...), want: `--overlay-encoding must be auto, zstd or plain, got "gzip"`},
+		"expire after":               {args: append([]string{"--expire-after", "-1s"}, required...), want: "--expire-after must be 0 (off) or at least 2m0s"},
+		"expire too soon":            {args: append([]string{"--expire-after", "30s"}, required...), want: "about once a minute"},
+		"idle timeout":               {args: append([]string{"--watch-idle-timeout", "0s"}, required...), want: "--watch-idle-timeout must be positive"},
+		"log level":                  {args: append([]string{"--log-level", "chatty"}, required...), want: "--log-level"},
+		"environment":                {args: required, vars: map[string]string{"OVERLAY_SYNC_MAX_BYTES": "big"}, want: "OVERLAY_SYNC_MAX_BYTES"},
+		"positional":                 {args: append(required, "extra"), want: `unexpected argument "extra"`},
+		"init has no -h":             {args: append([]string{"--health-addr", ":1"}, required...), want: "health-addr"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
