@@ -51,6 +51,7 @@ import (
 	"github.com/gridsync/gridsync/controller/rbac"
 	"github.com/gridsync/gridsync/gossip/seeds"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/signals"
 	"github.com/gridsync/gridsync/trust/bundle"
 )
@@ -100,6 +101,14 @@ type Options struct {
 	// Off, the default, publishes an authoritative empty overlay there
 	// instead (its routes are withdrawn) and marks it orphaned.
 	DeleteOrphanedOverlays bool
+	// MaxOverlayBytes is the largest envelope published to a gateway
+	// (the smallest bound its pods report, when smaller, wins); 0 means
+	// envelope.DefaultMaxBytes, the sidecar's default --max-bytes.
+	MaxOverlayBytes int
+	// CompressOverlaysAbove is the envelope size from which a network of
+	// overlayEncoding Auto publishes the compressed form to a gateway whose
+	// pods all read it; 0 means DefaultCompressOverlaysAbove.
+	CompressOverlaysAbove int
 	// EventNamespace receives the Events of the cluster-scoped Grid
 	// objects: the agent's own namespace. Empty: no Events.
 	EventNamespace string
@@ -200,6 +209,12 @@ const DefaultRecordKeySecret = rbac.DefaultRecordKeySecret
 // DefaultResyncPeriod is how often everything is reconciled anyway.
 const DefaultResyncPeriod = 300 * time.Second
 
+// DefaultCompressOverlaysAbove is the envelope size from which Auto
+// compresses: below it an overlay's plain copies cost the API server
+// little more than the event itself, and the contract's plain form, which
+// every consumer reads, is kept.
+const DefaultCompressOverlaysAbove = overlay.DefaultCompressAbove
+
 func (o Options) withDefaults() Options {
 	if o.Producer == "" {
 		o.Producer = DefaultProducer
@@ -218,6 +233,13 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SignalsInterval <= 0 {
 		o.SignalsInterval = DefaultSignalsInterval
+	}
+	if o.MaxOverlayBytes <= 0 {
+		o.MaxOverlayBytes = envelope.DefaultMaxBytes
+	}
+	o.MaxOverlayBytes = min(o.MaxOverlayBytes, envelope.MaxBytesCeiling)
+	if o.CompressOverlaysAbove <= 0 {
+		o.CompressOverlaysAbove = DefaultCompressOverlaysAbove
 	}
 	if o.SignalsScrapeMaxBytes <= 0 {
 		o.SignalsScrapeMaxBytes = DefaultScrapeMaxBytes
@@ -263,6 +285,8 @@ func (o Options) config() base.Config {
 		ProbeSecretSelector:    o.ProbeSecretSelector,
 		ResyncPeriod:           o.ResyncPeriod,
 		DeleteOrphanedOverlays: o.DeleteOrphanedOverlays,
+		MaxOverlayBytes:        o.MaxOverlayBytes,
+		CompressOverlaysAbove:  o.CompressOverlaysAbove,
 		Membership:             o.Membership,
 		SwimKeyPollInterval:    o.SwimKeyPollInterval,
 		Signals:                o.Signals,
@@ -449,12 +473,16 @@ func Setup(mgr manager.Manager, opts Options) error {
 			}
 		})
 	}
-	// Delivery reports change the delivery fields of a status only: they
-	// reach the delivery status reconciler alone, which renders and
-	// publishes nothing (and probes no site).
+	// Delivery reports change the delivery fields of a status: they reach
+	// the delivery status reconciler, which renders and publishes nothing
+	// (and probes no site); only a change of what the pods read reaches
+	// the overlay reconciler.
 	fromDeliveries := make(chan event.GenericEvent, 1024)
 	if opts.Deliveries != nil {
 		opts.Deliveries.OnChange(send(fromDeliveries))
+		// What a gateway's pods read decides its overlay's form: a change
+		// there is published again.
+		opts.Deliveries.OnReadersChange(send(toOverlays))
 	}
 	if err := mgr.Add(member.SecretPoller(toMembership)); err != nil {
 		return err

@@ -289,8 +289,11 @@ func (e *env) overlayOf(network *v1alpha1.GridNetwork, gateway v1alpha1.Consumer
 		if site == "" {
 			site = network.Name
 		}
-		var err error
-		res, err = envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{Expect: envelope.Scope{
+		doc, err := storedEnvelope(&cm)
+		if err != nil {
+			return false, err.Error()
+		}
+		res, err = envelope.Validate(doc, envelope.Options{MaxBytes: envelope.MaxBytesCeiling, Expect: envelope.Scope{
 			Network: network.Name, Gateway: gateway.Name, Namespace: gateway.Namespace, LocalSite: site,
 		}})
 		if err != nil {
@@ -302,6 +305,19 @@ func (e *env) overlayOf(network *v1alpha1.GridNetwork, gateway v1alpha1.Consumer
 }
 
 func anyRevision(envelope.Result) bool { return true }
+
+// storedEnvelope is the envelope an overlay ConfigMap holds, in its plain
+// or its compressed form.
+func storedEnvelope(cm *corev1.ConfigMap) ([]byte, error) {
+	if doc, ok := cm.Data[envelope.DataKeyEnvelope]; ok {
+		return []byte(doc), nil
+	}
+	packed, ok := cm.BinaryData[envelope.CompressedKey(envelope.DataKeyEnvelope)]
+	if !ok {
+		return nil, fmt.Errorf("no overlay in either form")
+	}
+	return envelope.Decompress(packed, envelope.MaxBytesCeiling)
+}
 
 // gatewayStatus waits until the network's entry for gateway satisfies ok.
 func (e *env) gatewayStatus(network *v1alpha1.GridNetwork, gateway string, ok func(v1alpha1.GatewayOverlayStatus) bool) v1alpha1.GatewayOverlayStatus {

@@ -136,6 +136,14 @@ type pod struct {
 
 func (e *env) startPod(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGateway, name string, to *reportListener) *pod {
 	e.t.Helper()
+	return e.startPodReporting(network, gw, name, to, nil)
+}
+
+// startPodReporting starts a pod whose reports are amended by amend (what
+// its sidecar says it reads and asks for); nil reports as a sidecar that
+// predates the compressed form.
+func (e *env) startPodReporting(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGateway, name string, to *reportListener, amend func(*deliveryreport.Report)) *pod {
+	e.t.Helper()
 	cmName := envelope.ConfigMapName(network.Name, gw.Name)
 	cfg, err := e.cp.ConfigMapReaderConfig(e.ctx, gw.Namespace, name, cmName)
 	require.NoError(e.t, err)
@@ -148,11 +156,17 @@ func (e *env) startPod(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGatewa
 	require.NoError(e.t, os.MkdirAll(filepath.Dir(p.output), 0o755))
 	p.reporter, err = deliveryreport.NewReporter(deliveryreport.ReporterOptions{
 		URL: to.url, TokenFile: tokenFile, CAFile: to.caFile, ServerName: sitetrust.DNSName("east"), Interval: time.Second,
-		Snapshot: func() deliveryreport.Report { return deliveryreport.Of(gw.Namespace, gw.Name, name, p.syncer.Status()) },
+		Snapshot: func() deliveryreport.Report {
+			rep := deliveryreport.Of(gw.Namespace, gw.Name, name, p.syncer.Status())
+			if amend != nil {
+				amend(&rep)
+			}
+			return rep
+		},
 	})
 	require.NoError(e.t, err)
 	p.syncer, err = overlaysync.New(cfg, overlaysync.Options{
-		Namespace: gw.Namespace, ConfigMap: cmName, DataKey: envelope.DataKeyEnvelope, Output: p.output,
+		Namespace: gw.Namespace, ConfigMap: cmName, DataKey: envelope.DataKeyEnvelope, Output: p.output, MaxBytes: 4 << 20,
 		Expect: envelope.Scope{Network: network.Name, Gateway: gw.Name, Namespace: gw.Namespace, LocalSite: gw.SiteName},
 		Notify: p.reporter.Notify,
 	})

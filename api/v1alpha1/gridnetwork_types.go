@@ -141,6 +141,17 @@ type GridNetworkSpec struct {
 	// +optional
 	SignalTransport *SignalTransport `json:"signalTransport,omitempty"`
 
+	// OverlayEncoding is the form of the gateways' overlay ConfigMaps:
+	// Auto (the default) compresses a gateway's overlay when it is large
+	// enough for that to pay and every pod of the gateway reports that it
+	// reads the compressed form (a pod may also ask for a form, through its
+	// chart); Zstd always compresses, for gateways known to read it; Plain
+	// never does, which is the contract's form that every consumer reads.
+	//
+	// +optional
+	// +kubebuilder:validation:Enum=Auto;Zstd;Plain
+	OverlayEncoding OverlayEncoding `json:"overlayEncoding,omitempty"`
+
 	// ConsumerGateways receive one overlay each. A gateway is identified
 	// by its name and namespace.
 	//
@@ -160,6 +171,16 @@ type GridNetworkSpec struct {
 	// +kubebuilder:validation:MaxItems=500
 	GatewayRefs []ConsumerGateway `json:"gatewayRefs,omitempty"`
 }
+
+// OverlayEncoding is the form of a network's overlay ConfigMaps.
+type OverlayEncoding string
+
+// Overlay encodings.
+const (
+	OverlayEncodingAuto  OverlayEncoding = "Auto"
+	OverlayEncodingZstd  OverlayEncoding = "Zstd"
+	OverlayEncodingPlain OverlayEncoding = "Plain"
+)
 
 // SwimTimings are a network's membership timings, as durations ("5s").
 type SwimTimings struct {
@@ -755,8 +776,15 @@ type GatewayOverlayStatus struct {
 	// +optional
 	RenderedAt *metav1.Time `json:"renderedAt,omitempty"`
 	// +optional
-	CandidateCount int32        `json:"candidateCount"`
-	Phase          OverlayPhase `json:"phase"`
+	CandidateCount int32 `json:"candidateCount"`
+	// Encoding is the form the ConfigMap holds the overlay in: plain or
+	// zstd (spec.overlayEncoding).
+	// +optional
+	Encoding string `json:"encoding,omitempty"`
+	// EnvelopeBytes is the size of the envelope the gateway's file holds.
+	// +optional
+	EnvelopeBytes int64 `json:"envelopeBytes,omitempty"`
+	Phase         OverlayPhase `json:"phase"`
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// +optional

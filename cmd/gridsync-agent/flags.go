@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/controller/rbac"
 	rollout "github.com/gridsync/gridsync/delivery/fold"
@@ -19,6 +20,7 @@ import (
 	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/trust/enrol"
 
+	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/envflag"
 	"github.com/gridsync/gridsync/shared/tlsidentity"
 )
@@ -44,6 +46,8 @@ type config struct {
 	scraperAccount          types.NamespacedName
 	resyncPeriod            time.Duration
 	deleteOrphans           bool
+	maxOverlayBytes         int
+	compressOverlaysAbove   int
 	swim                    swimConfig
 	gateway                 gatewayConfig
 	trust                   trustConfig
@@ -155,6 +159,8 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	namespaces := fs.String("namespaces", "", "comma-separated namespaces where gateways run and credential Secrets live: ConfigMaps are published and Secrets read only there (empty: every namespace the RBAC allows)"+note("namespaces"))
 	fs.DurationVar(&c.resyncPeriod, "resync-period", 300*time.Second, "reconcile everything this often: Secrets and ConfigMaps are not watched, so a rotated Secret or a hand edit is noticed within it"+note("resync-period"))
 	fs.BoolVar(&c.deleteOrphans, "delete-orphaned-overlays", false, "delete the overlay ConfigMap of a removed gateway or deleted network (needs the delete verb) instead of publishing an empty overlay there"+note("delete-orphaned-overlays"))
+	fs.IntVar(&c.maxOverlayBytes, "max-overlay-bytes", envelope.DefaultMaxBytes, "largest overlay envelope published to a gateway, in bytes (the smallest --max-bytes its sidecars report, when smaller, wins); the plain form also fits a ConfigMap's 1 MiB only up to about half of it, the compressed form far beyond"+note("max-overlay-bytes"))
+	fs.IntVar(&c.compressOverlaysAbove, "compress-overlays-above", controller.DefaultCompressOverlaysAbove, "envelope size, in bytes, from which a network of overlayEncoding Auto publishes the compressed form to a gateway whose pods all read it"+note("compress-overlays-above"))
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file for out-of-cluster use (default: in-cluster, then $KUBECONFIG)")
 	fs.StringVar(&c.healthAddr, "health-addr", ":8081", "address of /livez, /readyz, /status and (without --metrics-tls) /metrics"+note("health-addr"))
 	fs.StringVar(&c.metricsTLS.dir, "metrics-tls", "", "a folder holding tls.crt and tls.key (a mounted Secret: the site identity or another): /metrics is then served over HTTPS on --metrics-addr only, with that identity, reloaded when it rotates (empty: plain HTTP on --health-addr)"+note("metrics-tls"))
@@ -351,6 +357,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	}
 	if c.resyncPeriod < 10*time.Second {
 		return nil, envflag.UsageError(fs, "--resync-period must be at least 10s, got %s", c.resyncPeriod)
+	}
+	if c.maxOverlayBytes <= 0 || c.maxOverlayBytes > envelope.MaxBytesCeiling || c.compressOverlaysAbove <= 0 {
+		return nil, envflag.UsageError(fs, "--max-overlay-bytes must be between 1 and %d and --compress-overlays-above positive", envelope.MaxBytesCeiling)
 	}
 	if c.apiQPS <= 0 || c.apiBurst <= 0 {
 		return nil, envflag.UsageError(fs, "--kube-api-qps and --kube-api-burst must be positive")

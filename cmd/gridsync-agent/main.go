@@ -177,6 +177,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			ScraperServiceAccount:  cfg.scraperAccount,
 			ResyncPeriod:           cfg.resyncPeriod,
 			DeleteOrphanedOverlays: cfg.deleteOrphans,
+			MaxOverlayBytes:        cfg.maxOverlayBytes,
+			CompressOverlaysAbove:  cfg.compressOverlaysAbove,
 			// Events of the cluster-scoped Grid objects land where the
 			// Lease lives: the agent's own namespace.
 			EventNamespace:      cfg.leaderElectionNamespace,

@@ -81,6 +81,8 @@ type gateway struct {
 	// in the histogram.
 	rendered    string
 	completeFor string
+	// told is the readers' verdict last told (OnReadersChange).
+	told verdict
 }
 
 // Aggregator holds the reports. Safe for concurrent use.
@@ -93,6 +95,7 @@ type Aggregator struct {
 	// lastForget is when silent pods were last looked for.
 	lastForget time.Time
 	onChange   func(network string)
+	onReaders  func(network string)
 	lastPoke   map[string]time.Time
 	pending    map[string]bool
 
@@ -184,17 +187,21 @@ func (a *Aggregator) Observe(r deliveryreport.Report) error {
 	}
 	p := g.pods[r.Pod]
 	changed := true
+	reading := p == nil || !sameReading(p.report, r)
+	var forgotten []string // networks whose readers changed as silent pods made room
 	if p == nil {
 		full := func() bool { return len(g.pods) >= a.opts.MaxPodsPerGateway || a.podCount >= a.opts.MaxPods }
 		if full() && now.Sub(a.lastForget) >= time.Second {
 			// Pods long silent make room; at most once a second, so that
 			// a full table costs no scan per refused report.
 			a.lastForget = now
-			a.forgetLocked(now)
+			forgotten = a.forgetLocked(now)
 		}
 		if full() {
+			tellReaders := a.onReaders
 			a.mu.Unlock()
 			a.reports.WithLabelValues("full").Inc()
+			a.tellReaders(tellReaders, forgotten)
 			return ErrFull
 		}
 		p = &pod{report: r, revisionSince: now}
@@ -211,30 +218,52 @@ func (a *Aggregator) Observe(r deliveryreport.Report) error {
 	}
 	p.receivedAt = now
 	network := g.network
+	readers := reading && a.readersChangedLocked(g, now)
+	tellReaders := a.onReaders
 	a.mu.Unlock()
 	a.reports.WithLabelValues("accepted").Inc()
 	if changed {
 		a.poke(network)
 	}
+	if readers {
+		forgotten = append(forgotten, network)
+	}
+	a.tellReaders(tellReaders, forgotten)
 	return nil
+}
+
+// tellReaders calls f, when set, for each network.
+func (a *Aggregator) tellReaders(f func(string), networks []string) {
+	if f == nil {
+		return
+	}
+	for _, n := range networks {
+		f(n)
+	}
 }
 
 func sameReport(a, b deliveryreport.Report) bool {
 	return a.Revision == b.Revision && a.State == b.State && a.LastRejectionReason == b.LastRejectionReason
 }
 
-// forgetLocked drops pods silent past ForgetAfter; it reports whether
-// room was made.
-func (a *Aggregator) forgetLocked(now time.Time) bool {
+// forgetLocked drops pods silent past ForgetAfter; it returns the
+// networks whose gateways' readers changed by it.
+func (a *Aggregator) forgetLocked(now time.Time) []string {
+	var readersChanged []string
 	for _, g := range a.gateways {
+		forgot := false
 		for name, p := range g.pods {
 			if now.Sub(p.receivedAt) > a.opts.ForgetAfter {
 				delete(g.pods, name)
 				a.podCount--
+				forgot = true
 			}
 		}
+		if forgot && a.readersChangedLocked(g, now) {
+			readersChanged = append(readersChanged, g.network)
+		}
 	}
-	return a.podCount < a.opts.MaxPods
+	return readersChanged
 }
 
 // poke tells the owner a network changed, at most once per MinInterval:
@@ -292,11 +321,13 @@ func (a *Aggregator) Watch(stop <-chan struct{}) {
 			}
 			silentBefore[k] = silent
 		}
-		a.forgetLocked(now)
+		readersChanged := a.forgetLocked(now)
+		tellReaders := a.onReaders
 		a.mu.Unlock()
 		for _, n := range changed {
 			a.poke(n)
 		}
+		a.tellReaders(tellReaders, readersChanged)
 	}
 }
 

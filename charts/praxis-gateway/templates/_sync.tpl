@@ -23,6 +23,7 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
     - --expected-gateway={{ include "praxis-gateway.gatewayName" $root }}
     - --expected-local-site={{ required "overlay.sidecar.expectedLocalSite is required with the sidecar" $v.expectedLocalSite }}
     - --log-level={{ $v.logLevel }}
+    - --max-bytes={{ int64 $v.maxBytes }}
     {{- if $v.identity.enabled }}
     - --identity-cert=/etc/gridsync/identity/tls.crt
     - --identity-key=/etc/gridsync/identity/tls.key
@@ -38,6 +39,7 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
     - --health-addr=:{{ $v.healthPort }}
     - --probe-addr=:{{ $v.probePort }}
     - --expire-after={{ $v.expireAfter }}
+    - --overlay-encoding={{ $v.encoding }}
     {{- with $v.report.to }}
     - --report-to={{ . }}
     - --report-token-file=/var/run/secrets/gridsync/report/token

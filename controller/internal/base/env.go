@@ -52,6 +52,10 @@ type Config struct {
 	// DeleteOrphanedOverlays deletes the overlay ConfigMap of a removed
 	// gateway or network instead of publishing an empty one.
 	DeleteOrphanedOverlays bool
+	// MaxOverlayBytes is the largest envelope published (defaulted).
+	MaxOverlayBytes int
+	// CompressOverlaysAbove is where Auto starts compressing (defaulted).
+	CompressOverlaysAbove int
 
 	// Membership is the site's SWIM runtime; nil runs without SWIM.
 	Membership Membership

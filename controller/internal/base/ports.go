@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/delivery/fold"
 	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
 )
@@ -60,4 +61,10 @@ type DeliveryTracker interface {
 	Summary(namespace, gateway, rendered string, renderedAt time.Time) *v1alpha1.GatewayDelivery
 	// OnChange registers who is told a network's summary may have changed.
 	OnChange(func(network string))
+	// Readers is what a gateway's reporting pods read of its overlay
+	// ConfigMap and ask for (its form and size bound).
+	Readers(namespace, gateway string) fold.Readers
+	// OnReadersChange registers who is told that what a network's gateway
+	// pods read or ask for changed.
+	OnReadersChange(func(network string))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/controller/render"
+	"github.com/gridsync/gridsync/delivery/fold"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
 
@@ -138,12 +139,34 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 	}
 	st.SchemaVersion, st.RenderedRevision, st.ContentDigest = envelope.SchemaVersion, revision, revision
 	st.CandidateCount = int32(len(overlay.Candidates))
-	if size := len(doc) + len(bare); size > maxConfigMapData {
-		r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
-		return fail(ReasonOverlayTooLarge, fmt.Sprintf("the overlay's two copies take %d bytes, over the ConfigMap limit of %d; narrow the providers' access policies", size, maxConfigMapData)), nil
+	st.EnvelopeBytes = int64(len(doc))
+	var readers fold.Readers
+	if r.Opts.Deliveries != nil {
+		readers = r.Opts.Deliveries.Readers(gw.Namespace, gw.Name)
 	}
+	maxBytes, bound := maxEnvelopeBytes(r.Opts.MaxOverlayBytes, readers)
+	if len(doc) > maxBytes {
+		r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
+		return fail(ReasonOverlayTooLarge, fmt.Sprintf("the envelope takes %d bytes, over %d, %s; narrow the providers' access policies or raise the bound", len(doc), maxBytes, bound)), nil
+	}
+	encoding, why := chooseEncoding(network.Spec.OverlayEncoding, readers, len(doc), r.Opts.CompressOverlaysAbove)
+	var packed []byte
+	switch encoding {
+	case envelope.EncodingZstd:
+		packed = envelope.Compress(doc)
+		if len(packed) > maxConfigMapData {
+			r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
+			return fail(ReasonOverlayTooLarge, fmt.Sprintf("the compressed overlay takes %d bytes, over the ConfigMap limit of %d; narrow the providers' access policies", len(packed), maxConfigMapData)), nil
+		}
+	default:
+		if size := len(doc) + len(bare); size > maxConfigMapData {
+			r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
+			return fail(ReasonOverlayTooLarge, fmt.Sprintf("the overlay's two copies take %d bytes, over the ConfigMap limit of %d (the plain form: %s); narrow the providers' access policies, or let the compressed form be used", size, maxConfigMapData, why)), nil
+		}
+	}
+	st.Encoding = encoding
 
-	labels, annotations := r.overlayMetadata(network.Name, gw.Name, revision)
+	labels, annotations := r.overlayMetadata(network.Name, gw.Name, revision, encoding)
 	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
 	// Read straight from the API server: the agent neither lists nor
 	// watches ConfigMaps, it gets the ones it names.
@@ -169,7 +192,7 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 			adopt = &current
 			break
 		}
-		if stored, held := holds(&current, labels, annotations, scope, revision, bare); held {
+		if stored, held := holds(&current, labels, annotations, scope, revision, bare, maxBytes); held {
 			r.Metrics.Publishes.WithLabelValues(base.PublishUnchanged).Inc()
 			st.ConfigMapResourceVersion = current.ResourceVersion
 			st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(stored.Provenance.RenderedAt))
@@ -188,16 +211,29 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 		return held, nil
 	}
 
+	// Applied by the one field manager, a form replaces the other: the
+	// keys of the form not applied are removed.
 	apply := corev1ac.ConfigMap(name, gw.Namespace).
 		WithLabels(labels).
-		WithAnnotations(annotations).
-		WithData(map[string]string{
+		WithAnnotations(annotations)
+	if encoding == envelope.EncodingZstd {
+		apply.WithBinaryData(map[string][]byte{envelope.CompressedKey(envelope.DataKeyEnvelope): packed})
+	} else {
+		apply.WithData(map[string]string{
 			envelope.DataKeyEnvelope: string(doc),
 			envelope.DataKeyBare:     string(bare),
 		})
+	}
 	if err := r.Client.Apply(ctx, apply, client.FieldOwner(r.Opts.Producer), client.ForceOwnership); err != nil {
 		r.Metrics.Publishes.WithLabelValues(base.PublishFailed).Inc()
 		return fail(ReasonPublishFailed, err.Error()), fmt.Errorf("apply ConfigMap %s: %w", key, err)
+	}
+	if encoding == envelope.EncodingZstd && (apply.Data[envelope.DataKeyEnvelope] != "" || apply.Data[envelope.DataKeyBare] != "") {
+		// Plain copies another manager wrote (the Grid operator's, on a
+		// ConfigMap taken over) would be read before the compressed form.
+		if err := r.dropPlainCopies(ctx, key); err != nil {
+			return fail(ReasonPublishFailed, err.Error()), err
+		}
 	}
 	if adopt != nil {
 		if err := r.dropLegacyMetadata(ctx, adopt); err != nil {
@@ -207,8 +243,13 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 			"config_map", name, "previous_producer", adopt.Labels[envelope.LabelManagedBy])
 	}
 	r.Metrics.Publishes.WithLabelValues(base.PublishApplied).Inc()
+	storedBytes := len(doc) + len(bare)
+	if packed != nil {
+		storedBytes = len(packed)
+	}
 	r.Opts.Logger.Info("overlay_published", "network", network.Name, "gateway", gw.Name, "namespace", gw.Namespace,
-		"config_map", name, "revision", revision, "candidates", len(overlay.Candidates))
+		"config_map", name, "revision", revision, "candidates", len(overlay.Candidates),
+		"encoding", encoding, "envelope_bytes", len(doc), "stored_bytes", storedBytes, "encoding_why", why)
 	if apply.ResourceVersion != nil {
 		st.ConfigMapResourceVersion = *apply.ResourceVersion
 	}
@@ -218,13 +259,25 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 }
 
 // overlayMetadata is the labels and annotations the contract puts on an
-// overlay ConfigMap.
-func (r *Reconciler) overlayMetadata(network, gateway, revision string) (labels, annotations map[string]string) {
+// overlay ConfigMap, and the form it holds.
+func (r *Reconciler) overlayMetadata(network, gateway, revision, encoding string) (labels, annotations map[string]string) {
 	return r.gatewayLabels(network, gateway), map[string]string{
 		envelope.AnnotationSchemaVersion: envelope.SchemaVersion,
 		envelope.AnnotationRevision:      revision,
 		envelope.AnnotationContentDigest: revision,
+		envelope.AnnotationEncoding:      encoding,
 	}
+}
+
+// dropPlainCopies removes the plain copies from an overlay ConfigMap
+// that now holds the compressed form.
+func (r *Reconciler) dropPlainCopies(ctx context.Context, key types.NamespacedName) error {
+	patch := []byte(`{"data":{"` + envelope.DataKeyEnvelope + `":null,"` + envelope.DataKeyBare + `":null}}`)
+	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+	if err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(r.Opts.Producer)); err != nil {
+		return fmt.Errorf("remove the plain copies from ConfigMap %s: %w", key, err)
+	}
+	return nil
 }
 
 // gatewayLabels are the labels of every ConfigMap the agent manages for a
@@ -242,11 +295,32 @@ func (r *Reconciler) gatewayLabels(network, gateway string) map[string]string {
 // the contract's metadata, checked on the data itself and not only the
 // annotation, so that a ConfigMap edited by hand is put back. It returns
 // the stored envelope's validation result.
-func holds(cm *corev1.ConfigMap, labels, annotations map[string]string, scope envelope.Scope, revision string, bare []byte) (envelope.Result, bool) {
-	if !hasAll(cm.Labels, labels) || !hasAll(cm.Annotations, annotations) || cm.Data[envelope.DataKeyBare] != string(bare) {
+//
+// The form is checked too: the plain form's bare copy must be the one
+// rendered, and no compressed copy may be left beside it; the compressed
+// form must be alone.
+func holds(cm *corev1.ConfigMap, labels, annotations map[string]string, scope envelope.Scope, revision string, bare []byte, maxBytes int) (envelope.Result, bool) {
+	if !hasAll(cm.Labels, labels) || !hasAll(cm.Annotations, annotations) {
 		return envelope.Result{}, false
 	}
-	res, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{Expect: scope})
+	_, compressed := cm.BinaryData[envelope.CompressedKey(envelope.DataKeyEnvelope)]
+	_, plain := cm.Data[envelope.DataKeyEnvelope]
+	_, plainBare := cm.Data[envelope.DataKeyBare]
+	switch annotations[envelope.AnnotationEncoding] {
+	case envelope.EncodingZstd:
+		if !compressed || plain || plainBare {
+			return envelope.Result{}, false
+		}
+	default:
+		if compressed || cm.Data[envelope.DataKeyBare] != string(bare) {
+			return envelope.Result{}, false
+		}
+	}
+	doc, _, err := storedEnvelope(cm, maxBytes)
+	if err != nil {
+		return envelope.Result{}, false
+	}
+	res, err := envelope.Validate(doc, envelope.Options{Expect: scope, MaxBytes: maxBytes})
 	return res, err == nil && res.Revision == revision
 }
 
@@ -373,7 +447,11 @@ func (r *Reconciler) withdraw(ctx context.Context, network, gateway, namespace s
 		return nil
 	}
 	// The scope the gateway's sidecar expects is the stored envelope's.
-	stored, err := envelope.Validate([]byte(cm.Data[envelope.DataKeyEnvelope]), envelope.Options{})
+	doc, _, err := storedEnvelope(&cm, r.Opts.MaxOverlayBytes)
+	var stored envelope.Result
+	if err == nil {
+		stored, err = envelope.Validate(doc, envelope.Options{MaxBytes: r.Opts.MaxOverlayBytes})
+	}
 	scope := stored.Scope
 	if err != nil {
 		scope = envelope.Scope{Network: network, Gateway: gateway, Namespace: namespace, LocalSite: network}
@@ -392,7 +470,9 @@ func (r *Reconciler) withdraw(ctx context.Context, network, gateway, namespace s
 	if err != nil {
 		return err
 	}
-	labels, annotations := r.overlayMetadata(network, gateway, revision)
+	// The empty overlay is small: the plain form, which every consumer
+	// reads (the compressed form's key is removed by the apply).
+	labels, annotations := r.overlayMetadata(network, gateway, revision, envelope.EncodingPlain)
 	annotations[AnnotationOrphaned] = "true"
 	apply := corev1ac.ConfigMap(key.Name, namespace).WithLabels(labels).WithAnnotations(annotations).
 		WithData(map[string]string{envelope.DataKeyEnvelope: string(doc), envelope.DataKeyBare: string(bare)})

@@ -1,0 +1,123 @@
+package controller_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller"
+	deliveryreport "github.com/gridsync/gridsync/delivery/report"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// readsBoth is what a current sidecar reports of the forms it reads.
+func readsBoth(encoding string, maxBytes int) func(*deliveryreport.Report) {
+	return func(r *deliveryreport.Report) {
+		r.Reads = []string{deliveryreport.FormPlain, deliveryreport.FormZstd}
+		r.Encoding, r.MaxBytes = encoding, maxBytes
+	}
+}
+
+// formOf says which form an overlay ConfigMap holds, and fails the test
+// when it holds both or mixes them.
+func formOf(t *testing.T, cm *corev1.ConfigMap) string {
+	t.Helper()
+	_, plain := cm.Data[envelope.DataKeyEnvelope]
+	_, bare := cm.Data[envelope.DataKeyBare]
+	_, packed := cm.BinaryData[envelope.CompressedKey(envelope.DataKeyEnvelope)]
+	switch {
+	case plain && bare && !packed:
+		require.Equal(t, envelope.EncodingPlain, cm.Annotations[envelope.AnnotationEncoding])
+		return envelope.EncodingPlain
+	case packed && !plain && !bare:
+		require.Equal(t, envelope.EncodingZstd, cm.Annotations[envelope.AnnotationEncoding])
+		return envelope.EncodingZstd
+	}
+	t.Fatalf("ConfigMap %s holds plain=%t bare=%t compressed=%t", cm.Name, plain, bare, packed)
+	return ""
+}
+
+// The overlay's form follows what the gateway's pods report they read:
+// plain while none reports, compressed once every reporting pod reads it
+// (the pods deliver the same envelope from it), plain again when a pod
+// that reads only the plain form joins; the network's setting forces
+// either form; a pod's size bound refuses a larger envelope while the
+// last one published stays.
+func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
+	e := newEnv(t)
+	agg := e.watchedReports()
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	e.create(network)
+	provider := e.provider("llm", network.Name, "m1")
+	e.create(provider)
+	// Every overlay compresses here: the point is the choice, not the size.
+	e.startAgent(withDeliveries(agg), func(o *controller.ManagerOptions) { o.CompressOverlaysAbove = 1 })
+	listener := e.startReportListener(agg)
+	status := func(ok func(v1alpha1.GatewayOverlayStatus) bool) v1alpha1.GatewayOverlayStatus {
+		return e.gatewayStatus(network, gw.Name, ok)
+	}
+
+	cm, first := e.overlayOf(network, gw, anyRevision)
+	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm), "no pod reports yet")
+
+	a := e.startPodReporting(network, gw, "edge-a", listener, readsBoth("auto", 4<<20))
+	b := e.startPodReporting(network, gw, "edge-b", listener, readsBoth("auto", 4<<20))
+	e.eventually("the compressed form", func() (bool, string) {
+		cm, _ = e.overlayOf(network, gw, anyRevision)
+		return cm.Annotations[envelope.AnnotationEncoding] == envelope.EncodingZstd, cm.Annotations[envelope.AnnotationEncoding]
+	})
+	assert.Equal(t, envelope.EncodingZstd, formOf(t, cm))
+	st := status(func(s v1alpha1.GatewayOverlayStatus) bool { return s.Encoding == envelope.EncodingZstd })
+	assert.Positive(t, st.EnvelopeBytes)
+	e.eventually("both pods on the first revision", func() (bool, string) {
+		return a.revision() == first.Revision && b.revision() == first.Revision, a.revision() + " " + b.revision()
+	})
+
+	// A change travels compressed to both pods.
+	update(e, provider, func(p *v1alpha1.InferenceProvider) { p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "m2"}) })
+	cm, second := e.overlayOf(network, gw, func(r envelope.Result) bool { return r.Revision != first.Revision })
+	assert.Equal(t, envelope.EncodingZstd, formOf(t, cm))
+	e.eventually("both pods on the second revision", func() (bool, string) {
+		return a.revision() == second.Revision && b.revision() == second.Revision, a.revision() + " " + b.revision()
+	})
+
+	// A pod whose sidecar predates the compressed form: plain again, and
+	// it delivers.
+	old := e.startPod(network, gw, "edge-old", listener)
+	e.eventually("the plain form again", func() (bool, string) {
+		cm, _ = e.overlayOf(network, gw, anyRevision)
+		return cm.Annotations[envelope.AnnotationEncoding] == envelope.EncodingPlain, cm.Annotations[envelope.AnnotationEncoding]
+	})
+	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))
+	e.eventually("the old pod delivers", func() (bool, string) { return old.revision() == second.Revision, old.revision() })
+
+	// The network's setting wins over the pods'.
+	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.OverlayEncoding = v1alpha1.OverlayEncodingZstd })
+	e.eventually("forced compressed", func() (bool, string) {
+		cm, _ = e.overlayOf(network, gw, anyRevision)
+		return cm.Annotations[envelope.AnnotationEncoding] == envelope.EncodingZstd, cm.Annotations[envelope.AnnotationEncoding]
+	})
+	assert.Equal(t, envelope.EncodingZstd, formOf(t, cm))
+	old.stopSync()
+	old.stopReport()
+	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.OverlayEncoding = v1alpha1.OverlayEncodingPlain })
+	e.eventually("forced plain", func() (bool, string) {
+		cm, _ = e.overlayOf(network, gw, anyRevision)
+		return cm.Annotations[envelope.AnnotationEncoding] == envelope.EncodingPlain, cm.Annotations[envelope.AnnotationEncoding]
+	})
+	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))
+
+	// A pod that accepts no more than 100 bytes: nothing larger is
+	// published, the last revision stays, the status says why.
+	e.startPodReporting(network, gw, "edge-small", listener, readsBoth("auto", 100))
+	update(e, provider, func(p *v1alpha1.InferenceProvider) { p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "m3"}) })
+	st = status(func(s v1alpha1.GatewayOverlayStatus) bool { return s.Reason == "OverlayTooLarge" })
+	assert.Contains(t, st.Message, "over 100, the largest envelope the gateway's pods accept")
+	cm, kept := e.overlayOf(network, gw, anyRevision)
+	assert.Equal(t, second.Revision, kept.Revision, "the last published revision stays")
+	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))
+}

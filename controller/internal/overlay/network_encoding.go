@@ -1,0 +1,69 @@
+package overlay
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/delivery/fold"
+	"github.com/gridsync/gridsync/shared/envelope"
+)
+
+// DefaultCompressAbove is the envelope size from which a network of
+// overlayEncoding Auto compresses a gateway's overlay (when every pod of
+// the gateway reads the compressed form).
+const DefaultCompressAbove = 128 << 10
+
+// chooseEncoding decides the form of a gateway's overlay ConfigMap and
+// says why. Plain is the contract's form, which every consumer reads: it
+// is kept unless the network asks for the compressed form, or every pod
+// that reports reads it and the envelope is large enough for it to pay (or
+// a pod asks for it). A gateway none of whose pods report (an upstream
+// sidecar, or none yet) keeps the plain form.
+func chooseEncoding(setting v1alpha1.OverlayEncoding, readers fold.Readers, envelopeBytes, compressAbove int) (encoding, why string) {
+	switch setting {
+	case v1alpha1.OverlayEncodingPlain:
+		return envelope.EncodingPlain, "the network's overlayEncoding is Plain"
+	case v1alpha1.OverlayEncodingZstd:
+		return envelope.EncodingZstd, "the network's overlayEncoding is Zstd"
+	}
+	switch {
+	case readers.Pods == 0:
+		return envelope.EncodingPlain, "no pod of the gateway reports which forms it reads"
+	case readers.PlainOnly > 0:
+		return envelope.EncodingPlain, fmt.Sprintf("%d of the gateway's %d reporting pods read only the plain form", readers.PlainOnly, readers.Pods)
+	case readers.AskPlain > 0:
+		return envelope.EncodingPlain, fmt.Sprintf("%d of the gateway's pods ask for the plain form", readers.AskPlain)
+	case readers.AskZstd > 0:
+		return envelope.EncodingZstd, fmt.Sprintf("%d of the gateway's pods ask for the compressed form", readers.AskZstd)
+	case envelopeBytes >= compressAbove:
+		return envelope.EncodingZstd, fmt.Sprintf("the envelope's %d bytes are at least %d and every reporting pod reads the compressed form", envelopeBytes, compressAbove)
+	default:
+		return envelope.EncodingPlain, fmt.Sprintf("the envelope's %d bytes are under %d", envelopeBytes, compressAbove)
+	}
+}
+
+// maxEnvelopeBytes is the largest envelope the agent publishes to a
+// gateway: its own bound, or the smallest its pods report when smaller,
+// and which of the two it is, for the status message.
+func maxEnvelopeBytes(agentMax int, readers fold.Readers) (int, string) {
+	if readers.MaxBytes > 0 && readers.MaxBytes < agentMax {
+		return readers.MaxBytes, "the largest envelope the gateway's pods accept (their --max-bytes)"
+	}
+	return agentMax, "the agent's --max-overlay-bytes"
+}
+
+// storedEnvelope is the envelope an overlay ConfigMap holds, in either
+// form, and the form; a compressed one is read within maxBytes.
+func storedEnvelope(cm *corev1.ConfigMap, maxBytes int) ([]byte, string, error) {
+	if doc, ok := cm.Data[envelope.DataKeyEnvelope]; ok {
+		return []byte(doc), envelope.EncodingPlain, nil
+	}
+	packed, ok := cm.BinaryData[envelope.CompressedKey(envelope.DataKeyEnvelope)]
+	if !ok {
+		return nil, "", fmt.Errorf("ConfigMap %s/%s holds no overlay", cm.Namespace, cm.Name)
+	}
+	doc, err := envelope.Decompress(packed, maxBytes)
+	return doc, envelope.EncodingZstd, err
+}
