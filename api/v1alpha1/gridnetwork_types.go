@@ -783,7 +783,7 @@ type GatewayOverlayStatus struct {
 	Encoding string `json:"encoding,omitempty"`
 	// EnvelopeBytes is the size of the envelope the gateway's file holds.
 	// +optional
-	EnvelopeBytes int64 `json:"envelopeBytes,omitempty"`
+	EnvelopeBytes int64        `json:"envelopeBytes,omitempty"`
 	Phase         OverlayPhase `json:"phase"`
 	// +optional
 	Reason string `json:"reason,omitempty"`
