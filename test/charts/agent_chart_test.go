@@ -576,7 +576,7 @@ func TestAgentChartScraperMayGetMetricsOnly(t *testing.T) {
 	}
 	assert.Equal(t, rbac.ScraperRules(), scraperRole)
 	assert.Equal(t, rbac.ScraperTokenRules("scr-gridsync-agent-scraper"), tokenRole)
-	assert.Contains(t, rendered, "--scraper-service-account=scr-system/scr-gridsync-agent-scraper")
+	assert.Contains(t, rendered, "--scraper-service-account=scr-gridsync-agent-scraper", "the name alone: the agent's own namespace")
 
 	c := adminClient(t)
 	applyRendered(t, c, vc, rendered)
