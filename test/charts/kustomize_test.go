@@ -1,9 +1,6 @@
 package charts
 
 import (
-	"bytes"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,35 +10,19 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testnode"
 )
 
 // kustomizeDir is the folder of the agent's kustomize base and flavours.
 var kustomizeDir = filepath.Join("..", "..", "deploy", "kustomize")
 
-// kustomizeBuild builds a platform's own kustomization (its text) in a
-// folder of its own, with the pinned kustomize, as a platform operator
-// vendors the base or a flavour: resource paths in it are relative to
-// deploy/kustomize.
+// kustomizeBuild builds a platform's kustomization with the pinned
+// kustomize.
 func kustomizeBuild(t *testing.T, kustomization string) string {
 	t.Helper()
-	bin, err := controlplane.BinDir()
+	out, err := testnode.KustomizeBuild(t.Context(), kustomizeDir, kustomization)
 	require.NoError(t, err)
-	bin = filepath.Join(bin, "kustomize")
-	_, err = os.Stat(bin)
-	require.NoError(t, err, "the pinned kustomize is not built: run `make tools`")
-	root, err := filepath.Abs(kustomizeDir)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, root)
-	require.NoError(t, err)
-	kustomization = strings.ReplaceAll(kustomization, "DEPLOY/", rel+"/")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600))
-	var out, stderr bytes.Buffer
-	cmd := exec.CommandContext(t.Context(), bin, "build", dir)
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	require.NoError(t, cmd.Run(), stderr.String())
-	return out.String()
+	return string(out)
 }
 
 // platform is a platform's kustomization of the base or a flavour: its own
