@@ -39,6 +39,11 @@ MEASURE_SMOKE := GRIDSYNC_BENCH_SMOKE=1
 # Where the integration tests find kube-apiserver and etcd.
 export GRIDSYNC_TOOLS_BIN := $(TOOLS_DIR)/bin
 
+# Pinned kustomize (hack/tools/kustomize), beside the servers: make lint
+# builds the kustomize base's flavours with it, the chart tests apply what
+# it builds.
+KUSTOMIZE := $(GRIDSYNC_TOOLS_BIN)/kustomize
+
 .PHONY: help
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
@@ -73,20 +78,24 @@ images: ## the shipped images for linux/amd64 and linux/arm64 as OCI layouts (wi
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/images/build --bin $(BIN_DIR) --platforms "$(subst $(eval) ,$(comma),$(IMAGE_PLATFORMS))" \
 		--out $(IMAGES_DIR) --registry $(IMAGE_REGISTRY) --tag $(VERSION) --version $(VERSION) --revision $(REVISION) --source $(SOURCE_URL)
 
-# The agent's kustomize base, generated from the agent chart's defaults
-# (make lint checks it is current), and the release folder.
-KUSTOMIZE_DIR := deploy/kustomize/gridsync-agent
-RELEASE_DIR   ?= $(BIN_DIR)/release
+# The agent's kustomize platform base, generated from the agent chart with
+# the platform's values, and its flavours (overlays): make lint checks the
+# base is current and that each overlay builds to what the chart renders
+# with its values.yaml. And the release folder.
+KUSTOMIZE_ROOT   := deploy/kustomize
+KUSTOMIZE_DIR    := $(KUSTOMIZE_ROOT)/gridsync-agent
+KUSTOMIZE_VALUES := $(KUSTOMIZE_ROOT)/platform-values.yaml
+RELEASE_DIR      ?= $(BIN_DIR)/release
 
 .PHONY: kustomize
-kustomize: $(HELM) ## rewrite the agent's kustomize base (deploy/kustomize) from the agent chart's default values
-	$(GO) run ./hack/release kustomize $(KUSTOMIZE_DIR)
+kustomize: $(HELM) ## rewrite the agent's kustomize platform base (deploy/kustomize/gridsync-agent) from the agent chart and deploy/kustomize/platform-values.yaml
+	$(GO) run ./hack/release kustomize -values $(KUSTOMIZE_VALUES) $(KUSTOMIZE_DIR)
 
 .PHONY: release
-release: $(HELM) ## everything a release ships, in RELEASE_DIR (bin/release): the image layouts, the two charts packaged with the images' digests, the CRDs, the kustomize base, SHA256SUMS
+release: $(HELM) ## everything a release ships, in RELEASE_DIR (bin/release): the image layouts, the two charts packaged with the images' digests, the CRDs, the kustomize base and its flavours, SHA256SUMS
 	rm -rf $(RELEASE_DIR)
 	@$(MAKE) --no-print-directory images IMAGES_DIR=$(RELEASE_DIR)/images
-	$(GO) run ./hack/release assemble -images $(RELEASE_DIR)/images -kustomize $(KUSTOMIZE_DIR) -out $(RELEASE_DIR) -version $(VERSION)
+	$(GO) run ./hack/release assemble -images $(RELEASE_DIR)/images -kustomize $(KUSTOMIZE_ROOT) -out $(RELEASE_DIR) -version $(VERSION)
 	@echo "release: $(RELEASE_DIR) (SHA256SUMS lists every file)"
 
 .PHONY: demo
@@ -94,12 +103,17 @@ demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, the
 	$(GO) run ./demo --bin $(BIN_DIR)
 
 .PHONY: tools
-tools: $(HELM) ## build the pinned kube-apiserver, etcd, helm and the node (kubelet, controller manager, scheduler, containerd, CNI plugins; runc from Debian) and promtool (cached; many minutes when cold)
+tools: $(HELM) $(KUSTOMIZE) ## build the pinned kube-apiserver, etcd, helm, kustomize and the node (kubelet, controller manager, scheduler, containerd, CNI plugins; runc from Debian) and promtool (cached; many minutes when cold)
 	@GRIDSYNC_TOOLS_DIR=$(TOOLS_DIR) hack/tools/build.sh
 
 $(HELM):
 	@echo "tools: building helm $(HELM_VERSION) (once; a minute or two when cold)"
 	GOBIN=$(dir $@) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+# Rebuilt when its module changes.
+$(KUSTOMIZE): hack/tools/kustomize/go.mod hack/tools/kustomize/go.sum
+	@echo "tools: building kustomize (once; about a minute when cold)"
+	cd hack/tools/kustomize && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ sigs.k8s.io/kustomize/kustomize/v5
 
 $(GOLANGCI_LINT):
 	@echo "lint: building golangci-lint $(GOLANGCI_LINT_VERSION) (once; about a minute when cold)"
@@ -127,7 +141,7 @@ verify-generated: $(CONTROLLER_GEN) ## fail when the committed generated files d
 	diff -ru -x "*.go" $(CRD_DIR) "$$out/crds" || { echo "generated files are stale: run make generate"; exit 1; }
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) $(HELM) verify-generated ## gofmt, go vet, golangci-lint (the layer rules included), generated files, the charts' values tables and the kustomize base current
+lint: $(GOLANGCI_LINT) $(HELM) $(KUSTOMIZE) verify-generated ## gofmt, go vet, golangci-lint (the layer rules included), generated files, the charts' values tables, the kustomize base current and its overlays matching the chart
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; exit 1; fi
 	@# go vet compiles every dependency for its export data: in the mode
@@ -136,7 +150,7 @@ lint: $(GOLANGCI_LINT) $(HELM) verify-generated ## gofmt, go vet, golangci-lint 
 	CGO_ENABLED=0 $(GO) vet -trimpath ./...
 	$(GOLANGCI_LINT) run ./...
 	$(GO) run ./hack/valuesdoc -check $(CHARTS)
-	$(GO) run ./hack/release kustomize -check $(KUSTOMIZE_DIR)
+	$(GO) run ./hack/release kustomize -check -values $(KUSTOMIZE_VALUES) -overlays $(KUSTOMIZE_ROOT)/overlays -kustomize $(KUSTOMIZE) $(KUSTOMIZE_DIR)
 
 .PHONY: test
 test: ## every test, the integration tests against the real kube-apiserver included, and the lint

@@ -1,13 +1,16 @@
 // Command release assembles what a gridsync release ships, and keeps the
-// kustomize base current.
+// kustomize base and its flavours current.
 //
-//	release kustomize [-check] DIR
+//	release kustomize [-check] -values FILE -overlays DIR -kustomize BIN DIR
 //	    writes the kustomize base of the agent, generated from the agent
-//	    chart's default values, into DIR (with -check: fails when DIR is not
-//	    what the chart renders now)
+//	    chart with the values in FILE, into DIR (with -check: fails when DIR
+//	    is not what the chart renders now, or when an overlay below
+//	    -overlays, built with kustomize BIN, is not what the chart renders
+//	    with FILE and the overlay's values.yaml)
 //	release assemble -images DIR -kustomize DIR -out DIR -version V
 //	    packages the two charts with the images' digests filled in, copies
-//	    the CRDs and the kustomize base, and writes SHA256SUMS of it all
+//	    the CRDs and the kustomize folder (the base and its flavours), and
+//	    writes SHA256SUMS of it all
 //
 // Helm is the pinned one the Makefile names ($GRIDSYNC_HELM).
 package main
@@ -22,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 
@@ -41,6 +45,7 @@ const (
 	kubeVersion   = kube.Version
 	agentChart    = "charts/gridsync-agent"
 	gatewayChart  = "charts/praxis-gateway"
+	agentImage    = "ghcr.io/gridsync/gridsync-agent"
 	crdDir        = "charts/gridsync-agent/files/crds"
 )
 
@@ -64,7 +69,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: release kustomize [-check] DIR | release assemble -images DIR -kustomize DIR -out DIR -version V")
+	fmt.Fprintln(os.Stderr, "usage: release kustomize [-check -overlays DIR -kustomize BIN] -values FILE DIR | release assemble -images DIR -kustomize DIR -out DIR -version V")
 	os.Exit(2)
 }
 
@@ -85,35 +90,27 @@ func helm(args ...string) ([]byte, error) {
 
 func kustomizeCommand(args []string) error {
 	fs := flag.NewFlagSet("kustomize", flag.ExitOnError)
-	check := fs.Bool("check", false, "fail when the folder is not current")
+	check := fs.Bool("check", false, "fail when the folder or an overlay is not current")
+	values := fs.String("values", "", "the chart values the base is rendered with")
+	overlays := fs.String("overlays", "", "with -check: the folder of the base's overlays, each with the values.yaml of its delta")
+	kustomizeBin := fs.String("kustomize", "", "with -check: the pinned kustomize that builds the overlays")
 	_ = fs.Parse(args)
-	if fs.NArg() != 1 {
+	if fs.NArg() != 1 || *values == "" {
 		usage()
 	}
-	files, err := kustomizeBase()
+	files, err := kustomizeBase(*values)
 	if err != nil {
 		return err
 	}
 	dir := fs.Arg(0)
 	if *check {
-		var stale []string
-		for name, want := range files {
-			got, err := os.ReadFile(filepath.Join(dir, name))
-			if err != nil || !bytes.Equal(got, want) {
-				stale = append(stale, name)
-			}
+		if *overlays == "" || *kustomizeBin == "" {
+			usage()
 		}
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if _, ok := files[e.Name()]; !ok {
-				stale = append(stale, e.Name()+" (not generated)")
-			}
+		if err := checkBase(dir, files); err != nil {
+			return err
 		}
-		if len(stale) > 0 {
-			sort.Strings(stale)
-			return fmt.Errorf("the kustomize base in %s is not what the agent chart renders (%s): run make kustomize", dir, strings.Join(stale, ", "))
-		}
-		return nil
+		return checkOverlays(*kustomizeBin, *values, *overlays)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
@@ -121,11 +118,148 @@ func kustomizeCommand(args []string) error {
 	return writeFiles(dir, files)
 }
 
-// kustomizeBase renders the agent chart with its defaults and splits it by
-// kind into the base's files, with a kustomization.yaml that lists them.
-// Helm's own labels are left out: kustomize, not Helm, manages these.
-func kustomizeBase() (map[string][]byte, error) {
-	out, err := helm("template", baseRelease, agentChart, "--namespace", baseNamespace, "--kube-version", kubeVersion, "--skip-tests")
+// checkBase fails when dir is not files.
+func checkBase(dir string, files map[string][]byte) error {
+	var stale []string
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || !bytes.Equal(got, want) {
+			stale = append(stale, name)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if _, ok := files[e.Name()]; !ok {
+			stale = append(stale, e.Name()+" (not generated)")
+		}
+	}
+	if len(stale) > 0 {
+		sort.Strings(stale)
+		return fmt.Errorf("the kustomize base in %s is not what the agent chart renders (%s): run make kustomize", dir, strings.Join(stale, ", "))
+	}
+	return nil
+}
+
+// checkOverlays builds each overlay below dir with kustomize and fails
+// when its objects are not the ones the agent chart renders with the
+// base's values and the overlay's values.yaml (its delta): a flavour may
+// not drift from the chart it stands for.
+func checkOverlays(kustomizeBin, baseValues, dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		overlay := filepath.Join(dir, e.Name())
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(context.Background(), kustomizeBin, "build", overlay)
+		cmd.Stderr = &stderr
+		built, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("kustomize build %s: %w\n%s", overlay, err, stderr.String())
+		}
+		rendered, err := renderAgent(baseValues, filepath.Join(overlay, "values.yaml"))
+		if err != nil {
+			return err
+		}
+		want, err := objectsByName(rendered)
+		if err != nil {
+			return fmt.Errorf("the chart's render for %s: %w", overlay, err)
+		}
+		got, err := objectsByName(built)
+		if err != nil {
+			return fmt.Errorf("kustomize build %s: %w", overlay, err)
+		}
+		var drift []string
+		for name, w := range want {
+			if g, ok := got[name]; !ok {
+				drift = append(drift, name+" (missing)")
+			} else if !reflect.DeepEqual(g, w) {
+				drift = append(drift, name)
+			}
+		}
+		for name := range got {
+			if _, ok := want[name]; !ok {
+				drift = append(drift, name+" (not in the chart's render)")
+			}
+		}
+		if len(drift) > 0 {
+			sort.Strings(drift)
+			return fmt.Errorf("the overlay %s builds to other objects than the agent chart renders with its values.yaml: %s", overlay, strings.Join(drift, ", "))
+		}
+	}
+	return nil
+}
+
+// objectsByName decodes a stream of objects, Helm's labels left out, by
+// kind/namespace/name.
+func objectsByName(stream []byte) (map[string]any, error) {
+	out := map[string]any{}
+	dec := yaml.NewDecoder(bytes.NewReader(stream))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		dropHelmLabels(&doc)
+		var obj map[string]any
+		if err := doc.Decode(&obj); err != nil {
+			return nil, err
+		}
+		if obj == nil {
+			continue
+		}
+		sortVolumes(obj)
+		meta, _ := obj["metadata"].(map[string]any)
+		out[fmt.Sprintf("%v/%v/%v", obj["kind"], meta["namespace"], meta["name"])] = obj
+	}
+}
+
+// sortVolumes orders every volumes list by name: a kustomize patch of one
+// volume moves it first, and a pod's volumes have no order.
+func sortVolumes(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, c := range v {
+			if list, ok := c.([]any); ok && k == "volumes" {
+				sort.SliceStable(list, func(i, j int) bool {
+					a, _ := list[i].(map[string]any)
+					b, _ := list[j].(map[string]any)
+					return fmt.Sprint(a["name"]) < fmt.Sprint(b["name"])
+				})
+			}
+			sortVolumes(c)
+		}
+	case []any:
+		for _, c := range v {
+			sortVolumes(c)
+		}
+	}
+}
+
+// renderAgent renders the agent chart as the base's release with the
+// values files, later ones over earlier ones.
+func renderAgent(valuesFiles ...string) ([]byte, error) {
+	args := []string{"template", baseRelease, agentChart, "--namespace", baseNamespace, "--kube-version", kubeVersion, "--skip-tests"}
+	for _, f := range valuesFiles {
+		args = append(args, "--values", f)
+	}
+	return helm(args...)
+}
+
+// kustomizeBase renders the agent chart with the values file and splits
+// it by kind into the base's files, with a kustomization.yaml that lists
+// them. Helm's own labels are left out: kustomize, not Helm, manages
+// these.
+func kustomizeBase(values string) (map[string][]byte, error) {
+	out, err := renderAgent(values)
 	if err != nil {
 		return nil, err
 	}
@@ -168,8 +302,8 @@ func kustomizeBase() (map[string][]byte, error) {
 	}
 	sort.Strings(names)
 	var k bytes.Buffer
-	fmt.Fprintf(&k, "# The gridsync agent, generated by `make kustomize` from the agent chart's\n# default values (release %s): do not edit; change the chart.\n# Override the image with `images:` and the namespace with `namespace:`.\n", baseRelease)
-	fmt.Fprintf(&k, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n", baseNamespace)
+	fmt.Fprintf(&k, "# The gridsync agent's platform base, generated by `make kustomize` from the\n# agent chart with %s (release %s): do not edit; change\n# the chart or those values. No Namespace: set yours with `namespace:` in\n# your kustomization (the objects say %s until then), and the image\n# with `images:` (name %s).\n", filepath.ToSlash(values), baseRelease, baseNamespace, agentImage)
+	fmt.Fprintf(&k, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
 	for _, n := range names {
 		fmt.Fprintf(&k, "  - %s\n", n)
 	}
@@ -230,7 +364,7 @@ func writeFiles(dir string, files map[string][]byte) error {
 func assembleCommand(args []string) error {
 	fs := flag.NewFlagSet("assemble", flag.ExitOnError)
 	imagesDir := fs.String("images", "", "the folder `make images` wrote")
-	kustomize := fs.String("kustomize", "", "the kustomize base")
+	kustomize := fs.String("kustomize", "", "the kustomize folder: the base and its overlays")
 	out := fs.String("out", "", "the release folder")
 	version := fs.String("version", "", "the release's version (the charts' appVersion)")
 	_ = fs.Parse(args)
@@ -255,7 +389,7 @@ func assembleCommand(args []string) error {
 	if err := copyDir(crdDir, filepath.Join(*out, "crds"), ".yaml"); err != nil {
 		return err
 	}
-	if err := copyDir(*kustomize, filepath.Join(*out, "kustomize", "gridsync-agent"), ".yaml"); err != nil {
+	if err := copyDir(*kustomize, filepath.Join(*out, "kustomize"), ".yaml"); err != nil {
 		return err
 	}
 	return writeSums(*out)

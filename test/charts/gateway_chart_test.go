@@ -550,11 +550,14 @@ func TestGatewayChartWiresTheDeliveryReports(t *testing.T) {
 }
 
 // mountReconciliationValues delegate a generated-config gateway's mounts:
-// three credential Secrets mounted by the chart, two of them handed over.
+// three credential Secrets mounted by the chart, two of them handed over,
+// the Grid identity projected and the listener's own TLS.
 func mountReconciliationValues(release bool) map[string]any {
 	v := sidecarValues(nil)
 	v["praxisConfig"] = map[string]any{"source": "operator", "credentialSecrets": []string{"openai-token", "anthropic-token"}, "backendCASecrets": []string{"api-provider-ca"}}
 	v["credentials"] = []map[string]any{{"name": "legacy-token", "mountPath": "/etc/praxis-credentials/legacy"}}
+	v["tls"] = map[string]any{"enabled": true, "existingSecret": "listener-tls", "mountPath": "/etc/praxis-listener/tls"}
+	v["gridIdentity"] = map[string]any{"tlsSecretName": "edge-site", "caSecretName": "grid-ca"}
 	v["mountReconciliation"] = map[string]any{"enabled": true, "network": "glb-demo", "gatewayRef": "edge-gateway",
 		"operator":               map[string]any{"namespace": "grid-system"},
 		"managedCredentialNames": []string{"openai-token", "legacy-token"}, "releaseHelmMounts": release}
@@ -564,10 +567,12 @@ func mountReconciliationValues(release bool) map[string]any {
 // A gateway that delegates its mounts opts in on its Deployment (the
 // annotations the agent checks) and grants the agent get and patch on that
 // Deployment alone. While preparing it keeps every mount; released, it
-// drops exactly the handed-over credentials' volumes and mounts. It
-// refuses to render without the generated config, the network and gateway
-// it opts in for, or the agent's namespace; rbac.create false leaves the
-// grant to an administrator.
+// drops exactly the handed-over credentials' volumes and mounts and the
+// Grid identity's projection at /etc/praxis/tls (the reference's old TLS
+// projection), and keeps the listener's TLS. It refuses to render without
+// the generated config, the network and gateway it opts in for, or the
+// agent's namespace; rbac.create false leaves the grant to an
+// administrator.
 func TestGatewayChartDelegatesMountsInTwoPhases(t *testing.T) {
 	vc := valueCase{name: "mount-reconciliation-preparing", release: "praxis", namespace: "gw-mounts", values: mountReconciliationValues(false)}
 	rendered := render(t, gatewayChart, vc)
@@ -611,17 +616,36 @@ func TestGatewayChartDelegatesMountsInTwoPhases(t *testing.T) {
 		}
 		return out
 	}
-	preparing := []string{"credential-legacy-token", "grid-credential-0", "grid-credential-1", "grid-backend-ca-0"}
+	preparing := []string{"credential-legacy-token", "grid-credential-0", "grid-credential-1", "grid-backend-ca-0", "tls", "grid-tls"}
 	assert.Subset(t, volumes(d), preparing)
 	assert.Subset(t, mountsOf(d), preparing)
+	for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if m.Name == "grid-tls" {
+			assert.Equal(t, "/etc/praxis/tls", m.MountPath, "the folder the generated config's mutual_tls reads")
+		}
+	}
+	for _, vol := range d.Spec.Template.Spec.Volumes {
+		if vol.Name == "grid-tls" {
+			require.NotNil(t, vol.Projected)
+			require.Len(t, vol.Projected.Sources, 2)
+			assert.Equal(t, "edge-site", vol.Projected.Sources[0].Secret.Name)
+			assert.Equal(t, []corev1.KeyToPath{{Key: "tls.crt", Path: "tls.crt"}, {Key: "tls.key", Path: "tls.key"}}, vol.Projected.Sources[0].Secret.Items)
+			assert.Equal(t, "grid-ca", vol.Projected.Sources[1].Secret.Name)
+			assert.Equal(t, []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}, vol.Projected.Sources[1].Secret.Items)
+		}
+	}
 	released := deploymentOf(t, render(t, gatewayChart, valueCase{name: "mount-reconciliation-released", release: "praxis", namespace: "gw-mounts", values: mountReconciliationValues(true)}))
-	for _, gone := range []string{"credential-legacy-token", "grid-credential-0"} {
+	for _, gone := range []string{"credential-legacy-token", "grid-credential-0", "grid-tls"} {
 		assert.NotContains(t, volumes(released), gone)
 		assert.NotContains(t, mountsOf(released), gone)
 	}
-	assert.Equal(t, len(volumes(d))-2, len(volumes(released)), "only the handed-over volumes go")
-	assert.Equal(t, len(mountsOf(d))-2, len(mountsOf(released)), "only the handed-over mounts go")
-	assert.Subset(t, mountsOf(released), []string{"config", "grid-credential-1", "grid-backend-ca-0"})
+	assert.Equal(t, len(volumes(d))-3, len(volumes(released)), "only the handed-over volumes go")
+	assert.Equal(t, len(mountsOf(d))-3, len(mountsOf(released)), "only the handed-over mounts go")
+	assert.Subset(t, mountsOf(released), []string{"config", "grid-credential-1", "grid-backend-ca-0", "tls"}, "the listener's TLS stays the chart's")
+	// Without delegation the identity stays, whatever releaseHelmMounts says.
+	undelegated := mountReconciliationValues(true)
+	undelegated["mountReconciliation"].(map[string]any)["enabled"] = false
+	assert.Contains(t, mountsOf(deploymentOf(t, render(t, gatewayChart, valueCase{name: "grid-identity-undelegated", release: "praxis", namespace: "gw-mounts", values: undelegated}))), "grid-tls")
 
 	for name, c := range map[string]struct {
 		mutate func(map[string]any)
@@ -634,6 +658,12 @@ func TestGatewayChartDelegatesMountsInTwoPhases(t *testing.T) {
 		"no agent namespace": {func(v map[string]any) {
 			v["mountReconciliation"].(map[string]any)["operator"] = map[string]any{}
 		}, "agent's namespace is required"},
+		"a Grid identity without its CA": {func(v map[string]any) {
+			v["gridIdentity"] = map[string]any{"tlsSecretName": "edge-site"}
+		}, "gridIdentity needs both tlsSecretName"},
+		"the listener's TLS where the Grid identity goes": {func(v map[string]any) {
+			v["tls"] = map[string]any{"enabled": true, "existingSecret": "listener-tls"}
+		}, "tls.mountPath /etc/praxis/tls is where gridIdentity is projected"},
 	} {
 		v := mountReconciliationValues(false)
 		c.mutate(v)

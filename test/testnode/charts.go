@@ -258,3 +258,43 @@ func Merge(maps ...map[string]any) map[string]any {
 	}
 	return out
 }
+
+// KustomizeBuild builds a platform's own kustomization (its text), in a
+// folder of its own, with the pinned kustomize (beside the servers), as a
+// platform vendors the agent's kustomize base or a flavour: "DEPLOY/" in
+// it stands for deploy/kustomize, found from the folder deployDir names.
+func KustomizeBuild(ctx context.Context, deployDir, kustomization string) ([]byte, error) {
+	binDir, err := controlplane.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(binDir, "kustomize")
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("the pinned kustomize is not built (run make tools): %w", err)
+	}
+	root, err := filepath.Abs(deployDir)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "gridsync-kustomization-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	rel, err := filepath.Rel(dir, root)
+	if err != nil {
+		return nil, err
+	}
+	kustomization = strings.ReplaceAll(kustomization, "DEPLOY/", filepath.ToSlash(rel)+"/")
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "build", dir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build: %w\n%s", err, stderr.String())
+	}
+	return out, nil
+}
