@@ -75,6 +75,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == resetSiteKeyCommand {
 		os.Exit(resetSiteKey(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == infraCertCommand {
+		os.Exit(issueInfraCert(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == drainCommand {
 		os.Exit(drainProvider(os.Args[2:], os.Stdout, os.Stderr))
 	}
