@@ -188,3 +188,18 @@ func TestMetricsTLSFlags(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, out.String(), "--metrics-client-auth needs --metrics-tls")
 }
+
+// The listener's certificate path without its key path, or the reverse,
+// is refused at start with a message that names the flags.
+func TestASignalsCertificateWithoutItsKeyIsRefusedNamingTheFlags(t *testing.T) {
+	env := func(k string) string { return map[string]string{"POD_IP": "127.0.0.3"}[k] }
+	for name, args := range map[string][]string{
+		"certificate, no key": {"--signals-addr=:9443", "--site-name=east", "--signals-cert=/site/tls.crt", "--signals-ca=/site/ca.crt"},
+		"key, no certificate": {"--signals-addr=:9443", "--site-name=east", "--signals-key=/site/tls.key", "--signals-ca=/site/ca.crt"},
+	} {
+		var out bytes.Buffer
+		_, err := parseFlags(args, env, &out)
+		require.Error(t, err, name)
+		assert.Contains(t, out.String(), "--signals-addr needs --signals-cert, --signals-key and --signals-ca", name)
+	}
+}
