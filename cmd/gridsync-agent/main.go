@@ -223,10 +223,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 				return fail("start_failed", err)
 			}
 		}
+		explicit, discover := cfg.gateway.source()
 		switch {
-		case cfg.gateway.address != "":
-			swim.SetGatewayAddress(cfg.gateway.address)
-		case cfg.gateway.discovery && cfg.gateway.serviceName != "":
+		case explicit != "":
+			swim.SetGatewayAddress(explicit)
+		case discover:
 			if err := mgr.Add(&gateway.Discovery{
 				Reader:  mgr.GetAPIReader(),
 				Service: types.NamespacedName{Namespace: cfg.gateway.serviceNamespace, Name: cfg.gateway.serviceName},
