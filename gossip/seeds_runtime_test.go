@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"net"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestAWhollyFailedSeedListKeepsTheLastGoodSet(t *testing.T) {
 	key := randomKey(t)
 	// A fixed address, so that a site started there later is found by
 	// the seed remembered.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
