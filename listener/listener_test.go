@@ -558,3 +558,29 @@ func TestOutOfDescriptorsDoesNotEndTheListener(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status)
 	assert.Equal(t, "gateway", body)
 }
+
+// An infrastructure certificate of the grid CA (for a database or a
+// serving listener: no organization, no SPIFFE SAN) names no site in
+// either mode: its caller is anonymous, reaches only the anonymous paths,
+// and is closed on a named route like a caller with no certificate.
+func TestAnInfrastructureCertificateMatchesNoSite(t *testing.T) {
+	for _, spiffe := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spiffe=%v", spiffe), func(t *testing.T) {
+			g := newGrid(t)
+			g.serve(t, nil, Options{AnonymousPaths: []string{"/v1/site/deliveries"}, Naming: Naming{SPIFFE: spiffe}})
+			chain, key, err := g.ca.IssueInfrastructure([]string{"db.data.svc.cluster.local"}, time.Now(), time.Hour)
+			require.NoError(t, err)
+			infra, err := tls.X509KeyPair(chain, key)
+			require.NoError(t, err)
+			for _, tr := range transports {
+				status, body, err := g.client(t, tr, "", g.clientTLS(infra)).do(http.MethodPost, "/v1/site/deliveries")
+				require.NoError(t, err)
+				assert.Equal(t, http.StatusOK, status)
+				assert.Equal(t, "anonymous", body, "%s: the grid CA signed it, but it names no site", tr)
+				_, _, err = g.client(t, tr, "", g.clientTLS(infra)).get("/v1/site/signals")
+				assert.Error(t, err, "%s: a named-only route closes it without an answer", tr)
+				assert.Positive(t, g.closes(tr, "anonymous_route"))
+			}
+		})
+	}
+}

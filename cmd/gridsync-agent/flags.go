@@ -137,6 +137,18 @@ type gatewayConfig struct {
 	interval         time.Duration
 }
 
+// source is where this site's advertised gateway address comes from, as
+// the reference has it: an explicit address wins and is advertised
+// whatever discovery says; otherwise the Service is looked up only with
+// discovery on (GRID_GATEWAY_DISCOVERY_ENABLED, true by default) and a
+// Service named. Neither: a consumer-only site advertises none.
+func (g gatewayConfig) source() (explicit string, discover bool) {
+	if g.address != "" {
+		return g.address, false
+	}
+	return "", g.discovery && g.serviceName != ""
+}
+
 // parseFlags parses args; the environment (GRIDSYNC_AGENT_<FLAG>, and
 // POD_NAMESPACE for the election's namespace) gives defaults that the
 // command line overrides.

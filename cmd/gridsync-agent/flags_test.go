@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -187,4 +188,47 @@ func TestMetricsTLSFlags(t *testing.T) {
 	_, err = parseFlags([]string{"--metrics-client-auth"}, none, &out)
 	require.Error(t, err)
 	assert.Contains(t, out.String(), "--metrics-client-auth needs --metrics-tls")
+}
+
+// The listener's certificate path without its key path, or the reverse,
+// is refused at start with a message that names the flags.
+func TestASignalsCertificateWithoutItsKeyIsRefusedNamingTheFlags(t *testing.T) {
+	env := func(k string) string { return map[string]string{"POD_IP": "127.0.0.3"}[k] }
+	for name, args := range map[string][]string{
+		"certificate, no key": {"--signals-addr=:9443", "--site-name=east", "--signals-cert=/site/tls.crt", "--signals-ca=/site/ca.crt"},
+		"key, no certificate": {"--signals-addr=:9443", "--site-name=east", "--signals-key=/site/tls.key", "--signals-ca=/site/ca.crt"},
+	} {
+		var out bytes.Buffer
+		_, err := parseFlags(args, env, &out)
+		require.Error(t, err, name)
+		assert.Contains(t, out.String(), "--signals-addr needs --signals-cert, --signals-key and --signals-ca", name)
+	}
+}
+
+// GRID_GATEWAY_DISCOVERY_ENABLED=false stops the Service lookups, while
+// an explicit GRID_GATEWAY_ADDRESS still wins and is advertised, with
+// discovery on or off.
+func TestGatewayDiscoveryOffStopsLookupsAndAnExplicitAddressWins(t *testing.T) {
+	base := map[string]string{"GRID_SWIM_BIND_ADDR": "127.0.0.1:7946", "GRID_SWIM_SITE_NAME": "site-a",
+		"GRID_GATEWAY_SERVICE_NAME": "provider-gateway", "POD_NAMESPACE": "praxis-system"}
+	for name, tt := range map[string]struct {
+		env      map[string]string
+		explicit string
+		discover bool
+	}{
+		"discovery by default":               {discover: true},
+		"discovery off":                      {env: map[string]string{"GRID_GATEWAY_DISCOVERY_ENABLED": "false"}},
+		"discovery off, an explicit address": {env: map[string]string{"GRID_GATEWAY_DISCOVERY_ENABLED": "false", "GRID_GATEWAY_ADDRESS": "gw.example.com:8443"}, explicit: "gw.example.com:8443"},
+		"discovery on, an explicit address":  {env: map[string]string{"GRID_GATEWAY_ADDRESS": "gw.example.com:8443"}, explicit: "gw.example.com:8443"},
+	} {
+		env := map[string]string{}
+		maps.Copy(env, base)
+		maps.Copy(env, tt.env)
+		var out bytes.Buffer
+		c, err := parseFlags(nil, func(k string) string { return env[k] }, &out)
+		require.NoError(t, err, "%s: %s", name, out.String())
+		explicit, discover := c.gateway.source()
+		assert.Equal(t, tt.explicit, explicit, name)
+		assert.Equal(t, tt.discover, discover, name)
+	}
 }

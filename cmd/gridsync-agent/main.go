@@ -75,6 +75,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == resetSiteKeyCommand {
 		os.Exit(resetSiteKey(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == infraCertCommand {
+		os.Exit(issueInfraCert(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == drainCommand {
 		os.Exit(drainProvider(os.Args[2:], os.Stdout, os.Stderr))
 	}
@@ -222,10 +225,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 				return fail("start_failed", err)
 			}
 		}
+		explicit, discover := cfg.gateway.source()
 		switch {
-		case cfg.gateway.address != "":
-			swim.SetGatewayAddress(cfg.gateway.address)
-		case cfg.gateway.discovery && cfg.gateway.serviceName != "":
+		case explicit != "":
+			swim.SetGatewayAddress(explicit)
+		case discover:
 			if err := mgr.Add(&gateway.Discovery{
 				Reader:  mgr.GetAPIReader(),
 				Service: types.NamespacedName{Namespace: cfg.gateway.serviceNamespace, Name: cfg.gateway.serviceName},

@@ -78,10 +78,12 @@ func GatewayDeploymentRules(name string) []rbacv1.PolicyRule {
 
 // EnrollmentTokenRules are what the issuer agent needs of its enrolment
 // token Secret (the chart's trust.enrollment.issuer): get to check a
-// token, update to spend it; by name.
+// token, patch to spend it (a patch that carries the resource version
+// read, so that a token is spent once however many agents race for it);
+// by name. As the reference grants on Secrets, no update and no delete.
 func EnrollmentTokenRules(name string) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "update"}, ResourceNames: []string{name}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "patch"}, ResourceNames: []string{name}},
 	}
 }
 

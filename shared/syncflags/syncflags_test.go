@@ -151,3 +151,28 @@ func TestFsyncMode(t *testing.T) {
 		assert.Contains(t, err.Error(), "--fsync")
 	}
 }
+
+// A certificate path without its key path, or the reverse, is refused at
+// start, naming the flag that is missing (and its variable): never a
+// sidecar that starts without the identity it was meant to publish.
+func TestAnIdentityCertificateWithoutItsKeyIsRefused(t *testing.T) {
+	for name, tt := range map[string]struct {
+		args []string
+		vars map[string]string
+		want string
+	}{
+		"certificate, no key":                 {args: []string{"--identity-cert", "/id/tls.crt", "--identity-dir", "/out/id"}, want: "--identity-key is required (or set OVERLAY_SYNC_IDENTITY_KEY)"},
+		"key, no certificate":                 {args: []string{"--identity-key", "/id/tls.key", "--identity-dir", "/out/id"}, want: "--identity-cert is required (or set OVERLAY_SYNC_IDENTITY_CERT)"},
+		"certificate by its variable, no key": {vars: map[string]string{"OVERLAY_SYNC_IDENTITY_CERT": "/id/tls.crt", "OVERLAY_SYNC_IDENTITY_DIR": "/out/id"}, want: "--identity-key is required"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			_, err := syncflags.Parse(syncflags.Sidecar, "bin", append(tt.args, required...), env(tt.vars), &out)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+	var out bytes.Buffer
+	_, err := syncflags.Parse(syncflags.Sidecar, "bin", append([]string{"--identity-cert", "/id/tls.crt", "--identity-key", "/id/tls.key", "--identity-dir", "/out/id"}, required...), env(nil), &out)
+	require.NoError(t, err, "both, with the folder, start")
+}

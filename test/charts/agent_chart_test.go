@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -476,7 +477,7 @@ func TestAgentChartGrantsTheSignalsListenerOnlyWhatItNeeds(t *testing.T) {
 	}
 	assert.Equal(t, rbac.SwimServiceRules(), roles["sig-system/sig-gridsync-agent-signals-service"])
 	assert.Equal(t, rbac.EnrollmentTokenRules("grid-enrollment-tokens"), roles["sig-system/sig-gridsync-agent-enrollment-tokens"],
-		"the issuer gets and updates its token Secret, by name, and nothing else of it")
+		"the issuer gets and patches its token Secret, by name, and nothing else of it")
 	clusterRoles := map[string][]rbacv1.PolicyRule{}
 	for _, r := range ofKind(objs, "ClusterRole") {
 		clusterRoles[r.GetName()] = rulesOf(t, r)
@@ -607,4 +608,28 @@ func TestAgentChartScraperMayGetMetricsOnly(t *testing.T) {
 	off := render(t, agentChart, valueCase{name: "no-scraper", release: "scr", namespace: "scr-system",
 		values: map[string]any{"probes": map[string]any{"scraper": map[string]any{"enabled": false}}}})
 	assert.NotContains(t, off, "scraper")
+}
+
+// The reference grants get, create and patch on Secrets: delete and update
+// are not granted. No values of the chart grant either on any Secret, the
+// issuer's enrolment token Secret included (a token is spent by a patch
+// on the version read).
+func TestAgentChartGrantsNoUpdateOrDeleteOnSecrets(t *testing.T) {
+	for _, vc := range agentCases {
+		t.Run(vc.name, func(t *testing.T) {
+			objs := objects(t, render(t, agentChart, vc))
+			for _, kind := range []string{"Role", "ClusterRole"} {
+				for _, r := range ofKind(objs, kind) {
+					for _, rule := range rulesOf(t, r) {
+						if !slices.Contains(rule.APIGroups, "") || !slices.ContainsFunc(rule.Resources, func(res string) bool { return res == "secrets" || res == "*" }) {
+							continue
+						}
+						for _, verb := range []string{"update", "delete", "*"} {
+							assert.NotContains(t, rule.Verbs, verb, "%s %s grants %s on Secrets", kind, r.GetName(), verb)
+						}
+					}
+				}
+			}
+		})
+	}
 }

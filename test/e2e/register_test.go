@@ -42,7 +42,7 @@ func (g gridCA) Authority(context.Context, string) (*sitetrust.CA, []string, err
 // The issuer's operator reads the register and releases a name with the
 // agent's commands, against the API server that holds the issuer's
 // token Secret, with no right beyond the issuer agent's own (get and
-// update on that Secret, by name): a second token for an enrolled name
+// patch on that Secret, by name): a second token for an enrolled name
 // is refused under another key until the name is released, and enrols
 // it once it is.
 func TestTheIssuersOperatorListsAndReleasesRegisteredNames(t *testing.T) {

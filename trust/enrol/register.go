@@ -79,7 +79,7 @@ const (
 
 // SiteRecord is what the issuer keeps of a site it issued a certificate
 // to, in the token Secret beside the tokens (the one Secret the issuer
-// may update, so that recording needs no further access): the register
+// may patch, so that recording needs no further access): the register
 // of enrolled names. It holds the newest certificate, by serial, the one
 // it superseded, and the times of the site's recent renewals. A renewal
 // from the newest certificate is for a new key; a renewal from the one

@@ -209,14 +209,14 @@ func TestTwoEnrolmentsOfOneNameClaimItOnce(t *testing.T) {
 	var first, second string
 	var secondErr error
 	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: DefaultTokenSecret, Namespace: "issuer"}}).
-		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			if armed && !raced {
 				// The first claim has read the Secret and is about to
 				// write: the second is written in between.
 				raced = true
 				secondErr = other.Claim(ctx, "net", "a", second, "key-b", now)
 			}
-			return c.Update(ctx, obj, opts...)
+			return c.Patch(ctx, obj, patch, opts...)
 		}}).Build()
 	tokens = &Tokens{API: api, Namespace: "issuer"}
 	other = &Tokens{API: api, Namespace: "issuer"}

@@ -35,7 +35,7 @@ const (
 
 // DefaultTokenSecret is the Secret, in the issuer agent's namespace, that
 // holds the enrolment tokens: one Secret, so that the agent's access is
-// granted by name (get and update on it alone).
+// granted by name (get and patch on it alone; no update, no delete).
 const DefaultTokenSecret = "grid-enrollment-tokens"
 
 // tokenPrefix marks a gridsync enrolment token, so that one pasted in the
@@ -245,8 +245,8 @@ func (t *Tokens) spend(ctx context.Context, network, site, token string, claim f
 // errSecretMissing: the Secret is not there, and update does not make it.
 var errSecretMissing = errors.New("the token Secret does not exist")
 
-// update reads the Secret, applies change and writes it back with the
-// resource version read, again on a conflict. create makes the Secret
+// update reads the Secret, applies change and patches what it changed
+// on the resource version read, again on a conflict. create makes the Secret
 // when it is missing (the command that adds tokens; the agent never
 // creates it).
 func (t *Tokens) update(ctx context.Context, change func(*corev1.Secret) error, create bool) error {
@@ -278,10 +278,15 @@ func (t *Tokens) update(ctx context.Context, change func(*corev1.Secret) error, 
 		if s.Data == nil {
 			s.Data = map[string][]byte{}
 		}
+		read := s.DeepCopy()
 		if err := change(&s); err != nil {
 			return err
 		}
-		err = t.API.Update(ctx, &s)
+		// A patch that carries the resource version read: the API server
+		// refuses it when the Secret changed since, so that of two
+		// writers spending one token one wins, with patch, which the
+		// agent holds, and no update, which it does not.
+		err = t.API.Patch(ctx, &s, client.MergeFromWithOptions(read, client.MergeFromWithOptimisticLock{}))
 		if apierrors.IsConflict(err) {
 			continue
 		}

@@ -268,6 +268,13 @@ func (t Target) verify(certs []*x509.Certificate, now time.Time) *Outcome {
 		}
 		return nil
 	}
+	// Signed by the grid CA, but for no site (an infrastructure
+	// certificate, for a database or a listener): a pin on it does not
+	// make it a site's gateway. (SPIFFE mode refuses it above: it is no
+	// site's SVID.)
+	if NamesNoSite(leaf) {
+		return refuse(ReasonIdentityMismatch, "the gateway's certificate names no site (no organization, no SPIFFE ID): an infrastructure certificate of the grid CA stands for no site")
+	}
 	if !Pinned(t.Pins, leaf.Raw) {
 		return refuse(ReasonPinMismatch, "the gateway's live certificate %s matches no pin of spec.trust", Fingerprint(leaf.Raw))
 	}
