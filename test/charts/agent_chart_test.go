@@ -193,7 +193,6 @@ func chartCRD(t *testing.T, file string, labels map[string]any) string {
 func TestAgentChartRefusesValuesOutsideItsSchema(t *testing.T) {
 	for name, values := range map[string]map[string]any{
 		"bad namespace":      {"namespaces": []string{"Not_A_Namespace"}},
-		"no namespace":       {"resourceNamespaces": []string{}},
 		"unknown value":      {"replicas": 2},
 		"bad log level":      {"logLevel": "loud"},
 		"no replicas":        {"replicaCount": 0},
