@@ -97,15 +97,38 @@ func (p *Pod) Envelope(variant int) ([]byte, string) {
 // Put stores doc in the ConfigMap, creating it when missing.
 func (p *Pod) Put(doc []byte) {
 	p.T.Helper()
+	p.replace(&corev1.ConfigMap{Data: map[string]string{envelope.DataKeyEnvelope: string(doc)}})
+}
+
+// PutCompressed stores doc in the compressed form only (binaryData), as
+// the producer does for pods that read it, and returns the
+// ConfigMap's resourceVersion.
+func (p *Pod) PutCompressed(doc []byte) string {
+	p.T.Helper()
+	return p.PutBinary(envelope.Compress(doc))
+}
+
+// PutBinary stores packed, a zstd frame or not, as the compressed form's
+// only key, and returns the ConfigMap's resourceVersion.
+func (p *Pod) PutBinary(packed []byte) string {
+	p.T.Helper()
+	return p.replace(&corev1.ConfigMap{BinaryData: map[string][]byte{envelope.CompressedKey(envelope.DataKeyEnvelope): packed}})
+}
+
+// replace makes cm, named for the pod, the whole ConfigMap, creating it
+// when missing, and returns its resourceVersion.
+func (p *Pod) replace(cm *corev1.ConfigMap) string {
+	p.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	cm.Name = p.ConfigMap
 	cms := p.Admin.CoreV1().ConfigMaps(p.Namespace)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: p.ConfigMap}, Data: map[string]string{envelope.DataKeyEnvelope: string(doc)}}
-	_, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
+	stored, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
-		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+		stored, err = cms.Create(ctx, cm, metav1.CreateOptions{})
 	}
 	require.NoError(p.T, err)
+	return stored.ResourceVersion
 }
 
 // PutRaw stores data as the envelope, valid or not.
