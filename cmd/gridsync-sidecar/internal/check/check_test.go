@@ -83,3 +83,24 @@ func TestStandardInputIsReadForDash(t *testing.T) {
 	assert.True(t, allAccepted)
 	assert.Equal(t, "-", reports(t, out.Bytes())[0].File)
 }
+
+// The compressed form (a ConfigMap's binaryData value saved to a file) is
+// checked as the sidecar checks it: decompressed within the size bound,
+// then validated; a bomb is oversized.
+func TestCompressedFilesAreCheckedWithinTheBound(t *testing.T) {
+	plain, err := os.ReadFile(filepath.Join(fixtures, "valid-minimal.json"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "routing-overlay.json.zst")
+	require.NoError(t, os.WriteFile(good, envelope.Compress(plain), 0o644))
+	bomb := filepath.Join(dir, "bomb.zst")
+	require.NoError(t, os.WriteFile(bomb, envelope.Compress(make([]byte, 8<<20)), 0o644))
+
+	var out bytes.Buffer
+	allAccepted, err := check.Files(&out, nil, envelope.Options{MaxBytes: 1 << 20}, []string{good, bomb})
+	require.NoError(t, err)
+	assert.False(t, allAccepted)
+	got := reports(t, out.Bytes())
+	assert.Equal(t, check.Report{File: good, Decision: check.Accept, Revision: "abd5f4855454390febb53ad2085d182c465a78c5d14f0132317b4c9335aa8494"}, got[0])
+	assert.Equal(t, "oversized", got[1].Reason)
+}
