@@ -128,6 +128,11 @@ func rolloutEvidence(ctx context.Context, cp *controlplane.ControlPlane, c clien
 		}
 	}
 
+	if err := compressedForm(ctx, c, health); err != nil {
+		_ = sidecar.Process.Kill()
+		return err
+	}
+
 	if err := forgedReport(ctx, l, token); err != nil {
 		return err
 	}
