@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,7 +18,6 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gridsync/gridsync/shared/envelope"
@@ -50,28 +50,35 @@ var caseSeq atomic.Int64
 // watch event may reach the sidecar before the response reaches the
 // client.
 //
+// The 4 MiB case is the compressed form (one zstd frame of the envelope
+// under binaryData): a plain 4 MiB envelope does not fit a ConfigMap. Its
+// sidecar is given the --max-bytes that admits it.
+//
 //	go test ./test/bench -run '^$' -bench Delivery -benchtime 1x
 func BenchmarkDelivery(b *testing.B) {
+	const plain, zstd = envelope.EncodingPlain, envelope.EncodingZstd
 	cases := []struct {
-		name   string
-		size   int
-		medium string
-		fsync  string
-		reader bool
+		name     string
+		size     int
+		medium   string
+		encoding string
+		fsync    string
+		reader   bool
 	}{
-		{"size=64KiB/medium=tmpfs", 64 << 10, "tmpfs", "auto", true},
-		{"size=1MiB/medium=tmpfs", 1<<20 - 8<<10, "tmpfs", "auto", false},
+		{"size=64KiB/medium=tmpfs", 64 << 10, "tmpfs", plain, "auto", true},
+		{"size=1MiB/medium=tmpfs", 1<<20 - 8<<10, "tmpfs", plain, "auto", false},
+		{"size=4MiB/medium=tmpfs/encoding=zstd", 4 << 20, "tmpfs", zstd, "auto", false},
 		// A disk-backed emptyDir, as a pod's: --fsync auto does not sync.
-		{"size=64KiB/medium=disk", 64 << 10, "disk", "auto", true},
+		{"size=64KiB/medium=disk", 64 << 10, "disk", plain, "auto", true},
 		// The same folder with every publication synced, as before.
-		{"size=64KiB/medium=disk/fsync=always", 64 << 10, "disk", "always", true},
+		{"size=64KiB/medium=disk/fsync=always", 64 << 10, "disk", plain, "always", true},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				res := deliver(b, c.size, c.medium, c.fsync, c.reader)
+				res := deliver(b, c.size, c.medium, c.encoding, c.fsync, c.reader)
 				fmt.Println(res.line())
-				fmt.Printf("idle size=%d medium=%s fsync=%s cpu_ms_per_s=%.2f\n", res.size, res.medium, res.fsync, res.idleCPUMsPerSecond)
+				fmt.Printf("idle size=%d medium=%s encoding=%s fsync=%s cpu_ms_per_s=%.2f\n", res.size, res.medium, res.encoding, res.fsync, res.idleCPUMsPerSecond)
 				if c.reader {
 					fmt.Printf("reader reads=%d invalid=%d\n", res.reads, res.invalid)
 				}
@@ -88,11 +95,14 @@ func BenchmarkDelivery(b *testing.B) {
 }
 
 type result struct {
-	size      int
-	medium    string
-	fsync     string
-	latencies []float64 // ms
-	missed    int
+	size     int // the envelope's
+	medium   string
+	encoding string
+	// compressedBytes is the largest compressed frame written (zstd only).
+	compressedBytes int
+	fsync           string
+	latencies       []float64 // ms
+	missed          int
 	// superseded are updates the consumer never read because a newer one
 	// replaced them first; their latency is the newer one's arrival.
 	superseded     int
@@ -106,11 +116,15 @@ type result struct {
 func (r result) percentile(p float64) float64 { return measure.Percentile(r.latencies, p) }
 
 func (r result) line() string {
-	return fmt.Sprintf("delivery size=%d medium=%s fsync=%s updates=%d p50_ms=%.2f p95_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_mib=%.1f cpu_ms_per_update=%.3f superseded=%d",
-		r.size, r.medium, r.fsync, len(r.latencies), r.percentile(50), r.percentile(95), r.percentile(99), r.percentile(100), r.rssMiB, r.cpuMsPerUpdate, r.superseded)
+	line := fmt.Sprintf("delivery size=%d medium=%s encoding=%s fsync=%s updates=%d p50_ms=%.2f p95_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_mib=%.1f cpu_ms_per_update=%.3f superseded=%d",
+		r.size, r.medium, r.encoding, r.fsync, len(r.latencies), r.percentile(50), r.percentile(95), r.percentile(99), r.percentile(100), r.rssMiB, r.cpuMsPerUpdate, r.superseded)
+	if r.encoding == envelope.EncodingZstd {
+		line += fmt.Sprintf(" compressed_bytes=%d", r.compressedBytes)
+	}
+	return line
 }
 
-func deliver(b *testing.B, size int, medium, fsync string, withReader bool) result {
+func deliver(b *testing.B, size int, medium, encoding, fsync string, withReader bool) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ns := fmt.Sprintf("bench-%d", caseSeq.Add(1))
@@ -131,15 +145,22 @@ func deliver(b *testing.B, size int, medium, fsync string, withReader bool) resu
 	}
 	output := filepath.Join(dir, "routing-overlay.json")
 
-	// Every document is rendered before timing starts.
-	docs := make([][]byte, warmupUpdates+timedUpdates+1)
+	// Every document is rendered and encoded before timing starts; only
+	// the encoded form is kept (4 MiB envelopes compress to a few KiB).
+	res := result{medium: medium, encoding: encoding, fsync: fsync}
+	docs := make([]testenvelope.Payload, warmupUpdates+timedUpdates+1)
 	revisions := make([]string, len(docs))
 	for i := range docs {
-		docs[i], revisions[i] = testenvelope.Sized(b, scope, i, size)
+		var doc []byte
+		doc, revisions[i] = testenvelope.Sized(b, scope, i, size)
+		docs[i], res.size = testenvelope.Encode(b, doc, encoding), len(doc)
+		if encoding == envelope.EncodingZstd {
+			res.compressedBytes = max(res.compressedBytes, docs[i].Len())
+		}
 	}
 	admin := cp.AdminClient()
 	cms := admin.CoreV1().ConfigMaps(ns)
-	_, err = cms.Create(ctx, configMapWith(configMap, docs[0]), metav1.CreateOptions{})
+	_, err = cms.Create(ctx, docs[0].ConfigMap(configMap), metav1.CreateOptions{})
 	measure.Must(b, err)
 
 	consumer := watchOutput(b, dir, filepath.Base(output))
@@ -149,7 +170,8 @@ func deliver(b *testing.B, size int, medium, fsync string, withReader bool) resu
 	proc := exec.Command(framework.Bin(testbin.Sidecar), //nolint:noctx // stopped with SIGTERM below
 		"--kubeconfig", kubeconfig, "--namespace", ns, "--config-map", configMap, "--output", output,
 		"--expected-network", scope.Network, "--expected-gateway", scope.Gateway, "--expected-local-site", scope.LocalSite,
-		"--health-addr", health, "--log-level", "warn", "--fsync", fsync)
+		"--health-addr", health, "--log-level", "warn", "--fsync", fsync,
+		"--max-bytes", strconv.Itoa(max(envelope.DefaultMaxBytes, size)))
 	proc.Stderr = os.Stderr
 	proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	measure.Must(b, proc.Start())
@@ -195,7 +217,7 @@ func deliver(b *testing.B, size int, medium, fsync string, withReader bool) resu
 	}
 
 	update := func(i int) time.Time {
-		_, err := cms.Update(ctx, configMapWith(configMap, docs[i]), metav1.UpdateOptions{})
+		_, err := cms.Update(ctx, docs[i].ConfigMap(configMap), metav1.UpdateOptions{})
 		measure.Must(b, err)
 		return time.Now()
 	}
@@ -208,7 +230,6 @@ func deliver(b *testing.B, size int, medium, fsync string, withReader bool) resu
 	// Idle: the watch is open and nothing changes.
 	idleBefore := measure.MustCPU(b, proc.Process.Pid)
 	time.Sleep(idleWindow)
-	res := result{size: len(docs[len(docs)-1]), medium: medium, fsync: fsync}
 	res.idleCPUMsPerSecond = float64((measure.MustCPU(b, proc.Process.Pid) - idleBefore).Microseconds()) / 1000 / idleWindow.Seconds()
 
 	cpuBefore := measure.MustCPU(b, proc.Process.Pid)
@@ -247,10 +268,6 @@ func deliver(b *testing.B, size int, medium, fsync string, withReader bool) resu
 		b.Fatalf("consumer read %d files that held no expected revision", consumer.wrong.Load())
 	}
 	return res
-}
-
-func configMapWith(name string, doc []byte) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{envelope.DataKeyEnvelope: string(doc)}}
 }
 
 // consumer watches the output folder as a gateway does and records when

@@ -36,6 +36,7 @@ import (
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
+	"github.com/gridsync/gridsync/test/testenvelope"
 	"github.com/gridsync/gridsync/test/testfs"
 )
 
@@ -50,9 +51,12 @@ var maxPods = measure.Size(1000, 4)
 
 // BenchmarkFleet prints, per case,
 //
-//	fleet pods=<M> gateways=<G> size=<bytes> last_pod_p50_ms=<> last_pod_p99_ms=<> apiserver_cpu_ms_per_update=<> apiserver_rss_mib=<> idle_apiserver_cpu_ms_per_s=<> syncer_heap_kib_per_pod=<>
+//	fleet pods=<M> gateways=<G> size=<bytes> encoding=plain last_pod_p50_ms=<> last_pod_p99_ms=<> apiserver_cpu_ms_per_update=<> apiserver_rss_mib=<> idle_apiserver_cpu_ms_per_s=<> syncer_heap_kib_per_pod=<> rounds=<> first_round_last_pod_ms=<> first_round_apiserver_cpu_ms_per_update=<> steady_apiserver_cpu_ms_per_update_p50=<>
 //
-// and then the reconnect storm:
+// (encoding=zstd and compressed_bytes=<> at the end for the case that
+// writes the overlay in its compressed form, one zstd frame of the
+// envelope under binaryData: 1 MiB both ways), and then the reconnect
+// storm:
 //
 //	storm pods=<M> all_caught_up_ms=<> relists_from_etcd=<> peak_apiserver_inflight=<>
 //
@@ -60,9 +64,11 @@ var maxPods = measure.Size(1000, 4)
 // API response to the last of its pods holding the new revision in its
 // file; apiserver_cpu is the kube-apiserver process's CPU (user and
 // system, from /proc) from the first update of a round until every pod
-// holds it, per ConfigMap update; idle is its CPU per second over 10 s
-// with every watch open and nothing changing (after 5 s of quiet); the heap is this process's
-// live heap with the syncers running, less before, per pod.
+// holds it, per ConfigMap update; size is the envelope's and
+// compressed_bytes the largest compressed frame the case wrote; idle is
+// its CPU per second over 10 s with every watch open and nothing changing
+// (after 5 s of quiet); the heap is this process's live heap with the
+// syncers running, less before, per pod.
 func BenchmarkFleet(b *testing.B) {
 	for b.Loop() {
 		benchFleet(b)
@@ -74,25 +80,31 @@ func benchFleet(b *testing.B) {
 	defer cancel()
 	configs := podConfigs(ctx, b)
 	out := testfs.Mount(b, "size=3g") // the pods' emptyDirs, in memory as the chart's are
-	type fleetCase struct{ pods, gateways, size, rounds int }
+	type fleetCase struct {
+		pods, gateways, size, rounds int
+		encoding                     string
+	}
+	const plain, zstd = envelope.EncodingPlain, envelope.EncodingZstd
 	cases := measure.Size([]fleetCase{
-		{200, 1, 64 << 10, 10},
-		{1000, 1, 64 << 10, 10},
-		{1000, 50, 64 << 10, 3},
-		{1000, 1, 1000 << 10, 5},
+		{200, 1, 64 << 10, 10, plain},
+		{1000, 1, 64 << 10, 10, plain},
+		{1000, 50, 64 << 10, 3, plain},
+		{1000, 1, 1000 << 10, 5, plain},
+		{1000, 1, 1000 << 10, 5, zstd},
 	}, []fleetCase{
-		{2, 1, 64 << 10, 1},
-		{4, 2, 64 << 10, 1},
-		{4, 1, 1000 << 10, 1},
+		{2, 1, 64 << 10, 1, plain},
+		{4, 2, 64 << 10, 1, plain},
+		{4, 1, 1000 << 10, 1, plain},
+		{4, 1, 1000 << 10, 1, zstd},
 	})
 	for i, c := range cases {
-		f := startFleet(ctx, b, configs[:c.pods], fmt.Sprintf("case%d", i), c.gateways, c.size, filepath.Join(out, fmt.Sprintf("case%d", i)))
+		f := startFleet(ctx, b, configs[:c.pods], fmt.Sprintf("case%d", i), c.gateways, c.size, c.encoding, filepath.Join(out, fmt.Sprintf("case%d", i)))
 		fmt.Println(f.measure(ctx, b, c.rounds))
-		f.stop()
+		f.stop(b)
 	}
-	f := startFleet(ctx, b, configs, "storm", 1, 64<<10, filepath.Join(out, "storm"))
+	f := startFleet(ctx, b, configs, "storm", 1, 64<<10, plain, filepath.Join(out, "storm"))
 	fmt.Println(f.storm(ctx, b))
-	f.stop()
+	f.stop(b)
 }
 
 // podConfigs creates maxPods ServiceAccounts that may read the ConfigMaps
@@ -148,6 +160,8 @@ type fleet struct {
 	admin    kubernetes.Interface
 	names    []string // the ConfigMaps
 	size     int
+	encoding string // the ConfigMaps' form: envelope.EncodingPlain or EncodingZstd
+	maxBytes int    // every syncer's bound on an envelope
 	dir      string
 	syncers  []*overlaysync.Syncer
 	cancel   context.CancelFunc
@@ -155,18 +169,20 @@ type fleet struct {
 	arrivals *arrivals
 	variant  int
 	heapKiB  float64
+	// compressedBytes is the largest compressed frame written (zstd only).
+	compressedBytes int
 }
 
-func startFleet(ctx context.Context, b *testing.B, configs []*rest.Config, prefix string, gateways, size int, dir string) *fleet {
+func startFleet(ctx context.Context, b *testing.B, configs []*rest.Config, prefix string, gateways, size int, encoding, dir string) *fleet {
 	measure.Must(b, os.MkdirAll(dir, 0o755))
-	f := &fleet{admin: adminClient(b), size: size, dir: dir}
+	// Twice the size leaves room for the last batch of candidates the
+	// envelope overshoots its size by; never below the sidecar's default.
+	f := &fleet{admin: adminClient(b), size: size, encoding: encoding, maxBytes: max(envelope.DefaultMaxBytes, 2*size), dir: dir}
 	for g := range gateways {
 		name := fmt.Sprintf("%s-gw-%02d", prefix, g)
 		f.names = append(f.names, name)
-		doc, _ := f.envelope(name)
-		_, err := f.admin.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{envelope.DataKeyEnvelope: string(doc)},
-		}, metav1.CreateOptions{})
+		cm, _ := f.configMap(b, name)
+		_, err := f.admin.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{})
 		measure.Must(b, err)
 	}
 	f.arrivals = watchArrivals(b, dir, len(configs))
@@ -179,7 +195,7 @@ func startFleet(ctx context.Context, b *testing.B, configs []*rest.Config, prefi
 		s, err := overlaysync.New(cfg, overlaysync.Options{
 			Namespace: namespace, ConfigMap: name, DataKey: envelope.DataKeyEnvelope,
 			Output: filepath.Join(dir, podFile(i)),
-			Expect: scope(name),
+			Expect: scope(name), MaxBytes: f.maxBytes,
 		})
 		measure.Must(b, err)
 		f.syncers = append(f.syncers, s)
@@ -194,10 +210,13 @@ func startFleet(ctx context.Context, b *testing.B, configs []*rest.Config, prefi
 	return f
 }
 
-func (f *fleet) stop() {
+// stop stops the syncers and removes their files, as a pod's emptyDir
+// goes with it: the memory-backed folder holds one 1 MiB case at a time.
+func (f *fleet) stop(b *testing.B) {
 	f.cancel()
 	f.done.Wait()
 	f.arrivals.close()
+	measure.Must(b, os.RemoveAll(f.dir))
 }
 
 func podFile(i int) string { return fmt.Sprintf("pod-%04d.json", i) }
@@ -233,6 +252,20 @@ func (f *fleet) envelope(name string) ([]byte, string) {
 	}
 }
 
+// configMap returns the ConfigMap name with a new envelope in the fleet's
+// form, and the envelope's revision.
+func (f *fleet) configMap(b *testing.B, name string) (*corev1.ConfigMap, string) {
+	doc, rev := f.envelope(name)
+	if len(doc) > f.maxBytes {
+		b.Fatalf("an envelope of %d bytes is past the syncers' bound of %d", len(doc), f.maxBytes)
+	}
+	payload := testenvelope.Encode(b, doc, f.encoding)
+	if f.encoding == envelope.EncodingZstd {
+		f.compressedBytes = max(f.compressedBytes, payload.Len())
+	}
+	return payload.ConfigMap(name), rev
+}
+
 // waitAll waits until every syncer satisfies ok.
 func (f *fleet) waitAll(b *testing.B, ok func(*overlaysync.Syncer) bool, what string) {
 	deadline := time.Now().Add(5 * time.Minute)
@@ -259,10 +292,8 @@ func (f *fleet) update(ctx context.Context, b *testing.B) ([]string, []time.Time
 	revisions := make([]string, len(f.names))
 	answered := make([]time.Time, len(f.names))
 	for g, name := range f.names {
-		doc, rev := f.envelope(name)
-		_, err := f.admin.CoreV1().ConfigMaps(namespace).Update(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{envelope.DataKeyEnvelope: string(doc)},
-		}, metav1.UpdateOptions{})
+		cm, rev := f.configMap(b, name)
+		_, err := f.admin.CoreV1().ConfigMaps(namespace).Update(ctx, cm, metav1.UpdateOptions{})
 		measure.Must(b, err)
 		revisions[g], answered[g] = rev, time.Now()
 	}
@@ -317,10 +348,14 @@ func (f *fleet) measure(ctx context.Context, b *testing.B, rounds int) string {
 	}
 	// The first round is the first large event on every connection; it
 	// is also printed alone, beside the steady rounds' median.
-	return fmt.Sprintf("fleet pods=%d gateways=%d size=%d last_pod_p50_ms=%.0f last_pod_p99_ms=%.0f apiserver_cpu_ms_per_update=%.0f apiserver_rss_mib=%.0f idle_apiserver_cpu_ms_per_s=%.1f syncer_heap_kib_per_pod=%.0f rounds=%d first_round_last_pod_ms=%.0f first_round_apiserver_cpu_ms_per_update=%.0f steady_apiserver_cpu_ms_per_update_p50=%.0f",
-		len(f.syncers), len(f.names), f.size, measure.Percentile(lastPod, 50), measure.Percentile(lastPod, 99),
+	line := fmt.Sprintf("fleet pods=%d gateways=%d size=%d encoding=%s last_pod_p50_ms=%.0f last_pod_p99_ms=%.0f apiserver_cpu_ms_per_update=%.0f apiserver_rss_mib=%.0f idle_apiserver_cpu_ms_per_s=%.1f syncer_heap_kib_per_pod=%.0f rounds=%d first_round_last_pod_ms=%.0f first_round_apiserver_cpu_ms_per_update=%.0f steady_apiserver_cpu_ms_per_update_p50=%.0f",
+		len(f.syncers), len(f.names), f.size, f.encoding, measure.Percentile(lastPod, 50), measure.Percentile(lastPod, 99),
 		measure.Mean(cpu), measure.MustRSSMiB(b, pid), idle, f.heapKiB,
 		rounds, slices.Max(lastPod[:len(f.names)]), cpu[0], measure.Percentile(cpu[1:], 50))
+	if f.encoding == envelope.EncodingZstd {
+		line += fmt.Sprintf(" compressed_bytes=%d", f.compressedBytes)
+	}
+	return line
 }
 
 // storm restarts kube-apiserver under the fleet, writes a new revision as
