@@ -39,7 +39,7 @@ func TestAmbiguousOrMalformedGatewayAddressesAreRefused(t *testing.T) {
 		"provider.example.com:65536":       "port",
 		"provider.example.com:08443":       "leading zeros",
 		"Provider.Example.com:8443":        "lowercase",
-		" provider.example.com:8443":       "space",
+		"provider.example.com: 8443":       "space",
 		"provider.example.com:8443\n":      "control",
 		"::1:8443":                         "host:port",
 		"[10.0.0.4]:8080":                  "brackets",
