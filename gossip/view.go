@@ -83,7 +83,17 @@ func (r *Runtime) View(network string) sites.NetworkView {
 		}
 		switch rec.Kind {
 		case record.KindSite:
-			s.GatewayAddress, s.Region, s.Zone = rec.GatewayAddress, rec.Region, rec.Zone
+			s.Region, s.Zone = rec.Region, rec.Zone
+			// What a site advertises is an endpoint only when it reads
+			// one way; otherwise it is noted, and never dialled.
+			s.GatewayAddress, s.GatewayGeneration = "", rec.Version
+			if rec.GatewayAddress != "" {
+				if ep, err := sites.ParseGatewayAddress(rec.GatewayAddress); err == nil {
+					s.GatewayAddress = ep.Address()
+				} else {
+					s.GatewayInvalid = true
+				}
+			}
 			s.TrustBundleVersion = bundle.VersionOf(rec.TrustBundle)
 			switch record.ClassifyPEM(rec.CertPEM) {
 			case record.CertValid:

@@ -444,9 +444,11 @@ type GridSiteSpec struct {
 	// +optional
 	// +nullable
 	GatewayEndpoint *GatewayEndpoint `json:"gatewayEndpoint,omitempty"`
-	// Egress is gatewayEndpoint under its earlier name.
+	// Egress is gatewayEndpoint under its earlier name: upstream's
+	// address and tls only.
 	//
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.host) && !has(self.port) && !has(self.protocol) && !has(self.addressScope) && !has(self.generation)",message="egress, upstream's earlier name, carries address and tls only: write the structured endpoint under gatewayEndpoint"
 	// +nullable
 	Egress *GatewayEndpoint `json:"egress,omitempty"`
 	// +optional
@@ -472,13 +474,59 @@ type GridSiteSpec struct {
 	SovereigntyZone string `json:"sovereigntyZone,omitempty"`
 }
 
-// GatewayEndpoint is the site's data-plane gateway.
+// GatewayEndpoint is the site's data-plane gateway. The reference's
+// address (host:port) is kept as it is written; a production endpoint is
+// structured: host and port, protocol, address scope and generation, with
+// the SNI in tls.serverName. An address that does not read one way (see
+// the gossip package's README) is never dialled or routed to.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.host) == has(self.port)",message="host and port are set together"
+// +kubebuilder:validation:XValidation:rule="!has(self.host) || (isIP(self.host) ? ip.isCanonical(self.host) && (ip(self.host).isGlobalUnicast() || ip(self.host).isLoopback()) : !format.dns1123Subdomain().validate(self.host).hasValue() && !self.host.matches('(^|[.])[0-9]+$'))",message="host is a lowercase DNS name not ending in a number, or a canonical IP address a site can be reached at (not unspecified, multicast or link-local)"
+// +kubebuilder:validation:XValidation:rule="!has(self.address) || !has(self.host) || self.address.substring(0, self.address.lastIndexOf(':')) == (self.host.contains(':') ? '[' + self.host + ']' : self.host) && self.address.substring(self.address.lastIndexOf(':') + 1).matches('^[1-9][0-9]{0,4}$') && int(self.address.substring(self.address.lastIndexOf(':') + 1)) == self.port",message="address and host:port name one endpoint: they must agree (IPv6 in brackets)"
+// +kubebuilder:validation:XValidation:rule="!has(self.addressScope) || !has(self.host) || !isIP(self.host) || (self.addressScope == 'Loopback') == ip(self.host).isLoopback() && (self.addressScope == 'Private') == [cidr('10.0.0.0/8'), cidr('172.16.0.0/12'), cidr('192.168.0.0/16'), cidr('100.64.0.0/10'), cidr('fc00::/7')].exists(c, c.containsIP(self.host))",message="addressScope does not hold the host's address (Loopback: 127.0.0.0/8, ::1; Private: RFC 1918, 100.64.0.0/10, fc00::/7; Public: any other)"
+// +kubebuilder:validation:XValidation:rule="!has(self.protocol) || (self.protocol == 'HTTP') == (has(self.tls) && has(self.tls.mode) && self.tls.mode == 'Plaintext')",message="protocol HTTPS goes with tls.mode Mutual, HTTP with Plaintext"
 type GatewayEndpoint struct {
 	// Address is host:port, from gossip for a discovered site.
 	//
 	// +optional
 	// +kubebuilder:validation:MaxLength=262
 	Address string `json:"address,omitempty"`
+	// Host is the gateway's DNS name or IP address (IPv6 without
+	// brackets).
+	//
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Host string `json:"host,omitempty"`
+	// Port is the gateway's port.
+	//
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+	// Protocol is what the gateway speaks there: HTTPS (tls.mode Mutual,
+	// the default) or HTTP (Plaintext, for diagnostics only).
+	//
+	// +optional
+	// +kubebuilder:validation:Enum=HTTPS;HTTP
+	Protocol string `json:"protocol,omitempty"`
+	// AddressScope is where the gateway's address lies: Public, Private
+	// (RFC 1918, 100.64.0.0/10, fc00::/7) or Loopback (development). The
+	// probe dials an address of that scope only, checked on every
+	// resolved address, so a name that resolves elsewhere is not dialled.
+	// Unset: not checked.
+	//
+	// +optional
+	// +kubebuilder:validation:Enum=Public;Private;Loopback
+	AddressScope string `json:"addressScope,omitempty"`
+	// Generation orders the endpoint's versions: a discovered site's is
+	// the version its site signed the advertisement with. The agent
+	// replaces the endpoint only with one of a greater generation, never
+	// with an older one.
+	//
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Generation int64 `json:"generation,omitempty"`
 	// +optional
 	TLS *GatewayTLS `json:"tls,omitempty"`
 }

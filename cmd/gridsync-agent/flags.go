@@ -17,6 +17,7 @@ import (
 	"github.com/gridsync/gridsync/controller/rbac"
 	rollout "github.com/gridsync/gridsync/delivery/fold"
 	reports "github.com/gridsync/gridsync/delivery/handler"
+	"github.com/gridsync/gridsync/gossip/sites"
 	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/trust/enrol"
 
@@ -334,6 +335,13 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	}
 	if c.gateway.port < 0 || c.gateway.port > 65535 || c.gateway.interval <= 0 {
 		return nil, envflag.UsageError(fs, "--gateway-port must be 0 to 65535 and --gateway-discovery-interval positive")
+	}
+	if c.gateway.address != "" {
+		// The other sites take only an address that reads one way: one
+		// they would refuse is refused here, where it can be fixed.
+		if _, err := sites.ParseGatewayAddress(c.gateway.address); err != nil {
+			return nil, envflag.UsageError(fs, "--gateway-address (GRID_GATEWAY_ADDRESS): %v", err)
+		}
 	}
 	var err error
 	if c.logLevel, err = envflag.LogLevel(fs, *logLevel); err != nil {

@@ -177,6 +177,12 @@ func (d Destinations) allowedCIDR(addr netip.Addr) bool {
 // agent makes to an address it did not take from its own configuration
 // (providers' endpoints, peer sites' gateways and signals).
 func (d Destinations) Dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return d.DialerAlso(timeout, nil)
+}
+
+// DialerAlso is Dialer with one more check of every address it connects
+// to (a GridSite endpoint's address scope), made before connecting.
+func (d Destinations) DialerAlso(timeout time.Duration, also func(netip.Addr) error) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
@@ -189,7 +195,13 @@ func (d Destinations) Dialer(timeout time.Duration) func(ctx context.Context, ne
 				if err != nil {
 					return err
 				}
-				return d.check(host, ap.Addr())
+				if err := d.check(host, ap.Addr()); err != nil {
+					return err
+				}
+				if also != nil {
+					return also(ap.Addr().Unmap())
+				}
+				return nil
 			},
 		}
 		return nd.DialContext(ctx, network, addr)

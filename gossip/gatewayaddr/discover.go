@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/gossip/sites"
 )
 
 // DefaultPort is advertised when neither a port is given nor the Service
@@ -90,5 +92,10 @@ func Address(svc *corev1.Service, port int) (string, string) {
 			port = int(svc.Spec.Ports[0].Port)
 		}
 	}
-	return net.JoinHostPort(host, strconv.Itoa(port)), ""
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	if _, err := sites.ParseGatewayAddress(addr); err != nil {
+		// The other sites would refuse it: advertise none, and say why.
+		return "", "the first ingress does not make a gateway address: " + err.Error()
+	}
+	return addr, ""
 }

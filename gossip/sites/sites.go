@@ -41,8 +41,17 @@ type Site struct {
 	Since time.Time
 	// SwimAddress is where its agent gossips.
 	SwimAddress string
-	// GatewayAddress is its data-plane gateway, as it advertises it.
+	// GatewayAddress is its data-plane gateway as it advertises it, in
+	// the one spelling of ParseGatewayAddress: empty when it advertises
+	// none, or one that does not read one way (GatewayInvalid).
 	GatewayAddress string
+	// GatewayInvalid: the address it advertises is ambiguous or
+	// malformed, so it is no endpoint.
+	GatewayInvalid bool
+	// GatewayGeneration is the version of the signed record that
+	// advertised (or withdrew) the address: a newer advertisement has a
+	// greater one.
+	GatewayGeneration uint64
 	// CertPEM is its public certificate, after the structural check:
 	// empty when it sent none or one that failed it.
 	CertPEM string

@@ -17,8 +17,12 @@ import (
 
 // Reasons of a GridSite's status, the reference's names.
 const (
-	ReasonTLSVerified            = "TlsVerified"
-	ReasonGatewayAddressMissing  = "GatewayAddressMissing"
+	ReasonTLSVerified           = "TlsVerified"
+	ReasonGatewayAddressMissing = "GatewayAddressMissing"
+	// ReasonGatewayEndpointInvalid: the GridSite's gateway endpoint does
+	// not read one way (gridsync's: the reference says such an endpoint
+	// is not routable, and names no reason).
+	ReasonGatewayEndpointInvalid = "GatewayEndpointInvalid"
 	ReasonTrustMaterialMissing   = "TrustMaterialMissing"
 	ReasonTrustMaterialInvalid   = "TrustMaterialInvalid"
 	ReasonUntrustedIssuer        = "UntrustedIssuer"
@@ -353,9 +357,12 @@ func isTimeout(err error) bool {
 func dialFailure(err error) string {
 	var dns *net.DNSError
 	var denied interface{ DestinationDenied() bool }
+	var scoped interface{ AddressScope() string }
 	switch {
 	case errors.As(err, &denied) && denied.DestinationDenied():
 		return "the destination is not allowed (--probe-allow-destinations)"
+	case errors.As(err, &scoped):
+		return scoped.AddressScope()
 	case errors.As(err, &dns):
 		return "the name does not resolve"
 	case strings.Contains(err.Error(), "refused"):

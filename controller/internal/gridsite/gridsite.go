@@ -8,6 +8,7 @@ package gridsite
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -139,6 +140,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	certPEM := gs.Status.PublicCertPem
 	if gossip != nil {
 		certPEM = gossip.CertPEM
+		if gossip.GatewayInvalid {
+			message += "; the site advertises a gateway address that is ambiguous or malformed (not host:port read one way): it is not used"
+		}
 		if gossip.CertInvalid {
 			message += "; the gossiped certificate PEM has no certificate in it"
 			if outcome.Kind == sitetrust.Verified {
@@ -165,28 +169,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // evaluate probes the site when its inputs changed or the period passed,
 // and otherwise returns the last outcome; probed says which.
 func (r *Reconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, network *v1alpha1.GridNetwork, netErr error, site string, now time.Time) (sitetrust.Outcome, bool) {
-	var addr, mode, serverName string
-	mode = "Mutual"
-	if ep := gs.Spec.GatewayEndpoint; ep != nil {
-		addr = strings.TrimSpace(ep.Address)
-		if ep.TLS != nil {
-			if ep.TLS.Mode != "" {
-				mode = ep.TLS.Mode
-			}
-			serverName = strings.TrimSpace(ep.TLS.ServerName)
-		}
-	}
-	if addr == "" {
+	ep, err := base.GatewayEndpointOf(gs.Spec.GatewayEndpoint)
+	switch {
+	case errors.Is(err, base.ErrNoGatewayAddress):
 		return sitetrust.Outcome{Kind: sitetrust.AddressMissing, Reason: sitetrust.ReasonGatewayAddressMissing,
 			Message: "the site has no gateway address (spec.gatewayEndpoint.address): it advertises none yet, or its gateway Service has no load balancer address"}, false
+	case err != nil:
+		// Never dialled: an endpoint that does not read one way is no
+		// endpoint, and a routable site whose endpoint became one is
+		// withdrawn.
+		return sitetrust.Outcome{Kind: sitetrust.TrustFailure, Reason: sitetrust.ReasonGatewayEndpointInvalid, Message: err.Error()}, false
 	}
+	addr, serverName := ep.Address(), strings.TrimSpace(ep.ServerName)
 	if netErr != nil {
 		return sitetrust.Outcome{Kind: sitetrust.TrustFailure, Reason: sitetrust.ReasonTrustMaterialMissing,
 			Message: fmt.Sprintf("GridNetwork %s (spec.gridNetworkRef) does not exist", gs.Spec.GridNetworkRef)}, false
 	}
 	// The probe dials under the destination rule, and an address learnt
 	// from gossip gets outcomes that do not map what answers there.
-	dial := r.Opts.ProbeDestinations.Dialer(r.Opts.SiteProbeTimeout)
+	dial := r.Opts.ProbeDestinations.DialerAlso(r.Opts.SiteProbeTimeout, ep.InScope)
 	learnt := r.gossipedAddress(gs.Spec.GridNetworkRef, site) == addr
 	told := func(o sitetrust.Outcome) sitetrust.Outcome {
 		if !learnt {
@@ -197,8 +198,8 @@ func (r *Reconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, networ
 		}
 		return o.Opaque(addr)
 	}
-	if mode == "Plaintext" {
-		return r.probeOnce(gs.Name, "plaintext\x00"+addr, now, func() sitetrust.Outcome {
+	if ep.Plaintext {
+		return r.probeOnce(gs.Name, "plaintext\x00"+addr+"\x00"+string(ep.Scope), now, func() sitetrust.Outcome {
 			return told(sitetrust.PlaintextProbe(ctx, addr, r.Opts.SiteProbeTimeout, dial))
 		})
 	}
@@ -228,7 +229,7 @@ func (r *Reconciler) evaluate(ctx context.Context, gs *v1alpha1.GridSite, networ
 		return sitetrust.Outcome{Kind: sitetrust.TrustFailure, Reason: sitetrust.ReasonTrustMaterialMissing,
 			Message: strings.Join(missing, "; ") + " (Plaintext is never a fallback for an incomplete Mutual configuration)"}, false
 	}
-	inputs := strings.Join([]string{"mutual", addr, serverName, strings.Join(pins, ","), fmt.Sprint(spiffe, tm.Version), site}, "\x00")
+	inputs := strings.Join([]string{"mutual", addr, string(ep.Scope), serverName, strings.Join(pins, ","), fmt.Sprint(spiffe, tm.Version), site}, "\x00")
 	return r.probeOnce(gs.Name, inputs, now, func() sitetrust.Outcome {
 		return told(sitetrust.Probe(ctx, sitetrust.Target{
 			Address: addr, ServerName: serverName, Roots: tm.Roots, Client: *tm.Client,

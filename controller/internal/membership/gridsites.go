@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,13 +70,22 @@ func (r *Member) SyncGridSites(ctx context.Context, network *v1alpha1.GridNetwor
 
 func (r *Member) syncGridSite(ctx context.Context, network string, s sites.Site) error {
 	name := gridSiteName(network, s.Name)
-	memo := s.GatewayAddress + "\x00" + s.Region + "\x00" + s.Zone
+	memo := fmt.Sprint(s.GatewayAddress, "\x00", s.GatewayInvalid, "\x00", s.Region, "\x00", s.Zone)
 	if r.gridSites.seen(name, memo) {
 		return nil
 	}
+	var current v1alpha1.GridSite
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &current); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read GridSite %s: %w", name, err)
+	}
 	spec := map[string]any{"gridNetworkRef": network}
-	if s.GatewayAddress != "" {
-		spec["gatewayEndpoint"] = map[string]any{"address": s.GatewayAddress}
+	endpoint, replaced := advertisedEndpoint(current.Spec.GatewayEndpoint, s)
+	if endpoint != nil {
+		spec["gatewayEndpoint"] = endpoint
+	}
+	if !replaced {
+		r.Opts.Logger.Info("gridsite_endpoint_kept", "gridsite", name, "site", s.Name, "invalid", s.GatewayInvalid,
+			"advertised_generation", s.GatewayGeneration, "why", "the advertisement is ambiguous or malformed, or not newer than the GridSite's endpoint")
 	}
 	// Where the site runs, as it signed it into its records.
 	if s.Region != "" {
@@ -95,6 +106,60 @@ func (r *Member) syncGridSite(ctx context.Context, network string, s sites.Site)
 	}
 	r.gridSites.remember(name, memo)
 	return nil
+}
+
+// advertisedEndpoint is what the agent writes of a site's gateway
+// endpoint (address, host, port, generation; tls and the rest are the
+// user's), nil for none, and whether it is the site's advertisement. The
+// advertisement replaces the GridSite's endpoint only when it is newer:
+// a replica whose view is behind, or an advertisement older than an
+// endpoint written by hand with a greater generation, never takes a
+// newer endpoint back. An ambiguous or malformed advertisement replaces
+// nothing: the endpoint the probe verifies stays.
+func advertisedEndpoint(current *v1alpha1.GatewayEndpoint, s sites.Site) (map[string]any, bool) {
+	var have sites.Endpoint
+	var generation int64
+	if current != nil {
+		generation = current.Generation
+		if ep, err := base.GatewayEndpointOf(current); err == nil {
+			have = ep.Endpoint
+		}
+	}
+	keep := func() map[string]any {
+		if current == nil || current.Address == "" && current.Host == "" {
+			return nil
+		}
+		out := map[string]any{}
+		if current.Address != "" {
+			out["address"] = current.Address
+		}
+		if current.Host != "" {
+			out["host"], out["port"] = current.Host, int64(current.Port)
+		}
+		if current.Generation > 0 {
+			out["generation"] = current.Generation
+		}
+		return out
+	}
+	advertised := int64(min(s.GatewayGeneration, math.MaxInt64))
+	switch {
+	case s.GatewayInvalid:
+		return keep(), false
+	case s.GatewayAddress != "" && s.GatewayAddress == have.Address():
+		// The same endpoint, signed again: its generation stays.
+		if generation > 0 {
+			advertised = generation
+		}
+	case advertised <= generation:
+		return keep(), false
+	case s.GatewayAddress == "":
+		return nil, true // withdrawn, by a newer record
+	}
+	ep, err := sites.ParseGatewayAddress(s.GatewayAddress)
+	if err != nil { // the view holds parsed addresses only
+		return keep(), false
+	}
+	return map[string]any{"address": ep.Address(), "host": ep.Host, "port": int64(ep.Port), "generation": advertised}, true
 }
 
 // writeMemo remembers what was last written per object, so that an idle
