@@ -713,3 +713,35 @@ func TestGatewayChartGrantsTheAgentItsDeploymentOnlyWhenItOptsIn(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "agent's namespace is required")
 }
+
+// Past the default 1 MiB bound the sync containers' default memory limit
+// grows with it (a sidecar holds an envelope about three times over while
+// it takes a new one); a limit set by the user is kept; the bound and the
+// form asked for reach the flags.
+func TestGatewayChartSizesTheSyncContainersForTheirEnvelopeBound(t *testing.T) {
+	limits := func(values map[string]any) (map[string]string, []string) {
+		d := deploymentOf(t, render(t, gatewayChart, valueCase{name: "bound", release: "praxis", namespace: "gw-bound", values: values}))
+		got := map[string]string{}
+		var args []string
+		for _, ctr := range append(append([]corev1.Container{}, d.Spec.Template.Spec.InitContainers...), d.Spec.Template.Spec.Containers...) {
+			if ctr.Name == "praxis" {
+				continue
+			}
+			got[ctr.Name] = ctr.Resources.Limits.Memory().String()
+			args = append(args, ctr.Args...)
+		}
+		return got, args
+	}
+	got, args := limits(sidecarValues(nil))
+	assert.Equal(t, map[string]string{"overlay-sync": "32Mi", "overlay-init": "32Mi"}, got)
+	assert.Contains(t, args, "--max-bytes=1048576")
+	assert.Contains(t, args, "--overlay-encoding=auto")
+
+	got, args = limits(sidecarValues(map[string]any{"maxBytes": 4 << 20, "encoding": "zstd"}))
+	assert.Equal(t, map[string]string{"overlay-sync": "44Mi", "overlay-init": "44Mi"}, got)
+	assert.Contains(t, args, "--max-bytes=4194304")
+	assert.Contains(t, args, "--overlay-encoding=zstd")
+
+	got, _ = limits(sidecarValues(map[string]any{"maxBytes": 4 << 20, "resources": map[string]any{"limits": map[string]any{"memory": "100Mi"}}}))
+	assert.Equal(t, map[string]string{"overlay-sync": "100Mi", "overlay-init": "100Mi"}, got, "a limit set by the user is kept")
+}

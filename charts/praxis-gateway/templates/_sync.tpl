@@ -110,7 +110,25 @@ the native sidecar. Call with (dict "root" $ "kind" "init"|"sidecar"|"native").
   securityContext:
     {{- include "praxis-gateway.containerSecurityContext" $root | nindent 4 }}
   resources:
-    {{- toYaml $v.resources | nindent 4 }}
+    {{- toYaml (include "praxis-gateway.syncResources" $v | fromYaml) | nindent 4 }}
+{{- end -}}
+
+{{/*
+The sync containers' resources. A sidecar holds an envelope about three
+times over while it takes a new one (the one serving, the new one, the
+validator's work), so past the default 1 MiB bound the default memory
+limit (32Mi) grows by 4Mi for each MiB more (44Mi for 4 MiB); a limit set
+to anything else is kept as it is.
+*/}}
+{{- define "praxis-gateway.syncResources" -}}
+{{- $res := deepCopy (.resources | default dict) -}}
+{{- $extra := sub (int64 .maxBytes) 1048576 -}}
+{{- $limits := $res.limits | default dict -}}
+{{- if and (gt $extra 0) (eq (toString (index $limits "memory")) "32Mi") -}}
+{{- $_ := set $limits "memory" (printf "%dMi" (add 32 (mul 4 (div (add $extra 1048575) 1048576)))) -}}
+{{- $_ := set $res "limits" $limits -}}
+{{- end -}}
+{{- toYaml $res -}}
 {{- end -}}
 
 {{- define "praxis-gateway.containerSecurityContext" -}}
