@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/shared/runtimecfg"
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/measure"
@@ -105,9 +106,12 @@ type result struct {
 	missed          int
 	// superseded are updates the consumer never read because a newer one
 	// replaced them first; their latency is the newer one's arrival.
-	superseded     int
-	rssMiB         float64
-	cpuMsPerUpdate float64
+	superseded int
+	rssMiB     float64
+	// peakRSSMiB is the sidecar's high-water mark, against the memory
+	// limit the gateway chart gives it for its bound.
+	peakRSSMiB, memoryLimitMiB float64
+	cpuMsPerUpdate             float64
 	// idleCPUMsPerSecond: CPU used while nothing changes.
 	idleCPUMsPerSecond float64
 	reads, invalid     int64
@@ -121,7 +125,18 @@ func (r result) line() string {
 	if r.encoding == envelope.EncodingZstd {
 		line += fmt.Sprintf(" compressed_bytes=%d", r.compressedBytes)
 	}
-	return line
+	return line + fmt.Sprintf(" peak_rss_mib=%.1f memory_limit_mib=%.0f", r.peakRSSMiB, r.memoryLimitMiB)
+}
+
+// chartMemoryLimitMiB is the sync containers' memory limit the gateway
+// chart sets for an envelope bound (its syncResources): 32Mi, and 4Mi
+// more for each MiB past 1 MiB.
+func chartMemoryLimitMiB(maxBytes int) float64 {
+	extra := maxBytes - envelope.DefaultMaxBytes
+	if extra <= 0 {
+		return 32
+	}
+	return float64(32 + 4*((extra+1<<20-1)>>20))
 }
 
 func deliver(b *testing.B, size int, medium, encoding, fsync string, withReader bool) result {
@@ -167,11 +182,15 @@ func deliver(b *testing.B, size int, medium, encoding, fsync string, withReader 
 	defer consumer.close()
 
 	health := freeAddr(b)
+	maxBytes := max(envelope.DefaultMaxBytes, size)
 	proc := exec.Command(framework.Bin(testbin.Sidecar), //nolint:noctx // stopped with SIGTERM below
 		"--kubeconfig", kubeconfig, "--namespace", ns, "--config-map", configMap, "--output", output,
 		"--expected-network", scope.Network, "--expected-gateway", scope.Gateway, "--expected-local-site", scope.LocalSite,
 		"--health-addr", health, "--log-level", "warn", "--fsync", fsync,
-		"--max-bytes", strconv.Itoa(max(envelope.DefaultMaxBytes, size)))
+		"--max-bytes", strconv.Itoa(maxBytes))
+	// As the gateway chart runs it: the Go runtime's soft limit from the
+	// container's memory limit, which the chart sizes for the bound.
+	proc.Env = append(os.Environ(), fmt.Sprintf("%s=%d", runtimecfg.MemoryLimitEnv, int64(chartMemoryLimitMiB(maxBytes))<<20))
 	proc.Stderr = os.Stderr
 	proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	measure.Must(b, proc.Start())
@@ -244,6 +263,8 @@ func deliver(b *testing.B, size int, medium, encoding, fsync string, withReader 
 	consumer.waitFor(b, revisions[len(docs)-1], 10*time.Second)
 	cpuAfter := measure.MustCPU(b, proc.Process.Pid)
 	res.rssMiB = measure.MustRSSMiB(b, proc.Process.Pid)
+	res.peakRSSMiB = measure.MustPeakRSSMiB(b, proc.Process.Pid)
+	res.memoryLimitMiB = chartMemoryLimitMiB(maxBytes)
 	for i := warmupUpdates + 1; i < len(docs); i++ {
 		at, ok := consumer.seen(revisions[i])
 		if !ok {
