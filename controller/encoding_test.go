@@ -1,6 +1,8 @@
 package controller_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -120,4 +122,47 @@ func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
 	cm, kept := e.overlayOf(network, gw, anyRevision)
 	assert.Equal(t, second.Revision, kept.Revision, "the last published revision stays")
 	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))
+}
+
+// An overlay of several megabytes: too large for the plain form's two
+// copies in a ConfigMap, it is refused (the status says why) until the
+// gateway's pods report that they read the compressed form; then it is
+// published compressed, and both pods deliver it.
+func TestAnOverlayOfSeveralMegabytesIsDeliveredCompressed(t *testing.T) {
+	e := newEnv(t)
+	agg := e.watchedReports()
+	gw := e.gateway("edge", "east")
+	network := e.network(gw)
+	e.create(network)
+	// 24 providers of 256 models with long names: about 3 MiB of envelope.
+	for i := range 24 {
+		models := make([]string, 256)
+		for j := range models {
+			models[j] = fmt.Sprintf("%s-%03d-%03d", strings.Repeat("a-very-long-model-name", 10), i, j)
+		}
+		e.create(e.provider(fmt.Sprintf("llm-%02d", i), network.Name, models...))
+	}
+	e.startAgent(withDeliveries(agg), func(o *controller.ManagerOptions) { o.MaxOverlayBytes = 4 << 20 })
+	listener := e.startReportListener(agg)
+
+	st := e.gatewayStatus(network, gw.Name, func(s v1alpha1.GatewayOverlayStatus) bool {
+		return s.Reason == "OverlayTooLarge" && s.CandidateCount == 24*256
+	})
+	assert.Contains(t, st.Message, "the overlay's two copies take")
+	assert.Contains(t, st.Message, "no pod of the gateway reports which forms it reads")
+	require.Greater(t, st.EnvelopeBytes, int64(3<<20))
+	require.Less(t, st.EnvelopeBytes, int64(4<<20))
+
+	a := e.startPodReporting(network, gw, "edge-a", listener, readsBoth("auto", 4<<20))
+	b := e.startPodReporting(network, gw, "edge-b", listener, readsBoth("auto", 4<<20))
+	st = e.gatewayStatus(network, gw.Name, func(s v1alpha1.GatewayOverlayStatus) bool { return s.Phase == v1alpha1.OverlayDistributed })
+	assert.Equal(t, envelope.EncodingZstd, st.Encoding)
+	cm, res := e.overlayOf(network, gw, anyRevision)
+	assert.Equal(t, envelope.EncodingZstd, formOf(t, cm))
+	assert.Equal(t, 24*256, res.CandidateCount)
+	packed := cm.BinaryData[envelope.CompressedKey(envelope.DataKeyEnvelope)]
+	t.Logf("envelope %d bytes, compressed %d", st.EnvelopeBytes, len(packed))
+	e.eventually("both pods deliver the large overlay", func() (bool, string) {
+		return a.revision() == res.Revision && b.revision() == res.Revision, a.revision() + " " + b.revision()
+	})
 }

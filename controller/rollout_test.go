@@ -185,7 +185,7 @@ func (p *pod) revision() string {
 	if err != nil {
 		return ""
 	}
-	res, err := envelope.Validate(data, envelope.Options{})
+	res, err := envelope.Validate(data, envelope.Options{MaxBytes: envelope.MaxBytesCeiling})
 	if err != nil {
 		return ""
 	}
