@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -288,6 +289,33 @@ func TestPraxisConfigMapOwnership(t *testing.T) {
 	assert.Equal(t, "mine", cm.Data["praxis.yaml"])
 	shared := e.praxisYAML("shared", func(string) bool { return true })
 	assert.Equal(t, "first", shared.Labels[envelope.LabelGateway])
+}
+
+// A gateway without siteName takes the network's name as its site; a
+// network's name may hold a dot, which no site name does, so its config
+// is not rendered (PraxisConfigRenderFailed, naming siteName), while a
+// gateway of the same network that names its site renders.
+func TestPraxisConfigOfANetworkWhoseNameIsNoSiteName(t *testing.T) {
+	e := newEnv(t)
+	spec := func(configMap string) *v1alpha1.PraxisConfig {
+		return &v1alpha1.PraxisConfig{Generate: true, ConfigMapName: configMap,
+			ClusterEndpoints: []v1alpha1.ClusterEndpoint{{Cluster: "c", Address: "127.0.0.1:1", Transport: &v1alpha1.EndpointTransport{Mode: "plaintext"}}}}
+	}
+	unnamed, named := e.gateway("unnamed", ""), e.gateway("named", "east")
+	unnamed.PraxisConfig, named.PraxisConfig = spec("unnamed-config"), spec("named-config")
+	network := e.network(unnamed, named)
+	network.Name = "grid-" + e.id + ".east"
+	e.create(network)
+	e.startAgent()
+
+	st := e.praxisStatus(network, "unnamed", func(s v1alpha1.PraxisConfigStatus) bool { return s.Phase == "Error" })
+	assert.Equal(t, praxisconfig.ReasonPraxisConfigRenderFailed, st.Reason)
+	assert.Contains(t, st.Message, "siteName")
+	assert.Contains(t, st.Message, network.Name)
+	e.praxisStatus(network, "named", func(s v1alpha1.PraxisConfigStatus) bool { return s.Phase == "Rendered" })
+	var cm corev1.ConfigMap
+	err := e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.gwNS, Name: "unnamed-config"}, &cm)
+	assert.True(t, apierrors.IsNotFound(err), "no config rendered for a site that is no site name: %v", err)
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -199,6 +199,10 @@ func TestRenderFailsClosed(t *testing.T) {
 			in.Spec.TLSCertMountPath = "/tls"
 		}, praxisconfig.ReasonPraxisConfigRenderFailed, "tlsCertMountPath"},
 		{"no site", []v1alpha1.ClusterEndpoint{base}, func(in *praxisconfig.Input) { in.LocalSite = "" }, praxisconfig.ReasonPraxisConfigRenderFailed, "siteName"},
+		{"a site that is no DNS label (a network's name with a dot)", []v1alpha1.ClusterEndpoint{base}, func(in *praxisconfig.Input) {
+			in.LocalSite = "grid.east"
+		}, praxisconfig.ReasonPraxisConfigRenderFailed, `"grid.east"`},
+		{"a site in capitals", []v1alpha1.ClusterEndpoint{base}, func(in *praxisconfig.Input) { in.LocalSite = "East" }, praxisconfig.ReasonPraxisConfigRenderFailed, "siteName"},
 		{"sampling rate above 1", []v1alpha1.ClusterEndpoint{base}, func(in *praxisconfig.Input) {
 			in.Spec.Telemetry = &v1alpha1.GatewayTelemetry{SamplingRate: ptr(1.5)}
 		}, praxisconfig.ReasonPraxisConfigRenderFailed, "samplingRate"},
