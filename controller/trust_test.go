@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -468,6 +469,60 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	e.create(plain)
 	e.gridSite(client.ObjectKeyFromObject(plain), "reachable, never Active", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonIdentityVerificationRequired
+	})
+}
+
+// A site that gossips a PEM with no certificate in it is
+// TrustMaterialInvalid in its GridSite's status.reason, as the
+// reference's public certificate exchange records it: Active (gossip is
+// no trust material and changes no phase) and, its gateway gone,
+// Unreachable, the probe's reason then in Connected and the message. A
+// certificate gossiped again clears it.
+func TestAGossipedPEMWithoutACertificateIsTrustMaterialInvalid(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	e.grantTrustSecrets("grid-ca", "site-cert")
+	network := e.network(e.gateway("edge", "site-a"))
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
+	stub, err := testgateway.Start("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(stub.Close)
+	remote := startSwimSite(t, "site-b", membership.Config{}).running(t)
+	remote.SetGatewayAddress(stub.Addr)
+	network.Spec.Seeds = []string{"site-b.grid.test:" + portOf(remote.AdvertiseAddr())}
+	e.create(network)
+	site := startSwimSite(t, "site-a", membership.Config{RequireKey: true})
+	e.startAgent(withMembership(site, seedNames{"site-b.grid.test": "127.0.0.1"}), withSiteTrust("site-a", time.Hour, time.Second))
+	ca, _ := e.gridCA()
+	remote.signsWith(t, network.Name, ca)
+	_, chain := presentIssued(t, stub, ca, "site-b")
+	require.NoError(t, remote.Publish(network.Name, "-----BEGIN NOT A CERTIFICATE-----\nAAAA\n-----END NOT A CERTIFICATE-----\n", nil))
+
+	gs := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-site-b", Labels: map[string]string{"test": e.id}},
+		Spec: v1alpha1.GridSiteSpec{GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: stub.Addr}}}
+	e.create(gs)
+	key := client.ObjectKeyFromObject(gs)
+	got := e.gridSite(key, "Active, TrustMaterialInvalid", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTrustMaterialInvalid
+	})
+	assert.Empty(t, got.Status.PublicCertPem, "nothing stored of a PEM that failed the structural check")
+	assert.Contains(t, got.Status.Message, "no certificate in it")
+
+	stub.Close()
+	got = e.gridSite(key, "Unreachable, still TrustMaterialInvalid", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseUnreachable && gs.Status.Reason == sitetrust.ReasonTrustMaterialInvalid
+	})
+	connected := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionConnected)
+	require.NotNil(t, connected)
+	assert.Equal(t, sitetrust.ReasonConnectionFailed, connected.Reason, "the probe's own reason")
+
+	require.NoError(t, remote.Publish(network.Name, chain, nil))
+	e.gridSite(key, "the certificate stored, the probe's reason back", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.PublicCertPem == chain && gs.Status.Reason == sitetrust.ReasonConnectionFailed
 	})
 }
 
