@@ -31,7 +31,6 @@ import (
 	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/signals"
 	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
-	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -369,17 +368,11 @@ func TestSignalsAndProvidersAreServedByWhoAsks(t *testing.T) {
 func TestSPIFFEModePollsPeersOnlyOverEncryptedGossip(t *testing.T) {
 	e := newEnv(t)
 	e.logOnFailure()
-	e.grantTrustSecrets("grid-ca", "site-cert")
-	network := e.network(e.gateway("edge", "site-a"))
-	network.Spec.TLS = &v1alpha1.GridTLS{
-		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
-		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
-	}
-	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
+	network := e.spiffeNetwork("site-a")
 	network.Spec.SignalTransport = &v1alpha1.SignalTransport{Mode: v1alpha1.SignalTransportPoll}
 
 	// Site B's signals port counts who dials it.
-	signalsPort, err := net.Listen("tcp", "127.0.0.1:0")
+	signalsPort, err := (&net.ListenConfig{}).Listen(e.ctx, "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = signalsPort.Close() })
 	var dials atomic.Int32
@@ -393,14 +386,9 @@ func TestSPIFFEModePollsPeersOnlyOverEncryptedGossip(t *testing.T) {
 			_ = conn.Close()
 		}
 	}()
-	stub, err := testgateway.Start("127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(stub.Close)
 	// Each node binds one port for good: it starts again when a key
 	// loads, where its peer still knows it.
-	remote := startSwimSite(t, "site-b", membership.Config{BindAddr: testnet.FreeTCPUDPAddr(t)}).running(t)
-	remote.SetGatewayAddress(stub.Addr)
-	network.Spec.Seeds = []string{"site-b.grid.test:" + portOf(remote.AdvertiseAddr())}
+	remote, stub := e.seedSite(network, "site-b", membership.Config{BindAddr: testnet.FreeTCPUDPAddr(t)})
 	e.create(network)
 
 	site := startSwimSite(t, "site-a", membership.Config{RequireKey: true, BindAddr: testnet.FreeTCPUDPAddr(t)})
@@ -413,9 +401,7 @@ func TestSPIFFEModePollsPeersOnlyOverEncryptedGossip(t *testing.T) {
 	require.NoError(t, remote.Publish(network.Name, chain, nil))
 
 	// SPIFFE mode makes a GridSite written by hand Active on its SVID.
-	gs := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-site-b", Labels: map[string]string{"test": e.id}},
-		Spec: v1alpha1.GridSiteSpec{GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: stub.Addr}}}
-	e.create(gs)
+	gs := e.handWrittenSite(network, "site-b", stub.Addr)
 	e.gridSite(client.ObjectKeyFromObject(gs), "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
 	e.eventually("site B's SWIM address in the clear", func() (bool, string) {
 		v := site.View(network.Name)

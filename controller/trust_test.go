@@ -426,6 +426,44 @@ func unsupported(n *v1alpha1.GridNetwork) string {
 	return ""
 }
 
+// spiffeNetwork is a network in SPIFFE mode, its gateway edge at site,
+// whose grid CA and site certificate the agent generates.
+func (e *env) spiffeNetwork(site string) *v1alpha1.GridNetwork {
+	e.t.Helper()
+	e.grantTrustSecrets("grid-ca", "site-cert")
+	network := e.network(e.gateway("edge", site))
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
+	return network
+}
+
+// seedSite starts another site's SWIM runtime and its gateway, which it
+// advertises, and makes it the network's seed (site-b.grid.test, which
+// seedNames resolves to loopback).
+func (e *env) seedSite(network *v1alpha1.GridNetwork, site string, cfg membership.Config) (*swimSite, *testgateway.Gateway) {
+	e.t.Helper()
+	gw, err := testgateway.Start("127.0.0.1:0")
+	require.NoError(e.t, err)
+	e.t.Cleanup(gw.Close)
+	remote := startSwimSite(e.t, site, cfg).running(e.t)
+	remote.SetGatewayAddress(gw.Addr)
+	network.Spec.Seeds = []string{site + ".grid.test:" + portOf(remote.AdvertiseAddr())}
+	return remote, gw
+}
+
+// handWrittenSite creates the GridSite of site at the gateway address, as
+// an operator writes one (SPIFFE mode makes it Active on its SVID).
+func (e *env) handWrittenSite(network *v1alpha1.GridNetwork, site, address string) *v1alpha1.GridSite {
+	e.t.Helper()
+	gs := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-" + site, Labels: map[string]string{"test": e.id}},
+		Spec: v1alpha1.GridSiteSpec{GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: address}}}
+	e.create(gs)
+	return gs
+}
+
 // SPIFFE mode reads no pins: a GridSite written by hand (its site named by
 // its name after "<network>-") becomes Active on the SVID of its site from
 // the grid CA, and not on a certificate of another site; Plaintext mode
@@ -433,13 +471,7 @@ func unsupported(n *v1alpha1.GridNetwork) string {
 func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	e := newEnv(t)
 	e.logOnFailure()
-	e.grantTrustSecrets("grid-ca", "site-cert")
-	network := e.network(e.gateway("edge", "east"))
-	network.Spec.TLS = &v1alpha1.GridTLS{
-		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
-		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
-	}
-	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
+	network := e.spiffeNetwork("east")
 	e.create(network)
 	e.startAgent(withSiteTrust("east", time.Hour, time.Second))
 	ca, _ := e.gridCA()
@@ -448,11 +480,7 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	t.Cleanup(gw.Close)
 	presentIssued(t, gw, ca, "north")
 
-	north := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-north", Labels: map[string]string{"test": e.id}}, Spec: v1alpha1.GridSiteSpec{
-		GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr},
-	}}
-	e.create(north)
-	key := client.ObjectKeyFromObject(north)
+	key := client.ObjectKeyFromObject(e.handWrittenSite(network, "north", gw.Addr))
 	e.gridSite(key, "Active without pins", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTLSVerified
 	})
@@ -481,19 +509,8 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 func TestAGossipedPEMWithoutACertificateIsTrustMaterialInvalid(t *testing.T) {
 	e := newEnv(t)
 	e.logOnFailure()
-	e.grantTrustSecrets("grid-ca", "site-cert")
-	network := e.network(e.gateway("edge", "site-a"))
-	network.Spec.TLS = &v1alpha1.GridTLS{
-		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
-		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
-	}
-	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
-	stub, err := testgateway.Start("127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(stub.Close)
-	remote := startSwimSite(t, "site-b", membership.Config{}).running(t)
-	remote.SetGatewayAddress(stub.Addr)
-	network.Spec.Seeds = []string{"site-b.grid.test:" + portOf(remote.AdvertiseAddr())}
+	network := e.spiffeNetwork("site-a")
+	remote, stub := e.seedSite(network, "site-b", membership.Config{})
 	e.create(network)
 	site := startSwimSite(t, "site-a", membership.Config{RequireKey: true})
 	e.startAgent(withMembership(site, seedNames{"site-b.grid.test": "127.0.0.1"}), withSiteTrust("site-a", time.Hour, time.Second))
@@ -502,10 +519,7 @@ func TestAGossipedPEMWithoutACertificateIsTrustMaterialInvalid(t *testing.T) {
 	_, chain := presentIssued(t, stub, ca, "site-b")
 	require.NoError(t, remote.Publish(network.Name, "-----BEGIN NOT A CERTIFICATE-----\nAAAA\n-----END NOT A CERTIFICATE-----\n", nil))
 
-	gs := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-site-b", Labels: map[string]string{"test": e.id}},
-		Spec: v1alpha1.GridSiteSpec{GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: stub.Addr}}}
-	e.create(gs)
-	key := client.ObjectKeyFromObject(gs)
+	key := client.ObjectKeyFromObject(e.handWrittenSite(network, "site-b", stub.Addr))
 	got := e.gridSite(key, "Active, TrustMaterialInvalid", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTrustMaterialInvalid
 	})
