@@ -1,13 +1,20 @@
 package controller_test
 
 import (
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller"
 )
 
 // The schema refuses bad objects with a message that names the field, so
@@ -77,4 +84,82 @@ func TestAPIServerRefusesInvalidGridObjects(t *testing.T) {
 	empty.Spec.HealthCheck = &v1alpha1.HealthCheck{}
 	e.create(empty)
 	assert.Equal(t, v1alpha1.HealthCheck{}, *empty.Spec.HealthCheck)
+}
+
+// warnings records the API server's warnings to a client.
+type warnings struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen = append(w.seen, text)
+}
+
+func (w *warnings) all() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.seen, "\n")
+}
+
+// transport.caSecretRef names a Secret of the gateway's namespace and has
+// no namespace of its own (the reference's field-specific change): strict
+// field validation refuses one, naming it; Warn accepts the object with a
+// warning and Ignore silently, both pruning it. spec.tls.caSecretRef keeps
+// its namespace.
+func TestTransportCASecretRefNamespaceIsRefusedOrPruned(t *testing.T) {
+	e := newEnv(t)
+	recorded := &warnings{}
+	cfg := rest.CopyConfig(e.cp.AdminConfig())
+	cfg.WarningHandler = recorded
+	scheme, err := controller.Scheme()
+	require.NoError(t, err)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+
+	caRef := func() map[string]any { return map[string]any{"name": "backend-ca", "namespace": "elsewhere"} }
+	network := func(name string) *unstructured.Unstructured {
+		transport := map[string]any{"mode": "tls", "sni": "api.internal", "caSecretRef": caRef()}
+		return gridObject("GridNetwork", name, map[string]any{
+			"tls": map[string]any{"caSecretRef": map[string]any{"name": "grid-ca", "namespace": e.credNS}},
+			"consumerGateways": []any{map[string]any{"name": "edge", "namespace": e.gwNS, "praxisConfig": map[string]any{
+				"generate":         true,
+				"clusterEndpoints": []any{map[string]any{"cluster": "api", "address": "api.internal:443", "transport": transport}},
+				"deriveTopology":   map[string]any{"fromProviders": []any{"p"}, "transport": map[string]any{"mode": "tls", "sni": "gw.internal", "caSecretRef": caRef()}},
+			}}},
+		})
+	}
+	const endpointField = "spec.consumerGateways[0].praxisConfig.clusterEndpoints[0].transport.caSecretRef.namespace"
+	const derivedField = "spec.consumerGateways[0].praxisConfig.deriveTopology.transport.caSecretRef.namespace"
+
+	err = c.Create(e.ctx, network("ca-ns-strict-"+e.id), client.FieldValidation("Strict"))
+	require.Error(t, err)
+	assert.True(t, apierrors.IsBadRequest(err), "%v", err)
+	assert.Contains(t, err.Error(), endpointField)
+	assert.Contains(t, err.Error(), derivedField)
+
+	for _, mode := range []string{"Warn", "Ignore"} {
+		before := recorded.all()
+		name := "ca-ns-" + strings.ToLower(mode) + "-" + e.id
+		require.NoError(t, c.Create(e.ctx, network(name), client.FieldValidation(mode)), mode)
+		t.Cleanup(func() { _ = e.admin.Delete(e.ctx, &v1alpha1.GridNetwork{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+		warned := strings.TrimPrefix(recorded.all(), before)
+		if mode == "Warn" {
+			assert.Contains(t, warned, endpointField, "Warn says what it pruned")
+		} else {
+			assert.NotContains(t, warned, "caSecretRef", "Ignore drops it silently")
+		}
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("GridNetwork"))
+		require.NoError(t, e.admin.Get(e.ctx, client.ObjectKey{Name: name}, got))
+		gw := got.Object["spec"].(map[string]any)["consumerGateways"].([]any)[0].(map[string]any)["praxisConfig"].(map[string]any)
+		endpointRef := gw["clusterEndpoints"].([]any)[0].(map[string]any)["transport"].(map[string]any)["caSecretRef"]
+		derivedRef := gw["deriveTopology"].(map[string]any)["transport"].(map[string]any)["caSecretRef"]
+		want := map[string]any{"name": "backend-ca", "key": "ca.crt"}
+		assert.Equal(t, want, endpointRef, "%s: the namespace pruned", mode)
+		assert.Equal(t, want, derivedRef, "%s: the namespace pruned", mode)
+		assert.Equal(t, e.credNS, readNetwork(e, name).Spec.TLS.CASecretRef.Namespace, "spec.tls.caSecretRef keeps its namespace")
+	}
 }

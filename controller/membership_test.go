@@ -35,7 +35,8 @@ import (
 )
 
 // A site's SWIM runtime on loopback with a fifth of the reference's
-// timings: real memberlist, real encryption.
+// timings: real memberlist, real encryption. Its port is chosen afresh
+// at every start of its node unless cfg.BindAddr names one.
 type swimSite struct {
 	*membership.Runtime
 	cancel context.CancelFunc
@@ -46,7 +47,10 @@ type swimSite struct {
 func startSwimSite(t *testing.T, site string, cfg membership.Config) *swimSite {
 	t.Helper()
 	logs := &testproc.Buffer{}
-	cfg.Site, cfg.BindAddr = site, "127.0.0.1:0"
+	cfg.Site = site
+	if cfg.BindAddr == "" {
+		cfg.BindAddr = "127.0.0.1:0"
+	}
 	cfg.ProbeInterval, cfg.ProbeTimeout, cfg.GossipInterval, cfg.PushPullInterval = time.Second, 600*time.Millisecond, 50*time.Millisecond, 2*time.Second
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	rt, err := membership.New(context.Background(), cfg)

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/mounts"
 	"github.com/gridsync/gridsync/controller/praxisconfig"
 	"github.com/gridsync/gridsync/controller/rbac"
@@ -35,6 +38,45 @@ func (e *env) mountStatus(network *v1alpha1.GridNetwork, gateway string, ok func
 		return false, "no entry"
 	})
 	return got
+}
+
+// mountPhases records every phase/reason the network's status gives
+// gateway, as a watch sees each write (a phase that lasts one write
+// between two reconciles is seen too).
+func (e *env) mountPhases(network *v1alpha1.GridNetwork, gateway string) func() []string {
+	e.t.Helper()
+	scheme, err := controller.Scheme()
+	require.NoError(e.t, err)
+	c, err := client.NewWithWatch(e.cp.AdminConfig(), client.Options{Scheme: scheme})
+	require.NoError(e.t, err)
+	w, err := c.Watch(e.ctx, &v1alpha1.GridNetworkList{}, client.MatchingFields{"metadata.name": network.Name})
+	require.NoError(e.t, err)
+	e.t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	var seen []string
+	go func() {
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*v1alpha1.GridNetwork)
+			if !ok {
+				continue
+			}
+			for _, st := range n.Status.MountReconciliationStatus {
+				if st.GatewayName != gateway {
+					continue
+				}
+				mu.Lock()
+				if p := st.Phase + "/" + st.Reason; len(seen) == 0 || seen[len(seen)-1] != p {
+					seen = append(seen, p)
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }
 
 func phase(p, reason string) func(v1alpha1.MountReconciliationStatus) bool {
@@ -75,7 +117,8 @@ func gatewayDeployment(namespace, name string) *appsv1.Deployment {
 // published), refused until the Deployment opts in, waiting
 // while a Secret the config reads is missing; then one server-side apply
 // of the agent's field manager switches the config to the Grid slot and
-// adds the credential's projection, leaving every other field as it was.
+// adds the credential's projection, leaving every other field as it was
+// (the status says MountsReconciling, then WaitingForRollout).
 // Until the config runs, the overlay leaves out the cluster the bootstrap
 // config lacks. (No kubelet rolls pods here: the node tests do.)
 func TestDelegatedMountsNeedTheGatewaysGrantAndOptIn(t *testing.T) {
@@ -134,10 +177,18 @@ func TestDelegatedMountsNeedTheGatewaysGrantAndOptIn(t *testing.T) {
 	// finished rollout of the bootstrap template has, so that the agent
 	// may reuse the other slot.
 	settle(t, e, deployment())
+	phases := e.mountPhases(network, "edge")
 	e.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "api-ca", Namespace: e.gwNS}, Data: map[string][]byte{"ca.crt": []byte("not read by the agent")}})
 	slot := mounts.SlotName(praxisconfig.DefaultConfigMapName)
 	st = e.mountStatus(network, "edge", phase(mounts.PhaseWaitingForRollout, ""))
 	assert.Equal(t, slot, st.ConfigMapName)
+	// The reconcile that patched says so before the rollout is waited for.
+	e.eventually("MountsReconciling, then WaitingForRollout", func() (bool, string) {
+		seen := phases()
+		i := slices.Index(seen, mounts.PhaseReconciling+"/"+mounts.ReasonConfigSwitched)
+		return i >= 0 && slices.ContainsFunc(seen[i:], func(p string) bool { return strings.HasPrefix(p, mounts.PhaseWaitingForRollout+"/") }),
+			strings.Join(seen, " → ")
+	})
 	patched := deployment()
 	writes := a.requests.count()
 

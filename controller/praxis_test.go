@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -288,6 +289,85 @@ func TestPraxisConfigMapOwnership(t *testing.T) {
 	assert.Equal(t, "mine", cm.Data["praxis.yaml"])
 	shared := e.praxisYAML("shared", func(string) bool { return true })
 	assert.Equal(t, "first", shared.Labels[envelope.LabelGateway])
+}
+
+// deriveTopology absent, a candidate without an explicit entry fails the
+// render (MissingClusterEndpoint, nothing applied; later, the last config
+// kept byte for byte); deriveTopology with an empty fromProviders
+// derives nothing and withdraws the candidate, named; the provider
+// allowlisted, its endpoint is derived.
+func TestDeriveTopologyAbsentFailsTheRenderAndAnEmptyListWithdraws(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	gw := e.gateway("edge", "east")
+	gw.PraxisConfig = &v1alpha1.PraxisConfig{Generate: true,
+		ClusterEndpoints: []v1alpha1.ClusterEndpoint{{Cluster: "api", Address: "127.0.0.1:18080", Transport: &v1alpha1.EndpointTransport{Mode: "plaintext"}}}}
+	network := e.network(gw)
+	e.create(network)
+	api := e.provider("api", network.Name, "model-api")
+	api.Spec.ClusterName = "api"
+	e.create(api)
+	derivable := e.provider("derivable", network.Name, "model-derivable")
+	derivable.Spec.ClusterName, derivable.Spec.Endpoint = "derivable", "https://127.0.0.1:18081/v1"
+	e.create(derivable)
+	e.startAgent()
+
+	st := e.praxisStatus(network, "edge", func(s v1alpha1.PraxisConfigStatus) bool { return s.Phase == "Error" })
+	assert.Equal(t, praxisconfig.ReasonMissingClusterEndpoint, st.Reason)
+	assert.Contains(t, st.Message, "cluster derivable")
+	var none corev1.ConfigMap
+	err := e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.gwNS, Name: praxisconfig.DefaultConfigMapName}, &none)
+	assert.True(t, apierrors.IsNotFound(err), "nothing applied: %v", err)
+
+	setDerive := func(dt *v1alpha1.DeriveTopology) {
+		update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.ConsumerGateways[0].PraxisConfig.DeriveTopology = dt })
+	}
+	transport := &v1alpha1.EndpointTransport{Mode: "tls", SNI: ptrTo("derived.internal")}
+	setDerive(&v1alpha1.DeriveTopology{FromProviders: []string{}, Transport: transport})
+	st = e.praxisStatus(network, "edge", func(s v1alpha1.PraxisConfigStatus) bool { return s.Phase == "Rendered" })
+	assert.Contains(t, st.Message, "withdrew cluster derivable")
+	cm := e.praxisYAML(praxisconfig.DefaultConfigMapName, func(string) bool { return true })
+	assert.Equal(t, map[string][]string{"api": {"127.0.0.1:18080"}}, loadBalancerClusters(t, cm.Data[praxisconfig.DataKey]), "nothing derived")
+	e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 1 })
+
+	setDerive(&v1alpha1.DeriveTopology{FromProviders: []string{"derivable"}, Transport: transport})
+	cm = e.praxisYAML(praxisconfig.DefaultConfigMapName, func(doc string) bool { return strings.Contains(doc, "127.0.0.1:18081") })
+	e.overlayOf(network, gw, func(r envelope.Result) bool { return r.CandidateCount == 2 })
+
+	setDerive(nil)
+	st = e.praxisStatus(network, "edge", func(s v1alpha1.PraxisConfigStatus) bool {
+		return s.Phase == "Error" && s.Reason == praxisconfig.ReasonMissingClusterEndpoint
+	})
+	assert.Contains(t, st.Message, "cluster derivable")
+	kept := e.praxisYAML(praxisconfig.DefaultConfigMapName, func(string) bool { return true })
+	assert.Equal(t, cm.Data, kept.Data, "the last applied config keeps serving")
+}
+
+// A gateway without siteName takes the network's name as its site; a
+// network's name may hold a dot, which no site name does, so its config
+// is not rendered (PraxisConfigRenderFailed, naming siteName), while a
+// gateway of the same network that names its site renders.
+func TestPraxisConfigOfANetworkWhoseNameIsNoSiteName(t *testing.T) {
+	e := newEnv(t)
+	spec := func(configMap string) *v1alpha1.PraxisConfig {
+		return &v1alpha1.PraxisConfig{Generate: true, ConfigMapName: configMap,
+			ClusterEndpoints: []v1alpha1.ClusterEndpoint{{Cluster: "c", Address: "127.0.0.1:1", Transport: &v1alpha1.EndpointTransport{Mode: "plaintext"}}}}
+	}
+	unnamed, named := e.gateway("unnamed", ""), e.gateway("named", "east")
+	unnamed.PraxisConfig, named.PraxisConfig = spec("unnamed-config"), spec("named-config")
+	network := e.network(unnamed, named)
+	network.Name = "grid-" + e.id + ".east"
+	e.create(network)
+	e.startAgent()
+
+	st := e.praxisStatus(network, "unnamed", func(s v1alpha1.PraxisConfigStatus) bool { return s.Phase == "Error" })
+	assert.Equal(t, praxisconfig.ReasonPraxisConfigRenderFailed, st.Reason)
+	assert.Contains(t, st.Message, "siteName")
+	assert.Contains(t, st.Message, network.Name)
+	e.praxisStatus(network, "named", func(s v1alpha1.PraxisConfigStatus) bool { return s.Phase == "Rendered" })
+	var cm corev1.ConfigMap
+	err := e.admin.Get(e.ctx, types.NamespacedName{Namespace: e.gwNS, Name: "unnamed-config"}, &cm)
+	assert.True(t, apierrors.IsNotFound(err), "no config rendered for a site that is no site name: %v", err)
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -124,3 +124,37 @@ func TestPublishesAnOverlayPerGatewayWithTheContractsNamesAndKeys(t *testing.T) 
 
 	e.providerPhase(withToken, v1alpha1.ProviderAvailable, "Ready")
 }
+
+// Empty matchLabels = all sites in the grid: a provider whose access
+// policy selects with empty matchLabels (applied as the reference writes
+// it) is in the overlay of every site's gateway, where one that names a
+// site is in that site's alone.
+func TestAnEmptyMatchLabelsReachesEverySitesOverlay(t *testing.T) {
+	e := newEnv(t)
+	east, west := e.gateway("edge-east", "east"), e.gateway("edge-west", "west")
+	network := e.network(east, west)
+	e.create(network)
+	everywhere := gridObject("InferenceProvider", "everywhere-"+e.id, map[string]any{
+		"gridNetworkRef": network.Name, "providerKind": "vllm", "backendKind": "openai_compatible",
+		"endpoint": "https://everywhere.example", "models": []any{map[string]any{"name": "model-all"}},
+		"accessPolicy": map[string]any{"siteSelector": map[string]any{"matchLabels": map[string]any{}}},
+	})
+	everywhere.SetLabels(map[string]string{"test": e.id})
+	require.NoError(t, e.admin.Create(e.ctx, everywhere, client.FieldValidation("Strict")))
+	westOnly := e.provider("west-only", network.Name, "model-west")
+	westOnly.Spec.AccessPolicy = &v1alpha1.AccessPolicy{SiteSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.SiteLabel: "west"}}}
+	e.create(westOnly)
+	e.startAgent()
+
+	names := func(cm *corev1.ConfigMap) []string {
+		var out []string
+		for _, c := range candidatesOf(t, cm) {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	cm, _ := e.overlayOf(network, east, func(r envelope.Result) bool { return r.CandidateCount == 1 })
+	assert.Equal(t, []string{"model-all"}, names(cm))
+	cm, _ = e.overlayOf(network, west, func(r envelope.Result) bool { return r.CandidateCount == 2 })
+	assert.ElementsMatch(t, []string{"model-all", "model-west"}, names(cm))
+}

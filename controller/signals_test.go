@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -26,8 +27,12 @@ import (
 	"github.com/gridsync/gridsync/controller"
 	"github.com/gridsync/gridsync/controller/probe"
 	rollout "github.com/gridsync/gridsync/delivery/fold"
+	membership "github.com/gridsync/gridsync/gossip"
+	"github.com/gridsync/gridsync/gossip/swimkeys"
 	"github.com/gridsync/gridsync/signals"
 	signalsapi "github.com/gridsync/gridsync/signals/httpapi"
+	"github.com/gridsync/gridsync/test/testnet"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 func withSignals(store *signals.Store) agentOption {
@@ -351,5 +356,75 @@ func TestSignalsAndProvidersAreServedByWhoAsks(t *testing.T) {
 	e.eventually("the provider's new access policy reaches the listing", func() (bool, string) {
 		_, _, body := get(west, signalsapi.ProvidersPath)
 		return strings.Contains(body, `"name":"`+southOnly.Name+`"`), body
+	})
+}
+
+// SPIFFE mode reads no pins, so a poll waits for encrypted gossip, which
+// carries the host it dials (the reference's signals listener section):
+// while SWIM runs in the clear (the network declares no swimKeySecretRef)
+// the Active peer's signals port is never dialled and the poll says why;
+// once both sites hold the key and gossip is encrypted, the peer is
+// polled.
+func TestSPIFFEModePollsPeersOnlyOverEncryptedGossip(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	network := e.spiffeNetwork("site-a")
+	network.Spec.SignalTransport = &v1alpha1.SignalTransport{Mode: v1alpha1.SignalTransportPoll}
+
+	// Site B's signals port counts who dials it.
+	signalsPort, err := (&net.ListenConfig{}).Listen(e.ctx, "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = signalsPort.Close() })
+	var dials atomic.Int32
+	go func() {
+		for {
+			conn, err := signalsPort.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			_ = conn.Close()
+		}
+	}()
+	// Each node binds one port for good: it starts again when a key
+	// loads, where its peer still knows it.
+	remote, stub := e.seedSite(network, "site-b", membership.Config{BindAddr: testnet.FreeTCPUDPAddr(t)})
+	e.create(network)
+
+	site := startSwimSite(t, "site-a", membership.Config{RequireKey: true, BindAddr: testnet.FreeTCPUDPAddr(t)})
+	peerPort := func(o *controller.ManagerOptions) { o.SignalsPeerPort = signalsPort.Addr().(*net.TCPAddr).Port }
+	e.startAgent(withMembership(site, seedNames{"site-b.grid.test": "127.0.0.1"}), withSiteTrust("site-a", time.Hour, time.Second),
+		withSignals(signals.NewStore(nil)), peerPort)
+	ca, _ := e.gridCA()
+	remote.signsWith(t, network.Name, ca)
+	_, chain := presentIssued(t, stub, ca, "site-b")
+	require.NoError(t, remote.Publish(network.Name, chain, nil))
+
+	// SPIFFE mode makes a GridSite written by hand Active on its SVID.
+	gs := e.handWrittenSite(network, "site-b", stub.Addr)
+	e.gridSite(client.ObjectKeyFromObject(gs), "Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
+	e.eventually("site B's SWIM address in the clear", func() (bool, string) {
+		v := site.View(network.Name)
+		return len(v.Sites) == 1 && v.Sites[0].SwimAddress != "" && !v.Encrypted, fmt.Sprintf("%+v", v.Sites)
+	})
+	e.eventually("the poll waiting for encrypted gossip", func() (bool, string) {
+		return strings.Contains(e.logs.String(), `"outcome":"gossip_unencrypted"`), "no such log line"
+	})
+	time.Sleep(time.Second) // five signals rounds
+	assert.Zero(t, dials.Load(), "the signals port of a site named by plaintext gossip is dialled")
+
+	// The key, at both sites: gossip is encrypted, and B is polled.
+	key := swimKey(t)
+	e.create(e.secret("swim-key", map[string][]byte{"key": key}))
+	remote.SetNetworkKeys(network.Name, &swimkeys.Set{Primary: key}, false)
+	update(e, network, func(n *v1alpha1.GridNetwork) {
+		n.Spec.TLS.SwimKeySecretRef = &v1alpha1.NamespacedKeyRef{Name: "swim-key", Namespace: e.credNS}
+	})
+	// Both nodes start again, encrypted; A's join of its seed may have
+	// failed meanwhile (and waits its retry), so B joins A.
+	require.Eventually(t, func() bool { return remote.Status().Encrypted && site.Status().Encrypted }, 10*time.Second, 10*time.Millisecond)
+	remote.AnnounceSeeds(network.Name, []string{site.AdvertiseAddr()})
+	e.eventually("site B's signals port polled over encrypted gossip", func() (bool, string) {
+		return dials.Load() > 0 && site.View(network.Name).Encrypted, fmt.Sprintf("%d dials, %+v", dials.Load(), site.Status())
 	})
 }

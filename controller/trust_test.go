@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -425,6 +426,44 @@ func unsupported(n *v1alpha1.GridNetwork) string {
 	return ""
 }
 
+// spiffeNetwork is a network in SPIFFE mode, its gateway edge at site,
+// whose grid CA and site certificate the agent generates.
+func (e *env) spiffeNetwork(site string) *v1alpha1.GridNetwork {
+	e.t.Helper()
+	e.grantTrustSecrets("grid-ca", "site-cert")
+	network := e.network(e.gateway("edge", site))
+	network.Spec.TLS = &v1alpha1.GridTLS{
+		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
+		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
+	}
+	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
+	return network
+}
+
+// seedSite starts another site's SWIM runtime and its gateway, which it
+// advertises, and makes it the network's seed (site-b.grid.test, which
+// seedNames resolves to loopback).
+func (e *env) seedSite(network *v1alpha1.GridNetwork, site string, cfg membership.Config) (*swimSite, *testgateway.Gateway) {
+	e.t.Helper()
+	gw, err := testgateway.Start("127.0.0.1:0")
+	require.NoError(e.t, err)
+	e.t.Cleanup(gw.Close)
+	remote := startSwimSite(e.t, site, cfg).running(e.t)
+	remote.SetGatewayAddress(gw.Addr)
+	network.Spec.Seeds = []string{site + ".grid.test:" + portOf(remote.AdvertiseAddr())}
+	return remote, gw
+}
+
+// handWrittenSite creates the GridSite of site at the gateway address, as
+// an operator writes one (SPIFFE mode makes it Active on its SVID).
+func (e *env) handWrittenSite(network *v1alpha1.GridNetwork, site, address string) *v1alpha1.GridSite {
+	e.t.Helper()
+	gs := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-" + site, Labels: map[string]string{"test": e.id}},
+		Spec: v1alpha1.GridSiteSpec{GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: address}}}
+	e.create(gs)
+	return gs
+}
+
 // SPIFFE mode reads no pins: a GridSite written by hand (its site named by
 // its name after "<network>-") becomes Active on the SVID of its site from
 // the grid CA, and not on a certificate of another site; Plaintext mode
@@ -432,13 +471,7 @@ func unsupported(n *v1alpha1.GridNetwork) string {
 func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	e := newEnv(t)
 	e.logOnFailure()
-	e.grantTrustSecrets("grid-ca", "site-cert")
-	network := e.network(e.gateway("edge", "east"))
-	network.Spec.TLS = &v1alpha1.GridTLS{
-		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
-		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
-	}
-	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
+	network := e.spiffeNetwork("east")
 	e.create(network)
 	e.startAgent(withSiteTrust("east", time.Hour, time.Second))
 	ca, _ := e.gridCA()
@@ -447,11 +480,7 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	t.Cleanup(gw.Close)
 	presentIssued(t, gw, ca, "north")
 
-	north := &v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: network.Name + "-north", Labels: map[string]string{"test": e.id}}, Spec: v1alpha1.GridSiteSpec{
-		GridNetworkRef: network.Name, GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: gw.Addr},
-	}}
-	e.create(north)
-	key := client.ObjectKeyFromObject(north)
+	key := client.ObjectKeyFromObject(e.handWrittenSite(network, "north", gw.Addr))
 	e.gridSite(key, "Active without pins", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTLSVerified
 	})
@@ -468,6 +497,46 @@ func TestSPIFFEModeAndPlaintextMode(t *testing.T) {
 	e.create(plain)
 	e.gridSite(client.ObjectKeyFromObject(plain), "reachable, never Active", func(gs *v1alpha1.GridSite) bool {
 		return gs.Status.Phase == sitetrust.PhaseConnecting && gs.Status.Reason == sitetrust.ReasonIdentityVerificationRequired
+	})
+}
+
+// A site that gossips a PEM with no certificate in it is
+// TrustMaterialInvalid in its GridSite's status.reason, as the
+// reference's public certificate exchange records it: Active (gossip is
+// no trust material and changes no phase) and, its gateway gone,
+// Unreachable, the probe's reason then in Connected and the message. A
+// certificate gossiped again clears it.
+func TestAGossipedPEMWithoutACertificateIsTrustMaterialInvalid(t *testing.T) {
+	e := newEnv(t)
+	e.logOnFailure()
+	network := e.spiffeNetwork("site-a")
+	remote, stub := e.seedSite(network, "site-b", membership.Config{})
+	e.create(network)
+	site := startSwimSite(t, "site-a", membership.Config{RequireKey: true})
+	e.startAgent(withMembership(site, seedNames{"site-b.grid.test": "127.0.0.1"}), withSiteTrust("site-a", time.Hour, time.Second))
+	ca, _ := e.gridCA()
+	remote.signsWith(t, network.Name, ca)
+	_, chain := presentIssued(t, stub, ca, "site-b")
+	require.NoError(t, remote.Publish(network.Name, "-----BEGIN NOT A CERTIFICATE-----\nAAAA\n-----END NOT A CERTIFICATE-----\n", nil))
+
+	key := client.ObjectKeyFromObject(e.handWrittenSite(network, "site-b", stub.Addr))
+	got := e.gridSite(key, "Active, TrustMaterialInvalid", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseActive && gs.Status.Reason == sitetrust.ReasonTrustMaterialInvalid
+	})
+	assert.Empty(t, got.Status.PublicCertPem, "nothing stored of a PEM that failed the structural check")
+	assert.Contains(t, got.Status.Message, "no certificate in it")
+
+	stub.Close()
+	got = e.gridSite(key, "Unreachable, still TrustMaterialInvalid", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.Phase == sitetrust.PhaseUnreachable && gs.Status.Reason == sitetrust.ReasonTrustMaterialInvalid
+	})
+	connected := meta.FindStatusCondition(got.Status.Conditions, controller.ConditionConnected)
+	require.NotNil(t, connected)
+	assert.Equal(t, sitetrust.ReasonConnectionFailed, connected.Reason, "the probe's own reason")
+
+	require.NoError(t, remote.Publish(network.Name, chain, nil))
+	e.gridSite(key, "the certificate stored, the probe's reason back", func(gs *v1alpha1.GridSite) bool {
+		return gs.Status.PublicCertPem == chain && gs.Status.Reason == sitetrust.ReasonConnectionFailed
 	})
 }
 

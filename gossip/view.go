@@ -46,7 +46,7 @@ type MemberStatus struct {
 func (r *Runtime) View(network string) sites.NetworkView {
 	r.mu.Lock()
 	_, released := r.releasedLocked()
-	v := sites.NetworkView{Enabled: true, Running: r.ml != nil, KeyPending: r.leading && !released, GridID: r.grid.ID}
+	v := sites.NetworkView{Enabled: true, Running: r.ml != nil, KeyPending: r.leading && !released, Encrypted: r.ml != nil && r.encrypted, GridID: r.grid.ID}
 	members := make(map[string]member, len(r.members))
 	for s, m := range r.members {
 		members[s] = *m

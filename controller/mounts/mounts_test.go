@@ -245,7 +245,7 @@ func TestAChangeIsOneSwitchAndARemovalIsPrunedAfterTheRollout(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, live.InSync(first, "bootstrap"), "the bootstrap config")
 	assert.Equal(t, Wait, Decide(false, 0, rolling).Action, "the bootstrap Deployment becomes ready first")
-	assert.Equal(t, Switch, Decide(false, 0, settled).Action)
+	assert.Equal(t, Decision{Action: Switch, Phase: PhaseReconciling, Reason: ReasonConfigSwitched}, Decide(false, 0, settled), "a patch is MountsReconciling")
 	assert.Equal(t, target.Slots[1], target.Inactive(live.ActiveSlot))
 
 	d = applied(t, d, first, live.Obsolete(first))
@@ -273,7 +273,7 @@ func TestAChangeIsOneSwitchAndARemovalIsPrunedAfterTheRollout(t *testing.T) {
 	require.Len(t, live.Obsolete(second), 1)
 	assert.Equal(t, Wait, Decide(true, 1, rolling).Action, "never pruned while old pods remain")
 	assert.Equal(t, Wait, Decide(true, 1, Rollout{Settled: true, Reason: ReasonScaledToZero}).Action)
-	assert.Equal(t, Prune, Decide(true, 1, settled).Action)
+	assert.Equal(t, Decision{Action: Prune, Phase: PhaseReconciling, Reason: ReasonMountsPruned}, Decide(true, 1, settled), "a patch is MountsReconciling")
 
 	d = applied(t, d, second, nil)
 	live, err = Inspect(d, target)

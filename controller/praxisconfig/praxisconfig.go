@@ -23,6 +23,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // Reasons of a gateway's praxisConfigStatus, as the reference names them.
@@ -193,6 +194,11 @@ func Render(in Input) (Result, error) {
 	}
 	if strings.TrimSpace(in.LocalSite) == "" {
 		return Result{}, fail(ReasonPraxisConfigRenderFailed, "the gateway has no site: set siteName on the GatewayRef")
+	}
+	// A gateway without siteName takes the network's name, which may be
+	// no site name (a dot, say): the config pins its overlay to that site.
+	if err := sitetrust.ValidSiteName(in.LocalSite); err != nil {
+		return Result{}, fail(ReasonPraxisConfigRenderFailed, "the gateway's site is not a valid site identity (%v): set siteName on the GatewayRef", err)
 	}
 
 	explicit, err := explicitEndpoints(spec.ClusterEndpoints)

@@ -199,6 +199,10 @@ func TestRenderFailsClosed(t *testing.T) {
 			in.Spec.TLSCertMountPath = "/tls"
 		}, praxisconfig.ReasonPraxisConfigRenderFailed, "tlsCertMountPath"},
 		{"no site", []v1alpha1.ClusterEndpoint{base}, func(in *praxisconfig.Input) { in.LocalSite = "" }, praxisconfig.ReasonPraxisConfigRenderFailed, "siteName"},
+		{"a site that is no DNS label (a network's name with a dot)", []v1alpha1.ClusterEndpoint{base}, func(in *praxisconfig.Input) {
+			in.LocalSite = "grid.east"
+		}, praxisconfig.ReasonPraxisConfigRenderFailed, `"grid.east"`},
+		{"a site in capitals", []v1alpha1.ClusterEndpoint{base}, func(in *praxisconfig.Input) { in.LocalSite = "East" }, praxisconfig.ReasonPraxisConfigRenderFailed, "siteName"},
 		{"sampling rate above 1", []v1alpha1.ClusterEndpoint{base}, func(in *praxisconfig.Input) {
 			in.Spec.Telemetry = &v1alpha1.GatewayTelemetry{SamplingRate: ptr(1.5)}
 		}, praxisconfig.ReasonPraxisConfigRenderFailed, "samplingRate"},
@@ -301,6 +305,40 @@ func TestDerivedTopology(t *testing.T) {
 	res, err = praxisconfig.Render(in)
 	require.NoError(t, err)
 	assert.Contains(t, withdrawal(res, "secure"), "deriveTopology.transport")
+}
+
+// A candidate without an explicit entry: deriveTopology absent fails the
+// render (MissingClusterEndpoint: the gateway's owner never asked for
+// withdrawals); deriveTopology with an empty fromProviders derives
+// nothing, not every provider, and withdraws the candidate.
+func TestDeriveTopologyAbsentFailsAndAnEmptyListDerivesNothing(t *testing.T) {
+	transport := &v1alpha1.EndpointTransport{Mode: "tls", SNI: ptr("gw.infra.svc")}
+	in := input(v1alpha1.PraxisConfig{ClusterEndpoints: []v1alpha1.ClusterEndpoint{plain("explicit", "explicit.svc:8080")}},
+		[]envelope.Candidate{candidate("a", "explicit", "explicit"), candidate("b", "derivable", "derivable")})
+	in.Providers = []praxisconfig.Provider{{Identity: "derivable", Name: "derivable", Endpoint: "https://derivable.svc/v1"}}
+
+	_, err := praxisconfig.Render(in)
+	var e *praxisconfig.Error
+	require.True(t, errors.As(err, &e), "%v", err)
+	assert.Equal(t, praxisconfig.ReasonMissingClusterEndpoint, e.Reason)
+	assert.Contains(t, e.Message, "derivable")
+
+	for _, list := range [][]string{nil, {}} {
+		in.Spec.DeriveTopology = &v1alpha1.DeriveTopology{FromProviders: list, Transport: transport}
+		res, err := praxisconfig.Render(in)
+		require.NoError(t, err)
+		assert.NotContains(t, string(res.YAML), "derivable.svc", "an empty list derives nothing")
+		assert.Contains(t, withdrawal(res, "derivable"), "fromProviders")
+		require.Len(t, res.Candidates, 1)
+		assert.Equal(t, "a", res.Candidates[0].Name)
+	}
+
+	// The provider is derivable: the list alone kept it out.
+	in.Spec.DeriveTopology.FromProviders = []string{"derivable"}
+	res, err := praxisconfig.Render(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(res.YAML), "derivable.svc:443")
+	assert.Empty(t, res.Withdrawn)
 }
 
 func withdrawal(res praxisconfig.Result, cluster string) string {

@@ -134,6 +134,22 @@ func TestAssessedAccessPolicySelectsSites(t *testing.T) {
 	assert.False(t, v.Provider.Admits(render.Gateway{Site: "east"}))
 }
 
+// Empty matchLabels = all sites in the grid (the reference's provider
+// access policy): an empty selector admits every site, as no policy does.
+func TestAnEmptyMatchLabelsAdmitsEverySite(t *testing.T) {
+	for _, selector := range []*metav1.LabelSelector{{MatchLabels: map[string]string{}}, {}} {
+		p := newProvider(func(p *v1alpha1.InferenceProvider) {
+			p.Spec.AccessPolicy = &v1alpha1.AccessPolicy{SiteSelector: selector}
+		})
+		v, err := providerpolicy.Assess(p, providerpolicy.Options{Secrets: secrets{}})
+		require.NoError(t, err)
+		assert.Equal(t, v1alpha1.ProviderAvailable, v.Phase)
+		for _, site := range []string{"east", "west", "a-site-nobody-named"} {
+			assert.True(t, v.Provider.Admits(render.Gateway{Site: site}), "%+v admits %s", selector, site)
+		}
+	}
+}
+
 type failingSecrets struct{}
 
 func (failingSecrets) SecretShape(string, string) (providerpolicy.SecretShape, bool, error) {

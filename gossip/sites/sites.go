@@ -87,6 +87,10 @@ type NetworkView struct {
 	Running bool
 	// KeyPending: SWIM holds every send and receive until a key loads.
 	KeyPending bool
+	// Encrypted: SWIM runs now with a key, so what gossip says (the
+	// addresses among it) was sent by a holder of a network's key and
+	// reached here unaltered.
+	Encrypted bool
 	// Sites are the remote sites that announced the network, by name.
 	Sites []Site
 	// Providers are their provider records, by site then name.

@@ -137,6 +137,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	reason, message := outcome.Reason, outcome.Message
 
 	// What gossip says is a diagnostic, never trust: it changes no phase.
+	// A gossiped PEM with no certificate in it is the reason whatever the
+	// probe found, as the reference records it (TrustMaterialInvalid in
+	// status.reason); the probe's own reason stays in Connected and the
+	// message. Only the issuer's eviction says more.
 	certPEM := gs.Status.PublicCertPem
 	if gossip != nil {
 		certPEM = gossip.CertPEM
@@ -145,7 +149,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		if gossip.CertInvalid {
 			message += "; the gossiped certificate PEM has no certificate in it"
-			if outcome.Kind == sitetrust.Verified {
+			if !evicted {
 				reason = sitetrust.ReasonTrustMaterialInvalid
 			}
 		}

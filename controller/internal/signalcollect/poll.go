@@ -36,7 +36,8 @@ const (
 // the signals of every Active peer of a poll-mode network, at the peer's
 // gossip-advertised host and the signals port, over mutual TLS with the
 // site certificate, checking the peer as a site probe does (the grid CA,
-// its name and its pin, or its SPIFFE ID). Only the rows the peer holds
+// its name and its pin, or its SPIFFE ID); in SPIFFE mode only while
+// SWIM runs encrypted. Only the rows the peer holds
 // for its own site are kept, keyed by the verified site, never by what
 // the body says; a sample's age is the answer's Date minus its stamp, so
 // the two sites' clocks never meet.
@@ -58,7 +59,7 @@ func NewPoller(c *base.Env, trust *trustmaterial.Cache) *Poller {
 	p := &Poller{c: c, trust: trust, heard: map[string]heardRecord{}}
 	p.polls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_signals_polls_total",
-		Help: "Polls of peer sites' signals, by outcome (ok, no_address, trust_material, untrusted_peer, status, too_large, not_exposition, or a probe outcome: timeout, connection_refused, tls_error...).",
+		Help: "Polls of peer sites' signals, by outcome (ok, no_address, gossip_unencrypted, trust_material, untrusted_peer, status, too_large, not_exposition, or a probe outcome: timeout, connection_refused, tls_error...).",
 	}, []string{"outcome"})
 	c.Opts.Registerer.MustRegister(p.polls)
 	return p
@@ -84,9 +85,19 @@ func (p *Poller) round(ctx context.Context) {
 			continue
 		}
 		view := p.c.Opts.Membership.View(n.Name)
+		// The host a poll dials is what gossip says. In SPIFFE mode,
+		// which reads no pins, the reference has the operator wait for
+		// encrypted gossip: in the clear anyone who reaches the SWIM port
+		// could name the host, and the agent would dial it with its site
+		// certificate.
+		waitForEncryption := base.SpiffeMode(n) && !view.Encrypted
 		for j := range sites {
 			gs := &sites[j]
 			if gs.Status.Phase != sitetrust.PhaseActive || !gs.DeletionTimestamp.IsZero() {
+				continue
+			}
+			if waitForEncryption {
+				p.fail(base.SiteOf(gs), "gossip_unencrypted", "peerTrust.mode spiffe polls a site only while SWIM gossip, which carries the address it dials, is encrypted: it runs in the clear (set spec.tls.swimKeySecretRef)")
 				continue
 			}
 			wg.Add(1)
