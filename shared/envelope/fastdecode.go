@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"bytes"
 	"math"
 	"sync"
 
@@ -69,6 +70,8 @@ func (d *fastDecoder) less(a, b *node) bool {
 
 var fastDecoders = sync.Pool{New: func() any { return new(fastDecoder) }}
 
+var colon, openBrace, openBracket = []byte{':'}, []byte{'{'}, []byte{'['}
+
 // fastDecode fills top as decodeWithCandidates(data, top, {limitDepth})
 // would and returns true, or returns false having left top unusable, for
 // the general path to decide.
@@ -82,6 +85,14 @@ func fastDecode(data []byte, top *wireTop) bool {
 		fastDecoders.Put(d)
 	}()
 	d.data = data
+	// The tape sized once: grown by doubling, a 4 MiB envelope's tape was
+	// allocated about twice over and held one and a half times at its
+	// largest. Each value on the tape is a member (one ':'), an object or
+	// an array; scalar array elements, which envelopes hardly have, grow
+	// it past the estimate.
+	if want := bytes.Count(data, colon) + bytes.Count(data, openBrace) + bytes.Count(data, openBracket); cap(d.nodes) < want {
+		d.nodes = make([]node, 0, want)
+	}
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return false
