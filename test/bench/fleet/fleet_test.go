@@ -88,6 +88,8 @@ func benchFleet(b *testing.B) {
 	cases := measure.Size([]fleetCase{
 		{200, 1, 64 << 10, 10, plain},
 		{1000, 1, 64 << 10, 10, plain},
+		// The same in the compressed form: where it starts to pay.
+		{1000, 1, 64 << 10, 10, zstd},
 		{1000, 50, 64 << 10, 3, plain},
 		{1000, 1, 1000 << 10, 5, plain},
 		{1000, 1, 1000 << 10, 5, zstd},
