@@ -113,7 +113,11 @@ type result struct {
 	// peakRSSMiB is the sidecar's high-water mark, against the memory
 	// limit the gateway chart gives it for its bound.
 	peakRSSMiB, memoryLimitMiB float64
-	cpuMsPerUpdate             float64
+	// cgroupPeakMiB is the most its memory cgroup was charged (its memory
+	// and the output's tmpfs pages), oomKills how often it was killed.
+	cgroupPeakMiB  float64
+	oomKills       int64
+	cpuMsPerUpdate float64
 	// idleCPUMsPerSecond: CPU used while nothing changes.
 	idleCPUMsPerSecond float64
 	reads, invalid     int64
@@ -127,7 +131,7 @@ func (r result) line() string {
 	if r.encoding == envelope.EncodingZstd {
 		line += fmt.Sprintf(" compressed_bytes=%d", r.compressedBytes)
 	}
-	return line + fmt.Sprintf(" peak_rss_mib=%.1f memory_limit_mib=%.0f", r.peakRSSMiB, r.memoryLimitMiB)
+	return line + fmt.Sprintf(" peak_rss_mib=%.1f cgroup_peak_mib=%.1f memory_limit_mib=%.0f oom_kills=%d", r.peakRSSMiB, r.cgroupPeakMiB, r.memoryLimitMiB, r.oomKills)
 }
 
 // chartMemoryLimitMiB is the sync containers' memory limit the gateway
@@ -185,14 +189,20 @@ func deliver(b *testing.B, size int, medium, encoding, fsync string, withReader 
 
 	health := freeAddr(b)
 	maxBytes := max(envelope.DefaultMaxBytes, size)
-	proc := exec.Command(framework.Bin(testbin.Sidecar), //nolint:noctx // stopped with SIGTERM below
+	// As the gateway chart and the kubelet run it: in a memory cgroup of
+	// the container's limit, which the chart sizes for the bound (the
+	// output's tmpfs pages it writes are charged there too, as an emptyDir
+	// in memory is to the pod), and with the Go runtime's soft limit from
+	// it.
+	limit := int64(chartMemoryLimitMiB(maxBytes)) << 20
+	memcg := measure.NewMemoryCgroup(b, limit)
+	argv := memcg.Command(framework.Bin(testbin.Sidecar),
 		"--kubeconfig", kubeconfig, "--namespace", ns, "--config-map", configMap, "--output", output,
 		"--expected-network", scope.Network, "--expected-gateway", scope.Gateway, "--expected-local-site", scope.LocalSite,
 		"--health-addr", health, "--log-level", "warn", "--fsync", fsync,
 		"--max-bytes", strconv.Itoa(maxBytes))
-	// As the gateway chart runs it: the Go runtime's soft limit from the
-	// container's memory limit, which the chart sizes for the bound.
-	proc.Env = append(os.Environ(), fmt.Sprintf("%s=%d", runtimecfg.MemoryLimitEnv, int64(chartMemoryLimitMiB(maxBytes))<<20))
+	proc := exec.Command(argv[0], argv[1:]...) //nolint:noctx // stopped with SIGTERM below
+	proc.Env = append(os.Environ(), fmt.Sprintf("%s=%d", runtimecfg.MemoryLimitEnv, limit))
 	proc.Stderr = os.Stderr
 	proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	measure.Must(b, proc.Start())
@@ -267,6 +277,10 @@ func deliver(b *testing.B, size int, medium, encoding, fsync string, withReader 
 	res.rssMiB = measure.MustRSSMiB(b, proc.Process.Pid)
 	res.peakRSSMiB = measure.MustPeakRSSMiB(b, proc.Process.Pid)
 	res.memoryLimitMiB = chartMemoryLimitMiB(maxBytes)
+	res.cgroupPeakMiB, res.oomKills = memcg.PeakMiB(b), memcg.OOMKills(b)
+	if res.oomKills > 0 {
+		b.Fatalf("the sidecar was killed for memory %d times within its chart's limit of %.0f MiB", res.oomKills, res.memoryLimitMiB)
+	}
 	for i := warmupUpdates + 1; i < len(docs); i++ {
 		at, ok := consumer.seen(revisions[i])
 		if !ok {
