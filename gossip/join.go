@@ -45,9 +45,11 @@ func (r *Runtime) announceSeeds(network string, addrs []string) sites.SeedResult
 	ml := r.ml
 	r.mu.Unlock()
 	if ml == nil {
-		return sites.SeedResult{}
+		return sites.SeedResult{Seeds: addrs}
 	}
-	return r.join(ml, addrs)
+	res := r.join(ml, addrs)
+	res.Seeds = addrs
+	return res
 }
 
 func (r *Runtime) joinAll(ctx context.Context) {

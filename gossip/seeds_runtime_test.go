@@ -69,6 +69,7 @@ func TestAWhollyFailedSeedListKeepsTheLastGoodSet(t *testing.T) {
 	// to resolve: the set last announced is joined again.
 	res := b.RejoinSeeds("prod")
 	require.Empty(t, res.Failed)
+	require.Equal(t, []string{addr}, res.Seeds, "the set kept, for the network's status")
 	require.Eventually(t, func() bool { return len(aliveMembers(b)) == 1 && aliveMembers(b)[0] == "site-c" }, 10*time.Second, 10*time.Millisecond,
 		"the last good set, joined again")
 
@@ -77,6 +78,7 @@ func TestAWhollyFailedSeedListKeepsTheLastGoodSet(t *testing.T) {
 	lone.waitRunning(t)
 	res = lone.RejoinSeeds("prod")
 	assert.Empty(t, res.Failed)
+	assert.Empty(t, res.Seeds, "no set kept")
 	assert.False(t, res.Conflict)
 	time.Sleep(testProbe)
 	assert.Empty(t, lone.Status().Members, "seedless")

@@ -194,6 +194,10 @@ type SeedResult struct {
 	Pending []string
 	// Conflict: a seed belongs to another grid.
 	Conflict bool
+	// Seeds are the network's seed addresses the runtime now keeps (this
+	// site's own removed): those announced, or for a rejoin the set last
+	// announced (none: the network runs without seeds).
+	Seeds []string
 }
 
 // Identity is how a network's records are signed and checked: every

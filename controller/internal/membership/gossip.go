@@ -194,10 +194,23 @@ func (r *Member) Reconcile(ctx context.Context, network *v1alpha1.GridNetwork, l
 			out.Condition = Condition{Reason: ReasonSeedsUnresolvable}
 		}
 	}
-	// A wholly failed non-empty list keeps the last resolved set.
+	// A wholly failed non-empty list keeps the last resolved set; with
+	// none, SWIM runs without seeds (this site is found only by sites
+	// that have it as a seed), which is warned of once.
 	var res sites.SeedResult
 	if len(resolved) == 0 && len(network.Spec.Seeds) > 0 {
 		res = m.RejoinSeeds(network.Name)
+		if len(res.Seeds) > 0 {
+			notes = append(notes, "no seed resolved: the addresses last resolved are kept: "+base.JoinLimited(res.Seeds, 3))
+		} else {
+			notes = append(notes, "no seed has resolved yet: SWIM runs without seeds until one does")
+			key := network.Name + "/seedless"
+			said[key] = true
+			if r.seedProblems.Set(key, "seedless") == "" {
+				r.Opts.Logger.Warn("swim_seedless", "network", network.Name, "field", "spec.seeds", "entries", len(network.Spec.Seeds),
+					"why", "no entry has resolved yet: this site joins no other until one does")
+			}
+		}
 	} else {
 		res = m.AnnounceSeeds(network.Name, resolved)
 	}
