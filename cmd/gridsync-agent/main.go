@@ -105,7 +105,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	logger := logr.FromSlogHandler(log.Handler())
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
-	memoryLimit := runtimecfg.MemoryLimitFromContainer(getenv)
+	memoryLimit := runtimecfg.MemoryLimitFromContainer(getenv, 0)
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)

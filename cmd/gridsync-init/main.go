@@ -61,7 +61,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	log := cfg.NewLogger(stderr, binary)
 	procs := runtimecfg.SingleProcessor()
-	memoryLimit := runtimecfg.MemoryLimitFromContainer(os.Getenv)
+	// The output and its replacement, on the pod's emptyDir in memory, are
+	// charged to this container too.
+	memoryLimit := runtimecfg.MemoryLimitFromContainer(os.Getenv, 2*int64(cfg.MaxBytes))
 	// As the sidecar does: a first line that says what runs, and marks when
 	// the gate started (the time to the first overlay is read from it).
 	log.Info("started", "version", version, "gomaxprocs", procs, "memory_limit_bytes", memoryLimit)

@@ -41,7 +41,9 @@ func runSidecar(args []string, stderr io.Writer) int {
 	}
 	log := cfg.NewLogger(stderr, binary)
 	procs := runtimecfg.SingleProcessor()
-	memoryLimit := runtimecfg.MemoryLimitFromContainer(os.Getenv)
+	// The output and its replacement, on the pod's emptyDir in memory, are
+	// charged to this container too.
+	memoryLimit := runtimecfg.MemoryLimitFromContainer(os.Getenv, 2*int64(cfg.MaxBytes))
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)

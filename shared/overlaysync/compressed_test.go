@@ -2,6 +2,7 @@ package overlaysync_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -99,4 +100,24 @@ func TestRefusesBadCompressedFormsAndKeepsTheLastGoodFile(t *testing.T) {
 			assert.True(t, readOutput(t, g.output()) == string(good), "the last good file is in place")
 		})
 	}
+}
+
+// An envelope that came compressed is kept compressed once on disk (a
+// fraction of its size), and put back whole when its file goes missing.
+func TestACompressedLastGoodIsPutBackWhole(t *testing.T) {
+	g := newGateway(t)
+	opts := g.options()
+	opts.MaxBytes = 8 << 20
+	opts.RetryWrite = 100 * time.Millisecond
+	r := g.start(opts)
+	doc, revision := buildEnvelope(t, g.scope, 1, 20000)
+	st := r.waitObserved(t, g.putCompressed(doc))
+	require.Equal(t, revision, st.WrittenRevision)
+
+	require.NoError(t, os.Remove(g.output()))
+	require.Eventually(t, func() bool {
+		data, err := os.ReadFile(g.output())
+		return err == nil && string(data) == string(doc)
+	}, 10*time.Second, 10*time.Millisecond, "the removed output is put back, decompressed")
+	r.waitStatus(t, "back and no longer degraded", func(st overlaysync.Status) bool { return !st.Degraded })
 }

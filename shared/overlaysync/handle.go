@@ -29,7 +29,7 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 		s.mu.Unlock()
 	}()
 
-	payload, err := s.envelopeOf(cm)
+	payload, packed, err := s.envelopeOf(cm)
 	var res envelope.Result
 	if err == nil {
 		res, err = envelope.Validate(payload, s.validationOptions())
@@ -58,7 +58,7 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 		s.opts.Logger.Debug("overlay_unchanged", "revision", res.Revision, "resource_version", cm.ResourceVersion)
 		return
 	}
-	s.write(&accepted{data: payload, result: res, receivedAt: receivedAt})
+	s.write(&accepted{data: payload, packed: packed, result: res, receivedAt: receivedAt})
 }
 
 // envelopeOf returns the envelope a ConfigMap holds: the data key's text,
@@ -66,17 +66,19 @@ func (s *Syncer) observe(cm *corev1.ConfigMap, receivedAt time.Time) {
 // decompressed within the size bound. The digest the validator checks is
 // the decompressed envelope's, so the compressed bytes are trusted no
 // further than the plain ones. A missing key is a *Rejection too.
-func (s *Syncer) envelopeOf(cm *corev1.ConfigMap) ([]byte, error) {
+// The compressed bytes are returned too (nil for the plain form).
+func (s *Syncer) envelopeOf(cm *corev1.ConfigMap) (doc, packed []byte, err error) {
 	if data, ok := cm.Data[s.opts.DataKey]; ok {
-		return bytesOf(data), nil
+		return bytesOf(data), nil, nil
 	}
 	compressedKey := envelope.CompressedKey(s.opts.DataKey)
 	packed, ok := cm.BinaryData[compressedKey]
 	if !ok {
-		return nil, &envelope.Rejection{Reason: ReasonMissingDataKey,
+		return nil, nil, &envelope.Rejection{Reason: ReasonMissingDataKey,
 			Detail: fmt.Sprintf("ConfigMap has no data key %q nor binaryData key %q", s.opts.DataKey, compressedKey)}
 	}
-	return envelope.Decompress(packed, s.opts.MaxBytes)
+	doc, err = envelope.Decompress(packed, s.opts.MaxBytes)
+	return doc, packed, err
 }
 
 // write publishes an accepted envelope; a failed write keeps the
@@ -119,7 +121,7 @@ func (s *Syncer) write(a *accepted) {
 
 	s.mu.Lock()
 	s.st.pending = nil
-	s.st.lastGood = a
+	s.st.lastGood = a.kept()
 	s.st.outputReason = ""
 	s.st.sourceReason = ""
 	s.st.restored = false

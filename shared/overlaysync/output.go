@@ -57,7 +57,14 @@ func (s *Syncer) checkOutput() {
 			log.Warn("output_missing", "output", s.opts.Output, "revision", good.result.Revision)
 		}
 	}
-	res, err := s.file.Replace(good.data)
+	data, err := good.envelope(s.opts.MaxBytes)
+	if err != nil {
+		// It was decompressed within the same bound before: only memory
+		// corrupted under it could get here.
+		log.Error("output_restore_failed", "output", s.opts.Output, "revision", good.result.Revision, "error", err)
+		return
+	}
+	res, err := s.file.Replace(data)
 	if err != nil && res != publish.Written {
 		s.metrics.writeFailed()
 		// Retried on the next tick; said once, so that a folder put at the

@@ -40,9 +40,31 @@ type Syncer struct {
 
 // accepted is a validated envelope on its way to disk.
 type accepted struct {
-	data       []byte
+	data []byte
+	// packed is the compressed form the envelope came in, when it did:
+	// once on disk, the envelope is kept as that (the last-known-good
+	// to put back, rarely needed) instead of whole.
+	packed     []byte
 	result     envelope.Result
 	receivedAt time.Time
+}
+
+// kept is what is held of an envelope once it is on disk: without its
+// decompressed bytes when it came compressed, a fraction of their size.
+func (a *accepted) kept() *accepted {
+	if a.packed == nil {
+		return a
+	}
+	return &accepted{packed: a.packed, result: a.result, receivedAt: a.receivedAt}
+}
+
+// envelope is the envelope's bytes, decompressed again when only the
+// compressed form was kept.
+func (a *accepted) envelope(maxBytes int) ([]byte, error) {
+	if a.data != nil || a.packed == nil {
+		return a.data, nil
+	}
+	return envelope.Decompress(a.packed, maxBytes)
 }
 
 // New prepares a Syncer: it removes stale temporary files next to the

@@ -34,14 +34,18 @@ const MemoryLimitEnv = "GRIDSYNC_MEMORY_LIMIT"
 const memoryHeadroom = 0.9
 
 // MemoryLimitFromContainer sets the Go runtime's soft memory limit to 90%
-// of the container's (MemoryLimitEnv), so that the garbage collector works
-// harder as the process nears the limit instead of the kernel killing it.
-// GOMEMLIMIT, when set, wins. It returns the limit in force (math.MaxInt64
-// when none).
-func MemoryLimitFromContainer(getenv func(string) string) int64 {
+// of the container's (MemoryLimitEnv), less reserved, so that the garbage
+// collector works harder as the process nears the limit instead of the
+// kernel killing it. reserved is what the container is charged beside the
+// process's own memory: the pages it writes to an emptyDir in memory (the
+// sync containers' output file and its replacement, while it is renamed
+// over the file). The soft limit is never less than half the container's.
+// GOMEMLIMIT, when set, wins. It returns the limit in force
+// (math.MaxInt64 when none).
+func MemoryLimitFromContainer(getenv func(string) string, reserved int64) int64 {
 	if getenv("GOMEMLIMIT") == "" {
 		if limit, err := strconv.ParseInt(getenv(MemoryLimitEnv), 10, 64); err == nil && limit > 0 {
-			debug.SetMemoryLimit(int64(float64(limit) * memoryHeadroom))
+			debug.SetMemoryLimit(max(int64(float64(limit)*memoryHeadroom)-max(reserved, 0), limit/2))
 		}
 	}
 	return debug.SetMemoryLimit(-1)
