@@ -7,11 +7,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
@@ -86,6 +90,7 @@ func TestAPIServerRefusesInvalidGridObjects(t *testing.T) {
 	assert.Equal(t, v1alpha1.HealthCheck{}, *empty.Spec.HealthCheck)
 }
 
+<<<<<<< HEAD
 // warnings records the API server's warnings to a client.
 type warnings struct {
 	mu   sync.Mutex
@@ -161,5 +166,33 @@ func TestTransportCASecretRefNamespaceIsRefusedOrPruned(t *testing.T) {
 		assert.Equal(t, want, endpointRef, "%s: the namespace pruned", mode)
 		assert.Equal(t, want, derivedRef, "%s: the namespace pruned", mode)
 		assert.Equal(t, e.credNS, readNetwork(e, name).Spec.TLS.CASecretRef.Namespace, "spec.tls.caSecretRef keeps its namespace")
+=======
+// The agent maps the Grid kinds without asking discovery (so that it can
+// start while the API server is unreachable): what it maps them to must be
+// what the installed CRDs serve, and every other kind still comes from
+// discovery.
+func TestGridMappingMatchesTheCRDs(t *testing.T) {
+	e := newEnv(t)
+	mgr, err := controller.NewManager(e.saConfig, controller.ManagerOptions{SeveralPerProcess: true})
+	require.NoError(t, err)
+	httpClient, err := rest.HTTPClientFor(e.saConfig)
+	require.NoError(t, err)
+	discovered, err := apiutil.NewDynamicRESTMapper(e.saConfig, httpClient)
+	require.NoError(t, err)
+	kinds := []schema.GroupKind{{Group: corev1.GroupName, Kind: "ConfigMap"}, {Group: "coordination.k8s.io", Kind: "Lease"}}
+	for _, obj := range []runtime.Object{&v1alpha1.GridNetwork{}, &v1alpha1.InferenceProvider{}, &v1alpha1.GridSite{}} {
+		gvk, err := apiutil.GVKForObject(obj, mgr.GetScheme())
+		require.NoError(t, err)
+		kinds = append(kinds, gvk.GroupKind())
+	}
+	for _, gk := range kinds {
+		want, err := discovered.RESTMapping(gk)
+		require.NoError(t, err, gk.String())
+		got, err := mgr.GetRESTMapper().RESTMapping(gk)
+		require.NoError(t, err, gk.String())
+		assert.Equal(t, want.Resource, got.Resource, gk.String())
+		assert.Equal(t, want.GroupVersionKind, got.GroupVersionKind, gk.String())
+		assert.Equal(t, want.Scope.Name(), got.Scope.Name(), gk.String())
+>>>>>>> r2b
 	}
 }

@@ -35,6 +35,10 @@ type ManagerOptions struct {
 	SeveralPerProcess bool
 }
 
+// ShutdownTimeout is how long a stopping manager waits for its runnables
+// (the reconcilers, SWIM's leave, the Lease's release).
+const ShutdownTimeout = 5 * time.Second
+
 // Scheme knows the core types and the Grid API.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
@@ -59,6 +63,7 @@ func NewManager(cfg *rest.Config, mo ManagerOptions) (manager.Manager, error) {
 	mgrOpts := manager.Options{
 		Scheme:                        scheme,
 		Cache:                         cacheOptions(),
+		MapperProvider:                newRESTMapper,
 		Client:                        client.Options{Cache: &client.CacheOptions{DisableFor: uncached}},
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
@@ -68,7 +73,7 @@ func NewManager(cfg *rest.Config, mo ManagerOptions) (manager.Manager, error) {
 		LeaderElectionResourceLock:    "leases",
 		LeaderElectionReleaseOnCancel: true, // a stopping leader hands over at once
 		Logger:                        logr.FromSlogHandler(opts.Logger.Handler()),
-		GracefulShutdownTimeout:       durationPtr(5 * time.Second),
+		GracefulShutdownTimeout:       durationPtr(ShutdownTimeout),
 		Controller:                    config.Controller{SkipNameValidation: &mo.SeveralPerProcess},
 	}
 	if mo.LeaseDuration > 0 {

@@ -268,12 +268,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 
 	var synced, leading atomic.Bool
-	go func() {
-		if mgr.GetCache().WaitForCacheSync(ctx) {
-			synced.Store(true)
-			log.Info("cache_synced")
-		}
-	}()
+	go awaitCacheSync(ctx, mgr.GetCache().WaitForCacheSync, cacheSyncReport, log, func() { synced.Store(true) })
 	go func() {
 		select {
 		case <-mgr.Elected():
@@ -313,7 +308,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect, "memory_limit_bytes", memoryLimit,
 		"swim_bind_addr", cfg.swim.bindAddr, "site", cfg.swim.site)
-	if err := health.ServeWhile(ctx, ln, handler, shutdownGrace, mgr.Start); err != nil {
+	if err := health.ServeWhile(ctx, ln, handler, shutdownGrace, runUntilStopped(mgr.Start, managerStopGrace, log)); err != nil {
 		return fail("stopped_with_error", err)
 	}
 	log.Info("shutdown", "signal", "received")

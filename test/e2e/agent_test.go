@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testbin"
 )
@@ -110,6 +112,33 @@ func TestAgentShutsDownCleanlyOnSIGTERMAndHandsOverTheLease(t *testing.T) {
 		holder = *lease.Spec.HolderIdentity
 	}
 	assert.Empty(t, holder, "a stopping leader releases the Lease, so a standby takes over at once")
+}
+
+// An agent stopped while its API server has been unreachable since it
+// started (its caches never synced, so it never led) exits, cleanly and
+// soon: controller-runtime's manager alone would spin on the stop for good.
+func TestAgentStopsOnSIGTERMWhileItsAPIServerIsUnreachable(t *testing.T) {
+	s := newAgentSetup(t)
+	proxy, err := cp.NewProxy()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	proxy.Cut()
+	s.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig-through-proxy")
+	require.NoError(t, controlplane.WriteKubeconfig(proxy.Config(s.Config), s.Kubeconfig))
+	health := freeAddr(t)
+	agent := start(t, testbin.Agent, nil, s.AgentArgs(health, framework.AgentOptions{})...)
+	waitOK(t, "http://"+health+"/livez")
+	// The manager is past its start and waits for the first list, which
+	// fails at once and is retried.
+	time.Sleep(time.Second)
+	code, body := get(t, "http://"+health+"/readyz")
+	require.NotEqual(t, 200, code, body)
+
+	require.NoError(t, agent.Cmd.Process.Signal(syscall.SIGTERM))
+	began := time.Now()
+	assert.Equal(t, 0, agent.Wait(t, 20*time.Second))
+	assert.Less(t, time.Since(began), 10*time.Second)
+	assert.Contains(t, agent.Log(), `"msg":"shutdown"`)
 }
 
 func TestAgentRejectsBadFlagsNamingTheFlag(t *testing.T) {

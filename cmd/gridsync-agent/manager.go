@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gridsync/gridsync/controller"
+)
+
+// managerStopGrace is how long the agent waits for the manager once it is
+// told to stop: the manager's own shutdown timeout and a margin.
+const managerStopGrace = controller.ShutdownTimeout + 2*time.Second
+
+// runUntilStopped runs start until it returns, and returns at most grace
+// after ctx ends even when it has not. controller-runtime's manager (v0.25)
+// never returns when it is stopped while its caches wait for their first
+// list, the API server unreachable or refusing it since the agent started:
+// it spins on the ended context. Such an agent never led (it leads only
+// once its caches synced), so it has no Lease to release nor SWIM to
+// leave, and it exits without the manager.
+func runUntilStopped(start func(context.Context) error, grace time.Duration, log *slog.Logger) func(context.Context) error {
+	return func(ctx context.Context) error {
+		done := make(chan error, 1)
+		go func() { done <- start(ctx) }()
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+			log.Warn("manager_stop_abandoned", "after", grace.String(), "why", "the manager did not return: its caches never synced")
+			return nil
+		}
+	}
+}
+
+// cacheSyncReport is how often the agent says that its caches still wait
+// for their first list.
+const cacheSyncReport = 10 * time.Second
+
+// awaitCacheSync calls synced once the caches hold their first list, and
+// says every report until then that they do not: the informers retry the
+// list in the background, at a debug level of their own, and an agent
+// whose API server is unreachable or refuses the list would otherwise
+// be unready without a word.
+func awaitCacheSync(ctx context.Context, wait func(context.Context) bool, report time.Duration, log *slog.Logger, synced func()) {
+	done := make(chan bool, 1)
+	go func() { done <- wait(ctx) }()
+	began := time.Now()
+	tick := time.NewTicker(report)
+	defer tick.Stop()
+	for {
+		select {
+		case ok := <-done:
+			if ok {
+				synced()
+				log.Info("cache_synced", "after", time.Since(began).Round(time.Millisecond).String())
+			}
+			return
+		case <-tick.C:
+			log.Warn("cache_sync_waiting", "since", time.Since(began).Round(time.Second).String(),
+				"why", "the API server has not answered the first list of the watched objects; it is retried in the background")
+		}
+	}
+}

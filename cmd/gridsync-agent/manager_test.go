@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/test/testproc"
+)
+
+// A manager that never returns once stopped (its caches never synced) is
+// given up grace after the stop; one that returns is waited for, and its
+// error kept.
+func TestRunUntilStoppedGivesUpAManagerThatNeverReturns(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	run := runUntilStopped(func(context.Context) error { <-stuck; return nil }, 50*time.Millisecond, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	began := time.Now()
+	require.NoError(t, run(ctx))
+	assert.Less(t, time.Since(began), 2*time.Second)
+	assert.Contains(t, logs.String(), "manager_stop_abandoned")
+
+	failed := errors.New("leader election lost")
+	run = runUntilStopped(func(context.Context) error { return failed }, time.Hour, log)
+	assert.ErrorIs(t, run(context.Background()), failed)
+
+	slow := runUntilStopped(func(ctx context.Context) error {
+		<-ctx.Done()
+		time.Sleep(20 * time.Millisecond)
+		return failed
+	}, time.Hour, log)
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, slow(ctx), failed, "a manager that returns within the grace is waited for")
+}
+
+// Until the caches hold their first list, the agent says so at every
+// report; once they do, it is ready.
+func TestAwaitCacheSyncSaysItWaitsUntilTheFirstList(t *testing.T) {
+	var logs testproc.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	listed := make(chan struct{})
+	ready := make(chan struct{})
+	go awaitCacheSync(context.Background(), func(context.Context) bool { <-listed; return true }, 10*time.Millisecond, log,
+		func() { close(ready) })
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cache_sync_waiting") }, 5*time.Second, 5*time.Millisecond)
+	select {
+	case <-ready:
+		t.Fatal("ready before the first list")
+	default:
+	}
+	close(listed)
+	<-ready
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cache_synced") }, 5*time.Second, 5*time.Millisecond)
+}
