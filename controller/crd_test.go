@@ -90,7 +90,6 @@ func TestAPIServerRefusesInvalidGridObjects(t *testing.T) {
 	assert.Equal(t, v1alpha1.HealthCheck{}, *empty.Spec.HealthCheck)
 }
 
-<<<<<<< HEAD
 // warnings records the API server's warnings to a client.
 type warnings struct {
 	mu   sync.Mutex
@@ -166,7 +165,9 @@ func TestTransportCASecretRefNamespaceIsRefusedOrPruned(t *testing.T) {
 		assert.Equal(t, want, endpointRef, "%s: the namespace pruned", mode)
 		assert.Equal(t, want, derivedRef, "%s: the namespace pruned", mode)
 		assert.Equal(t, e.credNS, readNetwork(e, name).Spec.TLS.CASecretRef.Namespace, "spec.tls.caSecretRef keeps its namespace")
-=======
+	}
+}
+
 // The agent maps the Grid kinds without asking discovery (so that it can
 // start while the API server is unreachable): what it maps them to must be
 // what the installed CRDs serve, and every other kind still comes from
@@ -193,6 +194,5 @@ func TestGridMappingMatchesTheCRDs(t *testing.T) {
 		assert.Equal(t, want.Resource, got.Resource, gk.String())
 		assert.Equal(t, want.GroupVersionKind, got.GroupVersionKind, gk.String())
 		assert.Equal(t, want.Scope.Name(), got.Scope.Name(), gk.String())
->>>>>>> r2b
 	}
 }
