@@ -134,6 +134,7 @@ type gatewayConfig struct {
 	serviceName      string
 	serviceNamespace string
 	port             int
+	portName         string
 	discovery        bool
 	interval         time.Duration
 }
@@ -225,6 +226,7 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	bind("gateway-service-namespace", "GRID_GATEWAY_SERVICE_NAMESPACE")
 	fs.IntVar(&c.gateway.port, "gateway-port", 0, "advertised gateway port (default: the Service's first port, else 8080)"+ref("GRID_GATEWAY_PORT"))
 	bind("gateway-port", "GRID_GATEWAY_PORT")
+	fs.StringVar(&c.gateway.portName, "gateway-port-name", "", "advertise the Service port of this name (a production endpoint's named port) instead of its first; a Service without it advertises none"+note("gateway-port-name"))
 	fs.BoolVar(&c.gateway.discovery, "gateway-discovery", true, "discover the gateway address from the Service; false on a consumer-only site"+ref("GRID_GATEWAY_DISCOVERY_ENABLED"))
 	bind("gateway-discovery", "GRID_GATEWAY_DISCOVERY_ENABLED")
 	fs.DurationVar(&c.gateway.interval, "gateway-discovery-interval", 5*time.Second, "how often the Service is read"+ref("GRID_GATEWAY_DISCOVERY_INTERVAL_MS")+" (milliseconds there)")
@@ -332,6 +334,9 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 		}
 	} else if len(c.swim.key) > 0 || len(c.swim.seeds) > 0 {
 		return nil, envflag.UsageError(fs, "GRID_SWIM_ENCRYPT_KEY and GRID_SWIM_SEEDS need --swim-bind-addr (GRID_SWIM_BIND_ADDR)")
+	}
+	if c.gateway.port != 0 && c.gateway.portName != "" {
+		return nil, envflag.UsageError(fs, "--gateway-port and --gateway-port-name both name the advertised port: set one")
 	}
 	if c.gateway.port < 0 || c.gateway.port > 65535 || c.gateway.interval <= 0 {
 		return nil, envflag.UsageError(fs, "--gateway-port must be 0 to 65535 and --gateway-discovery-interval positive")

@@ -232,3 +232,15 @@ func TestGatewayDiscoveryOffStopsLookupsAndAnExplicitAddressWins(t *testing.T) {
 		assert.Equal(t, tt.discover, discover, name)
 	}
 }
+
+// A port by number and a port by name are two answers to one question:
+// both are refused, naming them.
+func TestGatewayPortByNumberAndByNameIsRefused(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseFlags([]string{"--gateway-port", "8443", "--gateway-port-name", "https"}, func(string) string { return "" }, &out)
+	require.Error(t, err)
+	assert.Contains(t, out.String(), "--gateway-port and --gateway-port-name both name the advertised port")
+	c, err := parseFlags([]string{"--gateway-port-name", "https"}, func(string) string { return "" }, &out)
+	require.NoError(t, err)
+	assert.Equal(t, "https", c.gateway.portName)
+}

@@ -233,7 +233,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			if err := mgr.Add(&gateway.Discovery{
 				Reader:  mgr.GetAPIReader(),
 				Service: types.NamespacedName{Namespace: cfg.gateway.serviceNamespace, Name: cfg.gateway.serviceName},
-				Port:    cfg.gateway.port, Interval: cfg.gateway.interval, Logger: log, Set: swim.SetGatewayAddress,
+				Port:    cfg.gateway.port, PortName: cfg.gateway.portName, Interval: cfg.gateway.interval, Logger: log, Set: swim.SetGatewayAddress,
 			}); err != nil {
 				return fail("start_failed", err)
 			}

@@ -27,6 +27,9 @@ type Discovery struct {
 	Reader   client.Reader
 	Service  types.NamespacedName
 	Port     int // 0: the Service's first port, else DefaultPort
+	// PortName, when set, names the Service port advertised (a production
+	// endpoint's named port): a Service without it advertises none.
+	PortName string
 	Interval time.Duration
 	Logger   *slog.Logger
 	// Set receives each new address ("" when the Service has none).
@@ -65,13 +68,14 @@ func (d *Discovery) read(ctx context.Context) (string, string) {
 	if err := d.Reader.Get(ctx, d.Service, &svc); err != nil {
 		return "", err.Error()
 	}
-	return Address(&svc, d.Port)
+	return Address(&svc, d.Port, d.PortName)
 }
 
 // Address is the gateway address a Service supplies: its first
-// LoadBalancer ingress (hostname, else IP) and the given port, else its
-// first port, else DefaultPort. A Service of another type supplies none.
-func Address(svc *corev1.Service, port int) (string, string) {
+// LoadBalancer ingress (hostname, else IP) and the given port, else the
+// port named portName, else its first port, else DefaultPort. A Service
+// of another type supplies none, nor one without the named port.
+func Address(svc *corev1.Service, port int, portName string) (string, string) {
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return "", "the Service is of type " + string(svc.Spec.Type) + ", not LoadBalancer: set the gateway address explicitly"
 	}
@@ -85,6 +89,16 @@ func Address(svc *corev1.Service, port int) (string, string) {
 	}
 	if host == "" {
 		return "", "the first ingress has neither hostname nor IP"
+	}
+	if port == 0 && portName != "" {
+		for _, p := range svc.Spec.Ports {
+			if p.Name == portName && p.Port > 0 {
+				port = int(p.Port)
+			}
+		}
+		if port == 0 {
+			return "", "the Service has no port named " + portName
+		}
 	}
 	if port == 0 {
 		port = DefaultPort

@@ -30,11 +30,27 @@ func TestAddress(t *testing.T) {
 		"ClusterIP supplies none": {&corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}, 0, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, why := Address(c.svc, c.port)
+			got, why := Address(c.svc, c.port, "")
 			assert.Equal(t, c.want, got)
 			if c.want == "" {
 				assert.NotEmpty(t, why)
 			}
 		})
 	}
+}
+
+// A production endpoint's named port: the Service port of that name, not
+// its first; a Service without it advertises none rather than another port.
+func TestAddressOfANamedPort(t *testing.T) {
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{
+		{Name: "http", Port: 8080}, {Name: "https", Port: 8443},
+	}}}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
+	got, _ := Address(svc, 0, "https")
+	assert.Equal(t, "192.0.2.1:8443", got)
+	got, why := Address(svc, 0, "grpc")
+	assert.Empty(t, got)
+	assert.Contains(t, why, "no port named grpc")
+	got, _ = Address(svc, 0, "")
+	assert.Equal(t, "192.0.2.1:8080", got, "without a name: the first port, as the reference's discovery")
 }
