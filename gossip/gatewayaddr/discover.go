@@ -24,9 +24,9 @@ const DefaultPort = 8080
 
 // Discovery polls a Service for the gateway address.
 type Discovery struct {
-	Reader   client.Reader
-	Service  types.NamespacedName
-	Port     int // 0: the Service's first port, else DefaultPort
+	Reader  client.Reader
+	Service types.NamespacedName
+	Port    int // 0: the Service's first port, else DefaultPort
 	// PortName, when set, names the Service port advertised (a production
 	// endpoint's named port): a Service without it advertises none.
 	PortName string
