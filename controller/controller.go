@@ -480,9 +480,22 @@ func Setup(mgr manager.Manager, opts Options) error {
 	fromDeliveries := make(chan event.GenericEvent, 1024)
 	if opts.Deliveries != nil {
 		opts.Deliveries.OnChange(send(fromDeliveries))
-		// What a gateway's pods read decides its overlay's form: a change
-		// there is published again.
-		opts.Deliveries.OnReadersChange(send(toOverlays))
+		// What a gateway's pods read decides its overlay's form and bound:
+		// a change that moves either is published again; any other renders
+		// nothing.
+		opts.Deliveries.OnReadersChange(func(name string) {
+			ctx, err := life.Context()
+			if err != nil {
+				return
+			}
+			var network v1alpha1.GridNetwork
+			if mgr.GetCache().Get(ctx, types.NamespacedName{Name: name}, &network) != nil {
+				return
+			}
+			if overlay.ReadersChangeMatters(&network, opts.Deliveries.Readers, opts.MaxOverlayBytes, opts.CompressOverlaysAbove) {
+				send(toOverlays)(name)
+			}
+		})
 	}
 	if err := mgr.Add(member.SecretPoller(toMembership)); err != nil {
 		return err

@@ -32,7 +32,7 @@ func formOf(t *testing.T, cm *corev1.ConfigMap) string {
 	_, packed := cm.BinaryData[envelope.CompressedKey(envelope.DataKeyEnvelope)]
 	switch {
 	case plain && bare && !packed:
-		require.Equal(t, envelope.EncodingPlain, cm.Annotations[envelope.AnnotationEncoding])
+		require.NotContains(t, cm.Annotations, envelope.AnnotationEncoding, "the plain form carries the contract's annotations only")
 		return envelope.EncodingPlain
 	case packed && !plain && !bare:
 		require.Equal(t, envelope.EncodingZstd, cm.Annotations[envelope.AnnotationEncoding])
@@ -70,7 +70,8 @@ func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
 	b := e.startPodReporting(network, gw, "edge-b", listener, readsBoth("auto", 4<<20))
 	e.eventually("the compressed form", func() (bool, string) {
 		cm, _ = e.overlayOf(network, gw, anyRevision)
-		return cm.Annotations[envelope.AnnotationEncoding] == envelope.EncodingZstd, cm.Annotations[envelope.AnnotationEncoding]
+		form := envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope)
+		return form == envelope.EncodingZstd, form
 	})
 	assert.Equal(t, envelope.EncodingZstd, formOf(t, cm))
 	st := status(func(s v1alpha1.GatewayOverlayStatus) bool { return s.Encoding == envelope.EncodingZstd })
@@ -92,7 +93,8 @@ func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
 	old := e.startPod(network, gw, "edge-old", listener)
 	e.eventually("the plain form again", func() (bool, string) {
 		cm, _ = e.overlayOf(network, gw, anyRevision)
-		return cm.Annotations[envelope.AnnotationEncoding] == envelope.EncodingPlain, cm.Annotations[envelope.AnnotationEncoding]
+		form := envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope)
+		return form == envelope.EncodingPlain, form
 	})
 	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))
 	e.eventually("the old pod delivers", func() (bool, string) { return old.revision() == second.Revision, old.revision() })
@@ -101,7 +103,8 @@ func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
 	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.OverlayEncoding = v1alpha1.OverlayEncodingZstd })
 	e.eventually("forced compressed", func() (bool, string) {
 		cm, _ = e.overlayOf(network, gw, anyRevision)
-		return cm.Annotations[envelope.AnnotationEncoding] == envelope.EncodingZstd, cm.Annotations[envelope.AnnotationEncoding]
+		form := envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope)
+		return form == envelope.EncodingZstd, form
 	})
 	assert.Equal(t, envelope.EncodingZstd, formOf(t, cm))
 	old.stopSync()
@@ -109,16 +112,21 @@ func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
 	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.OverlayEncoding = v1alpha1.OverlayEncodingPlain })
 	e.eventually("forced plain", func() (bool, string) {
 		cm, _ = e.overlayOf(network, gw, anyRevision)
-		return cm.Annotations[envelope.AnnotationEncoding] == envelope.EncodingPlain, cm.Annotations[envelope.AnnotationEncoding]
+		form := envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope)
+		return form == envelope.EncodingPlain, form
 	})
 	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))
 
-	// A pod that accepts no more than 100 bytes: nothing larger is
-	// published, the last revision stays, the status says why.
+	// A pod that accepts no more than 100 bytes: as soon as it reports,
+	// the published envelope is over its bound (the status says so, the
+	// last revision stays), and a new one is not published either.
 	e.startPodReporting(network, gw, "edge-small", listener, readsBoth("auto", 100))
-	update(e, provider, func(p *v1alpha1.InferenceProvider) { p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "m3"}) })
 	st = status(func(s v1alpha1.GatewayOverlayStatus) bool { return s.Reason == "OverlayTooLarge" })
 	assert.Contains(t, st.Message, "over 100, the largest envelope the gateway's pods accept")
+	update(e, provider, func(p *v1alpha1.InferenceProvider) { p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "m3"}) })
+	status(func(s v1alpha1.GatewayOverlayStatus) bool {
+		return s.Reason == "OverlayTooLarge" && s.RenderedRevision != "" && s.RenderedRevision != second.Revision
+	})
 	cm, kept := e.overlayOf(network, gw, anyRevision)
 	assert.Equal(t, second.Revision, kept.Revision, "the last published revision stays")
 	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))

@@ -27,7 +27,7 @@ func compressedForm(ctx context.Context, c client.Client, sidecarHealth string) 
 	}
 	plainBytes := len(cm.Data[envelope.DataKeyEnvelope]) + len(cm.Data[envelope.DataKeyBare])
 	fmt.Printf("    ConfigMap %s: %s form, %d bytes in two copies (the pod reports it reads plain and zstd; Auto keeps an overlay under 128 KiB plain)\n",
-		key.Name, cm.Annotations[envelope.AnnotationEncoding], plainBytes)
+		key.Name, envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope), plainBytes)
 	setEncoding := func(e v1alpha1.OverlayEncoding) error {
 		n := &v1alpha1.GridNetwork{}
 		n.Name = scope.Network
@@ -36,7 +36,7 @@ func compressedForm(ctx context.Context, c client.Client, sidecarHealth string) 
 	}
 	waitForm := func(form string) error {
 		return waitFor(ctx, func() bool {
-			return c.Get(ctx, key, &cm) == nil && cm.Annotations[envelope.AnnotationEncoding] == form
+			return c.Get(ctx, key, &cm) == nil && envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope) == form
 		})
 	}
 	if err := setEncoding(v1alpha1.OverlayEncodingZstd); err != nil {

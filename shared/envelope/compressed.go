@@ -23,8 +23,9 @@ const (
 	// CompressedSuffix turns a data key into the compressed form's
 	// binaryData key.
 	CompressedSuffix = ".zst"
-	// AnnotationEncoding names the form an overlay ConfigMap carries, for
-	// people and tools: readers go by the keys present.
+	// AnnotationEncoding marks an overlay ConfigMap in the compressed form
+	// (its value "zstd"), for people and tools; the plain form carries the
+	// contract's annotations only. Readers go by the keys present.
 	AnnotationEncoding = "grid.praxis.fast/overlay-encoding"
 
 	// MaxBytesCeiling bounds every envelope size setting: no consumer is
@@ -34,6 +35,18 @@ const (
 
 // CompressedKey is the binaryData key of dataKey's compressed form.
 func CompressedKey(dataKey string) string { return dataKey + CompressedSuffix }
+
+// FormOf says which form an overlay ConfigMap's data and binaryData hold
+// the envelope in (the plain key is read first), "" when neither.
+func FormOf(data map[string]string, binaryData map[string][]byte, dataKey string) string {
+	if _, ok := data[dataKey]; ok {
+		return EncodingPlain
+	}
+	if _, ok := binaryData[CompressedKey(dataKey)]; ok {
+		return EncodingZstd
+	}
+	return ""
+}
 
 var (
 	encoderOnce sync.Once

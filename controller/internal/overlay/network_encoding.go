@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"math"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -66,4 +67,39 @@ func storedEnvelope(cm *corev1.ConfigMap, maxBytes int) ([]byte, string, error) 
 	}
 	doc, err := envelope.Decompress(packed, maxBytes)
 	return doc, envelope.EncodingZstd, err
+}
+
+// ReadersChangeMatters reports whether a change of what a network's
+// gateway pods read would change what is published to one of its gateways:
+// another form, an envelope now over a pod's bound, or an overlay refused
+// as too large that may now fit. Anything else a report says renders
+// nothing (a thousand pods of one gateway report their first state at
+// once, and each would otherwise render the network again).
+func ReadersChangeMatters(network *v1alpha1.GridNetwork, readers func(namespace, gateway string) fold.Readers, agentMax, compressAbove int) bool {
+	for _, st := range network.Status.OverlayStatus {
+		if st.Reason == ReasonOverlayTooLarge {
+			return true
+		}
+		r := readers(st.Namespace, st.GatewayName)
+		if st.EnvelopeBytes == 0 {
+			// Its size not known yet (its status predates this release,
+			// or is being written): rendered once if it could go out
+			// compressed.
+			if encoding, _ := chooseEncoding(network.Spec.OverlayEncoding, r, math.MaxInt, compressAbove); encoding == envelope.EncodingZstd {
+				return true
+			}
+			continue
+		}
+		current := st.Encoding
+		if current == "" {
+			current = envelope.EncodingPlain
+		}
+		if encoding, _ := chooseEncoding(network.Spec.OverlayEncoding, r, int(st.EnvelopeBytes), compressAbove); encoding != current {
+			return true
+		}
+		if limit, _ := maxEnvelopeBytes(agentMax, r); int(st.EnvelopeBytes) > limit {
+			return true
+		}
+	}
+	return false
 }

@@ -46,3 +46,29 @@ func TestMaxEnvelopeBytes(t *testing.T) {
 	got, _ = maxEnvelopeBytes(1<<20, fold.Readers{Pods: 2, MaxBytes: 4 << 20})
 	assert.Equal(t, 1<<20, got, "the agent's own bound holds when the pods accept more")
 }
+
+func TestReadersChangeMatters(t *testing.T) {
+	const above = 128 << 10
+	status := func(entries ...v1alpha1.GatewayOverlayStatus) *v1alpha1.GridNetwork {
+		return &v1alpha1.GridNetwork{Status: v1alpha1.GridNetworkStatus{OverlayStatus: entries}}
+	}
+	plainBig := v1alpha1.GatewayOverlayStatus{Namespace: "ns", GatewayName: "gw", Encoding: envelope.EncodingPlain, EnvelopeBytes: 200 << 10}
+	plainSmall := plainBig
+	plainSmall.EnvelopeBytes = 10 << 10
+	readers := func(r fold.Readers) func(string, string) fold.Readers {
+		return func(string, string) fold.Readers { return r }
+	}
+	assert.False(t, ReadersChangeMatters(status(plainSmall), readers(fold.Readers{Pods: 1000}), 1<<20, above),
+		"a small overlay stays plain however many pods read the compressed form")
+	assert.True(t, ReadersChangeMatters(status(plainBig), readers(fold.Readers{Pods: 3}), 1<<20, above),
+		"a large plain overlay every pod now reads compressed")
+	assert.False(t, ReadersChangeMatters(status(plainBig), readers(fold.Readers{Pods: 3, PlainOnly: 1}), 1<<20, above))
+	assert.True(t, ReadersChangeMatters(status(plainSmall), readers(fold.Readers{Pods: 3, MaxBytes: 1 << 10}), 1<<20, above),
+		"now over a pod's bound")
+	tooLarge := v1alpha1.GatewayOverlayStatus{Namespace: "ns", GatewayName: "gw", Reason: ReasonOverlayTooLarge}
+	assert.True(t, ReadersChangeMatters(status(tooLarge), readers(fold.Readers{}), 1<<20, above), "a refused overlay may fit now")
+	unknown := v1alpha1.GatewayOverlayStatus{Namespace: "ns", GatewayName: "gw"}
+	assert.True(t, ReadersChangeMatters(status(unknown), readers(fold.Readers{Pods: 3}), 1<<20, above),
+		"its size not known: rendered once when it could go out compressed")
+	assert.False(t, ReadersChangeMatters(status(unknown), readers(fold.Readers{Pods: 3, PlainOnly: 1}), 1<<20, above))
+}

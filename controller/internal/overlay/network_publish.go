@@ -260,13 +260,19 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 
 // overlayMetadata is the labels and annotations the contract puts on an
 // overlay ConfigMap, and the form it holds.
+//
+// The plain form carries the contract's annotations only, byte for byte
+// what the Grid operator writes; the compressed form is marked.
 func (r *Reconciler) overlayMetadata(network, gateway, revision, encoding string) (labels, annotations map[string]string) {
-	return r.gatewayLabels(network, gateway), map[string]string{
+	annotations = map[string]string{
 		envelope.AnnotationSchemaVersion: envelope.SchemaVersion,
 		envelope.AnnotationRevision:      revision,
 		envelope.AnnotationContentDigest: revision,
-		envelope.AnnotationEncoding:      encoding,
 	}
+	if encoding == envelope.EncodingZstd {
+		annotations[envelope.AnnotationEncoding] = encoding
+	}
+	return r.gatewayLabels(network, gateway), annotations
 }
 
 // dropPlainCopies removes the plain copies from an overlay ConfigMap
