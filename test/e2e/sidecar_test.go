@@ -139,7 +139,7 @@ func TestSidecarFlagErrorsNameTheFlag(t *testing.T) {
 		want string
 	}{
 		"missing config map":    {args: []string{"--expected-network", "n", "--expected-gateway", "g", "--expected-local-site", "s"}, want: "--config-map is required"},
-		"bad max bytes":         {args: []string{"--config-map", "c", "--expected-network", "n", "--expected-gateway", "g", "--expected-local-site", "s", "--max-bytes", "-1"}, want: "--max-bytes must be positive"},
+		"bad max bytes":         {args: []string{"--config-map", "c", "--expected-network", "n", "--expected-gateway", "g", "--expected-local-site", "s", "--max-bytes", "-1"}, want: "--max-bytes must be between 1 and 67108864, got -1"},
 		"bad duration":          {args: []string{"--expire-after", "soon"}, want: "-expire-after"},
 		"bad env value":         {env: []string{"OVERLAY_SYNC_MAX_BYTES=lots"}, want: "OVERLAY_SYNC_MAX_BYTES"},
 		"bad log level":         {args: []string{"--config-map", "c", "--expected-network", "n", "--expected-gateway", "g", "--expected-local-site", "s", "--log-level", "loud"}, want: "--log-level"},
