@@ -42,6 +42,19 @@ func formOf(t *testing.T, cm *corev1.ConfigMap) string {
 	return ""
 }
 
+// awaitForm waits until the gateway's overlay ConfigMap holds form, and
+// form alone.
+func (e *env) awaitForm(network *v1alpha1.GridNetwork, gw v1alpha1.ConsumerGateway, form, what string) {
+	e.t.Helper()
+	var cm *corev1.ConfigMap
+	e.eventually(what, func() (bool, string) {
+		cm, _ = e.overlayOf(network, gw, anyRevision)
+		got := envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope)
+		return got == form, got
+	})
+	formOf(e.t, cm)
+}
+
 // The overlay's form follows what the gateway's pods report they read:
 // plain while none reports, compressed once every reporting pod reads it
 // (the pods deliver the same envelope from it), plain again when a pod
@@ -68,12 +81,7 @@ func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
 
 	a := e.startPodReporting(network, gw, "edge-a", listener, readsBoth("auto", 4<<20))
 	b := e.startPodReporting(network, gw, "edge-b", listener, readsBoth("auto", 4<<20))
-	e.eventually("the compressed form", func() (bool, string) {
-		cm, _ = e.overlayOf(network, gw, anyRevision)
-		form := envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope)
-		return form == envelope.EncodingZstd, form
-	})
-	assert.Equal(t, envelope.EncodingZstd, formOf(t, cm))
+	e.awaitForm(network, gw, envelope.EncodingZstd, "the compressed form")
 	st := status(func(s v1alpha1.GatewayOverlayStatus) bool { return s.Encoding == envelope.EncodingZstd })
 	assert.Positive(t, st.EnvelopeBytes)
 	e.eventually("both pods on the first revision", func() (bool, string) {
@@ -91,31 +99,16 @@ func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
 	// A pod whose sidecar predates the compressed form: plain again, and
 	// it delivers.
 	old := e.startPod(network, gw, "edge-old", listener)
-	e.eventually("the plain form again", func() (bool, string) {
-		cm, _ = e.overlayOf(network, gw, anyRevision)
-		form := envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope)
-		return form == envelope.EncodingPlain, form
-	})
-	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))
+	e.awaitForm(network, gw, envelope.EncodingPlain, "the plain form again")
 	e.eventually("the old pod delivers", func() (bool, string) { return old.revision() == second.Revision, old.revision() })
 
 	// The network's setting wins over the pods'.
 	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.OverlayEncoding = v1alpha1.OverlayEncodingZstd })
-	e.eventually("forced compressed", func() (bool, string) {
-		cm, _ = e.overlayOf(network, gw, anyRevision)
-		form := envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope)
-		return form == envelope.EncodingZstd, form
-	})
-	assert.Equal(t, envelope.EncodingZstd, formOf(t, cm))
+	e.awaitForm(network, gw, envelope.EncodingZstd, "forced compressed")
 	old.stopSync()
 	old.stopReport()
 	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.OverlayEncoding = v1alpha1.OverlayEncodingPlain })
-	e.eventually("forced plain", func() (bool, string) {
-		cm, _ = e.overlayOf(network, gw, anyRevision)
-		form := envelope.FormOf(cm.Data, cm.BinaryData, envelope.DataKeyEnvelope)
-		return form == envelope.EncodingPlain, form
-	})
-	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))
+	e.awaitForm(network, gw, envelope.EncodingPlain, "forced plain")
 
 	// A pod that accepts no more than 100 bytes: as soon as it reports,
 	// the published envelope is over its bound (the status says so, the

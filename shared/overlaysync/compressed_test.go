@@ -1,7 +1,6 @@
 package overlaysync_test
 
 import (
-	"context"
 	"os"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gridsync/gridsync/shared/envelope"
@@ -21,16 +19,7 @@ import (
 // resourceVersion.
 func (g *gateway) putBinary(binary map[string][]byte) string {
 	g.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: g.configMap}, BinaryData: binary}
-	cms := g.admin.CoreV1().ConfigMaps(g.namespace)
-	updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		updated, err = cms.Create(ctx, cm, metav1.CreateOptions{})
-	}
-	require.NoError(g.t, err)
-	return updated.ResourceVersion
+	return g.putConfigMap(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: g.configMap}, BinaryData: binary})
 }
 
 // putCompressed replaces the ConfigMap with the compressed form of doc.

@@ -125,10 +125,16 @@ func (g *gateway) start(opts overlaysync.Options, config ...*rest.Config) *runni
 // and returns its new resourceVersion.
 func (g *gateway) put(data map[string]string) string {
 	g.t.Helper()
+	return g.putConfigMap(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: g.configMap}, Data: data})
+}
+
+// putConfigMap creates or replaces the gateway's ConfigMap with cm and
+// returns its new resourceVersion.
+func (g *gateway) putConfigMap(cm *corev1.ConfigMap) string {
+	g.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cms := g.admin.CoreV1().ConfigMaps(g.namespace)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: g.configMap}, Data: data}
 	updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		updated, err = cms.Create(ctx, cm, metav1.CreateOptions{})
