@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/test/testbin"
 )
 
@@ -77,4 +78,23 @@ func TestInitRejectsBadFlagsNamingTheFlag(t *testing.T) {
 	assert.Equal(t, 2, init.Wait(t, 5*time.Second))
 	assert.Contains(t, init.Log(), "--config-map is required (or set OVERLAY_SYNC_CONFIGMAP)")
 	assert.Contains(t, init.Log(), "--expected-local-site is required")
+}
+
+// The init container reads the compressed form too, within its
+// --max-bytes: a bomb keeps it waiting (refused as oversized), the real
+// envelope lets the gateway start.
+func TestInitTakesTheCompressedFormWithinItsBound(t *testing.T) {
+	p := newPod(t)
+	init := start(t, testbin.Init, nil, p.Args("--max-bytes", "65536")...)
+	p.PutBinary(envelope.Compress(make([]byte, 64<<20)))
+	time.Sleep(1 * time.Second)
+	require.True(t, init.Running(), "must wait while the compressed form declares more than its bound")
+	assert.Contains(t, init.Log(), `"reason":"oversized"`)
+
+	doc, _ := p.Envelope(1)
+	p.PutCompressed(doc)
+	assert.Equal(t, 0, init.Wait(t, 10*time.Second))
+	got, err := os.ReadFile(p.Output())
+	require.NoError(t, err)
+	assert.Equal(t, string(doc), string(got), "the file holds the envelope, decompressed")
 }
