@@ -484,15 +484,7 @@ func Setup(mgr manager.Manager, opts Options) error {
 		// a change that moves either is published again; any other renders
 		// nothing.
 		opts.Deliveries.OnReadersChange(func(name string) {
-			ctx, err := life.Context()
-			if err != nil {
-				return
-			}
-			var network v1alpha1.GridNetwork
-			if mgr.GetCache().Get(ctx, types.NamespacedName{Name: name}, &network) != nil {
-				return
-			}
-			if overlay.ReadersChangeMatters(&network, opts.Deliveries.Readers, opts.MaxOverlayBytes, opts.CompressOverlaysAbove) {
+			if nr.ReadersChangeMatters(name, opts.Deliveries.Readers) {
 				send(toOverlays)(name)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	deliveryreport "github.com/gridsync/gridsync/delivery/report"
+	"github.com/gridsync/gridsync/shared/envelope"
 	"github.com/gridsync/gridsync/shared/overlaysync"
 	"github.com/gridsync/gridsync/shared/syncflags"
 )
@@ -26,13 +27,20 @@ func newReporter(cfg *syncflags.Config, syncer func() *overlaysync.Syncer, log *
 	return deliveryreport.NewReporter(deliveryreport.ReporterOptions{
 		URL: cfg.ReportTo, TokenFile: cfg.ReportTokenFile, CAFile: cfg.ReportCA, ServerName: serverName,
 		Interval: cfg.ReportInterval, Logger: log, Registerer: reg,
-		Snapshot: func() deliveryreport.Report {
-			rep := deliveryreport.Of(cfg.ExpectedNamespace, cfg.ExpectedGateway, cfg.PodName, syncer().Status())
-			// What the agent needs to choose the overlay's form for this
-			// pod's gateway: both forms are read here.
-			rep.Reads = []string{deliveryreport.FormPlain, deliveryreport.FormZstd}
-			rep.Encoding, rep.MaxBytes = cfg.OverlayEncoding, cfg.MaxBytes
-			return rep
-		},
+		Snapshot: func() deliveryreport.Report { return reportOf(cfg, syncer().Status()) },
 	})
+}
+
+// reportOf is what the sidecar reports of st: its delivery, and what the
+// agent needs to choose the overlay's form for this pod's gateway. The
+// agent compresses the envelope's key only: a sidecar told to read another
+// key (the bare overlay, say) would find no compressed form of it.
+func reportOf(cfg *syncflags.Config, st overlaysync.Status) deliveryreport.Report {
+	rep := deliveryreport.Of(cfg.ExpectedNamespace, cfg.ExpectedGateway, cfg.PodName, st)
+	rep.Reads = []string{deliveryreport.FormPlain}
+	if cfg.DataKey == envelope.DataKeyEnvelope {
+		rep.Reads = append(rep.Reads, deliveryreport.FormZstd)
+	}
+	rep.Encoding, rep.MaxBytes = cfg.OverlayEncoding, cfg.MaxBytes
+	return rep
 }

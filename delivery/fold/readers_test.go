@@ -60,3 +60,25 @@ func TestReadersAreCountedAndTheirChangesTold(t *testing.T) {
 	assert.Equal(t, []string{"net"}, changed, "forgetting the only plain-only pod changes the verdict")
 	assert.Equal(t, Readers{}, a.Readers("gw", "nobody"))
 }
+
+// A pod back after a silence past the forget age (not yet dropped by the
+// watch) counts again, and that is told like a new pod.
+func TestAPodBackFromALongSilenceIsTold(t *testing.T) {
+	a, c := newTestAggregator(t)
+	var mu sync.Mutex
+	told := 0
+	a.OnReadersChange(func(string) { mu.Lock(); told++; mu.Unlock() })
+	require.NoError(t, a.Observe(report("old", revA, "ready", "")))              // reads only the plain form
+	require.NoError(t, a.Observe(reading("p1", "auto", 1<<20, "plain", "zstd"))) // the verdict: plain-only present
+	c.add(2 * time.Minute)
+	require.NoError(t, a.Observe(reading("p1", "zstd", 1<<20, "plain", "zstd"))) // old is past the forget age
+	assert.Equal(t, Readers{Pods: 1, AskZstd: 1, MaxBytes: 1 << 20}, a.Readers("gw", "edge"))
+	mu.Lock()
+	before := told
+	mu.Unlock()
+	require.NoError(t, a.Observe(report("old", revA, "ready", ""))) // back, saying what it said before
+	assert.Equal(t, Readers{Pods: 2, PlainOnly: 1, AskZstd: 1, MaxBytes: 1 << 20}, a.Readers("gw", "edge"))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, before+1, told, "its return moves the verdict and is told")
+}

@@ -187,7 +187,9 @@ func (a *Aggregator) Observe(r deliveryreport.Report) error {
 	}
 	p := g.pods[r.Pod]
 	changed := true
-	reading := p == nil || !sameReading(p.report, r)
+	// A pod back after a silence long enough to be left out of the
+	// readers counts again: as much a change as a new one.
+	reading := p == nil || !sameReading(p.report, r) || now.Sub(p.receivedAt) > a.opts.ForgetAfter
 	var forgotten []string // networks whose readers changed as silent pods made room
 	if p == nil {
 		full := func() bool { return len(g.pods) >= a.opts.MaxPodsPerGateway || a.podCount >= a.opts.MaxPods }

@@ -56,10 +56,11 @@ func TestDeliversTheCompressedForm(t *testing.T) {
 
 // Every compressed form the sidecar cannot take is refused with its
 // reason while the last good file keeps serving: one that declares more
-// than the size bound (a decompression bomb among them), one that expands
-// past what it declares, one whose envelope was tampered with after it
-// was compressed (the digest is the decompressed envelope's), and a
-// ConfigMap with neither form.
+// than the size bound (a decompression bomb), one that is no zstd frame,
+// one whose envelope was tampered with before it was compressed (the
+// digest is the decompressed envelope's), and a ConfigMap with neither
+// form. (A frame that holds more than it declares: the envelope package's
+// tests and the attack suite's decompression_bomb.)
 func TestRefusesBadCompressedFormsAndKeepsTheLastGoodFile(t *testing.T) {
 	g := newGateway(t)
 	opts := g.options()

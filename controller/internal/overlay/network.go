@@ -53,6 +53,9 @@ type Reconciler struct {
 	// Snapshot is each network's providers as its last reconcile
 	// assessed them, for the provider discovery API.
 	Snapshot *Snapshot
+	// decisions is each gateway's last choice of form and bound, what a
+	// change of its pods' reports is judged against.
+	decisions formDecisions
 }
 
 // New returns the overlay reconciler; locals is where it hands this
@@ -253,6 +256,7 @@ func (r *Reconciler) admit(ctx context.Context, name string) (*v1alpha1.GridNetw
 		r.Written.Networks.Forget(key)
 		r.admission.forget(name)
 		r.Snapshot.forget(name)
+		r.decisions.forgetNetwork(name)
 		if r.Opts.Deliveries != nil {
 			r.Opts.Deliveries.SetGateways(name, nil)
 		}
@@ -284,6 +288,7 @@ const overlaysFinalizer = "grid.praxis.fast/overlays"
 // finalize withdraws the overlays of a network being deleted, then lets
 // it go.
 func (r *Reconciler) finalize(ctx context.Context, network *v1alpha1.GridNetwork) error {
+	r.decisions.forgetNetwork(network.Name)
 	if r.Opts.Deliveries != nil {
 		r.Opts.Deliveries.SetGateways(network.Name, nil)
 	}

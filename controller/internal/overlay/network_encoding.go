@@ -2,11 +2,13 @@ package overlay
 
 import (
 	"fmt"
-	"math"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/delivery/fold"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
@@ -69,37 +71,69 @@ func storedEnvelope(cm *corev1.ConfigMap, maxBytes int) ([]byte, string, error) 
 	return doc, envelope.EncodingZstd, err
 }
 
+// formDecision is what one gateway's last publication decided and from
+// what: the readers it saw, the network's setting and the envelope's size.
+type formDecision struct {
+	network       string
+	setting       v1alpha1.OverlayEncoding
+	readers       fold.Readers
+	envelopeBytes int
+	tooLarge      bool
+}
+
+// formDecisions holds each gateway's last decision, written when it is
+// made (before the apply), so that a report arriving meanwhile is judged
+// against what that publication saw, not a status not written yet.
+type formDecisions struct{ m sync.Map } // types.NamespacedName -> formDecision
+
+func (d *formDecisions) set(gw types.NamespacedName, fd formDecision) { d.m.Store(gw, fd) }
+
+func (d *formDecisions) forget(gw types.NamespacedName) { d.m.Delete(gw) }
+
+// forgetNetwork drops every decision of a network (deleted, or gone).
+func (d *formDecisions) forgetNetwork(network string) {
+	d.m.Range(func(k, v any) bool {
+		if v.(formDecision).network == network {
+			d.m.Delete(k)
+		}
+		return true
+	})
+}
+
 // ReadersChangeMatters reports whether a change of what a network's
-// gateway pods read would change what is published to one of its gateways:
-// another form, an envelope now over a pod's bound, or an overlay refused
-// as too large that may now fit. Anything else a report says renders
-// nothing (a thousand pods of one gateway report their first state at
-// once, and each would otherwise render the network again).
-func ReadersChangeMatters(network *v1alpha1.GridNetwork, readers func(namespace, gateway string) fold.Readers, agentMax, compressAbove int) bool {
-	for _, st := range network.Status.OverlayStatus {
-		if st.Reason == ReasonOverlayTooLarge {
+// gateway pods read would change what is published to one of its
+// gateways: another form, an envelope now over a pod's bound or back under
+// it, or an overlay refused as too large that may now fit. Anything else a
+// report says renders nothing (a thousand pods of one gateway report their
+// first state at once, and each would otherwise render the network again).
+// A network not published since the agent started is rendered.
+func (r *Reconciler) ReadersChangeMatters(network string, readers func(namespace, gateway string) fold.Readers) bool {
+	matters, known := false, false
+	r.decisions.m.Range(func(k, v any) bool {
+		d := v.(formDecision)
+		if d.network != network {
 			return true
 		}
-		r := readers(st.Namespace, st.GatewayName)
-		if st.EnvelopeBytes == 0 {
-			// Its size not known yet (its status predates this release,
-			// or is being written): rendered once if it could go out
-			// compressed.
-			if encoding, _ := chooseEncoding(network.Spec.OverlayEncoding, r, math.MaxInt, compressAbove); encoding == envelope.EncodingZstd {
-				return true
-			}
-			continue
+		known = true
+		gw := k.(types.NamespacedName)
+		now := readers(gw.Namespace, gw.Name)
+		if d.tooLarge || decide(d.setting, now, d.envelopeBytes, r.Opts) != decide(d.setting, d.readers, d.envelopeBytes, r.Opts) {
+			matters = true
+			return false
 		}
-		current := st.Encoding
-		if current == "" {
-			current = envelope.EncodingPlain
-		}
-		if encoding, _ := chooseEncoding(network.Spec.OverlayEncoding, r, int(st.EnvelopeBytes), compressAbove); encoding != current {
-			return true
-		}
-		if limit, _ := maxEnvelopeBytes(agentMax, r); int(st.EnvelopeBytes) > limit {
-			return true
-		}
+		return true
+	})
+	return matters || !known
+}
+
+// decide is what a publication chooses from its inputs: the form, and
+// whether the envelope is within the bound.
+func decide(setting v1alpha1.OverlayEncoding, readers fold.Readers, envelopeBytes int, opts base.Config) [2]string {
+	encoding, _ := chooseEncoding(setting, readers, envelopeBytes, opts.CompressOverlaysAbove)
+	limit, _ := maxEnvelopeBytes(opts.MaxOverlayBytes, readers)
+	within := "within"
+	if envelopeBytes > limit {
+		within = "over"
 	}
-	return false
+	return [2]string{encoding, within}
 }

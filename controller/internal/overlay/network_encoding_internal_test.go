@@ -4,8 +4,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/delivery/fold"
 	"github.com/gridsync/gridsync/shared/envelope"
 )
@@ -48,27 +50,31 @@ func TestMaxEnvelopeBytes(t *testing.T) {
 }
 
 func TestReadersChangeMatters(t *testing.T) {
-	const above = 128 << 10
-	status := func(entries ...v1alpha1.GatewayOverlayStatus) *v1alpha1.GridNetwork {
-		return &v1alpha1.GridNetwork{Status: v1alpha1.GridNetworkStatus{OverlayStatus: entries}}
+	r := &Reconciler{Env: &base.Env{Opts: base.Config{MaxOverlayBytes: 1 << 20, CompressOverlaysAbove: 128 << 10}}}
+	gw := types.NamespacedName{Namespace: "ns", Name: "gw"}
+	readers := func(now fold.Readers) func(string, string) fold.Readers {
+		return func(string, string) fold.Readers { return now }
 	}
-	plainBig := v1alpha1.GatewayOverlayStatus{Namespace: "ns", GatewayName: "gw", Encoding: envelope.EncodingPlain, EnvelopeBytes: 200 << 10}
-	plainSmall := plainBig
-	plainSmall.EnvelopeBytes = 10 << 10
-	readers := func(r fold.Readers) func(string, string) fold.Readers {
-		return func(string, string) fold.Readers { return r }
-	}
-	assert.False(t, ReadersChangeMatters(status(plainSmall), readers(fold.Readers{Pods: 1000}), 1<<20, above),
+	assert.True(t, r.ReadersChangeMatters("net", readers(fold.Readers{})), "a network not published since the start is rendered")
+
+	r.decisions.set(gw, formDecision{network: "net", envelopeBytes: 10 << 10})
+	assert.False(t, r.ReadersChangeMatters("net", readers(fold.Readers{Pods: 1000})),
 		"a small overlay stays plain however many pods read the compressed form")
-	assert.True(t, ReadersChangeMatters(status(plainBig), readers(fold.Readers{Pods: 3}), 1<<20, above),
-		"a large plain overlay every pod now reads compressed")
-	assert.False(t, ReadersChangeMatters(status(plainBig), readers(fold.Readers{Pods: 3, PlainOnly: 1}), 1<<20, above))
-	assert.True(t, ReadersChangeMatters(status(plainSmall), readers(fold.Readers{Pods: 3, MaxBytes: 1 << 10}), 1<<20, above),
-		"now over a pod's bound")
-	tooLarge := v1alpha1.GatewayOverlayStatus{Namespace: "ns", GatewayName: "gw", Reason: ReasonOverlayTooLarge}
-	assert.True(t, ReadersChangeMatters(status(tooLarge), readers(fold.Readers{}), 1<<20, above), "a refused overlay may fit now")
-	unknown := v1alpha1.GatewayOverlayStatus{Namespace: "ns", GatewayName: "gw"}
-	assert.True(t, ReadersChangeMatters(status(unknown), readers(fold.Readers{Pods: 3}), 1<<20, above),
-		"its size not known: rendered once when it could go out compressed")
-	assert.False(t, ReadersChangeMatters(status(unknown), readers(fold.Readers{Pods: 3, PlainOnly: 1}), 1<<20, above))
+	assert.True(t, r.ReadersChangeMatters("net", readers(fold.Readers{Pods: 3, MaxBytes: 1 << 10})), "now over a pod's bound")
+
+	r.decisions.set(gw, formDecision{network: "net", envelopeBytes: 200 << 10})
+	assert.True(t, r.ReadersChangeMatters("net", readers(fold.Readers{Pods: 3})), "a large overlay every pod now reads compressed")
+	assert.False(t, r.ReadersChangeMatters("net", readers(fold.Readers{Pods: 3, PlainOnly: 1})))
+
+	// Judged against what the publication saw, not what a status says: a
+	// plain-only pod arriving after a compressed decision matters.
+	r.decisions.set(gw, formDecision{network: "net", readers: fold.Readers{Pods: 2}, envelopeBytes: 200 << 10})
+	assert.True(t, r.ReadersChangeMatters("net", readers(fold.Readers{Pods: 3, PlainOnly: 1})))
+	assert.False(t, r.ReadersChangeMatters("net", readers(fold.Readers{Pods: 3})), "another pod like the others")
+
+	r.decisions.set(gw, formDecision{network: "net", envelopeBytes: 3 << 20, tooLarge: true})
+	assert.True(t, r.ReadersChangeMatters("net", readers(fold.Readers{})), "a refused overlay may fit now")
+
+	r.decisions.forgetNetwork("net")
+	assert.True(t, r.ReadersChangeMatters("net", readers(fold.Readers{})), "forgotten: rendered")
 }

@@ -145,7 +145,10 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 		readers = r.Opts.Deliveries.Readers(gw.Namespace, gw.Name)
 	}
 	maxBytes, bound := maxEnvelopeBytes(r.Opts.MaxOverlayBytes, readers)
+	decision := formDecision{network: network.Name, setting: network.Spec.OverlayEncoding, readers: readers, envelopeBytes: len(doc)}
+	defer func() { r.decisions.set(types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}, decision) }()
 	if len(doc) > maxBytes {
+		decision.tooLarge = true
 		r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 		return fail(ReasonOverlayTooLarge, fmt.Sprintf("the envelope takes %d bytes, over %d, %s; narrow the providers' access policies or raise the bound", len(doc), maxBytes, bound)), nil
 	}
@@ -155,16 +158,17 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 	case envelope.EncodingZstd:
 		packed = envelope.Compress(doc)
 		if len(packed) > maxConfigMapData {
+			decision.tooLarge = true
 			r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 			return fail(ReasonOverlayTooLarge, fmt.Sprintf("the compressed overlay takes %d bytes, over the ConfigMap limit of %d; narrow the providers' access policies", len(packed), maxConfigMapData)), nil
 		}
 	default:
 		if size := len(doc) + len(bare); size > maxConfigMapData {
+			decision.tooLarge = true
 			r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 			return fail(ReasonOverlayTooLarge, fmt.Sprintf("the overlay's two copies take %d bytes, over the ConfigMap limit of %d (the plain form: %s); narrow the providers' access policies, or let the compressed form be used", size, maxConfigMapData, why)), nil
 		}
 	}
-	st.Encoding = encoding
 
 	labels, annotations := r.overlayMetadata(network.Name, gw.Name, revision, encoding)
 	key := types.NamespacedName{Namespace: gw.Namespace, Name: name}
@@ -195,6 +199,7 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 		if stored, held := holds(&current, labels, annotations, scope, revision, bare, maxBytes); held {
 			r.Metrics.Publishes.WithLabelValues(base.PublishUnchanged).Inc()
 			st.ConfigMapResourceVersion = current.ResourceVersion
+			st.Encoding = encoding
 			st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(stored.Provenance.RenderedAt))
 			st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
 			return st, nil
@@ -253,6 +258,7 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 	if apply.ResourceVersion != nil {
 		st.ConfigMapResourceVersion = *apply.ResourceVersion
 	}
+	st.Encoding = encoding
 	st.RenderedAt = keepRenderedAt(prev, revision, metav1.NewTime(renderedAt))
 	st.Phase, st.Reason = v1alpha1.OverlayDistributed, ReasonPublished
 	return st, nil
@@ -428,6 +434,7 @@ const AnnotationOrphaned = "grid.praxis.fast/orphaned"
 // last routes). Only a ConfigMap this agent manages for that network and
 // gateway is touched.
 func (r *Reconciler) withdraw(ctx context.Context, network, gateway, namespace string) error {
+	r.decisions.forget(types.NamespacedName{Namespace: namespace, Name: gateway})
 	if err := r.withdrawServing(ctx, network, gateway, namespace); err != nil {
 		return err
 	}
@@ -453,10 +460,12 @@ func (r *Reconciler) withdraw(ctx context.Context, network, gateway, namespace s
 		return nil
 	}
 	// The scope the gateway's sidecar expects is the stored envelope's.
-	doc, _, err := storedEnvelope(&cm, r.Opts.MaxOverlayBytes)
+	// Within the ceiling, not today's bound: an envelope published under
+	// a larger bound must still name the scope its sidecars expect.
+	doc, _, err := storedEnvelope(&cm, envelope.MaxBytesCeiling)
 	var stored envelope.Result
 	if err == nil {
-		stored, err = envelope.Validate(doc, envelope.Options{MaxBytes: r.Opts.MaxOverlayBytes})
+		stored, err = envelope.Validate(doc, envelope.Options{MaxBytes: envelope.MaxBytesCeiling})
 	}
 	scope := stored.Scope
 	if err != nil {
