@@ -308,7 +308,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect, "memory_limit_bytes", memoryLimit,
 		"swim_bind_addr", cfg.swim.bindAddr, "site", cfg.swim.site)
-	if err := health.ServeWhile(ctx, ln, handler, shutdownGrace, runUntilStopped(mgr.Start, managerStopGrace, log)); err != nil {
+	if err := health.ServeWhile(ctx, ln, handler, shutdownGrace, runUntilStopped(mgr.Start, managerStopGrace, func() (bool, bool) { return synced.Load(), leading.Load() }, log)); err != nil {
 		return fail("stopped_with_error", err)
 	}
 	log.Info("shutdown", "signal", "received")

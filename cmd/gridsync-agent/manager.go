@@ -12,14 +12,21 @@ import (
 // told to stop: the manager's own shutdown timeout and a margin.
 const managerStopGrace = controller.ShutdownTimeout + 2*time.Second
 
+// managerState is what is known of the manager when it has to be given
+// up: whether its caches synced and whether it led.
+type managerState func() (synced, leading bool)
+
 // runUntilStopped runs start until it returns, and returns at most grace
 // after ctx ends even when it has not. controller-runtime's manager (v0.25)
 // never returns when it is stopped while its caches wait for their first
 // list, the API server unreachable or refusing it since the agent started:
 // it spins on the ended context. Such an agent never led (it leads only
 // once its caches synced), so it has no Lease to release nor SWIM to
-// leave, and it exits without the manager.
-func runUntilStopped(start func(context.Context) error, grace time.Duration, log *slog.Logger) func(context.Context) error {
+// leave, and it exits without the manager. A manager can hang for other
+// reasons too: the warning says what state it was in, so that a Lease
+// left held (it then runs out on its own) is not taken for a cache that
+// never synced.
+func runUntilStopped(start func(context.Context) error, grace time.Duration, state managerState, log *slog.Logger) func(context.Context) error {
 	return func(ctx context.Context) error {
 		done := make(chan error, 1)
 		go func() { done <- start(ctx) }()
@@ -34,9 +41,24 @@ func runUntilStopped(start func(context.Context) error, grace time.Duration, log
 		case err := <-done:
 			return err
 		case <-t.C:
-			log.Warn("manager_stop_abandoned", "after", grace.String(), "why", "the manager did not return: its caches never synced")
+			synced, leading := state()
+			log.Warn("manager_stop_abandoned", "after", grace.String(), "cache_synced", synced, "leader", leading,
+				"why", abandonedWhy(synced, leading))
 			return nil
 		}
+	}
+}
+
+// abandonedWhy words the manager_stop_abandoned warning after what was
+// known of the manager.
+func abandonedWhy(synced, leading bool) string {
+	switch {
+	case leading:
+		return "the manager did not return while leading: Lease not released, another replica takes over once it expires"
+	case !synced:
+		return "the manager did not return: its caches never synced"
+	default:
+		return "the manager did not return: its caches had synced, it was not leading"
 	}
 }
 

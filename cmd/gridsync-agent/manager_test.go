@@ -15,31 +15,46 @@ import (
 	"github.com/gridsync/gridsync/test/testproc"
 )
 
-// A manager that never returns once stopped (its caches never synced) is
-// given up grace after the stop; one that returns is waited for, and its
-// error kept.
+// A manager that never returns once stopped is given up grace after the
+// stop, the warning saying what state it was in; one that returns is
+// waited for, and its error kept.
 func TestRunUntilStoppedGivesUpAManagerThatNeverReturns(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	stuck := make(chan struct{})
 	t.Cleanup(func() { close(stuck) })
-	run := runUntilStopped(func(context.Context) error { <-stuck; return nil }, 50*time.Millisecond, log)
+	neverSynced := func() (bool, bool) { return false, false }
+	run := runUntilStopped(func(context.Context) error { <-stuck; return nil }, 50*time.Millisecond, neverSynced, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	began := time.Now()
 	require.NoError(t, run(ctx))
 	assert.Less(t, time.Since(began), 2*time.Second)
 	assert.Contains(t, logs.String(), "manager_stop_abandoned")
+	assert.Contains(t, logs.String(), "its caches never synced")
+	assert.NotContains(t, logs.String(), "Lease not released")
+
+	logs.Reset()
+	run = runUntilStopped(func(context.Context) error { <-stuck; return nil }, 50*time.Millisecond, func() (bool, bool) { return true, true }, log)
+	require.NoError(t, run(ctx))
+	assert.Contains(t, logs.String(), "Lease not released")
+	assert.Contains(t, logs.String(), `"leader":true`)
+	assert.NotContains(t, logs.String(), "never synced", "a leader's caches had synced")
+
+	logs.Reset()
+	run = runUntilStopped(func(context.Context) error { <-stuck; return nil }, 50*time.Millisecond, func() (bool, bool) { return true, false }, log)
+	require.NoError(t, run(ctx))
+	assert.Contains(t, logs.String(), "its caches had synced, it was not leading")
 
 	failed := errors.New("leader election lost")
-	run = runUntilStopped(func(context.Context) error { return failed }, time.Hour, log)
+	run = runUntilStopped(func(context.Context) error { return failed }, time.Hour, neverSynced, log)
 	assert.ErrorIs(t, run(context.Background()), failed)
 
 	slow := runUntilStopped(func(ctx context.Context) error {
 		<-ctx.Done()
 		time.Sleep(20 * time.Millisecond)
 		return failed
-	}, time.Hour, log)
+	}, time.Hour, neverSynced, log)
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
 	assert.ErrorIs(t, slow(ctx), failed, "a manager that returns within the grace is waited for")
