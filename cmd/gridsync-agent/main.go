@@ -268,7 +268,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 
 	var synced, leading atomic.Bool
-	go awaitCacheSync(ctx, mgr.GetCache().WaitForCacheSync, cacheSyncReport, log, func() { synced.Store(true) })
+	go awaitCacheSync(ctx, mgr.GetCache().WaitForCacheSync, listOneGridNetwork(mgr.GetAPIReader()), cacheSyncReport, log, func() { synced.Store(true) })
 	go func() {
 		select {
 		case <-mgr.Elected():

@@ -5,6 +5,11 @@ import (
 	"log/slog"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/controller"
 )
 
@@ -66,12 +71,19 @@ func abandonedWhy(synced, leading bool) string {
 // for their first list.
 const cacheSyncReport = 10 * time.Second
 
+// cacheSyncProbeTimeout bounds the list made at each cache_sync_waiting
+// to say why the caches wait.
+const cacheSyncProbeTimeout = 3 * time.Second
+
 // awaitCacheSync calls synced once the caches hold their first list, and
 // says every report until then that they do not: the informers retry the
 // list in the background, at a debug level of their own, and an agent
 // whose API server is unreachable or refuses the list would otherwise
-// be unready without a word.
-func awaitCacheSync(ctx context.Context, wait func(context.Context) bool, report time.Duration, log *slog.Logger, synced func()) {
+// be unready without a word. At each report it makes one cheap list
+// (probe) and says what it answered: the Grid kinds are mapped without
+// discovery, so a cluster without the CRDs would otherwise read as an
+// API server that does not answer.
+func awaitCacheSync(ctx context.Context, wait func(context.Context) bool, probe func(context.Context) error, report time.Duration, log *slog.Logger, synced func()) {
 	done := make(chan bool, 1)
 	go func() { done <- wait(ctx) }()
 	began := time.Now()
@@ -86,8 +98,27 @@ func awaitCacheSync(ctx context.Context, wait func(context.Context) bool, report
 			}
 			return
 		case <-tick.C:
-			log.Warn("cache_sync_waiting", "since", time.Since(began).Round(time.Second).String(),
-				"why", "the API server has not answered the first list of the watched objects; it is retried in the background")
+			attrs := []any{"since", time.Since(began).Round(time.Second).String()}
+			probeCtx, cancel := context.WithTimeout(ctx, cacheSyncProbeTimeout)
+			err := probe(probeCtx)
+			cancel()
+			switch {
+			case err == nil:
+				attrs = append(attrs, "why", "the API server answers a list of GridNetworks, but the watched objects' first list has not completed; it is retried in the background")
+			case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+				attrs = append(attrs, "error", err.Error(), "why", "the API server does not serve GridNetworks: are the CRDs installed?")
+			default:
+				attrs = append(attrs, "error", err.Error(), "why", "the API server has not answered the first list of the watched objects; it is retried in the background")
+			}
+			log.Warn("cache_sync_waiting", attrs...)
 		}
+	}
+}
+
+// listOneGridNetwork is the cheap list awaitCacheSync makes to say why the
+// caches wait.
+func listOneGridNetwork(api client.Reader) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return api.List(ctx, &v1alpha1.GridNetworkList{}, client.Limit(1))
 	}
 }

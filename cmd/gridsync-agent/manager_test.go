@@ -11,7 +11,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/test/testproc"
 )
 
@@ -67,7 +71,8 @@ func TestAwaitCacheSyncSaysItWaitsUntilTheFirstList(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	listed := make(chan struct{})
 	ready := make(chan struct{})
-	go awaitCacheSync(context.Background(), func(context.Context) bool { <-listed; return true }, 10*time.Millisecond, log,
+	answers := func(context.Context) error { return nil }
+	go awaitCacheSync(context.Background(), func(context.Context) bool { <-listed; return true }, answers, 10*time.Millisecond, log,
 		func() { close(ready) })
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cache_sync_waiting") }, 5*time.Second, 5*time.Millisecond)
 	select {
@@ -78,4 +83,46 @@ func TestAwaitCacheSyncSaysItWaitsUntilTheFirstList(t *testing.T) {
 	close(listed)
 	<-ready
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cache_synced") }, 5*time.Second, 5*time.Millisecond)
+}
+
+// While the caches wait, each report says what a list of GridNetworks
+// answered: a kind the API server does not serve names the missing CRDs,
+// any other failure is reported as it is.
+func TestAwaitCacheSyncSaysWhyItWaits(t *testing.T) {
+	notServed := &meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: v1alpha1.GroupVersion.Group, Kind: "GridNetwork"}, SearchedVersions: []string{"v1alpha1"}}
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "gridnetworks"}, "")
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "gridnetworks"}, "", errors.New("RBAC: access denied"))
+	tests := map[string]struct {
+		probe error
+		want  []string
+		not   string
+	}{
+		"no CRDs, no match":  {probe: notServed, want: []string{"are the CRDs installed?", "GridNetwork"}},
+		"no CRDs, not found": {probe: notFound, want: []string{"are the CRDs installed?", "gridnetworks"}},
+		"refused":            {probe: forbidden, want: []string{"access denied", "has not answered"}, not: "CRDs"},
+		"answered":           {want: []string{"answers a list of GridNetworks"}, not: `"error"`},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			var logs testproc.Buffer
+			log := slog.New(slog.NewJSONHandler(&logs, nil))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			probed := make(chan time.Duration, 100)
+			go awaitCacheSync(ctx, func(ctx context.Context) bool { <-ctx.Done(); return false }, func(ctx context.Context) error {
+				deadline, _ := ctx.Deadline()
+				probed <- time.Until(deadline)
+				return tt.probe
+			}, 10*time.Millisecond, log, func() { t.Error("synced") })
+			require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cache_sync_waiting") }, 5*time.Second, 5*time.Millisecond)
+			left := <-probed
+			assert.LessOrEqual(t, left, cacheSyncProbeTimeout, "the list is bounded")
+			for _, w := range tt.want {
+				assert.Contains(t, logs.String(), w)
+			}
+			if tt.not != "" {
+				assert.NotContains(t, logs.String(), tt.not)
+			}
+		})
+	}
 }
