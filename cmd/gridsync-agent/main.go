@@ -105,6 +105,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	logger := logr.FromSlogHandler(log.Handler())
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
+	if cfg.gateway.refused != "" {
+		log.Warn("gateway_address_refused", "error", cfg.gateway.refused, "why", "the other sites would not read it one way: no gateway address is advertised, and discovery does not run")
+	}
 	memoryLimit := runtimecfg.MemoryLimitFromContainer(getenv, 0)
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
