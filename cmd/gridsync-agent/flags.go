@@ -137,6 +137,8 @@ type gatewayConfig struct {
 	portName         string
 	discovery        bool
 	interval         time.Duration
+	// refused is why the explicit address is not advertised ("" when it is).
+	refused string
 }
 
 // source is where this site's advertised gateway address comes from, as
@@ -146,6 +148,9 @@ type gatewayConfig struct {
 // Service named. Neither: a consumer-only site advertises none.
 func (g gatewayConfig) source() (explicit string, discover bool) {
 	if g.address != "" {
+		if g.refused != "" {
+			return "", false // the explicit address still wins over discovery
+		}
 		return g.address, false
 	}
 	return "", g.discovery && g.serviceName != ""
@@ -342,10 +347,13 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 		return nil, envflag.UsageError(fs, "--gateway-port must be 0 to 65535 and --gateway-discovery-interval positive")
 	}
 	if c.gateway.address != "" {
-		// The other sites take only an address that reads one way: one
-		// they would refuse is refused here, where it can be fixed.
+		// The other sites take only an address that reads one way. The
+		// reference accepts any non-empty string, so one they would refuse
+		// does not stop the agent: it is not advertised (as discovery
+		// declines to advertise such an address), and the reason is logged
+		// at start, where it can be fixed.
 		if _, err := sites.ParseGatewayAddress(c.gateway.address); err != nil {
-			return nil, envflag.UsageError(fs, "--gateway-address (GRID_GATEWAY_ADDRESS): %v", err)
+			c.gateway.refused = "--gateway-address (GRID_GATEWAY_ADDRESS): " + err.Error()
 		}
 	}
 	var err error

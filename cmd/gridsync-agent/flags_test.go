@@ -207,7 +207,8 @@ func TestASignalsCertificateWithoutItsKeyIsRefusedNamingTheFlags(t *testing.T) {
 
 // GRID_GATEWAY_DISCOVERY_ENABLED=false stops the Service lookups, while
 // an explicit GRID_GATEWAY_ADDRESS still wins and is advertised, with
-// discovery on or off.
+// discovery on or off; one the other sites would refuse does not stop the
+// agent, and is not advertised.
 func TestGatewayDiscoveryOffStopsLookupsAndAnExplicitAddressWins(t *testing.T) {
 	base := map[string]string{"GRID_SWIM_BIND_ADDR": "127.0.0.1:7946", "GRID_SWIM_SITE_NAME": "site-a",
 		"GRID_GATEWAY_SERVICE_NAME": "provider-gateway", "POD_NAMESPACE": "praxis-system"}
@@ -215,11 +216,15 @@ func TestGatewayDiscoveryOffStopsLookupsAndAnExplicitAddressWins(t *testing.T) {
 		env      map[string]string
 		explicit string
 		discover bool
+		refused  bool
 	}{
 		"discovery by default":               {discover: true},
 		"discovery off":                      {env: map[string]string{"GRID_GATEWAY_DISCOVERY_ENABLED": "false"}},
 		"discovery off, an explicit address": {env: map[string]string{"GRID_GATEWAY_DISCOVERY_ENABLED": "false", "GRID_GATEWAY_ADDRESS": "gw.example.com:8443"}, explicit: "gw.example.com:8443"},
 		"discovery on, an explicit address":  {env: map[string]string{"GRID_GATEWAY_ADDRESS": "gw.example.com:8443"}, explicit: "gw.example.com:8443"},
+		// Any non-empty string is accepted, as the reference has it; one
+		// the other sites would refuse is not advertised, nor discovered.
+		"discovery on, an address the other sites refuse": {env: map[string]string{"GRID_GATEWAY_ADDRESS": "gw.example.com"}, refused: true},
 	} {
 		env := map[string]string{}
 		maps.Copy(env, base)
@@ -230,6 +235,11 @@ func TestGatewayDiscoveryOffStopsLookupsAndAnExplicitAddressWins(t *testing.T) {
 		explicit, discover := c.gateway.source()
 		assert.Equal(t, tt.explicit, explicit, name)
 		assert.Equal(t, tt.discover, discover, name)
+		if tt.refused {
+			assert.Contains(t, c.gateway.refused, "GRID_GATEWAY_ADDRESS", name)
+		} else {
+			assert.Empty(t, c.gateway.refused, name)
+		}
 	}
 }
 

@@ -46,6 +46,11 @@ func issueInfraCert(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s %s: --network, --dns-name, --namespace and --secret are required\n", binary, infraCertCommand)
 		return 2
 	}
+	if *lifetime < 0 {
+		fmt.Fprintf(stderr, "%s %s: --lifetime %s is negative: give a positive duration, or 0 for the default of %s\n",
+			binary, infraCertCommand, *lifetime, sitetrust.DefaultInfrastructureLifetime)
+		return 2
+	}
 	if err := sitetrust.ValidInfrastructureNames(names); err != nil {
 		fmt.Fprintf(stderr, "%s %s: --dns-name: %v\n", binary, infraCertCommand, err)
 		return 2

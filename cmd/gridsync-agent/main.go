@@ -105,6 +105,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	logger := logr.FromSlogHandler(log.Handler())
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
+	if cfg.gateway.refused != "" {
+		log.Warn("gateway_address_refused", "error", cfg.gateway.refused, "why", "the other sites would not read it one way: no gateway address is advertised, and discovery does not run")
+	}
 	memoryLimit := runtimecfg.MemoryLimitFromContainer(getenv, 0)
 	fail := func(event string, err error) int {
 		log.Error(event, "error", err)
@@ -268,7 +271,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 
 	var synced, leading atomic.Bool
-	go awaitCacheSync(ctx, mgr.GetCache().WaitForCacheSync, cacheSyncReport, log, func() { synced.Store(true) })
+	go awaitCacheSync(ctx, mgr.GetCache().WaitForCacheSync, listOneGridNetwork(mgr.GetAPIReader()), cacheSyncReport, log, func() { synced.Store(true) })
 	go func() {
 		select {
 		case <-mgr.Elected():
@@ -308,7 +311,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	log.Info("started", "version", version, "health_addr", ln.Addr().String(), "namespaces", cfg.namespaces, "leader_elect", cfg.leaderElect, "memory_limit_bytes", memoryLimit,
 		"swim_bind_addr", cfg.swim.bindAddr, "site", cfg.swim.site)
-	if err := health.ServeWhile(ctx, ln, handler, shutdownGrace, runUntilStopped(mgr.Start, managerStopGrace, log)); err != nil {
+	if err := health.ServeWhile(ctx, ln, handler, shutdownGrace, runUntilStopped(mgr.Start, managerStopGrace, func() (bool, bool) { return synced.Load(), leading.Load() }, log)); err != nil {
 		return fail("stopped_with_error", err)
 	}
 	log.Info("shutdown", "signal", "received")

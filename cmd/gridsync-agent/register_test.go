@@ -68,3 +68,13 @@ func TestAReleaseSaysWhatItReleased(t *testing.T) {
 	writeReleased(&out, enrol.Released{Record: enrol.SiteRecord{Network: "n", Site: "site-b"}})
 	assert.Contains(t, out.String(), "released site site-b of network n (its record did not parse)")
 }
+
+// A negative --lifetime is refused before the cluster is asked, never
+// taken for the default.
+func TestIssueInfraCertRefusesANegativeLifetime(t *testing.T) {
+	var out, errOut bytes.Buffer
+	assert.Equal(t, 2, issueInfraCert([]string{"--network", "n", "--dns-name", "db.example.com", "--namespace", "ns", "--secret", "s",
+		"--lifetime", "-24h", "--kubeconfig", "/nonexistent"}, &out, &errOut))
+	assert.Contains(t, errOut.String(), "--lifetime -24h0m0s is negative")
+	assert.Empty(t, out.String())
+}

@@ -26,12 +26,16 @@ const DefaultInfrastructureLifetime = 90 * 24 * time.Hour
 // authentication. A name in the sites' domain (<site>.grid.internal) is
 // refused: a probe checks a site's gateway by that name. It returns the
 // chain (leaf then CA) and the new key, PEM. The leaf never outlives the
-// CA; a lifetime of 0 is DefaultInfrastructureLifetime.
+// CA; a lifetime of 0 is DefaultInfrastructureLifetime, a negative one
+// is refused.
 func (ca *CA) IssueInfrastructure(dnsNames []string, now time.Time, lifetime time.Duration) (chainPEM, keyPEM []byte, err error) {
 	if err := ValidInfrastructureNames(dnsNames); err != nil {
 		return nil, nil, err
 	}
-	if lifetime <= 0 {
+	switch {
+	case lifetime < 0: // never silently the default: a caller's mistake
+		return nil, nil, fmt.Errorf("the lifetime %s is negative", lifetime)
+	case lifetime == 0:
 		lifetime = DefaultInfrastructureLifetime
 	}
 	notAfter := now.Add(lifetime)

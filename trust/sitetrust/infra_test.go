@@ -81,6 +81,13 @@ func TestAnInfrastructureCertificateRefusesSiteNames(t *testing.T) {
 	assert.ErrorContains(t, err, "in the sites' domain grid.internal")
 }
 
+// A negative lifetime is refused, never taken for the default.
+func TestAnInfrastructureCertificateRefusesANegativeLifetime(t *testing.T) {
+	ca := newTestCA(t, time.Now())
+	_, _, err := ca.IssueInfrastructure([]string{"db.example.com"}, time.Now(), -time.Hour)
+	assert.ErrorContains(t, err, "negative")
+}
+
 // Presented by a gateway, an infrastructure certificate matches no site
 // in either mode: pinned, its pin and its name do not make it a site's
 // gateway; SPIFFE, it is no site's SVID.

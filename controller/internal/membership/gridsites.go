@@ -70,7 +70,10 @@ func (r *Member) SyncGridSites(ctx context.Context, network *v1alpha1.GridNetwor
 
 func (r *Member) syncGridSite(ctx context.Context, network string, s sites.Site) error {
 	name := gridSiteName(network, s.Name)
-	memo := fmt.Sprint(s.GatewayAddress, "\x00", s.GatewayInvalid, "\x00", s.Region, "\x00", s.Zone)
+	// The generation is part of what was decided on: an advertisement kept
+	// back as not newer must be looked at again when the same address is
+	// signed at a higher generation.
+	memo := fmt.Sprint(s.GatewayAddress, "\x00", s.GatewayGeneration, "\x00", s.GatewayInvalid, "\x00", s.Region, "\x00", s.Zone)
 	if r.gridSites.seen(name, memo) {
 		return nil
 	}

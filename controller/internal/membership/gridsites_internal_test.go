@@ -1,11 +1,21 @@
 package membership
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/controller/internal/base"
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
@@ -45,4 +55,42 @@ func TestANewerAdvertisedEndpointReplacesAnOlderOneNeverTheReverse(t *testing.T)
 			assert.Equal(t, tt.replaced, replaced)
 		})
 	}
+}
+
+// An advertisement kept back as not newer than the GridSite's endpoint is
+// looked at again, and written, when the same address is signed later at a
+// higher generation.
+func TestAKeptAdvertisementIsWrittenOnceSignedAtAHigherGeneration(t *testing.T) {
+	current := v1alpha1.GridSite{ObjectMeta: metav1.ObjectMeta{Name: "net-b"}, Spec: v1alpha1.GridSiteSpec{
+		GridNetworkRef:  "net",
+		GatewayEndpoint: &v1alpha1.GatewayEndpoint{Address: "10.0.0.4:8443", Host: "10.0.0.4", Port: 8443, Generation: 100},
+	}}
+	var applied []map[string]any
+	c := interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+		Get: func(_ context.Context, _ client.WithWatch, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+			current.DeepCopyInto(obj.(*v1alpha1.GridSite))
+			return nil
+		},
+		Apply: func(_ context.Context, _ client.WithWatch, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+			require.NoError(t, err)
+			endpoint, _, _ := unstructured.NestedMap(u, "spec", "gatewayEndpoint")
+			applied = append(applied, endpoint)
+			return nil
+		},
+	})
+	r := &Member{Env: &base.Env{Client: c, Opts: base.Config{Producer: "gridsync", Logger: slog.New(slog.DiscardHandler)}}}
+	ctx := context.Background()
+
+	require.NoError(t, r.syncGridSite(ctx, "net", sites.Site{Name: "b", GatewayAddress: "10.0.0.5:8443", GatewayGeneration: 99}))
+	require.Len(t, applied, 1)
+	assert.Equal(t, "10.0.0.4:8443", applied[0]["address"], "an older advertisement keeps the endpoint")
+
+	require.NoError(t, r.syncGridSite(ctx, "net", sites.Site{Name: "b", GatewayAddress: "10.0.0.5:8443", GatewayGeneration: 99}))
+	assert.Len(t, applied, 1, "the same advertisement again writes nothing")
+
+	require.NoError(t, r.syncGridSite(ctx, "net", sites.Site{Name: "b", GatewayAddress: "10.0.0.5:8443", GatewayGeneration: 101}))
+	require.Len(t, applied, 2, "the same address at a higher generation is looked at again")
+	assert.Equal(t, "10.0.0.5:8443", applied[1]["address"])
+	assert.Equal(t, int64(101), applied[1]["generation"])
 }
