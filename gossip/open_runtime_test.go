@@ -3,6 +3,7 @@ package gossip
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,12 @@ func TestAnOpenNetworkHoldsASiteToItsFirstKey(t *testing.T) {
 	require.Equal(t, []sites.SiteKey{{Site: "site-c", Fingerprint: fingerprintOf(keyC)}}, withoutSince(a.View("prod").SiteKeys),
 		"site C is held to its key, site U (unsigned) to none")
 	require.True(t, a.View("prod").OpenKeys)
+	// U holds C to its key too before anything is forged: a site that has
+	// not yet seen C's signed records would take the first forged one as
+	// C's (the first key a site of an open network is seen with binds it).
+	require.Eventually(t, func() bool {
+		return slices.Contains(withoutSince(u.View("prod").SiteKeys), sites.SiteKey{Site: "site-c", Fingerprint: fingerprintOf(keyC)})
+	}, 10*time.Second, 20*time.Millisecond, "site U never held site C to its key")
 	held, ok := a.store.Get(record.Key{Network: "prod", Site: "site-u", Kind: KindProviders})
 	require.True(t, ok)
 	require.False(t, record.Signed(&held), "an upstream site's records are taken unsigned")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -73,7 +74,12 @@ func TestSwimHoldOutlastsAnAPIServerUnreachableAtStart(t *testing.T) {
 		require.Zero(t, seed.heard.Load(), "the seed heard from a held site")
 		time.Sleep(500 * time.Millisecond)
 	}
-	assert.Contains(t, agentA.Log(), `"msg":"cache_sync_waiting"`, "the agent says why it is not ready")
+	// Said every 10 s, after one bounded list that says why (up to 3 s
+	// against an API server that does not answer).
+	require.Eventually(t, func() bool { return strings.Contains(agentA.Log(), `"msg":"cache_sync_waiting"`) },
+		15*time.Second, 100*time.Millisecond, "the agent says why it is not ready:\n%s", agentA.Log())
+	require.True(t, agentA.Running())
+	require.False(t, held.status().Swim.Running, "SWIM ran before any network was listed")
 
 	proxy.Restore()
 	testproc.WaitOK(t, "http://"+health+"/readyz")
