@@ -30,6 +30,7 @@ func TestAPIServerValidatesTheStructuredGatewayEndpoint(t *testing.T) {
 			Spec: v1alpha1.GridSiteSpec{GridNetworkRef: "net", GatewayEndpoint: ep}}
 	}
 	mutual := &v1alpha1.GatewayTLS{Mode: "Mutual", ServerName: "provider.example.com"}
+	// Applied only: no agent runs in this test, so nothing dials them.
 	accepted := map[string]*v1alpha1.GatewayEndpoint{
 		"reference": {Address: "provider.example.com:8443", TLS: mutual},
 		"structured": {Address: "provider.example.com:8443", Host: "provider.example.com", Port: 8443, Protocol: "HTTPS",
@@ -85,13 +86,7 @@ func TestAPIServerValidatesTheStructuredGatewayEndpoint(t *testing.T) {
 func TestTheProbeDialsTheStructuredEndpointWithinItsScope(t *testing.T) {
 	e := newEnv(t)
 	e.logOnFailure()
-	e.grantTrustSecrets("grid-ca", "site-cert")
-	network := e.network(e.gateway("edge", "east"))
-	network.Spec.TLS = &v1alpha1.GridTLS{
-		CASecretRef:   &v1alpha1.NamespacedName{Name: "grid-ca", Namespace: e.credNS},
-		SiteSecretRef: &v1alpha1.NamespacedName{Name: "site-cert", Namespace: e.credNS},
-	}
-	network.Spec.PeerTrust = &v1alpha1.PeerTrust{Mode: "spiffe"}
+	network := e.spiffeNetwork("east")
 	e.create(network)
 	e.startAgent(withSiteTrust("east", time.Hour, time.Second))
 	ca, _ := e.gridCA()
