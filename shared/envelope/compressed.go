@@ -60,8 +60,10 @@ var (
 func Compress(doc []byte) []byte {
 	encoderOnce.Do(func() {
 		// Only errors of invalid options, which these are not.
+		// A single segment always declares its size: otherwise a frame of
+		// 1 to 255 bytes would not, and Decompress refuses those.
 		encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderCRC(true),
-			zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+			zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true), zstd.WithSingleSegment(true))
 	})
 	return encoder.EncodeAll(doc, make([]byte, 0, len(doc)/4+64))
 }

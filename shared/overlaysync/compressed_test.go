@@ -92,8 +92,8 @@ func TestRefusesBadCompressedFormsAndKeepsTheLastGoodFile(t *testing.T) {
 	}
 }
 
-// An envelope that came compressed is kept compressed once on disk (a
-// fraction of its size), and put back whole when its file goes missing.
+// An envelope that came compressed is put back whole when its file goes
+// missing (it is held compressed meanwhile: TestAKeptEnvelopeIsHeldCompressedWhenItCameSo).
 func TestACompressedLastGoodIsPutBackWhole(t *testing.T) {
 	g := newGateway(t)
 	opts := g.options()
