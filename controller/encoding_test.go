@@ -109,6 +109,7 @@ func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
 	old.stopReport()
 	update(e, network, func(n *v1alpha1.GridNetwork) { n.Spec.OverlayEncoding = v1alpha1.OverlayEncodingPlain })
 	e.awaitForm(network, gw, envelope.EncodingPlain, "forced plain")
+	_, before := e.overlayOf(network, gw, anyRevision)
 
 	// A pod that accepts no more than 100 bytes: as soon as it reports,
 	// the published envelope is over its bound (the status says so, the
@@ -118,10 +119,10 @@ func TestOverlayFormFollowsWhatTheGatewayPodsRead(t *testing.T) {
 	assert.Contains(t, st.Message, "over 100, the largest envelope the gateway's pods accept")
 	update(e, provider, func(p *v1alpha1.InferenceProvider) { p.Spec.Models = append(p.Spec.Models, v1alpha1.Model{Name: "m3"}) })
 	status(func(s v1alpha1.GatewayOverlayStatus) bool {
-		return s.Reason == "OverlayTooLarge" && s.RenderedRevision != "" && s.RenderedRevision != second.Revision
+		return s.Reason == "OverlayTooLarge" && s.RenderedRevision != "" && s.RenderedRevision != before.Revision
 	})
 	cm, kept := e.overlayOf(network, gw, anyRevision)
-	assert.Equal(t, second.Revision, kept.Revision, "the last published revision stays")
+	assert.Equal(t, before.Revision, kept.Revision, "the last published revision stays")
 	assert.Equal(t, envelope.EncodingPlain, formOf(t, cm))
 }
 

@@ -116,8 +116,9 @@ func TestUnresolvableSeedsKeepTheLastResolvedSet(t *testing.T) {
 		return st.Running && st.Generation != before && aliveMember(site, "site-b"), fmt.Sprintf("generation %d, members %+v", st.Generation, st.Members)
 	})
 	assert.Contains(t, site.logs.String(), `"swim_restarting"`)
-	require.Eventually(t, func() bool { return aliveMember(remote, "site-a") }, 10*time.Second, 20*time.Millisecond,
-		"site-b sees the new node")
+	e.eventually("site-b sees the new node", func() (bool, string) {
+		return aliveMember(remote, "site-a"), fmt.Sprintf("%+v", remote.Status().Members)
+	})
 	e.membershipSays(network, controller.ReasonSeedsUnresolvable, func(n *v1alpha1.GridNetwork) bool {
 		return n.Status.Phase == v1alpha1.NetworkActive && n.Status.ConnectedSites == 1
 	})

@@ -422,7 +422,9 @@ func TestSPIFFEModePollsPeersOnlyOverEncryptedGossip(t *testing.T) {
 	})
 	// Both nodes start again, encrypted; A's join of its seed may have
 	// failed meanwhile (and waits its retry), so B joins A.
-	require.Eventually(t, func() bool { return remote.Status().Encrypted && site.Status().Encrypted }, 10*time.Second, 10*time.Millisecond)
+	e.eventually("both nodes encrypted", func() (bool, string) {
+		return remote.Status().Encrypted && site.Status().Encrypted, fmt.Sprintf("%+v %+v", remote.Status(), site.Status())
+	})
 	remote.AnnounceSeeds(network.Name, []string{site.AdvertiseAddr()})
 	e.eventually("site B's signals port polled over encrypted gossip", func() (bool, string) {
 		return dials.Load() > 0 && site.View(network.Name).Encrypted, fmt.Sprintf("%d dials, %+v", dials.Load(), site.Status())

@@ -39,7 +39,7 @@ func TestSidecarDecompressionBomb(t *testing.T) {
 	waitForOutput(t, s, good)
 	peakBefore := measure.MustPeakRSSMiB(t, s.Cmd.Process.Pid)
 
-	maxBytes := envelope.DefaultMaxBytes // the chart sets no --max-bytes
+	maxBytes := envelope.DefaultMaxBytes // the chart's default --max-bytes
 	next, _ := s.pod.Envelope(3)
 	bombs := []struct {
 		name   string

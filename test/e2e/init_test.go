@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,9 +88,9 @@ func TestInitTakesTheCompressedFormWithinItsBound(t *testing.T) {
 	p := newPod(t)
 	init := start(t, testbin.Init, nil, p.Args("--max-bytes", "65536")...)
 	p.PutBinary(envelope.Compress(make([]byte, 64<<20)))
-	time.Sleep(1 * time.Second)
+	require.Eventually(t, func() bool { return strings.Contains(init.Log(), `"reason":"oversized"`) }, 30*time.Second, 50*time.Millisecond,
+		"the compressed form that declares more than the bound is refused:\n%s", init.Log())
 	require.True(t, init.Running(), "must wait while the compressed form declares more than its bound")
-	assert.Contains(t, init.Log(), `"reason":"oversized"`)
 
 	doc, _ := p.Envelope(1)
 	p.PutCompressed(doc)

@@ -145,10 +145,12 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 		readers = r.Opts.Deliveries.Readers(gw.Namespace, gw.Name)
 	}
 	maxBytes, bound := maxEnvelopeBytes(r.Opts.MaxOverlayBytes, readers)
+	gwKey := types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}
 	decision := formDecision{network: network.Name, setting: network.Spec.OverlayEncoding, readers: readers, envelopeBytes: len(doc)}
-	defer func() { r.decisions.set(types.NamespacedName{Namespace: gw.Namespace, Name: gw.Name}, decision) }()
+	r.decisions.set(gwKey, decision) // before the apply: a report arriving meanwhile is judged against it
 	if len(doc) > maxBytes {
 		decision.tooLarge = true
+		r.decisions.set(gwKey, decision)
 		r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 		return fail(ReasonOverlayTooLarge, fmt.Sprintf("the envelope takes %d bytes, over %d, %s; narrow the providers' access policies or raise the bound", len(doc), maxBytes, bound)), nil
 	}
@@ -159,12 +161,14 @@ func (r *Reconciler) publish(ctx context.Context, network *v1alpha1.GridNetwork,
 		packed = envelope.Compress(doc)
 		if len(packed) > maxConfigMapData {
 			decision.tooLarge = true
+			r.decisions.set(gwKey, decision)
 			r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 			return fail(ReasonOverlayTooLarge, fmt.Sprintf("the compressed overlay takes %d bytes, over the ConfigMap limit of %d; narrow the providers' access policies", len(packed), maxConfigMapData)), nil
 		}
 	default:
 		if size := len(doc) + len(bare); size > maxConfigMapData {
 			decision.tooLarge = true
+			r.decisions.set(gwKey, decision)
 			r.Metrics.Publishes.WithLabelValues(base.PublishRefused).Inc()
 			return fail(ReasonOverlayTooLarge, fmt.Sprintf("the overlay's two copies take %d bytes, over the ConfigMap limit of %d (the plain form: %s); narrow the providers' access policies, or let the compressed form be used", size, maxConfigMapData, why)), nil
 		}

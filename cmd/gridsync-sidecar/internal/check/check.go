@@ -70,13 +70,12 @@ func File(stdin io.Reader, opts envelope.Options, file string) Report {
 		// The overlay ConfigMap's compressed form (its binaryData value,
 		// saved to a file): checked as the sidecar checks it, within the
 		// same bound.
-		if data, err = envelope.Decompress(data, opts.MaxBytes); err != nil {
-			var rej *envelope.Rejection
-			errors.As(err, &rej)
-			return Report{File: file, Decision: Reject, Reason: string(rej.Reason), Detail: rej.Detail}
-		}
+		data, err = envelope.Decompress(data, opts.MaxBytes)
 	}
-	res, err := envelope.Validate(data, opts)
+	var res envelope.Result
+	if err == nil {
+		res, err = envelope.Validate(data, opts)
+	}
 	var rej *envelope.Rejection
 	if errors.As(err, &rej) {
 		return Report{File: file, Decision: Reject, Reason: string(rej.Reason), Detail: rej.Detail}
