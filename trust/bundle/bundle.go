@@ -28,7 +28,7 @@ import (
 
 // Bounds of a signed bundle, checked before it is parsed: a network lists
 // at most MaxEvictions sites, evicted or lifted (spec.tls.siteCertificate.
-// evictedSites holds 512), trusts at most MaxRoots grid CAs at once (two
+// evictedSites holds 512; past it, the lifts longest ago are dropped), trusts at most MaxRoots grid CAs at once (two
 // during a rotation), and a bundle carries a signature of each CA the
 // issuer holds. MaxSignedSize holds the largest such bundle (a test signs
 // one).
@@ -207,6 +207,7 @@ func NextWith(prev *Bundle, network, issuer string, evicted []string, roots [][]
 	if !changed {
 		return nil, nil
 	}
+	next.Evictions = dropOldestLifts(next.Evictions, len(next.Evictions)-MaxEvictions)
 	if len(next.Evictions) > MaxEvictions {
 		return nil, fmt.Errorf("%d evictions: a bundle holds at most %d", len(next.Evictions), MaxEvictions)
 	}
@@ -372,4 +373,33 @@ func peek(signed []byte) *Bundle {
 		return nil
 	}
 	return &b
+}
+
+// dropOldestLifts drops up to n lifted entries, those lifted longest ago
+// first, so that a network of many evictions since lifted can still sign
+// a new one: a lifted entry only refuses certificates issued before its
+// eviction, and the oldest of those have long expired or been replaced.
+// A site still evicted is never dropped.
+func dropOldestLifts(evictions []Eviction, n int) []Eviction {
+	if n <= 0 {
+		return evictions
+	}
+	var lifts []int
+	for i, e := range evictions {
+		if e.Lifted != nil {
+			lifts = append(lifts, i)
+		}
+	}
+	sort.SliceStable(lifts, func(a, b int) bool { return evictions[lifts[a]].Lifted.Before(*evictions[lifts[b]].Lifted) })
+	drop := map[int]bool{}
+	for _, i := range lifts[:min(n, len(lifts))] {
+		drop[i] = true
+	}
+	kept := evictions[:0:0]
+	for i, e := range evictions {
+		if !drop[i] {
+			kept = append(kept, e)
+		}
+	}
+	return kept
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gridsync/gridsync/trust/sitetrust"
@@ -201,4 +202,33 @@ func TestTheLargestBundleFits(t *testing.T) {
 	b.Evictions = append(b.Evictions, b.Evictions...)
 	_, err = Sign(b, ca.Signer())
 	require.Error(t, err, "past the size every site takes: refused when signed, not by every receiver")
+}
+
+// A network that lifted evictions before can still evict as many sites as
+// its spec allows: the lifts longest ago make room; no site still evicted
+// is dropped.
+func TestTheOldestLiftsMakeRoomForNewEvictions(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	prev, err := Next(nil, "net", "issuer", []string{"lifted-early", "lifted-late"}, t0)
+	require.NoError(t, err)
+	prev, err = Next(prev, "net", "issuer", []string{"lifted-late"}, t0.Add(time.Hour)) // lifted-early lifted
+	require.NoError(t, err)
+	prev, err = Next(prev, "net", "issuer", nil, t0.Add(2*time.Hour)) // lifted-late lifted
+	require.NoError(t, err)
+	var evicted []string
+	for i := range MaxEvictions - 1 {
+		evicted = append(evicted, fmt.Sprintf("site-%03d", i))
+	}
+	next, err := Next(prev, "net", "issuer", evicted, t0.Add(3*time.Hour))
+	require.NoError(t, err, "%d evicted beside two lifts", len(evicted))
+	require.Len(t, next.Evictions, MaxEvictions)
+	var sites []string
+	for _, e := range next.Evictions {
+		sites = append(sites, e.Site)
+	}
+	assert.NotContains(t, sites, "lifted-early", "the lift longest ago made room")
+	assert.Contains(t, sites, "lifted-late")
+
+	_, err = Next(next, "net", "issuer", append(evicted, "one-more", "and-another"), t0.Add(4*time.Hour))
+	require.Error(t, err, "more sites evicted than a bundle holds, with no lift left to drop")
 }
