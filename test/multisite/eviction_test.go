@@ -208,6 +208,12 @@ func refusedAsEvicted(t *testing.T, key []byte, pair *tls.Certificate, agents []
 			return v > before[i], fmt.Sprintf("%v refused, %v before", v, before[i])
 		})
 	}
+	// The count also moves for C's own records, which its running agent
+	// keeps gossiping: what was sent must also be in no site's overlay.
+	for _, s := range to {
+		_, ok := s.candidate("grid", "site-c", "model-evicted")
+		assert.False(t, ok, "%s routes the evicted site's forged provider", s.Name)
+	}
 }
 
 // A site that runs no SWIM hears no gossip: it takes its issuer's

@@ -82,7 +82,10 @@ func TestSwimHoldOutlastsAnAPIServerUnreachableAtStart(t *testing.T) {
 	require.False(t, held.status().Swim.Running, "SWIM ran before any network was listed")
 
 	proxy.Restore()
-	testproc.WaitOK(t, "http://"+health+"/readyz")
+	// The informers' next list may come up to 30 s later (client-go's
+	// backoff, doubled from 800 ms with jitter, and capped there).
+	require.Eventually(t, func() bool { code, _ := testproc.Get(t, "http://"+health+"/readyz"); return code == 200 },
+		60*time.Second, 100*time.Millisecond, "ready once its API server answers:\n%s", agentA.Log())
 	b.networkStatus("held", 30*time.Second, counts(v1alpha1.NetworkActive, 1, 0))
 	a.networkStatus("held", 30*time.Second, counts(v1alpha1.NetworkActive, 1, 0))
 	st := held.status()

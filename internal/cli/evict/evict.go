@@ -11,8 +11,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
@@ -80,9 +78,8 @@ func write(ctx context.Context, c client.Client, o Options) (bool, error) {
 		}
 		if t.SiteCertificate == nil || t.SiteCertificate.Mode == "" {
 			// Unset, the mode is issuer only where the CA's key is.
-			var ca corev1.Secret
-			if err := c.Get(ctx, types.NamespacedName{Namespace: t.CASecretRef.Namespace, Name: t.CASecretRef.Name}, &ca); err != nil || len(ca.Data[corev1.TLSPrivateKeyKey]) == 0 {
-				return false, fmt.Errorf("network %s: the grid CA's key is not in this cluster's Secret %s/%s: evict the site at the issuing site's cluster", o.Network, t.CASecretRef.Namespace, t.CASecretRef.Name)
+			if _, err := gridnet.CASecretWithKey(ctx, c, t.CASecretRef); err != nil {
+				return false, fmt.Errorf("network %s: %w: evict the site at the issuing site's cluster", o.Network, err)
 			}
 			if t.SiteCertificate == nil {
 				t.SiteCertificate = &v1alpha1.SiteCertificate{}

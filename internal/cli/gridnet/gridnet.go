@@ -6,8 +6,10 @@ package gridnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -64,4 +66,24 @@ func Until(ctx context.Context, c client.Reader, name string, poll time.Duration
 		case <-time.After(poll):
 		}
 	}
+}
+
+// ErrCAKeyElsewhere: the grid CA Secret holds no key here; the command
+// that needs it runs at the issuing site's cluster.
+var ErrCAKeyElsewhere = errors.New("the grid CA's key is not in this cluster's Secret")
+
+// CASecretWithKey reads a network's grid CA Secret (spec.tls.caSecretRef,
+// ref) and wants its key in it: an error of the read is returned as it is
+// (a Secret not found, a refusal), a Secret without the key is
+// ErrCAKeyElsewhere.
+func CASecretWithKey(ctx context.Context, c client.Reader, ref *v1alpha1.NamespacedName) (*corev1.Secret, error) {
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	var s corev1.Secret
+	if err := c.Get(ctx, key, &s); err != nil {
+		return nil, fmt.Errorf("the grid CA Secret %s: %w", key, err)
+	}
+	if len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
+		return nil, fmt.Errorf("%w %s", ErrCAKeyElsewhere, key)
+	}
+	return &s, nil
 }

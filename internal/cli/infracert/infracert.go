@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/internal/cli/gridnet"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -94,17 +95,13 @@ func loadCA(ctx context.Context, c client.Client, network string) (*sitetrust.CA
 	if t == nil || t.CASecretRef == nil {
 		return nil, fmt.Errorf("network %s has no grid CA Secret (spec.tls.caSecretRef): an infrastructure certificate is issued by the grid CA, at the issuing site", network)
 	}
-	ref := types.NamespacedName{Namespace: t.CASecretRef.Namespace, Name: t.CASecretRef.Name}
-	var s corev1.Secret
-	if err := c.Get(ctx, ref, &s); err != nil {
-		return nil, fmt.Errorf("network %s: the grid CA Secret %s: %w", network, ref, err)
-	}
-	if len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
-		return nil, fmt.Errorf("network %s: the grid CA's key is not in this cluster's Secret %s: issue the certificate at the issuing site's cluster", network, ref)
+	s, err := gridnet.CASecretWithKey(ctx, c, t.CASecretRef)
+	if err != nil {
+		return nil, fmt.Errorf("network %s: %w: issue the certificate at the issuing site's cluster", network, err)
 	}
 	ca, err := sitetrust.ParseCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return nil, fmt.Errorf("network %s: the grid CA Secret %s: %w", network, ref, err)
+		return nil, fmt.Errorf("network %s: the grid CA Secret %s/%s: %w", network, s.Namespace, s.Name, err)
 	}
 	return ca, nil
 }
