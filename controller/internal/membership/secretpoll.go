@@ -55,9 +55,9 @@ func (p *secretPoller) poll(ctx context.Context) {
 		return
 	}
 	if p.r.Opts.Membership == nil {
-		// Without gossip, the trust bundles come from the issuers; each
-		// fetch (bounded by the probe timeout) runs beside the Secret
-		// reads, not before them.
+		// Without gossip, the trust bundles come from the issuers: fetched
+		// (each bounded by the probe timeout, the networks at once) after
+		// the Secret reads, so that a slow issuer delays no key.
 		defer p.fetchBundles(ctx, list.Items)
 	}
 	for i := range list.Items {
@@ -100,7 +100,7 @@ func (p *secretPoller) poll(ctx context.Context) {
 // fetchBundles fetches each enrolled network's trust bundle from its
 // issuer, the networks at once, and waits for them.
 func (p *secretPoller) fetchBundles(ctx context.Context, networks []v1alpha1.GridNetwork) {
-	e := &Evictions{Env: p.r.Env, Trust: p.r.Trust}
+	e := &Evictions{Env: p.r.Env, Trust: p.r.Trust} // holds no state of its own: the bundles are in the book
 	var wg sync.WaitGroup
 	for i := range networks {
 		n := &networks[i]
