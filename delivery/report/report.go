@@ -67,7 +67,7 @@ type Report struct {
 const (
 	FormPlain    = envelope.EncodingPlain
 	FormZstd     = envelope.EncodingZstd
-	EncodingAuto = "auto"
+	EncodingAuto = envelope.EncodingAuto
 )
 
 // maxForms bounds Reads: there are two forms today.

@@ -19,6 +19,10 @@ const (
 	EncodingPlain = "plain"
 	// EncodingZstd is the compressed form.
 	EncodingZstd = "zstd"
+	// EncodingAuto is what a sidecar asks for when it leaves the form to
+	// the agent: compressed when large and every pod of its gateway reads
+	// it.
+	EncodingAuto = "auto"
 
 	// CompressedSuffix turns a data key into the compressed form's
 	// binaryData key.

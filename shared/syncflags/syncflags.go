@@ -83,7 +83,7 @@ type Config struct {
 
 // EncodingAuto leaves the overlay's form to the agent: compressed when the
 // overlay is large enough for it to pay and every pod reads it.
-const EncodingAuto = "auto"
+const EncodingAuto = envelope.EncodingAuto
 
 // DefaultReportTokenFile is where the chart projects the report token.
 const DefaultReportTokenFile = "/var/run/secrets/gridsync/report/token"
