@@ -25,7 +25,13 @@ func TestAgentDeploymentFailsOverWithoutPublishingTwice(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, "agent")
 	const leaseDuration = 15 * time.Second
-	objs, err := testnode.Render(t.Context(), testnode.Chart("gridsync-agent"), "gridsync-agent", ns, nil,
+	// A release name of its own: the chart's cluster-scoped objects (its
+	// ClusterRoles and their bindings) are named after it, and the
+	// kustomize base another test of this package applies beside it names
+	// its own gridsync-agent; the same name would rebind the one to the
+	// other's ServiceAccount.
+	const release = "failover-gridsync-agent" // its full name too (it holds the chart's name)
+	objs, err := testnode.Render(t.Context(), testnode.Chart("gridsync-agent"), release, ns, nil,
 		testnode.Merge(testnode.ImageValues("gridsync-agent"), map[string]any{
 			"replicaCount":       2,
 			"resourceNamespaces": []string{ns},
@@ -37,10 +43,7 @@ func TestAgentDeploymentFailsOverWithoutPublishingTwice(t *testing.T) {
 	c := gridClient(t)
 
 	var agents []corev1.Pod
-	// Two pods pulled, started and synced beside every other package's
-	// tests on two cores: alone they take seconds, in a full run once more
-	// than 90 s. What this test holds is the failover, not the start.
-	eventually(t, 3*time.Minute, "two agent pods Ready", func() bool {
+	eventually(t, 90*time.Second, "two agent pods Ready", func() bool {
 		agents = agents[:0]
 		for _, p := range pods(t, ns) {
 			if p.DeletionTimestamp == nil && testnode.PodReady(&p) {
@@ -50,7 +53,7 @@ func TestAgentDeploymentFailsOverWithoutPublishingTwice(t *testing.T) {
 		return len(agents) == 2
 	})
 	leader := func() string {
-		lease, err := cp.AdminClient().CoordinationV1().Leases(ns).Get(t.Context(), "gridsync-agent", metav1.GetOptions{})
+		lease, err := cp.AdminClient().CoordinationV1().Leases(ns).Get(t.Context(), release, metav1.GetOptions{})
 		if err != nil || lease.Spec.HolderIdentity == nil {
 			return ""
 		}
