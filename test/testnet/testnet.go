@@ -25,12 +25,12 @@ import (
 // and UDP (SWIM listens on both).
 func FreeTCPUDPAddr(t testing.TB) string {
 	t.Helper()
-	for range 50 {
-		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	for range 200 {
+		addr := testproc.CandidateAddr() // below the ephemeral range, as FreeAddr's
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 		if err != nil {
-			t.Fatal(err)
+			continue // taken: another
 		}
-		addr := l.Addr().String()
 		u, err := (&net.ListenConfig{}).ListenPacket(context.Background(), "udp", addr)
 		_ = l.Close()
 		if err == nil {

@@ -5,10 +5,12 @@ package testproc
 import (
 	"context"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -93,10 +95,12 @@ func (pr *Proc) Running() bool {
 // exited on the second bind.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	for range 50 {
-		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := l.Addr().String()
+	for range 200 {
+		addr := CandidateAddr()
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			continue // taken: another
+		}
 		require.NoError(t, l.Close())
 		if Claim(addr) {
 			return addr
@@ -104,6 +108,24 @@ func FreeAddr(t testing.TB) string {
 	}
 	t.Fatal("no loopback port free that this process has not given out")
 	return ""
+}
+
+// The ports free-port helpers give out lie below the kernel's ephemeral
+// range (32768 to 60999 here): a port found free there and handed to a
+// process that binds it a moment later could be taken meanwhile by any
+// outgoing connection of the machine (a run makes thousands), which
+// happened in full runs (a site's agent failed to start: address already
+// in use). Below it, only another test's helper picks, at random.
+const (
+	firstPort = 20000
+	lastPort  = 32767
+)
+
+// CandidateAddr is a loopback address of a port below the ephemeral
+// range, at random: free-port helpers try binding it, and take it only
+// when that works and it was not given out before (Claim).
+func CandidateAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(firstPort+rand.IntN(lastPort-firstPort+1)))
 }
 
 // handedOut are the addresses FreeAddr and its kin gave out in this
