@@ -187,8 +187,11 @@ func TestSiteKeysOutliveARestartUntilReset(t *testing.T) {
 	old := Record{Network: "prod", Site: "site-c", Kind: KindSite, Version: uint64(time.Now().UnixNano()), GatewayAddress: "127.0.0.1:8443"}
 	require.NoError(t, old.SignOpen(keyC))
 	require.True(t, a2.ResetSiteKey("prod", "site-c"))
+	// Sent only to the members X sees alive: on a loaded machine A may be
+	// suspected a moment, and the record would go nowhere.
+	require.Eventually(t, func() bool { return len(x.aliveNodes("")) > 0 }, 30*time.Second, 20*time.Millisecond)
 	x.sender(t)(old)
-	require.Eventually(t, func() bool { return a2.counter("grid_swim_records_rejected_total", record.RejectBeforeReset) > 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return a2.counter("grid_swim_records_rejected_total", record.RejectBeforeReset) > 0 }, 30*time.Second, 20*time.Millisecond)
 
 	// C's records reach A with the next exchange, under its new key.
 	require.Eventually(t, func() bool {
