@@ -97,6 +97,13 @@ type Config struct {
 	// site record. Nil: no bundle is read or passed on.
 	Trust *bundle.Book
 
+	// InNetwork, when set, runs fn with the calling thread in the network
+	// this site's sockets belong to: the listeners are created and every
+	// stream dialled inside it. Tests and benchmarks put each of many
+	// sites of one process in a network namespace of its own this way;
+	// an agent leaves it nil (its process's network).
+	InNetwork func(fn func() error) error
+
 	Resolver   seeds.Resolver
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -443,10 +450,14 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 	r.mu.Unlock()
 
 	mlLog := log.New(newMemberlistLog(r.log, r.metrics, r.suspected), "", 0)
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{r.bind.Addr().String()},
-		BindPort:  int(r.bind.Port()),
-		Logger:    mlLog,
+	var nt *memberlist.NetTransport
+	err := r.inNetwork(func() (err error) {
+		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{r.bind.Addr().String()},
+			BindPort:  int(r.bind.Port()),
+			Logger:    mlLog,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("SWIM listen on %s: %w", r.bind, err)
@@ -470,6 +481,15 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 		TCPSent: r.metrics.bytesSent.WithLabelValues("tcp"), TCPReceived: r.metrics.bytesReceived.WithLabelValues("tcp"),
 	}, gate)
 	tr.CheckPeer = r.cfg.CheckPeer
+	if r.cfg.InNetwork != nil {
+		tr.Dial = func(addr string, timeout time.Duration) (c net.Conn, err error) {
+			err = r.cfg.InNetwork(func() (err error) {
+				c, err = nt.DialTimeout(addr, timeout)
+				return err
+			})
+			return c, err
+		}
+	}
 	conf.Transport = tr
 	r.mu.Lock()
 	r.tr = tr
@@ -527,6 +547,14 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 		r.log.Warn("swim_plaintext", "why", "no network declares spec.tls.swimKeySecretRef and no GRID_SWIM_ENCRYPT_KEY is set: gossip is neither encrypted nor authenticated")
 	}
 	return ml, nil
+}
+
+// inNetwork runs fn in the network of this site's sockets.
+func (r *Runtime) inNetwork(fn func() error) error {
+	if r.cfg.InNetwork == nil {
+		return fn()
+	}
+	return r.cfg.InNetwork(fn)
 }
 
 func (r *Runtime) shutdown(ml *memberlist.Memberlist) {

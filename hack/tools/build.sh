@@ -113,23 +113,25 @@ build_prometheus() {
 
 # node_packages says what the node tests need from the machine beyond Go
 # modules: runc (the OCI runtime containerd's shim runs containers with),
-# ip (iproute2, for the node's network namespace) and nsenter (util-linux,
-# to start the kubelet and containerd inside it). They come from Debian,
+# ip (iproute2, for the node's network namespace and the WAN lab's sites),
+# nsenter (util-linux, to start the kubelet and containerd inside it) and
+# nft (nftables: the WAN lab's load balancer addresses and sites that
+# cannot be dialled, test/testwan). They come from Debian,
 # installed here when one is missing and this is a Debian machine run as
 # root, as CI is.
 node_packages() {
 	local missing=() cmd pkg
-	for cmd in runc:runc ip:iproute2 nsenter:util-linux; do
+	for cmd in runc:runc ip:iproute2 nsenter:util-linux nft:nftables; do
 		command -v "${cmd%%:*}" >/dev/null || missing+=("${cmd#*:}")
 	done
 	[[ ${#missing[@]} == 0 ]] && return
 	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-		echo "tools: installing ${missing[*]} from Debian (for the node tests)"
+		echo "tools: installing ${missing[*]} from Debian (for the node and WAN tests)"
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null ||
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }
 		return
 	fi
-	echo "tools: the node tests need the Debian packages ${missing[*]} (apt-get install ${missing[*]})" >&2
+	echo "tools: the node and WAN tests need the Debian packages ${missing[*]} (apt-get install ${missing[*]})" >&2
 }
 
 group kubernetes "$here" etcd kube-apiserver kubelet kube-controller-manager kube-scheduler

@@ -44,6 +44,7 @@ import (
 
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testbin"
+	"github.com/gridsync/gridsync/test/testnetns"
 )
 
 const (
@@ -115,7 +116,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := createNetns(ctx, n.Name, controlplane.KubernetesServiceIP); err != nil {
 		return err
 	}
-	ln, err := listenIn(netnsPath(n.Name), net.JoinHostPort(controlplane.KubernetesServiceIP, "443"))
+	ln, err := testnetns.Listen(testnetns.Path(n.Name), net.JoinHostPort(controlplane.KubernetesServiceIP, "443"))
 	if err != nil {
 		return fmt.Errorf("listen for the kubernetes Service in the node's namespace: %w", err)
 	}
@@ -163,7 +164,7 @@ func (n *Node) run(name string, inNode bool, env []string, binary string, args .
 		// nsenter enters the network namespace only: the kubelet and
 		// containerd must share the host's mount namespace, where the
 		// volumes the kubelet mounts are seen by the runtime.
-		args = append([]string{"--net=" + netnsPath(n.Name), "--", binary}, args...)
+		args = append([]string{"--net=" + testnetns.Path(n.Name), "--", binary}, args...)
 		binary = "nsenter"
 	}
 	cmd := exec.Command(binary, args...) //nolint:noctx // a server lives until Stop
@@ -210,8 +211,8 @@ func teardown(dir, name string) error {
 	}
 	errs = append(errs, unmountUnder(dir))
 	if name != "" {
-		if _, err := os.Stat(netnsPath(name)); err == nil {
-			errs = append(errs, ip(context.Background(), "netns", "delete", name))
+		if _, err := os.Stat(testnetns.Path(name)); err == nil {
+			errs = append(errs, testnetns.Delete(context.Background(), name))
 		}
 	}
 	errs = append(errs, os.RemoveAll(dir))
@@ -226,7 +227,7 @@ func (n *Node) HTTPClient() *http.Client {
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return dialIn(ctx, netnsPath(n.Name), network, addr)
+				return testnetns.Dial(ctx, testnetns.Path(n.Name), network, addr)
 			},
 			DisableKeepAlives: true,
 		},

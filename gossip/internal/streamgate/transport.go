@@ -36,6 +36,9 @@ type Transport struct {
 
 	// CheckPeer refuses destinations (nil: none refused).
 	CheckPeer func(netip.Addr) error
+	// Dial, when set, dials the streams in the inner transport's place
+	// (a site whose sockets live in another network namespace).
+	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
 // errPeerDenied is a send or dial to a member address the destination
@@ -168,7 +171,11 @@ func (t *Transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
 func (t *Transport) StreamCh() <-chan net.Conn           { return t.streams }
 
 func (t *Transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := t.NetTransport.DialTimeout(addr, timeout)
+	dial := t.NetTransport.DialTimeout
+	if t.Dial != nil {
+		dial = t.Dial
+	}
+	c, err := dial(addr, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -185,7 +185,7 @@ func runBench(b *testing.B) {
 		}
 	}
 	time.Sleep(time.Second) // the render that follows
-	rendered := renderedRevisions(ctx, b, admin, nil)
+	rendered := renderedRevisions(ctx, b, admin, agent.Health, nil)
 
 	// 1,000 pods: a ServiceAccount and a token each, and an address.
 	sidecars := make([]*sidecar, pods)
@@ -288,7 +288,7 @@ func runBench(b *testing.B) {
 
 	// The measured round: a new revision everywhere, all pods at once.
 	measure.Must(b, admin.Patch(ctx, provider, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"models":[{"name":"m1"},{"name":"m2"}]}}`))))
-	next := renderedRevisions(ctx, b, admin, rendered)
+	next := renderedRevisions(ctx, b, admin, agent.Health, rendered)
 	// The agent's CPU at rest with the 1,000 connections open, for scale.
 	idleFrom, err := measure.CPUMillis(pid)
 	measure.Must(b, err)
@@ -321,7 +321,7 @@ func runBench(b *testing.B) {
 	sendAll(next) // connections up, nothing changes
 	waitDelivered(ctx, b, admin, next)
 	measure.Must(b, admin.Patch(ctx, provider, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"models":[{"name":"m1"},{"name":"m2"},{"name":"m3"}]}}`))))
-	third := renderedRevisions(ctx, b, admin, next)
+	third := renderedRevisions(ctx, b, admin, agent.Health, next)
 	cpuBefore, err = measure.CPUMillis(pid)
 	measure.Must(b, err)
 	lastSent = sendAll(third)
@@ -439,7 +439,7 @@ func waitListening(b *testing.B, addr string) {
 
 // renderedRevisions waits until every gateway's rendered revision differs
 // from before's, and returns them by gateway.
-func renderedRevisions(ctx context.Context, b *testing.B, admin client.Client, before map[string]string) map[string]string {
+func renderedRevisions(ctx context.Context, b *testing.B, admin client.Client, health string, before map[string]string) map[string]string {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var n v1alpha1.GridNetwork
@@ -454,7 +454,13 @@ func renderedRevisions(ctx context.Context, b *testing.B, admin client.Client, b
 			return out
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("only %d gateways rendered", len(out))
+			// What the agent saw, so that a failure says which stage
+			// stopped: membership's verdict, the reconciles and how they
+			// ended.
+			conds, _ := json.Marshal(n.Status.Conditions)
+			_, body := testproc.Get(b, "http://"+health+"/metrics")
+			b.Fatalf("only %d gateways rendered; the network's conditions: %s\nthe agent's counts:\n%s", len(out), conds,
+				grepLines(body, "gridsync_controller_network_reconciles_total", "gridsync_controller_network_stages_total", "gridsync_controller_status_writes_total"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
