@@ -226,6 +226,12 @@ func (r *Runtime) adoptLocked(g record.GridID, how string) {
 	}
 	// This site's records name the grid they are signed for.
 	go r.resign("")
+	// The records other sites sent while this site held another grid ID
+	// were refused, and nothing sends them again before the next
+	// push/pull (30 s or more): they are pulled at once. Two IDs
+	// generated together are the rule when sites start together across a
+	// WAN, whose delays leave the first joins time to cross.
+	go r.pull()
 	ml := r.ml
 	if ml == nil {
 		return
@@ -264,7 +270,7 @@ func (d *delegate) observe(n *memberlist.Node, gone bool) {
 		}
 	}
 	m := r.members[meta.Site]
-	changed := false
+	changed, back := false, false
 	switch {
 	case gone:
 		if m != nil && m.name == n.Name {
@@ -287,13 +293,16 @@ func (d *delegate) observe(n *memberlist.Node, gone bool) {
 		m.addr, m.leaving = hostPort(n), false
 		if m.state != sites.SiteAlive {
 			m.state, m.since, changed = sites.SiteAlive, now, true
+			back = true
 		}
 	}
 	fresh := changed && !gone && (m == nil || meta.Generation > m.generation)
 	r.mu.Unlock()
-	if fresh {
+	if fresh || back {
 		// A new site (or generation) gets this site's records at once,
-		// rather than at the next push/pull with it.
+		// rather than at the next push/pull with it; so does one back
+		// from the dead (a healed partition, an ended outage): what this
+		// site changed meanwhile never reached it.
 		go r.sendOwnTo(n.Name)
 	}
 	if changed {

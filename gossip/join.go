@@ -154,16 +154,9 @@ type joinFailure struct {
 	conflict bool
 }
 
-// joinOne joins one address and remembers the outcome. A join counts only
-// when another member answered: a seed that reflects this site's own
-// request (a TCP echo service) is not a member.
+// joinOne joins one seed address and remembers the outcome.
 func (r *Runtime) joinOne(ml *memberlist.Memberlist, a string, done chan struct{}) {
-	// The transport stamps an echo with the wall clock: so is the join.
-	start := time.Now()
-	_, err := ml.Join([]string{a})
-	if err == nil && r.transport().ReflectedSince(a, start) {
-		err = errors.New("the seed answered with this site's own join request (an echo, not a member)")
-	}
+	err := r.joinAddr(ml, a)
 	r.mu.Lock()
 	before, hadFailed := r.joinFailed[a]
 	if err != nil {
@@ -184,6 +177,19 @@ func (r *Runtime) joinOne(ml *memberlist.Memberlist, a string, done chan struct{
 			r.notify.send(n)
 		}
 	}
+}
+
+// joinAddr joins one address. A join counts only when another member
+// answered: an address that reflects this site's own request (a TCP echo
+// service) is not a member.
+func (r *Runtime) joinAddr(ml *memberlist.Memberlist, a string) error {
+	// The transport stamps an echo with the wall clock: so is the join.
+	start := time.Now()
+	_, err := ml.Join([]string{a})
+	if err == nil && r.transport().ReflectedSince(a, start) {
+		err = errors.New("the address answered with this site's own join request (an echo, not a member)")
+	}
+	return err
 }
 
 // networksSeeding are the networks that announced address a (r.mu held).

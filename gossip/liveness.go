@@ -10,8 +10,9 @@ import (
 	"github.com/gridsync/gridsync/gossip/sites"
 )
 
-// sweep applies the suspicion window and the stale TTL, expires
-// tombstones and refreshes the site gauges, four times a second.
+// sweep applies the suspicion window and the stale TTL, dials a dead site
+// again when it is time (reconnect.go), expires tombstones and refreshes
+// the site gauges, four times a second.
 func (r *Runtime) sweep() {
 	now := r.cfg.Now()
 	r.mu.Lock()
@@ -21,6 +22,7 @@ func (r *Runtime) sweep() {
 	if ml == nil {
 		return
 	}
+	r.reconnect(ml, now)
 	var changedSites []string
 	r.mu.Lock()
 	for site, m := range r.members {
@@ -105,6 +107,24 @@ func (r *Runtime) suspected(name string) {
 	}
 }
 
+// refuted is called when memberlist refuted a suspicion or a death of this
+// site. memberlist then tells every member it is alive, but a member that
+// only suspected it gives no event for that, and the site view applies
+// its own window: a site whose peers declared it dead while a partition
+// cut them off (memberlist's own suspicion, stretched with the grid's
+// size, outlasting the view's) would stay dead in their views though it
+// answers them again. The refutation is said in the view's terms too.
+func (r *Runtime) refuted() {
+	r.mu.Lock()
+	ml := r.ml
+	self := record.MemberName(r.cfg.Site, r.generation)
+	r.mu.Unlock()
+	if ml == nil {
+		return
+	}
+	r.broadcastNotice(record.Notice{Member: self, At: r.clock.Next()})
+}
+
 // applyNotice records a suspicion or its refutation. A site that learns it
 // is suspected answers that it is alive.
 func (r *Runtime) applyNotice(n record.Notice) {
@@ -123,7 +143,7 @@ func (r *Runtime) applyNotice(n record.Notice) {
 		return // not the site's current generation
 	}
 	now := r.cfg.Now()
-	changed, fresh := false, false
+	changed, fresh, back := false, false, false
 	switch {
 	case n.Leaving:
 		fresh = !m.leaving
@@ -141,6 +161,7 @@ func (r *Runtime) applyNotice(n record.Notice) {
 		}
 	case !n.Suspect && n.At > m.aliveAt:
 		m.aliveAt, fresh = n.At, true
+		back = m.state == sites.SiteDead
 		if m.state == sites.SiteSuspect || m.state == sites.SiteDead {
 			m.state, m.since, changed = sites.SiteAlive, now, true
 		}
@@ -149,6 +170,11 @@ func (r *Runtime) applyNotice(n record.Notice) {
 	r.mu.Unlock()
 	if fresh {
 		r.broadcastNotice(n) // passed on, as gossip is
+	}
+	if back {
+		// What this site changed while the other was dead to it never
+		// reached it (see observe).
+		go r.sendOwnTo(n.Member)
 	}
 	if changed {
 		r.log.Info("swim_site_state", "site", site, "member", n.Member, "to", string(state))

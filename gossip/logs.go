@@ -21,6 +21,9 @@ type memberlistLog struct {
 	// suspected is called with the member this site's probe failed on:
 	// memberlist reports its suspicion only in its log.
 	suspected func(member string)
+	// refuted is called when memberlist refuted a suspicion or a death of
+	// this site: it says so in its log only.
+	refuted func()
 
 	mu       sync.Mutex
 	lastSaid map[string]time.Time // reject reason -> last log line
@@ -31,14 +34,18 @@ type memberlistLog struct {
 // wrong key sends several a second.
 const rejectLogEvery = 10 * time.Second
 
-func newMemberlistLog(log *slog.Logger, m *metrics, suspected func(string)) *memberlistLog {
-	return &memberlistLog{log: log, metrics: m, suspected: suspected, lastSaid: map[string]time.Time{}, unsaid: map[string]int{}}
+func newMemberlistLog(log *slog.Logger, m *metrics, suspected func(string), refuted func()) *memberlistLog {
+	return &memberlistLog{log: log, metrics: m, suspected: suspected, refuted: refuted, lastSaid: map[string]time.Time{}, unsaid: map[string]int{}}
 }
 
 // suspectLine is memberlist's line when this site's probe of a member
 // failed, direct and indirect: "Suspect <name> has failed, no acks
 // received".
 const suspectPrefix, suspectSuffix = "Suspect ", " has failed, no acks received"
+
+// refutePrefixes start memberlist's lines when it refuted a suspicion or a
+// death of this site that reached it.
+var refutePrefixes = []string{"Refuting a suspect message", "Refuting a dead message"}
 
 func (l *memberlistLog) Write(p []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
@@ -61,6 +68,11 @@ func (l *memberlistLog) line(line string) {
 		// (the log's, and the node lock for some lines), and acting on
 		// a suspicion queues broadcasts and reads the members.
 		go l.suspected(strings.TrimSuffix(strings.TrimPrefix(msg, suspectPrefix), suspectSuffix))
+	}
+	for _, prefix := range refutePrefixes {
+		if strings.HasPrefix(msg, prefix) && l.refuted != nil {
+			go l.refuted() // not under memberlist's locks either
+		}
 	}
 	if reason := rejectReason(msg); reason != "" {
 		l.metrics.rejected.WithLabelValues(reason).Inc()

@@ -24,7 +24,7 @@ func TestSuspicionIsHandledOutsideMemberlistsLog(t *testing.T) {
 	ml := newMemberlistLog(slog.New(slog.DiscardHandler), m, func(member string) {
 		<-release
 		got <- member
-	})
+	}, nil)
 	logger := log.New(ml, "", 0)
 
 	wrote := make(chan struct{})
@@ -46,5 +46,31 @@ func TestSuspicionIsHandledOutsideMemberlistsLog(t *testing.T) {
 		require.Equal(t, "east-17", member)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the suspicion was never handled")
+	}
+}
+
+// A refutation of this site's suspicion or death, which memberlist says
+// only in its log, is handed on (outside the log's lock, as a suspicion
+// is); other lines are not.
+func TestARefutationIsHandedOnFromMemberlistsLog(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	refuted := make(chan struct{}, 4)
+	logger := log.New(newMemberlistLog(slog.New(slog.DiscardHandler), m, nil, func() { refuted <- struct{}{} }), "", 0)
+	logger.Printf("[WARN] memberlist: Refuting a suspect message (from: west/17)")
+	logger.Printf("[WARN] memberlist: Refuting a dead message (from: west/17)")
+	logger.Printf("[WARN] memberlist: Refuting an alive message for 'east/1' (10.0.0.1:7946) meta:([] VS []), vsn:([] VS [])")
+	logger.Printf("[INFO] memberlist: Suspect west-17 has failed, no acks received")
+	for range 2 {
+		select {
+		case <-refuted:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a refutation was not handed on")
+		}
+	}
+	select {
+	case <-refuted:
+		t.Fatal("a line that refutes nothing was handed on")
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -82,6 +82,12 @@ type Config struct {
 	// Gate bounds what an inbound stream may spend before it is
 	// authenticated; DefaultGateLimits when zero.
 	Gate GateLimits
+	// ReconnectInterval is how often a site dials one of the sites it
+	// holds dead (jittered by half either way), and ReconnectMaxBackoff
+	// how long one that keeps failing may be left alone
+	// (DefaultReconnectInterval, DefaultReconnectMaxBackoff).
+	ReconnectInterval   time.Duration
+	ReconnectMaxBackoff time.Duration
 	// JoinWait is how long announcing seeds waits for the joins it starts
 	// before they go on in the background (DefaultJoinWait).
 	JoinWait time.Duration
@@ -153,6 +159,12 @@ func (c Config) withDefaults() Config {
 	if c.GridIDSettle <= 0 {
 		c.GridIDSettle = DefaultGridIDSettle
 	}
+	if c.ReconnectInterval <= 0 {
+		c.ReconnectInterval = DefaultReconnectInterval
+	}
+	if c.ReconnectMaxBackoff <= 0 {
+		c.ReconnectMaxBackoff = DefaultReconnectMaxBackoff
+	}
 	if c.JoinWait <= 0 {
 		c.JoinWait = DefaultJoinWait
 	}
@@ -183,34 +195,39 @@ type Runtime struct {
 	notify    *notifier
 	verify    *verifyqueue.Queue
 
-	mu          sync.Mutex
-	ml          *memberlist.Memberlist
-	queue       *memberlist.TransmitLimitedQueue
-	keyring     *memberlist.Keyring
-	encrypted   bool
-	generation  uint64
-	grid        record.GridID
-	leading     bool
-	netKeys     map[string]*swimkeys.Set // networks whose key loaded
-	netKeyFail  map[string]bool          // networks whose declared key did not load
-	netNoKey    map[string]bool          // networks that declare no key
-	seeds       map[string][]string
-	members     map[string]*member // by site
-	awaySince   map[string]time.Time
-	departed    map[string]map[string]bool // network -> sites whose records were dropped
-	joinFailed  map[string]joinFailure     // seed address -> last failed join
-	joining     map[string]chan struct{}   // seed address -> join in flight, closed when done
-	tr          *streamgate.Transport
-	gatewayAddr string
-	locals      map[string]localState // what this site announced, per network
-	settings    map[string]sites.NetworkSettings
-	running     timings                         // the node's, as created
-	said        map[string]bool                 // line/reason/site already logged (firstTime)
-	trust       map[string]*record.NetworkTrust // how each network's records are signed and checked
-	wake        chan struct{}
-	lastGen     uint64
-	sweeps      uint64     // only the run loop's goroutine counts them
-	metaUpdates sync.Mutex // one memberlist UpdateNode at a time
+	mu         sync.Mutex
+	ml         *memberlist.Memberlist
+	queue      *memberlist.TransmitLimitedQueue
+	keyring    *memberlist.Keyring
+	encrypted  bool
+	generation uint64
+	grid       record.GridID
+	leading    bool
+	netKeys    map[string]*swimkeys.Set // networks whose key loaded
+	netKeyFail map[string]bool          // networks whose declared key did not load
+	netNoKey   map[string]bool          // networks that declare no key
+	seeds      map[string][]string
+	members    map[string]*member // by site
+	awaySince  map[string]time.Time
+	departed   map[string]map[string]bool // network -> sites whose records were dropped
+	joinFailed map[string]joinFailure     // seed address -> last failed join
+	joining    map[string]chan struct{}   // seed address -> join in flight, closed when done
+	reconnects map[string]*reconnectState // dead site -> its dials' backoff
+	// nextReconnect is when a dead site is dialled next; reconnecting
+	// while a dial is in flight.
+	nextReconnect time.Time
+	reconnecting  bool
+	tr            *streamgate.Transport
+	gatewayAddr   string
+	locals        map[string]localState // what this site announced, per network
+	settings      map[string]sites.NetworkSettings
+	running       timings                         // the node's, as created
+	said          map[string]bool                 // line/reason/site already logged (firstTime)
+	trust         map[string]*record.NetworkTrust // how each network's records are signed and checked
+	wake          chan struct{}
+	lastGen       uint64
+	sweeps        uint64     // only the run loop's goroutine counts them
+	metaUpdates   sync.Mutex // one memberlist UpdateNode at a time
 
 	// vanish stops without leaving, as a killed process does (tests).
 	vanish atomic.Bool
@@ -282,6 +299,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		departed:   map[string]map[string]bool{},
 		joinFailed: map[string]joinFailure{},
 		joining:    map[string]chan struct{}{},
+		reconnects: map[string]*reconnectState{},
 		locals:     map[string]localState{},
 		settings:   map[string]sites.NetworkSettings{},
 		said:       map[string]bool{},
@@ -449,7 +467,7 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 	r.lastGen, r.generation = gen, gen
 	r.mu.Unlock()
 
-	mlLog := log.New(newMemberlistLog(r.log, r.metrics, r.suspected), "", 0)
+	mlLog := log.New(newMemberlistLog(r.log, r.metrics, r.suspected, r.refuted), "", 0)
 	var nt *memberlist.NetTransport
 	err := r.inNetwork(func() (err error) {
 		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{

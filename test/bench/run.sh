@@ -36,6 +36,10 @@ step fleet -bench Fleet -benchtime 1x -timeout 60m ./test/bench/fleet
 # The membership layer alone: a record's check, then 50 and 100 sites in one process.
 step swim-verify -bench VerifyRecord -benchtime 2s ./gossip/record
 step swim -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
+# The same grid over an emulated WAN: 50 sites 100 ms apart, 5 % and 10 % of
+# packets lost, one in five behind a load balancer address; ten idle minutes
+# each (test/testwan).
+step wan -bench WAN -benchtime 1x -timeout 90m ./test/bench/swim
 # Site trust: 50 remote gateways probed over mutual TLS, and ten sites enrolling.
 step trust -bench 'Trust|Enrol' -benchtime 1x -timeout 30m ./test/bench/trust
 # The trust lifecycle: an eviction and a grid CA rotation across ten sites, each on its own control plane.

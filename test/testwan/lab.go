@@ -121,6 +121,17 @@ const nsPrefix = "gswan"
 
 var labs atomic.Int64
 
+// Main is the TestMain of a package whose tests use the lab: it needs
+// root, and without it the package fails (never skips: these tests are
+// what says anything holds over a WAN).
+func Main(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "testwan: the WAN lab needs root (network namespaces, TUN devices, nftables)")
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
 // New makes the lab's sites and starts its router; both go when the test
 // ends.
 func New(t testing.TB, opts Options) *Lab {

@@ -19,15 +19,7 @@ import (
 	"github.com/gridsync/gridsync/test/testwan"
 )
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		// Never a skip: the lab is what the WAN tests and benchmarks
-		// stand on.
-		fmt.Fprintln(os.Stderr, "testwan: the lab needs root (network namespaces, TUN devices, nftables)")
-		os.Exit(1)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testwan.Main(m) }
 
 // pingResult is what a UDP ping-pong across the lab measured.
 type pingResult struct {
