@@ -141,8 +141,8 @@ func (r *Runtime) send(rec record.Record) {
 	}
 	// Straight to every member: gossip shares packets with membership's
 	// own messages, which come first, so a change could wait behind a
-	// busy grid's; a direct copy does not. Receivers pass a fresh change
-	// on by gossip however it came (receive.go's fresh).
+	// busy grid's; a direct copy does not. Receivers do not pass a
+	// direct copy on.
 	go r.sendReliable(ml, r.aliveNodes(""), direct)
 	// And by epidemic gossip when it fits a packet, for a member the
 	// direct copy missed.

@@ -4,7 +4,6 @@ package gossip
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/gridsync/gridsync/gossip/record"
 )
@@ -90,7 +89,7 @@ func (r *Runtime) admit(rec record.Record, regossip bool) string {
 			r.log.Warn("swim_trust_bundle_refused", "site", rec.Site, "network", rec.Network, "error", err.Error())
 		}
 	}
-	if regossip || fresh(&rec, now) {
+	if regossip {
 		if msg, err := record.EncodeRecords([]record.Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
 			r.mu.Lock()
 			q := r.queue
@@ -101,21 +100,6 @@ func (r *Runtime) admit(rec record.Record, regossip bool) string {
 		}
 	}
 	return rec.Network
-}
-
-// changeWindow is how recently a record must have been signed to be a
-// change still spreading.
-const changeWindow = 10 * time.Second
-
-// fresh says whether rec is a change still spreading, which this site
-// gossips on however it came: the direct copies its origin sends every
-// member over TCP reach most sites first, and a site whose copy a lossy
-// link holds back (a SYN lost twice waits three seconds) then gets it
-// from the epidemic instead. Older records (a new member's catch-up, a
-// push/pull's) are not passed on: everyone else has them.
-func fresh(rec *record.Record, now time.Time) bool {
-	signed := time.Unix(0, int64(rec.Version))
-	return now.Sub(signed) < changeWindow
 }
 
 // overCap counts a record dropped for a cap, and says so once per site
