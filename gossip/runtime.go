@@ -82,6 +82,11 @@ type Config struct {
 	// Gate bounds what an inbound stream may spend before it is
 	// authenticated; DefaultGateLimits when zero.
 	Gate GateLimits
+	// DeadMemory is how long memberlist still gossips to a dead member
+	// before it forgets it (memberlist's GossipToTheDeadTime, 30 s when
+	// zero); from then on only a dial brings the member back
+	// (reconnect.go). Tests shorten it.
+	DeadMemory time.Duration
 	// ReconnectInterval is how often a site dials one of the sites it
 	// holds dead (jittered by half either way), and ReconnectMaxBackoff
 	// how long one that keeps failing may be left alone
@@ -536,6 +541,9 @@ func (r *Runtime) create(encrypted bool) (*memberlist.Memberlist, error) {
 	conf.Logger = mlLog
 	conf.LogOutput = nil
 	conf.DeadNodeReclaimTime = time.Nanosecond
+	if r.cfg.DeadMemory > 0 {
+		conf.GossipToTheDeadTime = r.cfg.DeadMemory
+	}
 	// The state messages are small JSON and the idle traffic a few bytes
 	// a second; compressing every packet cost more CPU than it saved.
 	conf.EnableCompression = false

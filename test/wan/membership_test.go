@@ -47,6 +47,7 @@ func fastTimings(cfg membership.Config) membership.Config {
 	cfg.GossipInterval = 50 * time.Millisecond
 	cfg.ReconnectInterval = 500 * time.Millisecond
 	cfg.ReconnectMaxBackoff = 2 * time.Second
+	cfg.DeadMemory = 3 * time.Second
 	return cfg
 }
 
@@ -166,9 +167,10 @@ func TestAHealedPartitionRejoinsWithoutAnySeedAnnounced(t *testing.T) {
 	// Meanwhile a site of each side signs a newer record.
 	g.publish(g.sites[1], "site-1-during-cut")
 	g.publish(g.sites[3], "site-3-during-cut")
-	// memberlist gossips to the dead for 30 s, then forgets them: from
-	// then on only a dial across brings the two sides together.
-	time.Sleep(35 * time.Second)
+	// memberlist gossips to the dead for DeadMemory (3 s here, 30 s by
+	// default), then forgets them: from then on only a dial across brings
+	// the two sides together.
+	time.Sleep(6 * time.Second)
 	require.False(t, g.allAlive())
 
 	lab.Heal()
@@ -224,8 +226,8 @@ func TestALossyGridDeclaresNoSiteDead(t *testing.T) {
 	}
 	g.join(g.sites[0].AdvertiseAddr())
 	require.Eventually(t, g.allAlive, 60*time.Second, 50*time.Millisecond, "the grid forms over the lossy links")
-	// Sixty probe periods of every site.
-	deadline := time.Now().Add(30 * time.Second)
+	// Forty probe periods of every site.
+	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, rt := range g.sites {
 			for site, st := range states(rt) {
