@@ -183,17 +183,34 @@ func TestSiteKeysOutliveARestartUntilReset(t *testing.T) {
 	require.NotContains(t, siteView(a2, "prod"), "site-c@")
 
 	// A copy of C's old record, as another site still holding it passes
-	// it on, does not take C's key back after the reset.
+	// it on, does not take C's key back after the reset. C is stopped
+	// first and the copy signed after: C's own records (X holds them too)
+	// are then all older than the copy, so the copy is refused for its key
+	// (before_reset, or rebound_key when X passed C's records on first and
+	// bound its new key), never merely not newer than a refreshed record.
+	c2.stop()
 	old := Record{Network: "prod", Site: "site-c", Kind: KindSite, Version: uint64(time.Now().UnixNano()), GatewayAddress: "127.0.0.1:8443"}
 	require.NoError(t, old.SignOpen(keyC))
+	reboundBefore := a2.counter("grid_swim_records_rejected_total", record.RejectReboundKey)
 	require.True(t, a2.ResetSiteKey("prod", "site-c"))
 	// Sent only to the members X sees alive: on a loaded machine A may be
 	// suspected a moment, and the record would go nowhere.
 	require.Eventually(t, func() bool { return len(x.aliveNodes("")) > 0 }, 30*time.Second, 20*time.Millisecond)
 	x.sender(t)(old)
-	require.Eventually(t, func() bool { return a2.counter("grid_swim_records_rejected_total", record.RejectBeforeReset) > 0 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return a2.counter("grid_swim_records_rejected_total", record.RejectBeforeReset) > 0 ||
+			a2.counter("grid_swim_records_rejected_total", record.RejectReboundKey) > reboundBefore
+	}, 30*time.Second, 20*time.Millisecond)
+	if fp, ok := a2.trustOf("prod").Keys.Bound("site-c"); ok {
+		require.Equal(t, fingerprintOf(keyC2), fp, "the old copy bound C's old key again")
+	}
 
-	// C's records reach A with the next exchange, under its new key.
+	// C, back under its new key, reaches A with the next exchange.
+	c3 := startSite(t, "site-c", withKey(key), withIdentity("prod", sites.Identity{Open: true, RecordKey: keyC2}))
+	c3.waitRunning(t)
+	require.Empty(t, c3.AnnounceSeeds("prod", []string{a2.AdvertiseAddr()}).Failed)
+	c3.SetGatewayAddress("127.0.0.1:8444")
+	require.NoError(t, c3.Publish("prod", "", providers("p-site-c")))
 	require.Eventually(t, func() bool {
 		return strings.Contains(siteView(a2, "prod"), "site-c@127.0.0.1:8444") && strings.Contains(siteView(a2, "prod"), "site-c/p-site-c")
 	}, 15*time.Second, 50*time.Millisecond, "%s", siteView(a2, "prod"))
