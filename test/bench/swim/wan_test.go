@@ -41,8 +41,8 @@ import (
 // WAN_BENCH_SITES (50), WAN_BENCH_LOSS (5,10), WAN_BENCH_RTT_MS (100),
 // WAN_BENCH_IDLE (10m) and WAN_BENCH_PARTITION (60s) change the run.
 func BenchmarkWAN(b *testing.B) {
-	n := envInt("WAN_BENCH_SITES", measure.Size(50, 4))
-	for _, loss := range envFloats("WAN_BENCH_LOSS", measure.Size([]float64{5, 10}, []float64{5})) {
+	n := measure.EnvInt("WAN_BENCH_SITES", measure.Size(50, 4))
+	for _, loss := range measure.EnvPercentages("WAN_BENCH_LOSS", measure.Size([]float64{5, 10}, []float64{5})) {
 		b.Run(fmt.Sprintf("sites=%d/loss=%g", n, loss), func(b *testing.B) {
 			for b.Loop() {
 				runWAN(b, n, loss)
@@ -52,9 +52,9 @@ func BenchmarkWAN(b *testing.B) {
 }
 
 func runWAN(b *testing.B, n int, lossPct float64) {
-	rtt := time.Duration(envInt("WAN_BENCH_RTT_MS", 100)) * time.Millisecond
-	idle := envDuration("WAN_BENCH_IDLE", measure.Size(10*time.Minute, 3*time.Second))
-	partition := envDuration("WAN_BENCH_PARTITION", measure.Size(time.Minute, 5*time.Second))
+	rtt := time.Duration(measure.EnvInt("WAN_BENCH_RTT_MS", 100)) * time.Millisecond
+	idle := measure.EnvDuration("WAN_BENCH_IDLE", measure.Size(10*time.Minute, 3*time.Second))
+	partition := measure.EnvDuration("WAN_BENCH_PARTITION", measure.Size(time.Minute, 5*time.Second))
 	lab := testwan.New(b, testwan.Options{Sites: n,
 		Link: testwan.Link{Delay: rtt / 2, Jitter: rtt / 20, Loss: lossPct / 100}})
 	phase := func(name, format string, args ...any) {
@@ -290,36 +290,6 @@ func joinMillis(values []float64) string {
 		out[i] = strconv.FormatFloat(v, 'f', 0, 64)
 	}
 	return strings.Join(out, ",")
-}
-
-func envInt(name string, dflt int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return dflt
-}
-
-func envDuration(name string, dflt time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return dflt
-}
-
-func envFloats(name string, dflt []float64) []float64 {
-	v := os.Getenv(name)
-	if v == "" {
-		return dflt
-	}
-	var out []float64
-	for _, f := range strings.Split(v, ",") {
-		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || x < 0 || x >= 100 {
-			panic(fmt.Sprintf("%s: %q is not a list of percentages", name, v))
-		}
-		out = append(out, x)
-	}
-	return out
 }
 
 // reconnects is how many of a site's dials of dead sites had outcome.
