@@ -143,7 +143,7 @@ func (r *Runtime) send(rec record.Record) {
 	// own messages, which come first, so a change could wait behind a
 	// busy grid's; a direct copy does not. Receivers do not pass a
 	// direct copy on.
-	go r.sendReliable(ml, r.aliveNodes(""), direct)
+	go func() { r.owe(r.sendReliable(ml, r.aliveNodes(""), direct)) }()
 	// And by epidemic gossip when it fits a packet, for a member the
 	// direct copy missed.
 	if msg, err := record.EncodeRecords([]record.Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
@@ -175,10 +175,12 @@ func (r *Runtime) aliveNodes(only string) []*memberlist.Node {
 }
 
 // sendReliable sends msg over TCP to every given member but this one, a
-// few at a time.
-func (r *Runtime) sendReliable(ml *memberlist.Memberlist, to []*memberlist.Node, msg []byte) {
+// few at a time, and returns the members it did not reach.
+func (r *Runtime) sendReliable(ml *memberlist.Memberlist, to []*memberlist.Node, msg []byte) []string {
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed []string
 	for _, n := range to {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -187,29 +189,40 @@ func (r *Runtime) sendReliable(ml *memberlist.Memberlist, to []*memberlist.Node,
 			defer func() { <-sem }()
 			if err := ml.SendReliable(n, msg); err != nil {
 				r.log.Debug("swim_send_failed", "to", n.Name, "error", err)
+				mu.Lock()
+				failed = append(failed, n.Name)
+				mu.Unlock()
 				return
 			}
 			r.metrics.sends.WithLabelValues("reliable").Inc()
 		}()
 	}
 	wg.Wait()
+	return failed
 }
 
-// sendOwnTo sends every record of this site to one member.
+// sendOwnTo sends every record of this site to one member; one it does
+// not reach is owed them (resend.go).
 func (r *Runtime) sendOwnTo(member string) {
+	r.owe(r.sendAllOwnTo(member))
+}
+
+// sendAllOwnTo sends every record of this site to one member, and returns
+// it when the send failed.
+func (r *Runtime) sendAllOwnTo(member string) []string {
 	own := r.store.OfSite(r.cfg.Site)
 	r.mu.Lock()
 	ml := r.ml
 	r.mu.Unlock()
 	to := r.aliveNodes(member)
 	if len(own) == 0 || ml == nil || len(to) == 0 {
-		return
+		return nil
 	}
 	msg, err := record.EncodeDirectRecords(own)
 	if err != nil {
-		return
+		return nil
 	}
-	r.sendReliable(ml, to, msg)
+	return r.sendReliable(ml, to, msg)
 }
 
 // recordBroadcast is a record in memberlist's broadcast queue; a newer

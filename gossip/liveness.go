@@ -23,6 +23,7 @@ func (r *Runtime) sweep() {
 		return
 	}
 	r.reconnect(ml, now)
+	r.resend(now)
 	var changedSites []string
 	r.mu.Lock()
 	for site, m := range r.members {
@@ -161,7 +162,10 @@ func (r *Runtime) applyNotice(n record.Notice) {
 		}
 	case !n.Suspect && n.At > m.aliveAt:
 		m.aliveAt, fresh = n.At, true
-		back = m.state == sites.SiteDead
+		// Back from death or from suspicion: what this site changed
+		// meanwhile may not have reached it (a cut too short for a death
+		// still fails the direct copies).
+		back = m.state == sites.SiteDead || m.state == sites.SiteSuspect
 		if m.state == sites.SiteSuspect || m.state == sites.SiteDead {
 			m.state, m.since, changed = sites.SiteAlive, now, true
 		}
@@ -172,8 +176,8 @@ func (r *Runtime) applyNotice(n record.Notice) {
 		r.broadcastNotice(n) // passed on, as gossip is
 	}
 	if back {
-		// What this site changed while the other was dead to it never
-		// reached it (see observe).
+		// What this site changed while the other was dead or suspected
+		// may never have reached it (see observe).
 		go r.sendOwnTo(n.Member)
 	}
 	if changed {

@@ -22,6 +22,7 @@ type metrics struct {
 	bytesReceived    *prometheus.CounterVec
 	seedJoinFailures prometheus.Counter
 	reconnects       *prometheus.CounterVec
+	resends          *prometheus.CounterVec
 	gridIDConflicts  prometheus.Counter
 	membersRefused   prometheus.Counter
 	recordsRejected  *prometheus.CounterVec
@@ -83,6 +84,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "grid_swim_reconnects_total",
 			Help: "Dials of a site this site holds dead, to notice it back (a healed partition, an ended outage), by outcome: joined or failed.",
 		}, []string{"outcome"}),
+		resends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grid_swim_resends_total",
+			Help: "This site's records sent again to a member a direct copy missed, by outcome: delivered or failed.",
+		}, []string{"outcome"}),
 		gridIDConflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "grid_swim_grid_id_conflicts_total",
 			Help: "Merges and members refused because they belong to another grid.",
@@ -105,13 +110,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.keyPending, m.keysInstalled, m.encrypted, m.rejected, m.dropped, m.sites,
-		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.reconnects, m.gridIDConflicts, m.membersRefused, m.recordsRejected, m.recordsReceived, m.pending} {
+		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.reconnects, m.resends, m.gridIDConflicts, m.membersRefused, m.recordsRejected, m.recordsReceived, m.pending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	for _, o := range []string{"joined", "failed"} {
 		m.reconnects.WithLabelValues(o)
+	}
+	for _, o := range []string{"delivered", "failed"} {
+		m.resends.WithLabelValues(o)
 	}
 	for _, r := range streamgate.RejectReasons {
 		m.rejected.WithLabelValues(r)

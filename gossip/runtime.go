@@ -222,17 +222,22 @@ type Runtime struct {
 	// while a dial is in flight.
 	nextReconnect time.Time
 	reconnecting  bool
-	tr            *streamgate.Transport
-	gatewayAddr   string
-	locals        map[string]localState // what this site announced, per network
-	settings      map[string]sites.NetworkSettings
-	running       timings                         // the node's, as created
-	said          map[string]bool                 // line/reason/site already logged (firstTime)
-	trust         map[string]*record.NetworkTrust // how each network's records are signed and checked
-	wake          chan struct{}
-	lastGen       uint64
-	sweeps        uint64     // only the run loop's goroutine counts them
-	metaUpdates   sync.Mutex // one memberlist UpdateNode at a time
+	// owed are the members a direct copy of this site's records did not
+	// reach, with the backoff of sending them again (resend.go); resending
+	// those being sent now.
+	owed        map[string]*reconnectState
+	resending   map[string]bool
+	tr          *streamgate.Transport
+	gatewayAddr string
+	locals      map[string]localState // what this site announced, per network
+	settings    map[string]sites.NetworkSettings
+	running     timings                         // the node's, as created
+	said        map[string]bool                 // line/reason/site already logged (firstTime)
+	trust       map[string]*record.NetworkTrust // how each network's records are signed and checked
+	wake        chan struct{}
+	lastGen     uint64
+	sweeps      uint64     // only the run loop's goroutine counts them
+	metaUpdates sync.Mutex // one memberlist UpdateNode at a time
 
 	// vanish stops without leaving, as a killed process does (tests).
 	vanish atomic.Bool
@@ -305,6 +310,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		joinFailed: map[string]joinFailure{},
 		joining:    map[string]chan struct{}{},
 		reconnects: map[string]*reconnectState{},
+		owed:       map[string]*reconnectState{},
+		resending:  map[string]bool{},
 		locals:     map[string]localState{},
 		settings:   map[string]sites.NetworkSettings{},
 		said:       map[string]bool{},

@@ -261,3 +261,42 @@ func TestASitePresumedDeadWhileMemberlistOnlySuspectedItComesBack(t *testing.T) 
 	lab.Heal()
 	require.Eventually(t, g.allAlive, 5*time.Second, 20*time.Millisecond, "both alive again soon after the heal")
 }
+
+// A change whose direct copy a one-way cut kept from one site, while
+// every site stayed alive (the indirect probes crossed the third site),
+// reaches that site soon after the cut heals: the copy is owed and sent
+// again, not left to a push/pull (a minute away here). Its record is too
+// large to be gossiped, as a site's records with several providers are.
+func TestADirectCopyAOneWayCutKeptIsSentAgainWhenItHeals(t *testing.T) {
+	lab := testwan.New(t, testwan.Options{Sites: 3, Link: testwan.Link{Delay: 10 * time.Millisecond, Jitter: time.Millisecond}})
+	g := newGrid(t, lab)
+	slowPushPull := func(cfg membership.Config) membership.Config {
+		cfg = fastTimings(cfg)
+		cfg.PushPullInterval = time.Minute
+		return cfg
+	}
+	for i := range 3 {
+		g.start(i, "", slowPushPull)
+	}
+	g.join(g.sites[0].AdvertiseAddr())
+	require.Eventually(t, g.allAlive, 30*time.Second, 50*time.Millisecond, "the grid forms")
+
+	lab.CutOneWay([]int{0}, []int{1})
+	var many []sites.Provider
+	for i := range 24 {
+		many = append(many, sites.Provider{Name: fmt.Sprintf("site-0-provider-%02d-with-a-long-name", i), Models: []string{"model-a", "model-b"}, Cluster: "c", Phase: "Available"})
+	}
+	require.NoError(t, g.sites[0].Publish(network, "", many))
+	require.Eventually(t, func() bool { return len(providers(g.sites[2], "site-0")) == len(many) }, 10*time.Second, 20*time.Millisecond,
+		"site-2 gets the change")
+	// memberlist gives a stream 10 s: the copy to site-1 fails past it.
+	time.Sleep(12 * time.Second)
+	require.Equal(t, []string{"site-0-llm"}, providers(g.sites[1], "site-0"), "the cut kept the change from site-1")
+	require.True(t, g.allAlive(), "nobody dead: the cut is one way and the probes go around it")
+
+	lab.Heal()
+	healed := time.Now()
+	require.Eventually(t, func() bool { return len(providers(g.sites[1], "site-0")) == len(many) }, 8*time.Second, 20*time.Millisecond,
+		"site-1 gets the change soon after the heal")
+	t.Logf("site-1 had the change %s after the heal", time.Since(healed).Round(time.Millisecond))
+}
