@@ -181,7 +181,7 @@ golden: $(HELM) ## rewrite the charts' golden files from what they render now (r
 	$(GO) test ./test/charts -count=1 -update
 
 .PHONY: bench
-bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership on loopback and over an emulated WAN, site trust, eviction across sites, provider scrapes, admission, rollout evidence, pods on a real node; every step runs, the failed ones are named at the end
+bench: tools ## benchmarks: validation, atomic publish, delivery end to end, the controller, consumer config, the fleet, SWIM membership on loopback and over an emulated WAN, the exchanges between two sites over that WAN, site trust, eviction across sites, provider scrapes, admission, rollout evidence, pods on a real node; every step runs, the failed ones are named at the end
 	GO=$(GO) test/bench/run.sh
 
 .PHONY: bench-smoke

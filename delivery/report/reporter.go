@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -49,7 +50,12 @@ type ReporterOptions struct {
 	// Timeout bounds one send.
 	Timeout time.Duration
 	// Snapshot returns the state to report now.
-	Snapshot   func() Report
+	Snapshot func() Report
+	// Dial and DialQUIC, when set, make the connections to the agent
+	// over TCP and QUIC (the WAN benchmark's sockets live in a network
+	// namespace of their own); the system's dialers when nil.
+	Dial       func(ctx context.Context, network, addr string) (net.Conn, error)
+	DialQUIC   func(ctx context.Context, addr string, tlsCfg *tls.Config, cfg *quic.Config) (*quic.Conn, error)
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -370,11 +376,11 @@ func (r *Reporter) client(transport string) (*http.Client, error) {
 			// The heartbeat keeps the connection alive; a few missed
 			// beats on a loaded machine must not end it.
 			HandshakeIdleTimeout: r.opts.Timeout, MaxIdleTimeout: max(3*r.opts.Interval, 30*time.Second), KeepAlivePeriod: 0,
-		}}
+		}, Dial: r.opts.DialQUIC}
 		r.h3 = &http.Client{Transport: r.h3Transport}
 		return r.h3, nil
 	}
-	r.httpTransport = &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, IdleConnTimeout: 2 * r.opts.Interval}
+	r.httpTransport = &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, IdleConnTimeout: 2 * r.opts.Interval, DialContext: r.opts.Dial}
 	r.https = &http.Client{Transport: r.httpTransport}
 	return r.https, nil
 }

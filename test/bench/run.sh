@@ -40,6 +40,7 @@ step swim -bench SWIM -benchtime 1x -timeout 60m ./test/bench/swim
 # packets lost, one in five behind a load balancer address; ten idle minutes
 # each (test/testwan).
 step wan -bench WAN -benchtime 1x -timeout 90m ./test/bench/swim
+step wan-links -bench WANLinks -benchtime 1x -timeout 30m ./test/bench/wanlinks
 # Site trust: 50 remote gateways probed over mutual TLS, and ten sites enrolling.
 step trust -bench 'Trust|Enrol' -benchtime 1x -timeout 30m ./test/bench/trust
 # The trust lifecycle: an eviction and a grid CA rotation across ten sites, each on its own control plane.

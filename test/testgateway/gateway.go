@@ -35,10 +35,16 @@ func Start(addr string) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Serve(l), nil
+}
+
+// Serve is Start on a listener the caller made (one in a network
+// namespace of its own, say); Close closes it.
+func Serve(l net.Listener) *Gateway {
 	g := &Gateway{Addr: l.Addr().String()}
 	g.listener = tls.NewListener(l, &tls.Config{GetConfigForClient: g.config})
 	go g.serve()
-	return g, nil
+	return g
 }
 
 func (g *Gateway) config(*tls.ClientHelloInfo) (*tls.Config, error) {
