@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/shared/keypolicy"
+	"github.com/gridsync/gridsync/shared/redial"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -100,6 +101,9 @@ func (c *Client) Request(ctx context.Context, issuer Issuer, roots *x509.CertPoo
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
+	// A new connect when one goes unanswered (see redial): over a lossy
+	// link the kernel's SYN backoff could take most of the timeout.
+	dial = redial.Dialer(timeout, dial)
 	tr := &http.Transport{TLSClientConfig: cfg, DialContext: dial, ForceAttemptHTTP2: false, DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	body, err := json.Marshal(req)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gridsync/gridsync/shared/keypolicy"
+	"github.com/gridsync/gridsync/shared/redial"
 )
 
 // Reasons of a GridSite's status, the reference's names.
@@ -302,13 +303,20 @@ func PlaintextProbe(ctx context.Context, address string, timeout time.Duration, 
 		"Plaintext mode: %s accepts connections, which proves nothing about who it is; the site is never routable in this mode", address)
 }
 
+// dialWith is dial (a plain dialer when nil) making a new connect when
+// one goes unanswered (see redial): a lost SYN over a lossy link costs a
+// probe a second and a half at most, not the kernel's 3 or 7 s, which
+// could pass the probe's bound and demote an Active site.
 func dialWith(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	if dial != nil {
-		return dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
 	}
-	var d net.Dialer
-	return d.DialContext
+	return redial.Dialer(maxProbeTimeout, dial)
 }
+
+// maxProbeTimeout bounds a connect whose context has no deadline (the
+// probe's always has one: its Timeout).
+const maxProbeTimeout = time.Minute
 
 // Opaque is the outcome as told for an address learnt from gossip: every
 // failure before the gateway proved a certificate of the grid CA (a

@@ -17,6 +17,7 @@ import (
 	"github.com/gridsync/gridsync/controller/internal/trustmaterial"
 	"github.com/gridsync/gridsync/controller/probe"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/shared/redial"
 	"github.com/gridsync/gridsync/signals"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -164,7 +165,9 @@ func (p *Poller) poll(ctx context.Context, n *v1alpha1.GridNetwork, gs *v1alpha1
 		// The peer's host comes from gossip: the destination rule
 		// applies, as it does to every address the agent did not take
 		// from its own configuration.
-		DialContext: p.c.Opts.ProbeDestinations.Dialer(pollTimeout),
+		// A new connect when one goes unanswered (see redial): over a
+		// lossy link the kernel's SYN backoff passes the poll's bound.
+		DialContext: redial.Dialer(pollTimeout, p.c.Opts.ProbeDestinations.Dialer(pollTimeout)),
 	}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	url := "https://" + net.JoinHostPort(host, fmt.Sprint(p.c.Opts.SignalsPeerPort)) + signals.Path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)

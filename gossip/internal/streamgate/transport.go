@@ -2,6 +2,7 @@ package streamgate
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gridsync/gridsync/shared/redial"
 )
 
 // Transport is memberlist's network transport with every byte
@@ -175,36 +178,13 @@ func (t *Transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, e
 	if t.Dial != nil {
 		dial = t.Dial
 	}
-	c, err := connect(dial, addr, timeout, time.Now)
+	// A lost SYN is sent again sooner than the kernel would (see redial):
+	// a direct copy over a lossy link is not held for seconds.
+	c, err := redial.Dial(context.Background(), timeout, func(_ context.Context, d time.Duration) (net.Conn, error) { return dial(addr, d) })
 	if err != nil {
 		return nil, err
 	}
 	return &echoConn{Conn: &countingConn{Conn: c, out: t.tcpOut, in: t.tcpIn}, reflected: func() { t.markReflected(addr) }}, nil
-}
-
-// ConnectAttempts are how long each TCP connect of a stream is given
-// before a new one is made, the last repeated until the stream's timeout.
-// The kernel sends a lost SYN again 1 s after the first, then 3 s and 7 s
-// after it: over a lossy WAN link, two lost SYNs (or their answers) would
-// hold a record's direct copy 3 s, three 7 s. A new connect after 1.5 s
-// sends a SYN at 0, 1 (the kernel's), 1.5, 2.5 and 3 s instead; the
-// attempts then grow so that a path whose round trip is seconds long
-// still connects. A refused connect is not tried again.
-var ConnectAttempts = []time.Duration{1500 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second, 6 * time.Second}
-
-// connect dials addr within timeout, a new connect after each attempt of
-// ConnectAttempts that timed out.
-func connect(dial func(string, time.Duration) (net.Conn, error), addr string, timeout time.Duration, now func() time.Time) (net.Conn, error) {
-	deadline := now().Add(timeout)
-	for i := 0; ; i++ {
-		left := deadline.Sub(now())
-		attempt := ConnectAttempts[min(i, len(ConnectAttempts)-1)]
-		c, err := dial(addr, min(left, attempt))
-		var ne net.Error
-		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || left <= attempt {
-			return c, err
-		}
-	}
 }
 
 // DialAddressTimeout and WriteToAddress are what memberlist calls (the
