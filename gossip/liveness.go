@@ -24,6 +24,7 @@ func (r *Runtime) sweep() {
 	}
 	r.reconnect(ml, now)
 	r.resend(now)
+	r.verifyAway(ml, now)
 	var changedSites []string
 	r.mu.Lock()
 	for site, m := range r.members {

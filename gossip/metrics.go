@@ -23,6 +23,7 @@ type metrics struct {
 	seedJoinFailures prometheus.Counter
 	reconnects       *prometheus.CounterVec
 	resends          *prometheus.CounterVec
+	verified         prometheus.Counter
 	gridIDConflicts  prometheus.Counter
 	membersRefused   prometheus.Counter
 	recordsRejected  *prometheus.CounterVec
@@ -88,6 +89,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "grid_swim_resends_total",
 			Help: "This site's records sent again to a member a direct copy missed, by outcome: delivered or failed.",
 		}, []string{"outcome"}),
+		verified: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "grid_swim_sites_verified_alive_total",
+			Help: "Sites the view held suspect or dead that answered this site's own ping and were taken back alive (their alive notice never arrived here).",
+		}),
 		gridIDConflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "grid_swim_grid_id_conflicts_total",
 			Help: "Merges and members refused because they belong to another grid.",
@@ -110,7 +115,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.keyPending, m.keysInstalled, m.encrypted, m.rejected, m.dropped, m.sites,
-		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.reconnects, m.resends, m.gridIDConflicts, m.membersRefused, m.recordsRejected, m.recordsReceived, m.pending} {
+		m.generation, m.records, m.sends, m.bytesSent, m.bytesReceived, m.seedJoinFailures, m.reconnects, m.resends, m.verified, m.gridIDConflicts, m.membersRefused, m.recordsRejected, m.recordsReceived, m.pending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -225,8 +225,13 @@ type Runtime struct {
 	// owed are the members a direct copy of this site's records did not
 	// reach, with the backoff of sending them again (resend.go); resending
 	// those being sent now.
-	owed        map[string]*reconnectState
-	resending   map[string]bool
+	owed      map[string]*reconnectState
+	resending map[string]bool
+	// checked is when each member the view holds away (suspect or dead)
+	// while memberlist holds it alive was last pinged (verify.go);
+	// checking those being pinged now.
+	checked     map[string]time.Time
+	checking    map[string]bool
 	tr          *streamgate.Transport
 	gatewayAddr string
 	locals      map[string]localState // what this site announced, per network
@@ -312,6 +317,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		reconnects: map[string]*reconnectState{},
 		owed:       map[string]*reconnectState{},
 		resending:  map[string]bool{},
+		checked:    map[string]time.Time{},
+		checking:   map[string]bool{},
 		locals:     map[string]localState{},
 		settings:   map[string]sites.NetworkSettings{},
 		said:       map[string]bool{},

@@ -170,7 +170,8 @@ func measurePartition(b *testing.B, lab *testwan.Lab, members []*site, gone map[
 			}
 			for _, j := range live {
 				if other := members[j].rt.Site(); j != i && st[other] != sites.SiteAlive {
-					return fmt.Sprintf("%s holds %s %q (its dials of dead sites: %.0f joined, %.0f failed)", s.rt.Site(), other, st[other],
+					return fmt.Sprintf("%s holds %s %q, its memberlist %q, and %s holds it %q (its dials of dead sites: %.0f joined, %.0f failed)",
+						s.rt.Site(), other, st[other], s.rt.MemberlistState(other), other, members[j].rt.MemberlistState(s.rt.Site()),
 						reconnects(s, "joined"), reconnects(s, "failed"))
 				}
 			}
