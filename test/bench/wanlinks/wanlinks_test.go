@@ -55,7 +55,6 @@ var cp *controlplane.ControlPlane
 func TestMain(m *testing.M) { framework.BenchMain(m, framework.ControlPlanes(&cp)) }
 
 const (
-	network = "wan"
 	// The two sites: the caller (a peer, a new site, a gateway pod's
 	// sidecar) and the site whose agent and gateway it reaches.
 	caller, callee = 0, 1
@@ -194,13 +193,13 @@ func runLinks(b *testing.B, rtt time.Duration, lossPct float64) {
 	issuer := enrol.Issuer{Address: listenAddr, Site: calleeSite}
 	for i := range enrolments {
 		site := fmt.Sprintf("new-%d", i)
-		token, err := s.tokens.Add(ctx, network, site, time.Hour, time.Now())
+		token, err := s.tokens.Add(ctx, s.network, site, time.Hour, time.Now())
 		measure.Must(b, err)
 		key, csr, err := enrol.NewKey()
 		measure.Must(b, err)
 		var chain []byte
 		enrolled.time(func() error {
-			chain, err = client.Request(ctx, issuer, s.roots, enrol.Request{Network: network, Site: site, Token: token, CSR: string(csr)}, nil, key)
+			chain, err = client.Request(ctx, issuer, s.roots, enrol.Request{Network: s.network, Site: site, Token: token, CSR: string(csr)}, nil, key)
 			return err
 		})
 		if chain == nil {
@@ -212,7 +211,7 @@ func runLinks(b *testing.B, rtt time.Duration, lossPct float64) {
 		next, csr2, err := enrol.NewKey()
 		measure.Must(b, err)
 		renewed.time(func() error {
-			_, err := client.Request(ctx, issuer, s.roots, enrol.Request{Network: network, Site: site, CSR: string(csr2)}, &current, next)
+			_, err := client.Request(ctx, issuer, s.roots, enrol.Request{Network: s.network, Site: site, CSR: string(csr2)}, &current, next)
 			return err
 		})
 	}
@@ -299,6 +298,9 @@ func pair(b *testing.B, chain, key []byte) tls.Certificate {
 func startCallee(ctx context.Context, b *testing.B, lab *testwan.Lab) *calleeState {
 	st := framework.NewSite(b, cp, framework.SiteOptions{Prefix: "wanlinks"})
 	admin, credNS := st.Admin, st.Namespace()
+	// A network of each run's own: GridNetworks are cluster-wide, and
+	// each loss rate's run starts a site of its own.
+	network := fmt.Sprintf("wan-%d", st.ID)
 	measure.Must(b, cp.AgentTrustSecrets(ctx, st.AgentNS, credNS, "grid-ca", "site-cert"))
 	measure.Must(b, cp.Grant(ctx, st.AgentNS, controlplane.AgentServiceAccount, "gridsync-agent-tokenreview-"+st.AgentNS, "", rbac.TokenReviewRules()))
 	measure.Must(b, admin.Create(ctx, &v1alpha1.GridNetwork{
@@ -315,7 +317,7 @@ func startCallee(ctx context.Context, b *testing.B, lab *testwan.Lab) *calleeSta
 	dir := &controller.Directory{}
 	mgr, err := controller.NewManager(st.Config, controller.ManagerOptions{Options: controller.Options{
 		Namespaces: st.Namespaces, Logger: slog.New(slog.DiscardHandler), SiteName: calleeSite, Directory: dir,
-	}})
+	}, SeveralPerProcess: true}) // a run per loss rate, each with its agent
 	measure.Must(b, err)
 	mctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -386,11 +388,12 @@ func startCallee(ctx context.Context, b *testing.B, lab *testwan.Lab) *calleeSta
 		_, err := dir.Providers(ctx, callerSite, false)
 		return err == nil
 	})
-	return &calleeState{ca: ca, roots: roots, tokens: tokens, gateway: gw, agg: agg, gwNS: credNS}
+	return &calleeState{network: network, ca: ca, roots: roots, tokens: tokens, gateway: gw, agg: agg, gwNS: credNS}
 }
 
 // calleeState is what the caller's exchanges need of the callee.
 type calleeState struct {
+	network string
 	ca      *sitetrust.CA
 	roots   *x509.CertPool
 	tokens  *enrol.Tokens
@@ -406,7 +409,7 @@ func measureReports(ctx context.Context, b *testing.B, s *calleeState, e *exchan
 	dial func(context.Context, string, string) (net.Conn, error),
 	dialQUIC func(context.Context, string, *tls.Config, *quic.Config) (*quic.Conn, error), listenAddr string) {
 	const gateway, pod = "edge", "edge-0"
-	s.agg.SetGateways(network, []types.NamespacedName{{Namespace: s.gwNS, Name: gateway}})
+	s.agg.SetGateways(s.network, []types.NamespacedName{{Namespace: s.gwNS, Name: gateway}})
 	token, err := cp.PodToken(ctx, s.gwNS, pod, pod, reports.DefaultAudience)
 	measure.Must(b, err)
 	dir := b.TempDir()
