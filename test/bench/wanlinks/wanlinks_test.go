@@ -105,7 +105,8 @@ func (e *exchange) time(fn func() error) {
 	if err := fn(); err != nil {
 		e.failed++
 		if e.first == nil {
-			e.first = err
+			// When it failed says which bound ended it.
+			e.first = fmt.Errorf("after %s: %w", time.Since(start).Round(time.Millisecond), err)
 		}
 		return
 	}
