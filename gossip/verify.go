@@ -13,8 +13,8 @@ import (
 
 // verifyAway pings, once a probe period each, the sites the view holds
 // suspect or dead while this site's memberlist holds their member alive;
-// a site that answers is alive in the view again, and one that was dead
-// is sent this site's records.
+// a site that answers is alive in the view again, and is sent this
+// site's records.
 //
 // The view's suspicion is every site's: one site's failed probe is told
 // to the grid (suspected), and the window runs everywhere. Its end comes
@@ -69,7 +69,6 @@ func (r *Runtime) verifyAway(ml *memberlist.Memberlist, now time.Time) {
 			r.checked[name] = r.cfg.Now()
 			m := r.members[c.site]
 			back := err == nil && m != nil && m.name == name && (m.state == sites.SiteSuspect || m.state == sites.SiteDead)
-			wasDead := back && m.state == sites.SiteDead
 			if back {
 				m.state, m.since = sites.SiteAlive, r.cfg.Now()
 			}
@@ -80,9 +79,9 @@ func (r *Runtime) verifyAway(ml *memberlist.Memberlist, now time.Time) {
 			r.metrics.verified.Inc()
 			r.log.Info("swim_site_state", "site", c.site, "member", name, "to", string(sites.SiteAlive), "why", "answered this site's ping")
 			r.notifySites([]string{c.site})
-			if wasDead {
-				r.sendOwnTo(name)
-			}
+			// As for a site back by its own notice (applyNotice): what
+			// changed here meanwhile may not have reached it.
+			r.sendOwnTo(name)
 		}()
 	}
 }
