@@ -292,7 +292,14 @@ func TestADirectCopyAOneWayCutKeptIsSentAgainWhenItHeals(t *testing.T) {
 	// memberlist gives a stream 10 s: the copy to site-1 fails past it.
 	time.Sleep(12 * time.Second)
 	require.Equal(t, []string{"site-0-llm"}, providers(g.sites[1], "site-0"), "the cut kept the change from site-1")
-	require.True(t, g.allAlive(), "nobody dead: the cut is one way and the probes go around it")
+	// Nobody dead: the cut is one way and the probes go around it. (A
+	// suspicion on loaded cores may come and go, and would send the
+	// records too; none lasts to a death.)
+	for _, rt := range g.sites {
+		for site, st := range states(rt) {
+			require.NotEqual(t, sites.SiteDead, st, "%s holds %s dead", rt.Site(), site)
+		}
+	}
 
 	lab.Heal()
 	healed := time.Now()
