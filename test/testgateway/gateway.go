@@ -16,6 +16,10 @@ import (
 	"time"
 )
 
+// handshakeHold is how long a connection is held: its handshake, then
+// until the client hangs up.
+const handshakeHold = 30 * time.Second
+
 // Gateway is one stand-in gateway.
 type Gateway struct {
 	// Addr is where it listens.
@@ -65,7 +69,12 @@ func (g *Gateway) serve() {
 		}
 		go func() {
 			defer func() { _ = c.Close() }()
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			// Longer than any client's probe timeout: over a lossy link a
+			// handshake can take several retransmission timeouts, and a
+			// stand-in that hung up first would be counted as the gateway
+			// refusing the client (which a real gateway does not do while
+			// its handshake is in progress).
+			_ = c.SetDeadline(time.Now().Add(handshakeHold))
 			var b [1]byte
 			_, _ = c.Read(b[:]) // the handshake, then until the client hangs up
 		}()
