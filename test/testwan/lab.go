@@ -74,11 +74,17 @@ type Options struct {
 	Link Link
 	// Seed makes the drops and the jitter repeatable; zero draws one.
 	Seed uint64
+	// Namespaces, when set, are the sites: existing network namespaces
+	// (by name) the lab joins instead of making its own, one site each
+	// (Sites is then their count). A real node's namespace, say, whose
+	// pods reach the other sites through it. They are left in place.
+	Namespaces []string
 }
 
 // Lab is a set of sites joined by emulated links.
 type Lab struct {
 	names []string
+	made  []string // the namespaces the lab made, removed by Close
 	addrs []netip.Addr
 	ports []*os.File
 	owner map[netip.Addr]int // site address or exposed address -> site
@@ -136,8 +142,25 @@ func Main(m *testing.M) {
 // ends.
 func New(t testing.TB, opts Options) *Lab {
 	t.Helper()
+	l, err := Open(opts)
+	if err != nil {
+		t.Fatalf("testwan: %v", err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+// Open is New for a caller that is not a test (the demo): Close removes
+// what it made.
+func Open(opts Options) (*Lab, error) {
+	if len(opts.Namespaces) > 0 {
+		opts.Sites = len(opts.Namespaces)
+	}
 	if opts.Sites < 1 || opts.Sites > 65000 {
-		t.Fatalf("testwan: %d sites: between 1 and 65000", opts.Sites)
+		return nil, fmt.Errorf("%d sites: between 1 and 65000", opts.Sites)
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the WAN lab needs root (network namespaces, TUN devices, nftables)")
 	}
 	removeLeftovers()
 	seed := opts.Seed
@@ -152,19 +175,26 @@ func New(t testing.TB, opts Options) *Lab {
 	l.stats.sent = make([]atomic.Int64, opts.Sites)
 	l.stats.received = make([]atomic.Int64, opts.Sites)
 	l.sched = newScheduler(l.deliver)
-	t.Cleanup(l.close)
 	id := labs.Add(1)
 	ctx := context.Background()
 	for i := range opts.Sites {
-		name := fmt.Sprintf("%s%d-%d-%d", nsPrefix, os.Getpid(), id, i)
 		addr := hostAddr(SitePrefix, i)
-		if err := testnetns.Add(ctx, name); err != nil {
-			t.Fatalf("testwan: %v", err)
+		var name string
+		if len(opts.Namespaces) > 0 {
+			name = opts.Namespaces[i]
+		} else {
+			name = fmt.Sprintf("%s%d-%d-%d", nsPrefix, os.Getpid(), id, i)
+			if err := testnetns.Add(ctx, name); err != nil {
+				l.Close()
+				return nil, err
+			}
+			l.made = append(l.made, name)
 		}
 		l.names = append(l.names, name)
 		port, err := openTUN(testnetns.Path(name), device)
 		if err != nil {
-			t.Fatalf("testwan: site %d: %v", i, err)
+			l.Close()
+			return nil, fmt.Errorf("site %d: %w", i, err)
 		}
 		l.ports = append(l.ports, port)
 		l.addrs = append(l.addrs, addr)
@@ -178,14 +208,15 @@ func New(t testing.TB, opts Options) *Lab {
 			"route add " + ExposedPrefix.String() + " dev " + device,
 		}, "\n")
 		if err := ipBatch(ctx, name, batch); err != nil {
-			t.Fatalf("testwan: site %d: %v", i, err)
+			l.Close()
+			return nil, fmt.Errorf("site %d: %w", i, err)
 		}
 	}
 	for i, port := range l.ports {
 		l.wg.Add(1)
 		go l.read(i, port)
 	}
-	return l
+	return l, nil
 }
 
 // hostAddr is the i-th host address of prefix (a /16), skipping .0.
@@ -225,13 +256,16 @@ func removeLeftovers() {
 	}
 }
 
-func (l *Lab) close() {
+// Close stops the router and removes the namespaces the lab made. An
+// adopted namespace (Options.Namespaces) stays, its device gone with the
+// router's end of it.
+func (l *Lab) Close() {
 	l.sched.stop()
 	for _, p := range l.ports {
 		_ = p.Close()
 	}
 	l.wg.Wait()
-	for _, name := range l.names {
+	for _, name := range l.made {
 		_ = testnetns.Delete(context.Background(), name)
 	}
 }

@@ -6,7 +6,8 @@
 // once when no overlay folder is mounted at all. GET /state tells what it has read: the revision
 // it serves, how many reads were invalid, and for the TLS identity how many
 // reads found a certificate and key that do not match. It never serves
-// traffic.
+// traffic. With --grid-listen it also serves the grid listener: the mutual
+// TLS of the site identity, which a remote site's trust probe reaches.
 package main
 
 import (
@@ -57,6 +58,8 @@ func main() {
 	identityDir := fs.String("identity-dir", "/etc/praxis/routing/identity", "the folder of the published TLS identity")
 	listen := fs.String("listen", ":8080", "where to listen once a valid overlay is read, when --config names no listener")
 	interval := fs.Duration("interval", 10*time.Millisecond, "how often the files are read")
+	gridListen := fs.String("grid-listen", "", "where to serve the grid listener (mutual TLS with the site identity of --grid-tls-dir, what a remote site's trust probe reaches); empty: none")
+	gridTLSDir := fs.String("grid-tls-dir", "/etc/praxis/tls", "the site identity's folder: tls.crt, tls.key and ca.crt (the chart's gridIdentity projection)")
 	exitAtOnce := fs.Bool("exit-at-once", false, "exit 0 at once: an init container that gates on nothing (the node benchmark's floor)")
 	// Praxis's own flag, which the upstream chart's values pass (args);
 	// the stand-in prints nothing it would shape.
@@ -68,6 +71,14 @@ func main() {
 
 	if addr := listenerOf(*config); addr != "" {
 		*listen = addr
+	}
+	if *gridListen != "" {
+		go func() {
+			if err := serveGrid(context.Background(), *gridListen, *gridTLSDir); err != nil {
+				fmt.Fprintln(os.Stderr, "grid listener:", err)
+				os.Exit(1)
+			}
+		}()
 	}
 	if err := run(*overlay, *identityDir, *listen, *interval); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -191,15 +202,23 @@ func (g *gateway) read() {
 // not torn: the next read finds the newer one. Without ..data (plain
 // files) the names are read as they are.
 func readIdentity(dir string) (cert, key []byte, cerr, kerr error) {
-	if gen, err := os.Readlink(filepath.Join(dir, publish.DataLink)); err == nil {
-		if !filepath.IsAbs(gen) {
-			gen = filepath.Join(dir, gen)
-		}
-		dir = gen
-	}
+	dir = generation(dir)
 	cert, cerr = os.ReadFile(filepath.Join(dir, "tls.crt"))
 	key, kerr = os.ReadFile(filepath.Join(dir, "tls.key"))
 	return cert, key, cerr, kerr
+}
+
+// generation is the folder of dir's current generation (where ..data
+// points), or dir itself when it has none.
+func generation(dir string) string {
+	gen, err := os.Readlink(filepath.Join(dir, publish.DataLink))
+	if err != nil {
+		return dir
+	}
+	if !filepath.IsAbs(gen) {
+		gen = filepath.Join(dir, gen)
+	}
+	return gen
 }
 
 func (g *gateway) serveState(w http.ResponseWriter, _ *http.Request) {
