@@ -6,7 +6,8 @@
 #   node   the node tests, started first: the longest package (about four
 #          minutes, most of it the delegated mounts' rolls and their quiet
 #          minute). Among the other packages it would start last (go test
-#          runs packages in order) and end the run alone.
+#          runs packages in order) and end the run alone. Beside it the
+#          grid of two real nodes across the WAN lab (half a minute).
 #   long   after the lint, multisite then the soak, one at a time: two and
 #          a half minutes each, mostly waiting (their sites converge, the
 #          soak's faults play out over fixed seconds). Last in go list's
@@ -39,7 +40,7 @@ trap cleanup EXIT
 mkfifo "$dir/node" "$dir/long" "$dir/tests" "$dir/bench"
 
 long=("${module}/test/multisite" "${module}/test/soak")
-mapfile -t others < <("$GO" list ./... | grep -vxF -f <(printf '%s\n' "${module}/test/node" "${long[@]}"))
+mapfile -t others < <("$GO" list ./... | grep -vxF -f <(printf '%s\n' "${module}/test/node" "${module}/test/grid" "${long[@]}"))
 mapfile -t benched < <(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 flags=(-race -count=1 -json)
 # The race detector's runtime sleeps a second as each test binary exits,
@@ -57,7 +58,7 @@ reporter=$!
 
 # 20 minutes for the node tests, as for the others: about four times what
 # they take on a loaded machine.
-"$GO" test "${flags[@]}" -timeout 20m ./test/node >"$dir/node" 2>&1 &
+"$GO" test "${flags[@]}" -timeout 20m ./test/node ./test/grid >"$dir/node" 2>&1 &
 pids+=($!)
 
 if ! "$MAKE" --no-print-directory lint; then

@@ -18,6 +18,10 @@ const (
 	podGateway = "10.244.0.1"
 )
 
+// PodSubnet is the node's pod network, for a caller that routes it (the
+// WAN lab masquerades it when the node is a site of a grid).
+func PodSubnet() string { return podSubnet }
+
 // createNetns makes the named network namespace with its loopback up and
 // the node's and the kubernetes Service's addresses on it.
 func createNetns(ctx context.Context, name, serviceIP string) error {

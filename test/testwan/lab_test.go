@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/test/testnetns"
 	"github.com/gridsync/gridsync/test/testwan"
 )
 
@@ -272,4 +273,95 @@ func TestARateBoundLinkPacesAStream(t *testing.T) {
 	// to it.
 	require.LessOrEqual(t, mbps, 8.2, "the link's rate bounds the goodput")
 	require.GreaterOrEqual(t, mbps, 5.0, "the goodput comes near the link's rate")
+}
+
+// A pod behind a site (in a namespace of its own, on a bridge-like link
+// to the site, as a node's pods are) is reached at the site's load
+// balancer address on the ports forwarded to it, over TCP and UDP, and
+// what it dials leaves with the site's address.
+func TestAPodBehindASiteIsReachedAtItsPortsAndLeavesAsTheSite(t *testing.T) {
+	lab := testwan.New(t, testwan.Options{Sites: 2, Link: testwan.Link{Delay: 5 * time.Millisecond}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pod := fmt.Sprintf("gswanpod%d", os.Getpid())
+	require.NoError(t, testnetns.Add(ctx, pod))
+	t.Cleanup(func() { _ = testnetns.Delete(context.Background(), pod) })
+	podAddr := netip.MustParseAddr("10.244.9.2")
+	for _, args := range [][]string{
+		{"-n", lab.Name(1), "link", "add", "vpod", "type", "veth", "peer", "name", "eth0", "netns", pod},
+		{"-n", lab.Name(1), "addr", "add", "10.244.9.1/24", "dev", "vpod"},
+		{"-n", lab.Name(1), "link", "set", "vpod", "up"},
+		{"-n", pod, "addr", "add", podAddr.String() + "/24", "dev", "eth0"},
+		{"-n", pod, "link", "set", "eth0", "up"},
+		{"-n", pod, "route", "add", "default", "via", "10.244.9.1"},
+	} {
+		require.NoError(t, testnetns.IP(ctx, args...))
+	}
+	require.NoError(t, lab.Masquerade(1, netip.MustParsePrefix("10.244.9.0/24")))
+	vip, err := lab.ExposePorts(1, []testwan.Forward{
+		{Proto: "tcp", Port: 8443, To: netip.AddrPortFrom(podAddr, 8443)},
+		{Proto: "udp", Port: 7946, To: netip.AddrPortFrom(podAddr, 7946)},
+	})
+	require.NoError(t, err)
+	require.Equal(t, lab.ExposedAddr(1), vip)
+
+	// TCP in: the pod sees the client's site address.
+	ln, err := testnetns.Listen(testnetns.Path(pod), netip.AddrPortFrom(podAddr, 8443).String())
+	require.NoError(t, err)
+	defer ln.Close()
+	seen := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+		_ = c.Close()
+	}()
+	c, err := lab.Dial(ctx, 0, "tcp", netip.AddrPortFrom(vip, 8443).String())
+	require.NoError(t, err)
+	_ = c.Close()
+	require.Equal(t, lab.Addr(0).String(), <-seen)
+
+	// UDP in, and the answer back from the load balancer address.
+	pc, err := testnetns.ListenPacket(testnetns.Path(pod), netip.AddrPortFrom(podAddr, 7946).String())
+	require.NoError(t, err)
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 64)
+		n, from, err := pc.ReadFrom(buf)
+		if err == nil {
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+	client, err := lab.ListenPacket(0, netip.AddrPortFrom(lab.Addr(0), 0).String())
+	require.NoError(t, err)
+	defer client.Close()
+	to := net.UDPAddrFromAddrPort(netip.AddrPortFrom(vip, 7946))
+	_, err = client.WriteTo([]byte("ping"), to)
+	require.NoError(t, err)
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, from, err := client.ReadFrom(buf)
+	require.NoError(t, err)
+	require.Equal(t, "ping", string(buf[:n]))
+	require.Equal(t, to.String(), from.String(), "the answer comes from the load balancer address")
+
+	// Out: the pod's own flow reaches the other site with the site's
+	// address, never the pod's.
+	out, err := lab.Listen(0, netip.AddrPortFrom(lab.Addr(0), 9000).String())
+	require.NoError(t, err)
+	defer out.Close()
+	go func() {
+		c, err := out.Accept()
+		if err != nil {
+			return
+		}
+		seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+		_ = c.Close()
+	}()
+	c, err = testnetns.Dial(ctx, testnetns.Path(pod), "tcp", netip.AddrPortFrom(lab.Addr(0), 9000).String())
+	require.NoError(t, err)
+	_ = c.Close()
+	require.Equal(t, lab.Addr(1).String(), <-seen)
 }

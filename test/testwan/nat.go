@@ -14,7 +14,7 @@ import (
 // or a cloud load balancer with the client's address kept. The site
 // advertises the returned address; nothing listens on it.
 func (l *Lab) Expose(i int) (netip.Addr, error) {
-	vip := hostAddr(ExposedPrefix, i)
+	vip := l.ExposedAddr(i)
 	rules := fmt.Sprintf(`table ip gridsync-wan-lb {
 	chain prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
@@ -71,7 +71,7 @@ type Forward struct {
 // forwards, as a load balancer follows its endpoints. Pair it with
 // Masquerade so that the pods' own flows leave with the site's address.
 func (l *Lab) ExposePorts(i int, forwards []Forward) (netip.Addr, error) {
-	vip := hostAddr(ExposedPrefix, i)
+	vip := l.ExposedAddr(i)
 	var rules strings.Builder
 	for _, f := range forwards {
 		if f.Proto != "tcp" && f.Proto != "udp" {
@@ -116,3 +116,8 @@ func (l *Lab) Masquerade(i int, from netip.Prefix) error {
 }
 `, from, device))
 }
+
+// ExposedAddr is the load balancer address Expose or ExposePorts gives
+// site i, known before either is called (a site advertises it from the
+// start).
+func (l *Lab) ExposedAddr(i int) netip.Addr { return hostAddr(ExposedPrefix, i) }

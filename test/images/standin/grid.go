@@ -44,10 +44,8 @@ func serveGrid(ctx context.Context, addr, dir string) error {
 	for {
 		c, err := tl.Accept()
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			// Closed by the context's end: a clean stop, not a failure.
+			return ignoreAfter(ctx, err)
 		}
 		go func() {
 			defer func() { _ = c.Close() }()
@@ -79,4 +77,12 @@ func gridConfig(dir string) (*tls.Config, error) {
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: roots, ClientAuth: tls.RequireAndVerifyClientCert,
 		MinVersion: tls.VersionTLS12}, nil
+}
+
+// ignoreAfter is err unless ctx has ended (which closed the listener).
+func ignoreAfter(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
 }

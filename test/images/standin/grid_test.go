@@ -28,7 +28,7 @@ func TestTheGridListenerPresentsTheCurrentIdentityToGridPeersOnly(t *testing.T) 
 	}
 	publishIdentity("east.grid.internal")
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
@@ -48,7 +48,7 @@ func TestTheGridListenerPresentsTheCurrentIdentityToGridPeersOnly(t *testing.T) 
 		require.NoError(t, err)
 		var c *tls.Conn
 		require.Eventually(t, func() bool {
-			raw, err := net.DialTimeout("tcp", addr, time.Second)
+			raw, err := (&net.Dialer{Timeout: time.Second}).DialContext(t.Context(), "tcp", addr)
 			if err != nil {
 				return false
 			}
@@ -57,7 +57,7 @@ func TestTheGridListenerPresentsTheCurrentIdentityToGridPeersOnly(t *testing.T) 
 		}, 5*time.Second, 20*time.Millisecond, "the grid listener listens")
 		defer func() { _ = c.Close() }()
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		if err := c.Handshake(); err != nil {
+		if err := c.HandshakeContext(t.Context()); err != nil {
 			return nil, err
 		}
 		return c.ConnectionState().PeerCertificates[0], nil
