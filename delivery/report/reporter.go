@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/gridsync/gridsync/shared/h3fallback"
 )
 
 // Defaults of ReporterOptions.
@@ -71,7 +73,9 @@ type Reporter struct {
 	h3, https     *http.Client
 	h3Transport   *http3.Transport
 	httpTransport *http.Transport
-	fallbackUntil time.Time
+	// fallback is the agent's, under one key: HTTPS alone for a while
+	// after HTTP/3 failed.
+	fallback h3fallback.Memory
 
 	sent   *prometheus.CounterVec
 	failed bool
@@ -97,12 +101,12 @@ func NewReporter(opts ReporterOptions) (*Reporter, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Reporter{opts: opts, kick: make(chan struct{}, 1)}
+	r := &Reporter{opts: opts, kick: make(chan struct{}, 1), fallback: h3fallback.Memory{For: fallbackFor}}
 	r.sent = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gridsync_delivery_reports_total",
 		Help: "Delivery reports sent to the agent, by transport (h3, https) and outcome (accepted, refused, failed).",
 	}, []string{"transport", "outcome"})
-	for _, tr := range []string{"h3", "https"} {
+	for _, tr := range []string{h3fallback.H3, h3fallback.HTTPS} {
 		for _, o := range []string{"accepted", "refused", "failed"} {
 			r.sent.WithLabelValues(tr, o)
 		}
@@ -246,11 +250,7 @@ func (r *Reporter) send(ctx context.Context, rep Report) error {
 			st = nil
 		}
 		if st == nil {
-			transport := "h3"
-			if time.Now().Before(r.fallbackTime()) {
-				transport = "https"
-			}
-			if st, err = r.openStream(ctx, transport, token); err != nil {
+			if st, err = r.openStream(ctx, r.fallback.First("", time.Now()), token); err != nil {
 				return err
 			}
 			r.stream = st
@@ -265,10 +265,8 @@ func (r *Reporter) send(ctx context.Context, rep Report) error {
 		if errors.As(err, &refused) {
 			return err
 		}
-		if st.transport == "h3" {
-			r.mu.Lock()
-			r.fallbackUntil = time.Now().Add(fallbackFor)
-			r.mu.Unlock()
+		if st.transport == h3fallback.H3 {
+			r.fallback.Failed("", time.Now())
 		}
 		r.reset(st.transport)
 	}
@@ -342,21 +340,15 @@ func (r *Reporter) closeStream() {
 	}
 }
 
-func (r *Reporter) fallbackTime() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.fallbackUntil
-}
-
 // client returns the transport's client, building it (and reading the CA
 // bundle) when there is none.
 func (r *Reporter) client(transport string) (*http.Client, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if transport == "h3" && r.h3 != nil {
+	if transport == h3fallback.H3 && r.h3 != nil {
 		return r.h3, nil
 	}
-	if transport == "https" && r.https != nil {
+	if transport == h3fallback.HTTPS && r.https != nil {
 		return r.https, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, ServerName: r.opts.ServerName}
@@ -371,7 +363,7 @@ func (r *Reporter) client(transport string) (*http.Client, error) {
 		}
 		cfg.RootCAs = pool
 	}
-	if transport == "h3" {
+	if transport == h3fallback.H3 {
 		r.h3Transport = &http3.Transport{TLSClientConfig: cfg, QUICConfig: &quic.Config{
 			// The heartbeat keeps the connection alive; a few missed
 			// beats on a loaded machine must not end it.
@@ -390,11 +382,11 @@ func (r *Reporter) client(transport string) (*http.Client, error) {
 func (r *Reporter) reset(transport string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if transport == "h3" && r.h3Transport != nil {
+	if transport == h3fallback.H3 && r.h3Transport != nil {
 		_ = r.h3Transport.Close()
 		r.h3, r.h3Transport = nil, nil
 	}
-	if transport == "https" && r.httpTransport != nil {
+	if transport == h3fallback.HTTPS && r.httpTransport != nil {
 		r.httpTransport.CloseIdleConnections()
 		r.https, r.httpTransport = nil, nil
 	}
@@ -402,8 +394,8 @@ func (r *Reporter) reset(transport string) {
 
 func (r *Reporter) close() {
 	r.closeStream()
-	r.reset("h3")
-	r.reset("https")
+	r.reset(h3fallback.H3)
+	r.reset(h3fallback.HTTPS)
 }
 
 func readToken(path string) (string, error) {
