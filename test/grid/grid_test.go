@@ -11,8 +11,8 @@ package grid
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +24,6 @@ import (
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/test/testgrid"
 	"github.com/gridsync/gridsync/test/testwan"
-	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 func TestMain(m *testing.M) { testwan.Main(m) }
@@ -47,143 +46,50 @@ func TestTwoNodesJoinOverAWANAndLiveThroughACut(t *testing.T) {
 		assert.NoError(t, g.Stop())
 	})
 	require.NoError(t, err)
-	east, west := g.Sites[0], g.Sites[1]
-	pairs := [][2]*testgrid.Site{{east, west}, {west, east}}
-
 	// Joined and trusted: each site's gateway file holds the other's
 	// provider, fresh, once its GridSite is Active (the mutual-TLS probe
 	// of the other's gateway, through its load balancer address, passed).
 	began := time.Now()
-	for _, p := range pairs {
+	watch(t, ctx, g, began, 4*time.Minute, "trusts the other and routes to its provider", testgrid.Routed)
+	for _, p := range g.Pairs() {
 		s, peer := p[0], p[1]
-		waitUntil(t, ctx, 90*time.Second, fmt.Sprintf("%s trusts %s and routes to its provider", s.Name, peer.Name), func() string {
-			st := s.SiteStatus(ctx, peer.Name)
-			present, fresh := routes(ctx, s, peer.Name)
-			if st.Phase == sitetrust.PhaseActive && present && fresh {
-				return ""
-			}
-			return fmt.Sprintf("GridSite %q (%s: %s), routes present %v fresh %v", st.Phase, st.Reason, st.Message, present, fresh)
-		})
 		var gs v1alpha1.GridSite
 		require.NoError(t, s.Client.Get(ctx, client.ObjectKey{Name: testgrid.Network + "-" + peer.Name}, &gs))
 		require.NotNil(t, gs.Spec.GatewayEndpoint)
 		assert.Equal(t, netip.AddrPortFrom(peer.Addr, testgrid.GridPort).String(), gs.Spec.GatewayEndpoint.Address,
 			"%s probes %s's gateway at the address it advertises, its load balancer's", s.Name, peer.Name)
+		cands, err := s.Candidates(ctx)
+		require.NoError(t, err)
+		assert.Contains(t, cands, testgrid.Candidate{Name: "llama-3-70b", Site: peer.Name, Fresh: true}, "%s's gateway file", s.Name)
 	}
-	t.Logf("both sites trust and route to each other %s after their load balancer addresses led to their pods", time.Since(began).Round(time.Millisecond))
 
 	// Cut: each side suspects the other, declares it dead and withdraws
-	// its routes (the probe of the other's gateway fails too). Both sides
-	// are watched at once, every transition with its time.
+	// its routes (the probe of the other's gateway fails too).
 	cut := time.Now()
 	g.Lab.Partition([]int{0}, []int{1})
-	seen := watchBoth(t, ctx, pairs, cut, "declares the other dead and withdraws its routes", func(s, peer *testgrid.Site) (string, bool) {
-		state, err := s.MemberState(ctx, peer.Name)
-		if err != nil {
-			return err.Error(), false
-		}
-		st := s.SiteStatus(ctx, peer.Name)
-		present, _ := routes(ctx, s, peer.Name)
-		return fmt.Sprintf("%s, GridSite %s, routes %s", state, st.Phase, map[bool]string{true: "present", false: "withdrawn"}[present]),
-			state == "Dead" && !present
-	})
-	for _, p := range pairs {
-		assert.True(t, anyHas(seen[p[0].Name], "Suspect,"), "%s suspected %s before declaring it dead: %v", p[0].Name, p[1].Name, seen[p[0].Name])
+	seen := watch(t, ctx, g, cut, 90*time.Second, "declares the other dead and withdraws its routes", testgrid.Withdrawn)
+	for key, changes := range seen {
+		assert.True(t, slices.ContainsFunc(changes, func(c string) bool { return strings.HasPrefix(c, "Suspect,") }),
+			"%s: suspected before declared dead: %v", key, changes)
 	}
 
 	// Heal: the sites find each other again, trust is probed again, the
 	// routes come back fresh.
-	healed := time.Now()
 	g.Lab.Heal()
-	watchBoth(t, ctx, pairs, healed, "has the other back, trusted and routed to", func(s, peer *testgrid.Site) (string, bool) {
-		state, err := s.MemberState(ctx, peer.Name)
-		if err != nil {
-			return err.Error(), false
-		}
-		st := s.SiteStatus(ctx, peer.Name)
-		present, fresh := routes(ctx, s, peer.Name)
-		return fmt.Sprintf("%s, GridSite %s, routes present %v fresh %v", state, st.Phase, present, fresh),
-			state == "Alive" && st.Phase == sitetrust.PhaseActive && present && fresh
-	})
+	watch(t, ctx, g, time.Now(), 90*time.Second, "has the other back, trusted and routed to", testgrid.Routed)
 	st := g.Lab.Stats()
 	t.Logf("the lab: %d packets forwarded, %d lost, %d cut", st.Forwarded, st.Lost, st.Cut)
 	assert.Positive(t, st.Lost, "the link lost packets: the grid held over loss, not over a clean link")
 	assert.Positive(t, st.Cut)
 }
 
-func routes(ctx context.Context, s *testgrid.Site, peer string) (present, fresh bool) {
-	cands, err := s.Candidates(ctx)
-	if err != nil {
-		return false, false
-	}
-	return testgrid.Routes(cands, peer)
-}
-
-func anyHas(seen []string, part string) bool {
-	for _, s := range seen {
-		if strings.Contains(s, part) {
-			return true
-		}
-	}
-	return false
-}
-
-// watchBoth polls every pair's site until cond holds for each, logging
-// each site's every change of what cond says with its time since from,
-// and returns those changes by site. It fails the test after 90 s.
-func watchBoth(t *testing.T, ctx context.Context, pairs [][2]*testgrid.Site, from time.Time, what string,
-	cond func(s, peer *testgrid.Site) (string, bool),
-) map[string][]string {
+// watch waits for cond at every site, logging what each saw.
+func watch(t *testing.T, ctx context.Context, g *testgrid.Grid, from time.Time, timeout time.Duration, what string, cond testgrid.Condition) map[string][]string {
 	t.Helper()
-	seen := map[string][]string{}
-	done := map[string]bool{}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		all := true
-		for _, p := range pairs {
-			s, peer := p[0], p[1]
-			if done[s.Name] {
-				continue
-			}
-			now, ok := cond(s, peer)
-			if h := seen[s.Name]; len(h) == 0 || !strings.HasPrefix(h[len(h)-1], now+" at ") {
-				seen[s.Name] = append(h, fmt.Sprintf("%s at %.1f s", now, time.Since(from).Seconds()))
-			}
-			done[s.Name] = ok
-			all = all && ok
-		}
-		if all {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: not every site within 90 s: %v", what, seen)
-		}
-		time.Sleep(100 * time.Millisecond)
+	seen, err := g.Watch(ctx, from, timeout, cond)
+	for key, changes := range seen {
+		t.Logf("%s %s: %s", key, what, strings.Join(changes, "; "))
 	}
-	for _, p := range pairs {
-		t.Logf("%s %s: %s", p[0].Name, what, strings.Join(seen[p[0].Name], "; "))
-	}
+	require.NoError(t, err, what)
 	return seen
-}
-
-// waitUntil polls cond (which says what is still missing, "" when done)
-// until it is done, failing the test with the last word after timeout.
-func waitUntil(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		now := cond()
-		if now == "" {
-			return
-		}
-		if now != last {
-			t.Logf("%s: %s", what, now)
-			last = now
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: not within %s; last: %s", what, timeout, now)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

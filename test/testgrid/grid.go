@@ -488,3 +488,101 @@ func (s *Site) Describe(ctx context.Context) string {
 	}
 	return b.String()
 }
+
+// Pairs are every ordered pair of the grid's sites: a site and a peer.
+func (g *Grid) Pairs() [][2]*Site {
+	var out [][2]*Site
+	for _, s := range g.Sites {
+		for _, peer := range g.Sites {
+			if s != peer {
+				out = append(out, [2]*Site{s, peer})
+			}
+		}
+	}
+	return out
+}
+
+// Condition says how a site sees a peer, and whether that is what is
+// waited for.
+type Condition func(ctx context.Context, s, peer *Site) (now string, done bool)
+
+// Routed holds once the site has the peer Alive in SWIM, its GridSite
+// Active (the mutual-TLS probe of the peer's gateway passed) and the
+// peer's routes fresh in the site's gateway file.
+func Routed(ctx context.Context, s, peer *Site) (string, bool) {
+	state, err := s.MemberState(ctx, peer.Name)
+	if err != nil {
+		return err.Error(), false
+	}
+	st := s.SiteStatus(ctx, peer.Name)
+	present, fresh := s.routes(ctx, peer.Name)
+	return fmt.Sprintf("%s, GridSite %s, routes %s", state, st.Phase, routesWord(present, fresh)),
+		state == "Alive" && st.Phase == sitetrust.PhaseActive && present && fresh
+}
+
+// Withdrawn holds once the site has declared the peer Dead and the peer's
+// routes are gone from the site's gateway file.
+func Withdrawn(ctx context.Context, s, peer *Site) (string, bool) {
+	state, err := s.MemberState(ctx, peer.Name)
+	if err != nil {
+		return err.Error(), false
+	}
+	st := s.SiteStatus(ctx, peer.Name)
+	present, fresh := s.routes(ctx, peer.Name)
+	return fmt.Sprintf("%s, GridSite %s, routes %s", state, st.Phase, routesWord(present, fresh)), state == "Dead" && !present
+}
+
+func routesWord(present, fresh bool) string {
+	switch {
+	case !present:
+		return "withdrawn"
+	case !fresh:
+		return "stale"
+	}
+	return "fresh"
+}
+
+func (s *Site) routes(ctx context.Context, peer string) (present, fresh bool) {
+	cands, err := s.Candidates(ctx)
+	if err != nil {
+		return false, false
+	}
+	return Routes(cands, peer)
+}
+
+// Watch polls cond for every pair of sites until it holds for each, and
+// returns each site's changes of what cond says, with their times since
+// from ("Suspect, GridSite Active, routes fresh at 1.6 s"). Past timeout
+// it returns what it saw with an error.
+func (g *Grid) Watch(ctx context.Context, from time.Time, timeout time.Duration, cond Condition) (map[string][]string, error) {
+	seen := map[string][]string{}
+	done := map[string]bool{}
+	deadline := time.Now().Add(timeout)
+	for {
+		all := true
+		for _, p := range g.Pairs() {
+			s, peer := p[0], p[1]
+			key := s.Name + "/" + peer.Name
+			if done[key] {
+				continue
+			}
+			now, ok := cond(ctx, s, peer)
+			if h := seen[key]; len(h) == 0 || !strings.HasPrefix(h[len(h)-1], now+" at ") {
+				seen[key] = append(h, fmt.Sprintf("%s at %.1f s", now, time.Since(from).Seconds()))
+			}
+			done[key] = ok
+			all = all && ok
+		}
+		if all {
+			return seen, nil
+		}
+		if time.Now().After(deadline) {
+			return seen, fmt.Errorf("not every site within %s: %v", timeout, seen)
+		}
+		select {
+		case <-ctx.Done():
+			return seen, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
