@@ -244,7 +244,10 @@ func run(ctx context.Context, binDir string) error {
 		}
 	}
 	fmt.Printf("\n    sidecar log: %d JSON lines, e.g.\n    %s\n", countLines(sidecarLog), lastLine(sidecarLog, "overlay_rejected"))
-	return onANode(ctx, cp)
+	if err := onANode(ctx, cp); err != nil {
+		return err
+	}
+	return gridAcrossAWAN(ctx)
 }
 
 // render builds the controller's envelope for a routing state.

@@ -60,8 +60,10 @@ func TestTwoNodesJoinOverAWANAndLiveThroughACut(t *testing.T) {
 			"%s probes %s's gateway at the address it advertises, its load balancer's", s.Name, peer.Name)
 		cands, err := s.Candidates(ctx)
 		require.NoError(t, err)
-		assert.Contains(t, cands, testgrid.Candidate{Name: "llama-3-70b", Site: peer.Name, Fresh: true}, "%s's gateway file", s.Name)
+		assert.Contains(t, cands, testgrid.Candidate{Name: "llama-3-70b", Site: peer.Name, Cluster: peer.Name, Fresh: true}, "%s's gateway file", s.Name)
 	}
+
+	require.NoError(t, g.Steady(ctx, 6*time.Second, time.Minute, testgrid.Routed), "the grid settles before the cut")
 
 	// Cut: each side suspects the other, declares it dead and withdraws
 	// its routes (the probe of the other's gateway fails too).

@@ -428,11 +428,13 @@ func (s *Site) Candidates(ctx context.Context) ([]Candidate, error) {
 }
 
 // Candidate is one candidate of a gateway's overlay, as far as a grid
-// test looks at it.
+// test looks at it. A local candidate's site is its provider's name; a
+// remote one's is the remote site's, its cluster that site's gateway.
 type Candidate struct {
-	Name  string `json:"name"`
-	Site  string `json:"site"`
-	Fresh bool   `json:"fresh"`
+	Name    string `json:"name"`
+	Site    string `json:"site"`
+	Cluster string `json:"cluster"`
+	Fresh   bool   `json:"fresh"`
 }
 
 // Routes says whether the candidates hold one of site's, and whether it is
@@ -585,4 +587,31 @@ func (g *Grid) Watch(ctx context.Context, from time.Time, timeout time.Duration,
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Steady waits until cond has held at every site, without a break, for
+// hold: a grid that has just formed may still be settling a suspicion
+// from its first seconds (memberlist's own, which ends in a death of its
+// own), and a test that cuts the link then would see that death rather
+// than the cut's.
+func (g *Grid) Steady(ctx context.Context, hold, timeout time.Duration, cond Condition) error {
+	deadline := time.Now().Add(timeout)
+	since := time.Now()
+	last := ""
+	for time.Since(since) < hold {
+		for _, p := range g.Pairs() {
+			if now, ok := cond(ctx, p[0], p[1]); !ok {
+				since, last = time.Now(), p[0].Name+" sees "+p[1].Name+": "+now
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not steady for %s within %s; last break: %s", hold, timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }
