@@ -62,6 +62,11 @@ func runWAN(b *testing.B, n int, lossPct float64) {
 	}
 
 	g := newGrid(b)
+	wire, err := captureWire(lab, g.key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer wire.close()
 	members := make([]*site, n)
 	for i := range members {
 		cfg := membership.Config{
@@ -99,8 +104,12 @@ func runWAN(b *testing.B, n int, lossPct float64) {
 	gone := map[*site]bool{}
 	w := watchStates(members, gone)
 	wireBefore, payloadBefore := wireBytes(lab), sentBytes(members)
+	kindsBefore, bcastBefore := wire.snapshot()
 	time.Sleep(idle)
-	wireRate := (wireBytes(lab) - wireBefore) / float64(n) / idle.Seconds()
+	kindsAfter, bcastAfter := wire.snapshot()
+	labIdle := wireBytes(lab) - wireBefore
+	wireRate := labIdle / float64(n) / idle.Seconds()
+	logWire(b.Logf, kindsBefore, kindsAfter, bcastBefore, bcastAfter, n, idle, labIdle)
 	payloadRate := (sentBytes(members) - payloadBefore) / float64(n) / idle.Seconds()
 	falseDead, suspects := w.stop()
 	phase("idle", "idle_s=%.0f false_dead=%d suspect_events=%d bytes_per_site_per_s=%.0f swim_payload_bytes_per_site_per_s=%.0f",
