@@ -125,10 +125,13 @@ func (r *Runtime) Forget(network string) {
 	}
 }
 
-// send disseminates a record of this site: by epidemic gossip when it
-// fits a packet, else directly to every member.
-func (r *Runtime) send(rec record.Record) {
-	direct, err := record.EncodeDirectRecords([]record.Record{rec})
+// send disseminates records of this site: straight to every member, all
+// in one message, and each by epidemic gossip when it fits a packet.
+func (r *Runtime) send(recs []record.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	direct, err := record.EncodeDirectRecords(recs)
 	if err != nil {
 		r.log.Error("swim_encode_failed", "error", err)
 		return
@@ -146,9 +149,11 @@ func (r *Runtime) send(rec record.Record) {
 	go func() { r.owe(r.sendReliable(ml, r.aliveNodes(""), direct)) }()
 	// And by epidemic gossip when it fits a packet, for a member the
 	// direct copy missed.
-	if msg, err := record.EncodeRecords([]record.Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
-		q.QueueBroadcast(&recordBroadcast{key: rec.Key(), msg: msg})
-		r.metrics.sends.WithLabelValues("gossip").Inc()
+	for _, rec := range recs {
+		if msg, err := record.EncodeRecords([]record.Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
+			q.QueueBroadcast(&recordBroadcast{key: rec.Key(), msg: msg})
+			r.metrics.sends.WithLabelValues("gossip").Inc()
+		}
 	}
 }
 

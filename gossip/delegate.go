@@ -228,7 +228,7 @@ func (r *Runtime) adoptLocked(g record.GridID, how string) {
 	go r.resign("")
 	// The records other sites sent while this site held another grid ID
 	// were refused, and nothing sends them again before the next
-	// push/pull (30 s or more): they are pulled at once. Two IDs
+	// push/pull (a minute or more): they are pulled at once. Two IDs
 	// generated together are the rule when sites start together across a
 	// WAN, whose delays leave the first joins time to cross.
 	go r.pull()

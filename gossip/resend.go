@@ -16,8 +16,8 @@ import (
 // A change is sent straight to every member and gossiped on only when it
 // fits a packet: a member the direct copy missed (a connection lost to a
 // lossy link, a cut too short for it to be declared dead) would otherwise
-// wait for its next push/pull with this site, 30 s with the reference's
-// timings, or for a change of its state (a site back from suspicion or
+// wait for its next push/pull with this site, a minute or more with the
+// default timings, or for a change of its state (a site back from suspicion or
 // death is sent this site's records at once, which also pays what it is
 // owed).
 func (r *Runtime) owe(members []string) {

@@ -89,7 +89,7 @@ type Limits struct {
 }
 
 // DefaultLimits: a join of a 500-site grid fits, a site's periodic
-// push/pull (every 30 s, scaled up above 32 sites) and the joins after a
+// push/pull (every minute, scaled up above 32 sites) and the joins after a
 // restart pass, a flood is held.
 func DefaultLimits() Limits {
 	return Limits{

@@ -58,12 +58,12 @@ func runBench(b *testing.B, n int) {
 	// other site holds it.
 	converge := measureConvergence(b, members, measure.Size(20, 2), nil)
 
-	// Idle: nothing changes for a third of the tombstone lifetime, the
-	// period at which each site signs its records again (so that they
+	// Idle: nothing changes for half the tombstone lifetime, the period
+	// at which each site signs its records again (so that they
 	// never grow too old to be taken): every record is refreshed once in
 	// the window, as in a grid that runs for days, and a few push/pull
 	// periods pass (memberlist stretches the period above 32 sites).
-	idle := measure.Size(membership.DefaultTombstoneTTL/3, 2*time.Second)
+	idle := measure.Size(membership.DefaultTombstoneTTL/2, 2*time.Second)
 	before := sentBytes(members)
 	time.Sleep(idle)
 	idleRate := (sentBytes(members) - before) / float64(n) / idle.Seconds()
