@@ -4,14 +4,16 @@
 // /etc/passwd and /etc/group naming nonroot 65532, /tmp and the home
 // folders; no shell), one per platform under an image index that carries
 // the OCI labels and, attached to it, an SPDX SBOM of the Go modules in
-// the binaries and their SLSA provenance; written as OCI layouts and as the
-// archive `ctr images import` reads.
+// the binaries and of the CA bundle, and their SLSA provenance; written as
+// OCI layouts and as the archive `ctr images import` reads.
 //
 // The images are reproducible: every entry of a layer has the same owner,
 // mode and time (SOURCE_DATE_EPOCH, or the Unix epoch), entries are
-// sorted, gzip is deterministic and nothing else varies (the SBOM's time
-// and namespace come from the same inputs), so the same binaries give the
-// same digests.
+// sorted, gzip is deterministic, the CA bundle is made from a Go module
+// at the version go.mod pins and not copied from the building machine,
+// and nothing else varies (the SBOM's time and namespace come from the
+// same inputs), so the same binaries give the same digests on any
+// machine.
 package images
 
 import (
@@ -24,6 +26,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -102,7 +105,11 @@ func (m Meta) labels(s Spec, created time.Time) map[string]string {
 // binaries in binDir, built for it.
 func Build(s Spec, binDir, arch string, m Meta) (v1.Image, error) {
 	created := buildTime()
-	base, err := layer(baseFiles(), created)
+	files, err := baseFiles()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.Name, err)
+	}
+	base, err := layer(files, created)
 	if err != nil {
 		return nil, fmt.Errorf("%s: base layer: %w", s.Name, err)
 	}
@@ -131,7 +138,7 @@ func Build(s Spec, binDir, arch string, m Meta) (v1.Image, error) {
 			// What distroless/static sets.
 			Env: []string{
 				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-				"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+				"SSL_CERT_FILE=" + caBundlePath,
 			},
 		},
 	})
@@ -169,18 +176,12 @@ type file struct {
 	data []byte
 }
 
-// caBundle is where Debian keeps the system's CA bundle, the same file
-// distroless/static copies from Debian's ca-certificates.
-const caBundle = "/etc/ssl/certs/ca-certificates.crt"
-
-// baseFiles is the part of distroless/static's tree the binaries use.
-func baseFiles() []file {
-	ca, err := os.ReadFile(caBundle)
+// baseFiles is the part of distroless/static's tree the binaries use, its
+// CA bundle made from the pinned module (cabundle.go).
+func baseFiles() ([]file, error) {
+	ca, err := theCABundle()
 	if err != nil {
-		// No bundle on the building machine: the images still run (the
-		// binaries speak TLS only to CAs they are given), and the
-		// folder stays where a mounted bundle is looked for.
-		ca = nil
+		return nil, err
 	}
 	nonroot := strconv.Itoa(NonRoot)
 	return []file{
@@ -190,7 +191,7 @@ func baseFiles() []file {
 		{path: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:" + nonroot + ":" + nonroot + ":nonroot:/home/nonroot:/sbin/nologin\n")},
 		{path: "etc/ssl/", mode: 0o755},
 		{path: "etc/ssl/certs/", mode: 0o755},
-		{path: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: ca},
+		{path: strings.TrimPrefix(caBundlePath, "/"), mode: 0o644, data: ca.pem},
 		{path: "home/", mode: 0o755},
 		{path: "home/nonroot/", mode: 0o700, uid: NonRoot},
 		{path: "root/", mode: 0o700},
@@ -198,7 +199,7 @@ func baseFiles() []file {
 		{path: "usr/", mode: 0o755},
 		{path: "usr/local/", mode: 0o755},
 		{path: "usr/local/bin/", mode: 0o755},
-	}
+	}, nil
 }
 
 // layer writes files as an uncompressed tar, sorted, every entry with the

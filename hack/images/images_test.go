@@ -183,8 +183,10 @@ func TestImagesHaveTheDockerfilesTree(t *testing.T) {
 
 // The nonroot user the images run as is the one their /etc/passwd names.
 func TestImagesNameTheirUser(t *testing.T) {
+	base, err := baseFiles()
+	require.NoError(t, err)
 	files := map[string]string{}
-	for _, f := range baseFiles() {
+	for _, f := range base {
 		files[f.path] = string(f.data)
 	}
 	require.Contains(t, files, "etc/passwd")

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -22,7 +23,7 @@ import (
 // Index builds s for every architecture in bins (architecture → the
 // folder of the binaries built for linux/that architecture) under one OCI
 // image index, and the SPDX SBOM of the Go modules those binaries are
-// built from.
+// built from and of the CA bundle.
 func Index(s Spec, bins map[string]string, m Meta) (v1.ImageIndex, []byte, error) {
 	archs := make([]string, 0, len(bins))
 	for arch := range bins {
@@ -58,21 +59,30 @@ const SBOMMediaType = "application/spdx+json"
 // SBOM is an SPDX 2.3 document of the Go modules compiled into files (the
 // image's binaries, every architecture's), read from each binary's build
 // information as `go version -m` prints it: what the image runs, not what
-// go.mod lists.
+// go.mod lists. It also lists the image's CA bundle, third-party content
+// the image ships, under the module and version it is made from (its purl
+// is the module's, so that a scanner that knows of the module's advisories
+// finds them) with the file's SHA-256.
 func SBOM(s Spec, m Meta, files []string) ([]byte, error) {
 	type ref struct {
 		Category string `json:"referenceCategory"`
 		Type     string `json:"referenceType"`
 		Locator  string `json:"referenceLocator"`
 	}
+	type checksum struct {
+		Algorithm string `json:"algorithm"`
+		Value     string `json:"checksumValue"`
+	}
 	type pkg struct {
-		Name             string `json:"name"`
-		SPDXID           string `json:"SPDXID"`
-		VersionInfo      string `json:"versionInfo,omitempty"`
-		DownloadLocation string `json:"downloadLocation"`
-		FilesAnalyzed    bool   `json:"filesAnalyzed"`
-		ExternalRefs     []ref  `json:"externalRefs,omitempty"`
-		PrimaryPurpose   string `json:"primaryPackagePurpose,omitempty"`
+		Name             string     `json:"name"`
+		SPDXID           string     `json:"SPDXID"`
+		VersionInfo      string     `json:"versionInfo,omitempty"`
+		DownloadLocation string     `json:"downloadLocation"`
+		FilesAnalyzed    bool       `json:"filesAnalyzed"`
+		Checksums        []checksum `json:"checksums,omitempty"`
+		SourceInfo       string     `json:"sourceInfo,omitempty"`
+		ExternalRefs     []ref      `json:"externalRefs,omitempty"`
+		PrimaryPurpose   string     `json:"primaryPackagePurpose,omitempty"`
 	}
 	type rel struct {
 		Element string `json:"spdxElementId"`
@@ -117,6 +127,17 @@ func SBOM(s Spec, m Meta, files []string) ([]byte, error) {
 	packages = append(packages, pkg{Name: "stdlib", SPDXID: "SPDXRef-Module-stdlib", VersionInfo: goVersion,
 		DownloadLocation: "NOASSERTION",
 		ExternalRefs:     purl("stdlib", goVersion), PrimaryPurpose: "LIBRARY"})
+	ca, err := theCABundle()
+	if err != nil {
+		return nil, err
+	}
+	caSum := sha256.Sum256(ca.pem)
+	packages = append(packages, pkg{Name: caBundlePath, SPDXID: caBundleSPDXID, VersionInfo: ca.version,
+		DownloadLocation: "https://proxy.golang.org/" + ca.module + "/@v/" + ca.version + ".zip",
+		Checksums:        []checksum{{Algorithm: "SHA256", Value: hex.EncodeToString(caSum[:])}},
+		SourceInfo:       "made from the Go module " + ca.module + " " + ca.version + ": Mozilla's root store, " + strconv.Itoa(ca.roots) + " certificates",
+		ExternalRefs:     purl(ca.module, ca.version), PrimaryPurpose: "FILE"})
+	rels = append(rels, rel{"SPDXRef-DOCUMENT", "DESCRIBES", caBundleSPDXID})
 	sort.Slice(rels, func(i, j int) bool {
 		return rels[i].Element+rels[i].Related < rels[j].Element+rels[j].Related
 	})
@@ -147,6 +168,10 @@ func SBOM(s Spec, m Meta, files []string) ([]byte, error) {
 	doc["documentNamespace"] = source + "/spdx/" + s.Name + "-" + hex.EncodeToString(sum[:8])
 	return json.MarshalIndent(doc, "", "  ")
 }
+
+// caBundleSPDXID is the CA bundle's SPDX identifier, apart from the
+// modules': a binary may be built with the same module.
+const caBundleSPDXID = "SPDXRef-File-ca-certificates.crt"
 
 // spdxID makes an SPDX identifier of s: letters, digits, dots and dashes.
 func spdxID(s string) string {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
+	"encoding/pem"
 	"io"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/x509roots/fallback/bundle"
 
 	"github.com/gridsync/gridsync/hack/release/kube"
 )
@@ -23,39 +25,99 @@ import (
 // into a folder of the test's, and returns what it printed.
 func runMake(t *testing.T, target string, vars ...string) string {
 	t.Helper()
-	args := append([]string{"--no-print-directory", target, "BIN_DIR=" + filepath.Join(t.TempDir(), "bin")}, vars...)
-	cmd := exec.CommandContext(t.Context(), "make", args...)
+	return runMakeOn(t, machine{}, target, vars...)
+}
+
+// machine is how a machine that builds the images differs from this one:
+// the command make runs under (its arguments follow), and what make's
+// environment adds to this one's.
+type machine struct {
+	wrap []string
+	env  []string
+}
+
+// runMakeOn is runMake as on machine m.
+func runMakeOn(t *testing.T, m machine, target string, vars ...string) string {
+	t.Helper()
+	args := append([]string{"make", "--no-print-directory", target, "BIN_DIR=" + filepath.Join(t.TempDir(), "bin")}, vars...)
+	args = append(append([]string(nil), m.wrap...), args...)
+	cmd := exec.CommandContext(t.Context(), args[0], args[1:]...)
 	cmd.Dir = filepath.Join("..", "..")
 	// Run from `make test`, the outer make's jobserver is not this one's.
-	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=")
+	cmd.Env = append(append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL="), m.env...)
 	printed, err := cmd.CombinedOutput()
 	require.NoError(t, err, "make %s:\n%s", target, printed)
 	return string(printed)
 }
 
-// makeImages runs `make images` into a folder of its own and returns it
-// and what make printed.
-func makeImages(t *testing.T) (string, string) {
+// anotherMachine is a machine unlike this one in what the images must not
+// depend on: another CA bundle where Debian keeps it (/etc/ssl/certs
+// replaced, for make alone, by a folder whose ca-certificates.crt holds a
+// single root, as another ca-certificates version would hold other roots;
+// this needs a mount namespace, which root gets where the machine allows
+// it, and the test says so when it cannot), SSL_CERT_FILE naming that
+// other bundle and SSL_CERT_DIR an empty folder, another time zone
+// (UTC+12:45), umask 077 rather than 022, the POSIX locale rather than a
+// UTF-8 one, and another TMPDIR.
+func anotherMachine(t *testing.T) machine {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "images")
-	return out, runMake(t, "images", "IMAGES_DIR="+out)
+	dir := t.TempDir()
+	certs, empty, tmp := filepath.Join(dir, "certs"), filepath.Join(dir, "empty"), filepath.Join(dir, "tmp")
+	for _, d := range []string{certs, empty, tmp} {
+		require.NoError(t, os.Mkdir(d, 0o755))
+	}
+	var one []byte
+	for root := range bundle.Roots() {
+		one = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Certificate})
+		break
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(certs, "ca-certificates.crt"), one, 0o644))
+	m := machine{
+		wrap: []string{"sh", "-c", `umask 077 && exec "$@"`, "sh"},
+		env: []string{
+			"SSL_CERT_FILE=" + filepath.Join(certs, "ca-certificates.crt"), "SSL_CERT_DIR=" + empty,
+			"TZ=CHAST-12:45", "LANG=POSIX", "LC_ALL=POSIX", "TMPDIR=" + tmp,
+		},
+	}
+	probe, err := exec.CommandContext(t.Context(), "unshare", "--mount", "mount", "--bind", certs, "/etc/ssl/certs").CombinedOutput()
+	if err != nil {
+		t.Logf("/etc/ssl/certs stays this machine's (no mount namespace here: %v %s); the other differences are tried", err, probe)
+		return m
+	}
+	// unshare makes the namespace's mounts private: the host's
+	// /etc/ssl/certs is left as it is.
+	m.wrap = []string{"unshare", "--mount", "sh", "-c", `mount --bind "$0" /etc/ssl/certs && umask 077 && exec "$@"`, certs}
+	return m
 }
 
-// Two `make images` runs give the same layouts, byte for byte (the
-// digests, the SBOMs, the archives); the binaries in the images are
-// static Linux executables of the platform their image says (the arm64
-// one checked by its ELF header; the amd64 image is the one the node
-// tests run), run as nonroot 65532, with no shell; the labels name this
-// commit.
+// makeImages runs `make images` on machine m into a folder of its own and
+// returns it and what make printed.
+func makeImages(t *testing.T, m machine) (string, string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "images")
+	return out, runMakeOn(t, m, "images", "IMAGES_DIR="+out)
+}
+
+// Two `make images` runs, the second as on another machine (anotherMachine
+// says how it differs: another CA bundle on it, another time zone, umask
+// and locale), give the same layouts, byte for byte (the digests, the
+// SBOMs, the archives); the binaries in the images are static Linux
+// executables of the platform their image says (the arm64 one checked by
+// its ELF header; the amd64 image is the one the node tests run), run as
+// nonroot 65532, with no shell; the labels name this commit.
 func TestMakeImagesIsReproducibleForBothPlatforms(t *testing.T) {
-	first, printed := makeImages(t)
-	second, _ := makeImages(t)
-	assert.Equal(t, filesBelow(t, first), filesBelow(t, second), "two runs, the same files")
+	first, printed := makeImages(t, machine{})
+	second, _ := makeImages(t, anotherMachine(t))
+	// Compared by SHA-256, so that a difference is shown as the files
+	// that differ rather than their bytes.
+	assert.Equal(t, sums(filesBelow(t, first)), sums(filesBelow(t, second)), "this machine and another, the same files")
 	for _, s := range Shipped {
 		assert.Contains(t, printed, "/"+s.Name+":")
 	}
 
 	revision, err := exec.CommandContext(t.Context(), "git", "rev-parse", "HEAD").Output()
+	require.NoError(t, err)
+	ca, err := theCABundle()
 	require.NoError(t, err)
 	for _, s := range Shipped {
 		p, err := layout.FromPath(filepath.Join(first, s.Name))
@@ -79,6 +141,7 @@ func TestMakeImagesIsReproducibleForBothPlatforms(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "65532:65532", cfg.Config.User)
 			files := contents(t, img)
+			assert.Equal(t, ca.pem, files[strings.TrimPrefix(caBundlePath, "/")], "%s carries the bundle made from the pinned module", s.Name)
 			for _, shell := range []string{"bin/sh", "bin/bash", "bin/busybox"} {
 				assert.NotContains(t, files, shell, "%s has no shell", s.Name)
 			}
@@ -113,6 +176,16 @@ func filesBelow(t *testing.T, dir string) map[string]string {
 		out[rel] = string(data)
 		return err
 	}))
+	return out
+}
+
+// sums is the SHA-256 of each file's content.
+func sums(files map[string]string) map[string]string {
+	out := make(map[string]string, len(files))
+	for name, data := range files {
+		h, _, _ := v1.SHA256(strings.NewReader(data)) // reading a string does not fail
+		out[name] = h.Hex
+	}
 	return out
 }
 

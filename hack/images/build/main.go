@@ -1,10 +1,10 @@
 // Command build writes the project's images as OCI layouts, without a
 // container engine (`make images`): for each image a layout folder
 // <out>/<name> holding one image index (an image per platform, the OCI
-// labels, the SPDX SBOM of its Go modules and the SLSA provenance attached
-// to the index) and
-// the archive <out>/<name>.tar that `ctr images import` loads. Each
-// platform's binaries are read from <bin>/<os>-<arch>/.
+// labels, the SPDX SBOM of its Go modules and its CA bundle, and the SLSA
+// provenance attached to the index) and the archive <out>/<name>.tar that
+// `ctr images import` loads. Each platform's binaries are read from
+// <bin>/<os>-<arch>/.
 package main
 
 import (
