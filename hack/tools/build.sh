@@ -111,6 +111,15 @@ build_prometheus() {
 	"$out/promtool" --version | sed -n 1p
 }
 
+build_registry() {
+	# The CNCF distribution registry the release tests publish to (make
+	# publish), stamped with its version: unstamped it says +unknown.
+	local version
+	version="$(go list -m -f '{{.Version}}' github.com/distribution/distribution/v3)"
+	CGO_ENABLED=0 build registry github.com/distribution/distribution/v3/cmd/registry "-X github.com/distribution/distribution/v3/version.version=$version"
+	"$out/registry" --version
+}
+
 # node_packages says what the node tests need from the machine beyond Go
 # modules: runc (the OCI runtime containerd's shim runs containers with),
 # ip (iproute2, for the node's network namespace and the WAN lab's sites),
@@ -138,5 +147,6 @@ group kubernetes "$here" etcd kube-apiserver kubelet kube-controller-manager kub
 group containerd "$here/node" containerd containerd-shim-runc-v2 ctr
 group cni "$here/cni" cni/bridge cni/host-local
 group prometheus "$here/prometheus" promtool
+group registry "$here/registry" registry
 node_packages
 echo "tools: ready in $out"
