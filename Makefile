@@ -98,6 +98,19 @@ release: $(HELM) ## everything a release ships, in RELEASE_DIR (bin/release): th
 	$(GO) run ./hack/release assemble -images $(RELEASE_DIR)/images -kustomize $(KUSTOMIZE_ROOT) -out $(RELEASE_DIR) -version $(VERSION)
 	@echo "release: $(RELEASE_DIR) (SHA256SUMS lists every file)"
 
+# make publish pushes RELEASE_DIR to the registry the images are named
+# under (IMAGE_REGISTRY), or to REGISTRY (host:port) under the same
+# repositories; REGISTRY_CA is a CA file to trust for REGISTRY's
+# certificate. PUBLISHED records what was pushed, for the steps that
+# attach more to it (signatures).
+REGISTRY    ?=
+REGISTRY_CA ?=
+PUBLISHED   ?= $(BIN_DIR)/published.json
+
+.PHONY: publish
+publish: ## push what make release wrote to its registry or REGISTRY=host:port, by digest: each image index with its SBOM and provenance as referrers, the charts as OCI artifacts (oci://<registry>/gridsync/charts/<chart>); prints each reference with its digest, pushes nothing already there
+	$(GO) run ./hack/release publish -release $(RELEASE_DIR) -record $(PUBLISHED) $(if $(REGISTRY),-registry $(REGISTRY)) $(if $(REGISTRY_CA),-ca $(REGISTRY_CA))
+
 .PHONY: demo
 demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, then the agent publishing from Grid resources
 	$(GO) run ./demo --bin $(BIN_DIR)

@@ -11,6 +11,12 @@
 //	    packages the two charts with the images' digests filled in, copies
 //	    the CRDs and the kustomize folder (the base and its flavours), and
 //	    writes SHA256SUMS of it all
+//	release publish -release DIR [-registry HOST[:PORT]] [-ca FILE] [-insecure] [-record FILE]
+//	    pushes the release in DIR to its registry (or HOST[:PORT]): each
+//	    image index by digest and tag with its SBOM and provenance as
+//	    referrers, and the charts as OCI artifacts (see package publish);
+//	    prints each reference with its digest and, with -record, writes
+//	    them as JSON for the steps that attach more (signatures)
 //
 // Helm is the pinned one the Makefile names ($GRIDSYNC_HELM).
 package main
@@ -59,6 +65,8 @@ func main() {
 		err = kustomizeCommand(os.Args[2:])
 	case "assemble":
 		err = assembleCommand(os.Args[2:])
+	case "publish":
+		err = publishCommand(os.Args[2:])
 	default:
 		usage()
 	}
@@ -69,7 +77,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: release kustomize [-check -overlays DIR -kustomize BIN] -values FILE DIR | release assemble -images DIR -kustomize DIR -out DIR -version V")
+	fmt.Fprintln(os.Stderr, "usage: release kustomize [-check -overlays DIR -kustomize BIN] -values FILE DIR | release assemble -images DIR -kustomize DIR -out DIR -version V | release publish -release DIR [-registry HOST[:PORT]] [-ca FILE] [-insecure] [-record FILE]")
 	os.Exit(2)
 }
 

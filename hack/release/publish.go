@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/gridsync/gridsync/hack/release/publish"
+)
+
+func publishCommand(args []string) error {
+	fs := flag.NewFlagSet("publish", flag.ExitOnError)
+	release := fs.String("release", "", "the folder `make release` wrote")
+	registry := fs.String("registry", "", "host[:port] of the registry to push to, instead of the one the images are named under")
+	caFile := fs.String("ca", "", "a PEM file of CAs the registry's certificate is checked against, beside the system's")
+	insecure := fs.Bool("insecure", false, "speak plain HTTP to the registry")
+	record := fs.String("record", "", "a file to write what was pushed to, as JSON")
+	_ = fs.Parse(args)
+	if *release == "" || fs.NArg() != 0 {
+		usage()
+	}
+	// Credentials as docker login and its helpers keep them: a public
+	// registry needs them to push, a test registry needs none.
+	opts := []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}
+	if *caFile != "" {
+		t, err := transportTrusting(*caFile)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, remote.WithTransport(t))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pushed, err := publish.Publish(ctx, publish.Options{
+		Release:  *release,
+		Registry: *registry,
+		Insecure: *insecure,
+		Remote:   opts,
+		Log:      os.Stdout,
+	})
+	if err != nil {
+		return err
+	}
+	if *record != "" {
+		data, err := json.MarshalIndent(pushed, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(*record), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(*record, append(data, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// transportTrusting is the registry client's default transport, trusting
+// the CAs in caFile besides the system's.
+func transportTrusting(caFile string) (http.RoundTripper, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+	}
+	base, ok := remote.DefaultTransport.(*http.Transport)
+	if !ok {
+		return nil, errors.New("the registry client's default transport is not an *http.Transport")
+	}
+	t := base.Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return t, nil
+}
