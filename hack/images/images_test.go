@@ -3,14 +3,15 @@ package images
 import (
 	"archive/tar"
 	"bufio"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -235,13 +236,29 @@ func goBinary(t *testing.T, spec Spec) string {
 	return dir
 }
 
+// binaryWithDeps builds, for each of spec's binaries, a program that
+// depends on a module (testdata/withdeps): a copy of the test binary
+// would do for the layout, but its build information lists no module,
+// and the SBOM's check of the modules would check nothing.
+func binaryWithDeps(t *testing.T, spec Spec) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, b := range spec.Binaries {
+		cmd := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-o", filepath.Join(dir, b), "./testdata/withdeps")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	return dir
+}
+
 // The layout holds one image index, named the way ctr import reads it,
 // with an image per platform and the OCI labels on the index, the
 // manifests and the configs; beside it the SPDX SBOM, an artifact whose
 // subject is the index, listing the Go modules the binaries are built
 // from.
 func TestLayoutHoldsTheIndexItsLabelsAndTheSBOM(t *testing.T) {
-	bins := goBinary(t, Agent)
+	bins := binaryWithDeps(t, Agent)
 	out := t.TempDir()
 	digest, err := Write(Agent, map[string]string{"amd64": bins, "arm64": bins}, out, Agent.Ref("v1"), testMeta)
 	require.NoError(t, err)
@@ -345,8 +362,9 @@ func TestLayoutHoldsTheIndexItsLabelsAndTheSBOM(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(doc, &spdx))
 	assert.Equal(t, "SPDX-2.3", spdx.SPDXVersion)
-	info, ok := debug.ReadBuildInfo()
-	require.True(t, ok)
+	info, err := buildinfo.ReadFile(filepath.Join(bins, Agent.Binaries[0]))
+	require.NoError(t, err)
+	require.NotEmpty(t, info.Deps, "the binary is built from a module dependency")
 	versions := map[string]string{}
 	for _, p := range spdx.Packages {
 		versions[p.Name] = p.VersionInfo
@@ -358,4 +376,5 @@ func TestLayoutHoldsTheIndexItsLabelsAndTheSBOM(t *testing.T) {
 		assert.Equal(t, d.Version, versions[d.Path], "the SBOM lists %s at the version built in", d.Path)
 	}
 	assert.Contains(t, versions, "stdlib")
+	assert.Contains(t, versions, "golang.org/x/sys", "the module the binary is built from")
 }
