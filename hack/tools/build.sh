@@ -120,6 +120,23 @@ build_registry() {
 	"$out/registry" --version
 }
 
+build_certmanager() {
+	# cert-manager's controllers, run by main.go in this module folder (the
+	# module proxy cannot serve cert-manager's own controller main, see
+	# there), stamped with the pinned version as cert-manager's build
+	# stamps it; and its CRDs from the same module version, which the test
+	# of the cert-manager recipe installs.
+	local version dir
+	version="$(go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)"
+	dir="$(go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)"
+	CGO_ENABLED=0 build cert-manager-controller . "-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$version"
+	rm -rf "$out/cert-manager-crds"
+	mkdir -p "$out/cert-manager-crds"
+	cp "$dir"/deploy/crds/*.yaml "$out/cert-manager-crds/"
+	chmod u+w "$out"/cert-manager-crds/*.yaml
+	echo "tools: cert-manager-controller $("$out/cert-manager-controller" --version), its CRDs in $out/cert-manager-crds"
+}
+
 # node_packages says what the node tests need from the machine beyond Go
 # modules: runc (the OCI runtime containerd's shim runs containers with),
 # ip (iproute2, for the node's network namespace and the WAN lab's sites),
@@ -148,5 +165,6 @@ group containerd "$here/node" containerd containerd-shim-runc-v2 ctr
 group cni "$here/cni" cni/bridge cni/host-local
 group prometheus "$here/prometheus" promtool
 group registry "$here/registry" registry
+group certmanager "$here/certmanager" cert-manager-controller cert-manager-crds
 node_packages
 echo "tools: ready in $out"
