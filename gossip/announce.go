@@ -126,8 +126,9 @@ func (r *Runtime) Forget(network string) {
 }
 
 // send disseminates records of this site: straight to every member, all
-// in one message, and each by epidemic gossip when it fits a packet.
-func (r *Runtime) send(recs []record.Record) {
+// in one message, and, with gossip, each by epidemic gossip when it fits
+// a packet.
+func (r *Runtime) send(recs []record.Record, gossip bool) {
 	if len(recs) == 0 {
 		return
 	}
@@ -149,6 +150,9 @@ func (r *Runtime) send(recs []record.Record) {
 	go func() { r.owe(r.sendReliable(ml, r.aliveNodes(""), direct)) }()
 	// And by epidemic gossip when it fits a packet, for a member the
 	// direct copy missed.
+	if !gossip {
+		return
+	}
 	for _, rec := range recs {
 		if msg, err := record.EncodeRecords([]record.Record{rec}); err == nil && len(msg) <= maxGossipRecordBytes {
 			q.QueueBroadcast(&recordBroadcast{key: rec.Key(), msg: msg})

@@ -26,7 +26,8 @@ func TestRefreshAge(t *testing.T) {
 }
 
 // A site's records are signed again together, and go to each member in
-// one message: one send per member and refresh, not one per record.
+// one message: one send per member and refresh, not one per record, and
+// no gossip.
 func TestARefreshSendsTheSitesRecordsInOneMessage(t *testing.T) {
 	key := randomKey(t)
 	shortLived := func(c *siteSetup) { c.TombstoneTTL = 3 * time.Second } // signed again every second
@@ -54,6 +55,7 @@ func TestARefreshSendsTheSitesRecordsInOneMessage(t *testing.T) {
 	}
 	first := waitRefresh()
 	sends := a.counter("grid_swim_state_sends_total", "reliable")
+	gossiped := a.counter("grid_swim_state_sends_total", "gossip")
 	const refreshes = 3
 	for range refreshes {
 		waitRefresh()
@@ -64,4 +66,5 @@ func TestARefreshSendsTheSitesRecordsInOneMessage(t *testing.T) {
 	// One member: one send per refresh (two when each record went on its
 	// own); a suspicion's notice on a loaded machine may add one.
 	require.InDelta(t, refreshes, a.counter("grid_swim_state_sends_total", "reliable")-sends, 1)
+	require.Equal(t, gossiped, a.counter("grid_swim_state_sends_total", "gossip"), "a refresh is not gossiped")
 }
