@@ -109,6 +109,11 @@ build_prometheus() {
 	go build -tags remove_all_sd -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=$version" -o "$out/promtool.tmp" github.com/prometheus/prometheus/cmd/promtool
 	mv "$out/promtool.tmp" "$out/promtool"
 	"$out/promtool" --version | sed -n 1p
+	# The server, for the monitoring test that scrapes a grid's pods by
+	# static targets: no service discovery either, and without the
+	# builtinassets tag no web UI is embedded (its API is all a test asks).
+	GOFLAGS="$(go env GOFLAGS) -tags=remove_all_sd" build prometheus github.com/prometheus/prometheus/cmd/prometheus "-X github.com/prometheus/common/version.Version=$version"
+	"$out/prometheus" --version | sed -n 1p
 }
 
 build_registry() {
@@ -163,7 +168,7 @@ node_packages() {
 group kubernetes "$here" etcd kube-apiserver kubelet kube-controller-manager kube-scheduler
 group containerd "$here/node" containerd containerd-shim-runc-v2 ctr
 group cni "$here/cni" cni/bridge cni/host-local
-group prometheus "$here/prometheus" promtool
+group prometheus "$here/prometheus" promtool prometheus
 group registry "$here/registry" registry
 group certmanager "$here/certmanager" cert-manager-controller cert-manager-crds
 node_packages
