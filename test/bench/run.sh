@@ -55,6 +55,8 @@ step rollout -bench Rollout -benchtime 1x -timeout 30m ./test/bench/rollout
 # every pod's file; delegated mounts: one credential reference to a Ready
 # rollout of ten replicas.
 step node -bench 'Node|Mounts' -benchtime 1x -timeout 30m ./test/bench/node
+# Alerts of both charts fired by a real Prometheus from the scrapes of a two-site grid.
+step monitoring -bench Alerts -benchtime 1x -timeout 30m ./test/monitoring
 
 echo "bench: $(( $(date +%s) - started ))s in all"
 if (( ${#failed[@]} > 0 )); then

@@ -34,6 +34,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
@@ -59,6 +60,13 @@ const (
 	caSecret     = "grid-ca"
 )
 
+// SiteCertSecret and CASecret are the Secrets of each site's certificate
+// (the agent issues it) and of the grid CA, in Namespace.
+const (
+	SiteCertSecret = siteCert
+	CASecret       = caSecret
+)
+
 // The ports the load balancer address forwards, and the agent's health
 // port (its /status), which only the node's namespace reaches.
 const (
@@ -75,6 +83,11 @@ type Options struct {
 	Link testwan.Link
 	// Logf, when set, hears each step as it finishes.
 	Logf func(format string, args ...any)
+	// AgentValues and GatewayValues are merged over each site's values of
+	// the agent's and the gateway's chart (they win), for a test that
+	// turns on what a grid does not need, such as metrics over TLS and
+	// the monitoring objects.
+	AgentValues, GatewayValues map[string]any
 }
 
 // Site is one site of a grid.
@@ -86,6 +99,12 @@ type Site struct {
 	Client client.Client
 	// Addr is the site's load balancer address: what the other sites dial.
 	Addr netip.Addr
+	// AgentObjects and GatewayObjects are what the agent's and the
+	// gateway's charts rendered for the site. The Prometheus Operator's
+	// kinds among them (ServiceMonitor, PodMonitor, PrometheusRule) are
+	// not applied, the sites' API servers serving no such kinds: a test
+	// reads them here.
+	AgentObjects, GatewayObjects []*unstructured.Unstructured
 
 	index int
 }
@@ -95,7 +114,8 @@ type Grid struct {
 	Lab   *testwan.Lab
 	Sites []*Site
 
-	logf func(string, ...any)
+	logf                       func(string, ...any)
+	agentValues, gatewayValues map[string]any
 }
 
 // Start starts every site, installs the charts, creates each site's
@@ -104,7 +124,7 @@ type Grid struct {
 // own from there: Start does not wait for it. Stop it with Stop, also
 // after an error.
 func Start(ctx context.Context, opts Options) (*Grid, error) {
-	g := &Grid{logf: opts.Logf}
+	g := &Grid{logf: opts.Logf, agentValues: opts.AgentValues, gatewayValues: opts.GatewayValues}
 	if g.logf == nil {
 		g.logf = func(string, ...any) {}
 	}
@@ -241,12 +261,13 @@ func (g *Grid) install(ctx context.Context, s *Site, key []byte, gridCA map[stri
 			"probeInterval": "3s", "probeTimeout": "3s",
 		},
 		"gateway": map[string]any{"address": advertised(GridPort)},
-	})
+	}, g.agentValues)
 	objs, err := testnode.Render(ctx, testnode.Chart("gridsync-agent"), agentRelease, Namespace, nil, agent)
 	if err != nil {
 		return err
 	}
-	if err := testnode.Apply(ctx, s.CP, Namespace, objs); err != nil {
+	s.AgentObjects = objs
+	if err := testnode.Apply(ctx, s.CP, Namespace, withoutOperatorKinds(objs)); err != nil {
 		return err
 	}
 	gateway := testnode.SidecarGatewayValues(envelope.Scope{Network: Network, Gateway: Gateway, LocalSite: s.Name, Namespace: Namespace},
@@ -256,10 +277,12 @@ func (g *Grid) install(ctx context.Context, s *Site, key []byte, gridCA map[stri
 			// certificate (the CA's key is not projected).
 			"gridIdentity": map[string]any{"tlsSecretName": siteCert, "caSecretName": caSecret},
 		})
+	gateway = testnode.Merge(gateway, g.gatewayValues)
 	if objs, err = testnode.Render(ctx, testnode.Chart("praxis-gateway"), Gateway, Namespace, nil, gateway); err != nil {
 		return err
 	}
-	if err := testnode.Apply(ctx, s.CP, Namespace, objs); err != nil {
+	s.GatewayObjects = objs
+	if err := testnode.Apply(ctx, s.CP, Namespace, withoutOperatorKinds(objs)); err != nil {
 		return err
 	}
 	ttl := int32(5)
@@ -298,6 +321,18 @@ func (g *Grid) install(ctx context.Context, s *Site, key []byte, gridCA map[stri
 		}
 	}
 	return nil
+}
+
+// withoutOperatorKinds are objs but the Prometheus Operator's, which no
+// site's API server serves.
+func withoutOperatorKinds(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		if o.GroupVersionKind().Group != "monitoring.coreos.com" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // ProviderOf is the name of the provider each site declares.

@@ -184,6 +184,14 @@ func (n *Node) run(name string, inNode bool, env []string, binary string, args .
 	return p, nil
 }
 
+// Run starts a process inside the node's network namespace and cgroup, as
+// the node's own are, for a test's server that must reach the pods by
+// their addresses (a Prometheus scraping them). Its log is the node's
+// <name>.log; Stop stops it with the node's.
+func (n *Node) Run(name string, env []string, binary string, args ...string) (*controlplane.Process, error) {
+	return n.run(name, true, env, binary, args...)
+}
+
 // Stop stops the node: the kubelet and the controllers, then every process
 // left in its cgroup (containers, shims, containerd), its mounts, its
 // network namespace and its folder. It is safe to call more than once.

@@ -1,0 +1,389 @@
+// Package monitoring proves the charts' monitoring with a real Prometheus:
+// on a grid of two real sites (package testgrid), the agent's metrics
+// served over mutual TLS and the gateway's sidecar are scraped exactly as
+// the charts' ServiceMonitor and PodMonitor describe (port, scheme, path,
+// server name, CA and client certificate from the Secrets they name), the
+// targets given statically as the pods' addresses since no Prometheus
+// Operator runs, and the rules are the PrometheusRules' groups as the
+// charts rendered them. Three failures are induced and each alert must
+// fire from real scrapes within its `for:` of becoming true: a gateway's
+// overlay source deleted with no agent to publish it again
+// (GridOverlayDeliveryDegraded), the other site cut off by the WAN
+// (GridSiteNotActive), and a site certificate issued close to its expiry
+// (GridSiteCertificateExpiringSoon). The agent's Grafana dashboard's
+// queries must return data from the same Prometheus.
+package monitoring
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gridsync/gridsync/test/testgrid"
+	"github.com/gridsync/gridsync/test/testwan"
+	"github.com/gridsync/gridsync/trust/sitetrust"
+)
+
+func TestMain(m *testing.M) { testwan.Main(m) }
+
+// The link: 100 ms round trips with jitter, as the grid test's.
+var link = testwan.Link{Delay: 50 * time.Millisecond, Jitter: 5 * time.Millisecond}
+
+const (
+	// evaluation is Prometheus's rule evaluation interval and the
+	// monitors' scrape interval: an alert's timing is measured to it.
+	evaluation = time.Second
+	// alertFor is the `for:` of the alerts fired, set through the charts'
+	// values: short, so that the test takes seconds, but several
+	// evaluations long, so that a pending alert is seen.
+	alertFor = "5s"
+	// clientSecret holds the certificate Prometheus presents to the
+	// agent's metrics port.
+	clientSecret = "prometheus-client"
+)
+
+// The values that turn the monitoring on. The site certificate lives 50
+// minutes: within the alert's hour from its issue, and renewed (at two
+// thirds) long after the test.
+var (
+	agentValues = map[string]any{
+		"trust":   map[string]any{"certificateLifetime": "50m"},
+		"signals": map[string]any{"siteSecretName": testgrid.SiteCertSecret},
+		"metrics": map[string]any{
+			"tls": map[string]any{"enabled": true, "source": "site",
+				"clientAuth": map[string]any{"enabled": true, "clientSecretName": clientSecret}},
+			"serviceMonitor": map[string]any{"enabled": true, "interval": evaluation.String()},
+			"prometheusRule": map[string]any{"enabled": true, "certificateExpiryHours": 1,
+				"certificateExpiringFor": alertFor, "siteNotActiveFor": alertFor},
+			"dashboard": map[string]any{"enabled": true},
+		},
+	}
+	gatewayValues = map[string]any{
+		"metrics": map[string]any{
+			"podMonitor":     map[string]any{"enabled": true, "interval": evaluation.String()},
+			"prometheusRule": map[string]any{"enabled": true, "deliveryDegradedFor": alertFor},
+		},
+	}
+)
+
+// fired is one alert that fired: how long after its failure was induced,
+// its `for:`, and how long it was pending (from Prometheus's activeAt to
+// the poll that saw it firing).
+type fired struct {
+	alert          string
+	after, pending time.Duration
+	forDuration    time.Duration
+	// bound is how long after the failure the alert must have fired: the
+	// time the site takes to notice, its `for:` and a few evaluations.
+	bound time.Duration
+}
+
+func TestAlertsFireFromRealScrapes(t *testing.T) {
+	for _, f := range fireAlerts(t) {
+		t.Logf("%s fired %.1f s after its failure, %.1f s after it became pending (for: %s)", f.alert, f.after.Seconds(), f.pending.Seconds(), f.forDuration)
+		assert.GreaterOrEqual(t, f.pending, f.forDuration, "%s fired no earlier than its for:", f.alert)
+		assert.LessOrEqual(t, f.pending, f.forDuration+3*evaluation+time.Second, "%s fired within its for: and a few evaluations of becoming true", f.alert)
+		assert.LessOrEqual(t, f.after, f.bound, "%s fired within %s of its failure", f.alert, f.bound)
+	}
+}
+
+// BenchmarkAlerts prints, for each alert fired, how long after its
+// failure it fired.
+func BenchmarkAlerts(b *testing.B) {
+	for b.Loop() {
+		for _, f := range fireAlerts(b) {
+			fmt.Printf("alert name=%s fired_after_s=%.1f for_s=%g\n", f.alert, f.after.Seconds(), f.forDuration.Seconds())
+		}
+	}
+}
+
+// fireAlerts starts the grid and Prometheus inside the first site's node,
+// induces the three failures there one after the other and returns the
+// alerts as they fired: the overlay's, the site's, the certificate's.
+func fireAlerts(tb testing.TB) []fired {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	tb.Cleanup(cancel)
+	g, err := testgrid.Start(ctx, testgrid.Options{Sites: []string{"east", "west"}, Link: link, Logf: tb.Logf,
+		AgentValues: agentValues, GatewayValues: gatewayValues})
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			for _, s := range g.Sites {
+				if s != nil && s.Node != nil {
+					tb.Log(s.Describe(context.Background()))
+				}
+			}
+		}
+		assert.NoError(tb, g.Stop())
+	})
+	require.NoError(tb, err)
+	_, err = g.Watch(ctx, time.Now(), 4*time.Minute, testgrid.Routed)
+	require.NoError(tb, err, "the sites trust and route to each other")
+	require.NoError(tb, g.Steady(ctx, 3*time.Second, time.Minute, testgrid.Routed), "the grid settles")
+	east, west := g.Sites[0], g.Sites[1]
+
+	// Prometheus's client certificate, from the grid CA that the agent's
+	// metrics port verifies clients to (its site Secret's ca.crt).
+	var ca corev1.Secret
+	require.NoError(tb, east.Client.Get(ctx, client.ObjectKey{Namespace: testgrid.Namespace, Name: testgrid.CASecret}, &ca))
+	gridCA, err := sitetrust.ParseCA(ca.Data[corev1.TLSCertKey], ca.Data[corev1.TLSPrivateKeyKey])
+	require.NoError(tb, err)
+	chain, key, err := gridCA.Issue("prometheus", time.Now(), 24*time.Hour)
+	require.NoError(tb, err)
+	require.NoError(tb, east.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: clientSecret, Namespace: testgrid.Namespace}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: chain, corev1.TLSPrivateKeyKey: key},
+	}))
+
+	agentPod, err := east.AgentPod(ctx)
+	require.NoError(tb, err)
+	gatewayPod, err := east.GatewayPod(ctx)
+	require.NoError(tb, err)
+	dir := tb.TempDir()
+	rules := []*unstructured.Unstructured{objectOf(tb, east.AgentObjects, "PrometheusRule"), objectOf(tb, east.GatewayObjects, "PrometheusRule")}
+	config := writeConfig(tb, dir, evaluation, []scrapeTarget{
+		serviceMonitorTarget(tb, ctx, east, east.AgentObjects, agentPod, dir),
+		podMonitorTarget(tb, east.GatewayObjects, gatewayPod),
+	}, rules)
+	forOf := forDurations(tb, rules)
+	started := time.Now()
+	prom := startPrometheus(tb, ctx, east, config, dir)
+	poll(tb, ctx, 30*time.Second, "every target scraped", func() (string, bool) {
+		ts, err := targets(ctx, east)
+		if err != nil {
+			return err.Error(), false
+		}
+		up := len(ts) == 2
+		for _, t := range ts {
+			up = up && t.Health == "up"
+		}
+		return fmt.Sprintf("%+v", ts), up
+	})
+	tb.Logf("Prometheus scrapes the agent and the gateway of %s (up %.1f s after its start)", east.Name, time.Since(started).Seconds())
+
+	// The certificate, issued 50 minutes from its expiry, is within the
+	// alert's hour from the first scrape.
+	cert := waitFiring(tb, ctx, east, "GridSiteCertificateExpiringSoon", nil, started, forOf)
+	cert.bound = cert.forDuration + 10*time.Second
+
+	dashboard(tb, ctx, east)
+
+	// The other site cut off: its trust probe fails and SWIM declares it
+	// dead; its GridSite leaves Active.
+	quiet(tb, ctx, east, "GridSiteNotActive")
+	cut := time.Now()
+	g.Lab.Partition([]int{0}, []int{1})
+	site := waitFiring(tb, ctx, east, "GridSiteNotActive", map[string]string{"site": testgrid.Network + "-" + west.Name}, cut, forOf)
+	site.bound = site.forDuration + 30*time.Second
+
+	// The overlay gone stale: no agent left to publish it, its ConfigMap
+	// deleted. The sidecar keeps serving the last-known-good, degraded.
+	quiet(tb, ctx, east, "GridOverlayDeliveryDegraded")
+	stopAgent(tb, ctx, east)
+	cm := overlayConfigMap(tb, east.GatewayObjects)
+	deleted := time.Now()
+	require.NoError(tb, east.CP.AdminClient().CoreV1().ConfigMaps(testgrid.Namespace).Delete(ctx, cm, metav1.DeleteOptions{}))
+	overlay := waitFiring(tb, ctx, east, "GridOverlayDeliveryDegraded", nil, deleted, forOf)
+	overlay.bound = overlay.forDuration + 5*time.Second
+	if tb.Failed() {
+		tb.Log(prom.LogTail())
+	}
+	return []fired{overlay, site, cert}
+}
+
+// forDurations are the rules' `for:` durations, by alert.
+func forDurations(tb testing.TB, rules []*unstructured.Unstructured) map[string]time.Duration {
+	tb.Helper()
+	out := map[string]time.Duration{}
+	for _, r := range rules {
+		groups, _, _ := unstructured.NestedSlice(r.Object, "spec", "groups")
+		for _, g := range groups {
+			rs, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+			for _, rule := range rs {
+				rule := rule.(map[string]any)
+				d := time.Duration(0)
+				if f, ok := rule["for"].(string); ok {
+					var err error
+					d, err = time.ParseDuration(f)
+					require.NoError(tb, err)
+				}
+				out[str(rule["alert"], "")] = d
+			}
+		}
+	}
+	return out
+}
+
+// waitFiring waits for the alert with labels to fire and says when.
+func waitFiring(tb testing.TB, ctx context.Context, s *testgrid.Site, name string, labels map[string]string, from time.Time, forOf map[string]time.Duration) fired {
+	tb.Helper()
+	forDuration, ok := forOf[name]
+	require.True(tb, ok, "the rules have alert %s", name)
+	var f fired
+	poll(tb, ctx, forDuration+90*time.Second, name+" firing", func() (string, bool) {
+		as, err := alerts(ctx, s)
+		if err != nil {
+			return err.Error(), false
+		}
+		for _, a := range as {
+			if a.Labels["alertname"] != name || !matches(a.Labels, labels) || a.State != "firing" {
+				continue
+			}
+			now := time.Now()
+			f = fired{alert: name, after: now.Sub(from), pending: now.Sub(a.ActiveAt), forDuration: forDuration}
+			return "", true
+		}
+		return fmt.Sprintf("%+v", as), false
+	})
+	return f
+}
+
+// quiet requires that the alert is neither pending nor firing: the
+// failure about to be induced is what makes it fire.
+func quiet(tb testing.TB, ctx context.Context, s *testgrid.Site, name string) {
+	tb.Helper()
+	as, err := alerts(ctx, s)
+	require.NoError(tb, err)
+	for _, a := range as {
+		require.NotEqual(tb, name, a.Labels["alertname"], "%s is %s before its failure: %v", name, a.State, a.Labels)
+	}
+}
+
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// stopAgent scales the agent to no replica and waits for its pod to be
+// gone, so that no one publishes the overlay again.
+func stopAgent(tb testing.TB, ctx context.Context, s *testgrid.Site) {
+	tb.Helper()
+	deploy := objectOf(tb, s.AgentObjects, "Deployment").GetName()
+	deployments := s.CP.AdminClient().AppsV1().Deployments(testgrid.Namespace)
+	scale, err := deployments.GetScale(ctx, deploy, metav1.GetOptions{})
+	require.NoError(tb, err)
+	scale.Spec.Replicas = 0
+	_, err = deployments.UpdateScale(ctx, deploy, scale, metav1.UpdateOptions{})
+	require.NoError(tb, err)
+	poll(tb, ctx, time.Minute, "the agent's pod gone", func() (string, bool) {
+		pods, err := s.CP.AdminClient().CoreV1().Pods(testgrid.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gridsync-agent"})
+		if err != nil {
+			return err.Error(), false
+		}
+		return fmt.Sprintf("%d pods", len(pods.Items)), len(pods.Items) == 0
+	})
+}
+
+// overlayConfigMap is the ConfigMap the gateway's sidecar watches, as its
+// rendered arguments name it.
+func overlayConfigMap(tb testing.TB, objs []*unstructured.Unstructured) string {
+	tb.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		for _, kind := range []string{"initContainers", "containers"} {
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", kind)
+			for _, c := range cs {
+				args, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "args")
+				for _, a := range args {
+					if name, ok := strings.CutPrefix(a, "--config-map="); ok {
+						return name
+					}
+				}
+			}
+		}
+	}
+	require.FailNow(tb, "the gateway's sidecar names no --config-map")
+	return ""
+}
+
+// emptyPanels are the agent dashboard's panels whose queries return
+// nothing in this healthy grid, and why: the rest must return data. A
+// panel listed here that has data is fine (it is not checked).
+var emptyPanels = map[string]string{
+	"Sites not Active":                   "lists only sites out of Active: none while the grid is healthy",
+	"Providers whose last scrape failed": "lists only failing provider scrapes: none, as none is scraped",
+	// The grid's sites run no signals listener, so no sidecar reports
+	// its delivery to its agent: no rollout state or delivery time.
+	"Gateway pods by delivery state":                       "the sidecars report to no signals listener",
+	"Rollout: rendering to every pod delivered (p50, p99)": "the sidecars report to no signals listener",
+	// The grid's providers declare no health check and no metrics
+	// endpoint: none is probed or scraped.
+	"Provider readiness, by site": "no provider declares a health check",
+	"Provider scrapes by outcome": "no provider declares a metrics endpoint",
+}
+
+// dashboard runs each query of the agent chart's dashboard, as rendered
+// into its ConfigMap, for the release's namespace.
+func dashboard(tb testing.TB, ctx context.Context, s *testgrid.Site) {
+	tb.Helper()
+	var data string
+	for _, o := range s.AgentObjects {
+		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-dashboard") {
+			data, _, _ = unstructured.NestedString(o.Object, "data", "gridsync-grid.json")
+		}
+	}
+	require.NotEmpty(tb, data, "the agent chart renders its dashboard")
+	var doc struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(tb, json.Unmarshal([]byte(data), &doc))
+	// The namespace variable's query finds the release's namespace.
+	series, err := query(ctx, s, `gridsync_build_info{binary="gridsync-agent"}`)
+	require.NoError(tb, err)
+	require.NotEmpty(tb, series)
+	require.Equal(tb, testgrid.Namespace, series[0]["namespace"])
+	// A rate needs two samples of a counter.
+	time.Sleep(2 * evaluation)
+	var empty []string
+	for _, p := range doc.Panels {
+		for _, target := range p.Targets {
+			expr := strings.ReplaceAll(target.Expr, "$namespace", testgrid.Namespace)
+			series, err := query(ctx, s, expr)
+			require.NoError(tb, err, "panel %q: %s", p.Title, expr)
+			if len(series) == 0 {
+				if _, ok := emptyPanels[p.Title]; !ok {
+					empty = append(empty, fmt.Sprintf("%q: %s", p.Title, expr))
+				}
+			}
+		}
+	}
+	assert.Empty(tb, empty, "dashboard panels without data in a healthy grid")
+	tb.Logf("dashboard: %d panels queried, every one with data but the %d this grid has nothing for", len(doc.Panels), len(emptyPanels))
+}
+
+// poll calls cond until it holds, failing with what it last said past
+// timeout.
+func poll(tb testing.TB, ctx context.Context, timeout time.Duration, what string, cond func() (string, bool)) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		last, ok := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			require.FailNow(tb, "timed out", "%s: not within %s; last: %s", what, timeout, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
