@@ -4,9 +4,13 @@
 # and for the node tests the kubelet, kube-controller-manager and
 # kube-scheduler (this folder's module, the same k8s.io/kubernetes as the API
 # server), containerd with its runc shim and ctr (node/), and the CNI plugins
-# of the pod network (cni/), and promtool, which unit-tests the agent
-# chart's alert rules (prometheus/). Nothing is downloaded but Go modules; the OCI
-# runtime, runc, comes from Debian (see node_packages below).
+# of the pod network (cni/), promtool, which unit-tests the charts' alert
+# rules, and the Prometheus server that fires them from real scrapes
+# (prometheus/), the CNCF distribution registry the publishing test pushes
+# to (registry/), and cert-manager's controller with its CRDs for the test
+# of the cert-manager recipe (certmanager/). Nothing is downloaded but Go
+# modules; the OCI runtime, runc, comes from Debian (see node_packages
+# below).
 #
 # Idempotent: each group is rebuilt only when its module, this script or the
 # Go version change. A cold build takes several minutes on 2 cores per group;
