@@ -214,7 +214,12 @@ func parseFlags(args []string, getenv func(string) string, output io.Writer) (*c
 	fs.DurationVar(&c.swim.probeInterval, "swim-probe-interval", 5*time.Second, "SWIM probe period"+note("swim-probe-interval"))
 	fs.DurationVar(&c.swim.probeTimeout, "swim-probe-timeout", 3*time.Second, "time for a direct probe answer before indirect probes"+note("swim-probe-timeout"))
 	fs.IntVar(&c.swim.suspectPeriods, "swim-suspect-periods", 3, "probe periods a suspect site is kept before it is dead"+note("swim-suspect-periods"))
-	fs.DurationVar(&c.swim.pushPullInterval, "swim-push-pull-interval", 30*time.Second, "how often record versions are compared with a random site"+note("swim-push-pull-interval"))
+	// A minute, memberlist's WAN default: each push/pull carries both
+	// sites' member lists and record digests (about 45 KB at 50 sites),
+	// which at 30 s was a third of an idle site's traffic; changes go
+	// straight to every member and a healed cut is found by the dials of
+	// dead sites, so nothing waits for it.
+	fs.DurationVar(&c.swim.pushPullInterval, "swim-push-pull-interval", time.Minute, "how often record versions are compared with a random site"+note("swim-push-pull-interval"))
 	fs.DurationVar(&c.swim.staleTTL, "swim-stale-ttl", 10*time.Minute, "how long the records of a site that is not alive are kept, marked stale"+note("swim-stale-ttl"))
 	fs.DurationVar(&c.swim.tombstoneTTL, "swim-tombstone-ttl", 10*time.Minute, "how long a withdrawn record is remembered"+note("swim-tombstone-ttl"))
 	fs.StringVar(&c.swim.serviceName, "swim-service-name", "", "SWIM Service (without selector) whose EndpointSlice the leader points at itself, from $POD_IP (empty: none)"+note("swim-service-name"))
