@@ -99,8 +99,12 @@ func TestThreeSiteMesh(t *testing.T) {
 	// The API server refuses loopback endpoints: the pod address is a
 	// documentation address, written to the API and never dialled.
 	agents := []*agent{a.start([]string{"POD_IP=192.0.2.10"}, "--swim-service-name", "grid-swim"), b.start(nil), c.start(nil)}
-	b.networkStatus("mesh", 30*time.Second, counts(v1alpha1.NetworkActive, 1, 1))
-	// C has no seed yet... unless the other network's seed joined it.
+	// B joined A. C has no seed in mesh yet, but its other network's seed
+	// joins it to A, whose gossip may bring C to B before B is ever seen
+	// with A alone: at least A, then.
+	b.networkStatus("mesh", 30*time.Second, func(n *v1alpha1.GridNetwork) bool {
+		return n.Status.Phase == v1alpha1.NetworkActive && n.Status.NetworkSites >= 1 && n.Status.RemoteProviderCount >= 1
+	})
 	// Adding the seed to mesh joins without a restart either way.
 	// A merge patch: the agent may be writing the object (its finalizer)
 	// at the same moment, which would make an update conflict.
