@@ -3,16 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
-	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/testgrid"
-	"github.com/gridsync/gridsync/test/testnode"
 	"github.com/gridsync/gridsync/test/testwan"
 )
 
@@ -24,17 +21,8 @@ import (
 // cutting the link withdraws the routes, healing it brings them back.
 func gridAcrossAWAN(ctx context.Context) error {
 	step("a grid of two real nodes across an emulated WAN: each site its own control plane, kubelet and containerd, both charts installed from the images")
-	bin, err := controlplane.BinDir()
-	if err != nil {
+	if ok, err := nodesCanRun(true); !ok || err != nil {
 		return err
-	}
-	if err := testnode.Check(bin); err != nil {
-		fmt.Printf("    skipped: %v\n", err)
-		return nil
-	}
-	if os.Geteuid() != 0 {
-		fmt.Println("    skipped: the emulated WAN needs root (network namespaces, TUN devices, nftables)")
-		return nil
 	}
 	link := testwan.Link{Delay: 50 * time.Millisecond, Jitter: 5 * time.Millisecond, Loss: 0.01}
 	began := time.Now()

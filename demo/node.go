@@ -22,13 +22,8 @@ import (
 // reaches the gateway's file through the pod's emptyDir.
 func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 	step("a real node: a kubelet with containerd and runc, in a network namespace of its own")
-	bin, err := controlplane.BinDir()
-	if err != nil {
+	if ok, err := nodesCanRun(false); !ok || err != nil {
 		return err
-	}
-	if err := testnode.Check(bin); err != nil {
-		fmt.Printf("    skipped: %v\n", err)
-		return nil
 	}
 	began := time.Now()
 	node, err := testnode.Start(ctx, cp)
@@ -195,4 +190,23 @@ func containerRunning(p *corev1.Pod, name string) bool {
 func gatewayRevision(ctx context.Context, node *testnode.Node, pod *corev1.Pod) string {
 	st, _ := node.GatewayState(ctx, pod.Status.PodIP)
 	return st.Revision
+}
+
+// nodesCanRun says whether this machine can run a real node (and, with
+// wan, the emulated WAN), printing what it lacks when it cannot: the demo
+// then goes on without that step, as it says.
+func nodesCanRun(wan bool) (bool, error) {
+	bin, err := controlplane.BinDir()
+	if err != nil {
+		return false, err
+	}
+	if err := testnode.Check(bin); err != nil {
+		fmt.Printf("    skipped: %v\n", err)
+		return false, nil
+	}
+	if wan && os.Geteuid() != 0 {
+		fmt.Println("    skipped: the emulated WAN needs root (network namespaces, TUN devices, nftables)")
+		return false, nil
+	}
+	return true, nil
 }

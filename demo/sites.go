@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testgateway"
+	"github.com/gridsync/gridsync/test/testgrid"
 	"github.com/gridsync/gridsync/trust/enrol"
 )
 
@@ -318,23 +318,11 @@ func memberState(url, site string) string {
 	if err != nil {
 		return "unknown"
 	}
-	var st struct {
-		Swim struct {
-			Members []struct {
-				Site  string `json:"site"`
-				State string `json:"state"`
-			} `json:"members"`
-		} `json:"swim"`
-	}
-	if json.Unmarshal([]byte(body), &st) != nil {
+	state, err := testgrid.MemberStateIn([]byte(body), site)
+	if err != nil {
 		return "unknown"
 	}
-	for _, m := range st.Swim.Members {
-		if m.Site == site {
-			return m.State
-		}
-	}
-	return "absent"
+	return state
 }
 
 // enrollToken has east's operator make west's one-time enrolment token

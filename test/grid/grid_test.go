@@ -34,18 +34,7 @@ var link = testwan.Link{Delay: 50 * time.Millisecond, Jitter: 5 * time.Milliseco
 func TestTwoNodesJoinOverAWANAndLiveThroughACut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	g, err := testgrid.Start(ctx, testgrid.Options{Sites: []string{"east", "west"}, Link: link, Logf: t.Logf})
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, s := range g.Sites {
-				if s != nil && s.Node != nil {
-					t.Log(s.Describe(context.Background()))
-				}
-			}
-		}
-		assert.NoError(t, g.Stop())
-	})
-	require.NoError(t, err)
+	g := testgrid.StartForTest(t, ctx, testgrid.Options{Sites: []string{"east", "west"}, Link: link, Logf: t.Logf})
 	// Joined and trusted: each site's gateway file holds the other's
 	// provider, fresh, once its GridSite is Active (the mutual-TLS probe
 	// of the other's gateway, through its load balancer address, passed).

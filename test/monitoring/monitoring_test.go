@@ -113,20 +113,9 @@ func BenchmarkAlerts(b *testing.B) {
 func fireAlerts(tb testing.TB) []fired {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	tb.Cleanup(cancel)
-	g, err := testgrid.Start(ctx, testgrid.Options{Sites: []string{"east", "west"}, Link: link, Logf: tb.Logf,
+	g := testgrid.StartForTest(tb, ctx, testgrid.Options{Sites: []string{"east", "west"}, Link: link, Logf: tb.Logf,
 		AgentValues: agentValues, GatewayValues: gatewayValues})
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			for _, s := range g.Sites {
-				if s != nil && s.Node != nil {
-					tb.Log(s.Describe(context.Background()))
-				}
-			}
-		}
-		assert.NoError(tb, g.Stop())
-	})
-	require.NoError(tb, err)
-	_, err = g.Watch(ctx, time.Now(), 4*time.Minute, testgrid.Routed)
+	_, err := g.Watch(ctx, time.Now(), 4*time.Minute, testgrid.Routed)
 	require.NoError(tb, err, "the sites trust and route to each other")
 	require.NoError(tb, g.Steady(ctx, 3*time.Second, time.Minute, testgrid.Routed), "the grid settles")
 	east, west := g.Sites[0], g.Sites[1]

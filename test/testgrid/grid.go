@@ -29,7 +29,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -186,6 +190,26 @@ func Start(ctx context.Context, opts Options) (*Grid, error) {
 		}
 	}
 	return g, nil
+}
+
+// StartForTest is Start for a test or benchmark: the grid is stopped when
+// it ends, after the sites' pods and the ends of their logs are printed
+// if it failed.
+func StartForTest(tb testing.TB, ctx context.Context, opts Options) *Grid {
+	tb.Helper()
+	g, err := Start(ctx, opts)
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			for _, s := range g.Sites {
+				if s != nil && s.Node != nil {
+					tb.Log(s.Describe(context.Background()))
+				}
+			}
+		}
+		assert.NoError(tb, g.Stop())
+	})
+	require.NoError(tb, err)
+	return g
 }
 
 func startSite(ctx context.Context, i int, name string) (*Site, error) {
@@ -407,6 +431,16 @@ func (s *Site) MemberState(ctx context.Context, peer string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var body json.RawMessage
+	if err := s.Node.GetJSON(ctx, pod.Status.PodIP, healthPort, "/status", &body); err != nil {
+		return "", err
+	}
+	return MemberStateIn(body, peer)
+}
+
+// MemberStateIn reads peer's SWIM state from an agent's /status answer:
+// Alive, Suspect, Dead or Left, "absent" when the agent does not know it.
+func MemberStateIn(status []byte, peer string) (string, error) {
 	var st struct {
 		Swim struct {
 			Members []struct {
@@ -415,8 +449,8 @@ func (s *Site) MemberState(ctx context.Context, peer string) (string, error) {
 			} `json:"members"`
 		} `json:"swim"`
 	}
-	if err := s.Node.GetJSON(ctx, pod.Status.PodIP, healthPort, "/status", &st); err != nil {
-		return "", err
+	if err := json.Unmarshal(status, &st); err != nil {
+		return "", fmt.Errorf("an agent's /status: %w", err)
 	}
 	for _, m := range st.Swim.Members {
 		if m.Site == peer {
@@ -543,30 +577,47 @@ func (g *Grid) Pairs() [][2]*Site {
 // waited for.
 type Condition func(ctx context.Context, s, peer *Site) (now string, done bool)
 
+// view is how the site sees peer: its SWIM state, its GridSite's phase,
+// and the peer's routes in the site's gateway file.
+type view struct {
+	state          string
+	phase          v1alpha1.SitePhase
+	present, fresh bool
+}
+
+func (v view) String() string {
+	return fmt.Sprintf("%s, GridSite %s, routes %s", v.state, v.phase, routesWord(v.present, v.fresh))
+}
+
+func look(ctx context.Context, s, peer *Site) (view, error) {
+	state, err := s.MemberState(ctx, peer.Name)
+	if err != nil {
+		return view{}, err
+	}
+	v := view{state: state, phase: s.SiteStatus(ctx, peer.Name).Phase}
+	v.present, v.fresh = s.routes(ctx, peer.Name)
+	return v, nil
+}
+
 // Routed holds once the site has the peer Alive in SWIM, its GridSite
 // Active (the mutual-TLS probe of the peer's gateway passed) and the
 // peer's routes fresh in the site's gateway file.
 func Routed(ctx context.Context, s, peer *Site) (string, bool) {
-	state, err := s.MemberState(ctx, peer.Name)
+	v, err := look(ctx, s, peer)
 	if err != nil {
 		return err.Error(), false
 	}
-	st := s.SiteStatus(ctx, peer.Name)
-	present, fresh := s.routes(ctx, peer.Name)
-	return fmt.Sprintf("%s, GridSite %s, routes %s", state, st.Phase, routesWord(present, fresh)),
-		state == "Alive" && st.Phase == sitetrust.PhaseActive && present && fresh
+	return v.String(), v.state == "Alive" && v.phase == sitetrust.PhaseActive && v.present && v.fresh
 }
 
 // Withdrawn holds once the site has declared the peer Dead and the peer's
 // routes are gone from the site's gateway file.
 func Withdrawn(ctx context.Context, s, peer *Site) (string, bool) {
-	state, err := s.MemberState(ctx, peer.Name)
+	v, err := look(ctx, s, peer)
 	if err != nil {
 		return err.Error(), false
 	}
-	st := s.SiteStatus(ctx, peer.Name)
-	present, fresh := s.routes(ctx, peer.Name)
-	return fmt.Sprintf("%s, GridSite %s, routes %s", state, st.Phase, routesWord(present, fresh)), state == "Dead" && !present
+	return v.String(), v.state == "Dead" && !v.present
 }
 
 func routesWord(present, fresh bool) string {
