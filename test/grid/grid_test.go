@@ -70,8 +70,10 @@ func TestTwoNodesJoinOverAWANAndLiveThroughACut(t *testing.T) {
 	watch(t, ctx, g, time.Now(), 90*time.Second, "has the other back, trusted and routed to", testgrid.Routed)
 	st := g.Lab.Stats()
 	t.Logf("the lab: %d packets forwarded, %d lost, %d cut", st.Forwarded, st.Lost, st.Cut)
-	assert.Positive(t, st.Lost, "the link lost packets: the grid held over loss, not over a clean link")
-	assert.Positive(t, st.Cut)
+	// No assertion on the lost count: some 400 packets at 1 % each lose
+	// none about one run in fifty. That the link loses what it is set to
+	// is the lab's own test (test/testwan); the cut is certain.
+	assert.Positive(t, st.Cut, "the cut dropped the packets sent across it")
 }
 
 // watch waits for cond at every site, logging what each saw.
