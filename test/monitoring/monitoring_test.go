@@ -10,14 +10,19 @@
 // overlay source deleted with no agent to publish it again
 // (GridOverlayDeliveryDegraded), the other site cut off by the WAN
 // (GridSiteNotActive), and a site certificate issued close to its expiry
-// (GridSiteCertificateExpiringSoon). The agent's Grafana dashboard's
-// queries must return data from the same Prometheus.
+// (GridSiteCertificateExpiringSoon). The Grafana dashboards of both charts
+// must have data from the same Prometheus for each panel's queries: the
+// agent's in the healthy grid, the gateway's once the cut's new overlay
+// is delivered.
 package monitoring
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,10 +73,16 @@ var (
 			"dashboard": map[string]any{"enabled": true},
 		},
 	}
+	// The gateway's sidecar syncs the site certificate as its identity,
+	// which the gateway's dashboard shows the expiry of.
 	gatewayValues = map[string]any{
+		"overlay": map[string]any{"sidecar": map[string]any{
+			"identity": map[string]any{"enabled": true, "secretName": testgrid.SiteCertSecret},
+		}},
 		"metrics": map[string]any{
 			"podMonitor":     map[string]any{"enabled": true, "interval": evaluation.String()},
 			"prometheusRule": map[string]any{"enabled": true, "deliveryDegradedFor": alertFor},
+			"dashboard":      map[string]any{"enabled": true},
 		},
 	}
 )
@@ -164,7 +175,11 @@ func fireAlerts(tb testing.TB) []fired {
 	cert := waitFiring(tb, ctx, east, "GridSiteCertificateExpiringSoon", nil, started, forOf)
 	cert.bound = cert.forDuration + 10*time.Second
 
-	dashboard(tb, ctx, east)
+	dashboard(tb, ctx, east, dashboardOf{
+		chart: "gridsync-agent", objects: east.AgentObjects,
+		variables:   map[string]string{"namespace": testgrid.Namespace},
+		emptyPanels: agentEmptyPanels,
+	})
 
 	// The other site cut off: its trust probe fails and SWIM declares it
 	// dead; its GridSite leaves Active.
@@ -173,6 +188,19 @@ func fireAlerts(tb testing.TB) []fired {
 	g.Lab.Partition([]int{0}, []int{1})
 	site := waitFiring(tb, ctx, east, "GridSiteNotActive", map[string]string{"site": testgrid.Network + "-" + west.Name}, cut, forOf)
 	site.bound = site.forDuration + 30*time.Second
+
+	// The cut changes the other site's routes: once the new overlay is
+	// on the gateway's disk, the gateway's dashboard has a delivery to
+	// show within its rate interval.
+	poll(tb, ctx, time.Minute, "an overlay written since the cut", func() (string, bool) {
+		written, err := query(ctx, east, fmt.Sprintf("grid_overlay_sync_last_write_timestamp_seconds > %.3f", float64(cut.UnixMilli())/1000))
+		return fmt.Sprint(written, err), err == nil && len(written) > 0
+	})
+	dashboard(tb, ctx, east, dashboardOf{
+		chart: "praxis-gateway", objects: east.GatewayObjects,
+		variables:   map[string]string{"namespace": testgrid.Namespace, "pod": gatewayPod.Name},
+		emptyPanels: gatewayEmptyPanels,
+	})
 
 	// The overlay gone stale: no agent left to publish it, its ConfigMap
 	// deleted. The sidecar keeps serving the last-known-good, degraded.
@@ -300,10 +328,10 @@ func overlayConfigMap(tb testing.TB, objs []*unstructured.Unstructured) string {
 	return ""
 }
 
-// emptyPanels are the agent dashboard's panels whose queries return
+// agentEmptyPanels are the agent dashboard's panels whose queries return
 // nothing in this healthy grid, and why: the rest must return data. A
 // panel listed here that has data is fine (it is not checked).
-var emptyPanels = map[string]string{
+var agentEmptyPanels = map[string]string{
 	"Sites not Active":                   "lists only sites out of Active: none while the grid is healthy",
 	"Providers whose last scrape failed": "lists only failing provider scrapes: none, as none is scraped",
 	// The grid's sites run no signals listener, so no sidecar reports
@@ -316,18 +344,77 @@ var emptyPanels = map[string]string{
 	"Provider scrapes by outcome": "no provider declares a metrics endpoint",
 }
 
-// dashboard runs each query of the agent chart's dashboard, as rendered
-// into its ConfigMap, for the release's namespace.
-func dashboard(tb testing.TB, ctx context.Context, s *testgrid.Site) {
+// gatewayEmptyPanels are the gateway dashboard's panels that this grid
+// has nothing for: none, its sidecar syncing the site certificate as its
+// identity and the dashboard queried just after a delivery.
+var gatewayEmptyPanels = map[string]string{}
+
+// rateInterval stands for Grafana's $__rate_interval, the larger of four
+// scrape intervals and the step plus one (the step over the dashboards'
+// 6 h at a panel's width is some 20 s): a minute with the data source's
+// default scrape interval, 15 s.
+const rateInterval = "1m"
+
+// dashboardOf is one chart's Grafana dashboard as its objects render it
+// into a ConfigMap, what its query variables must find, and its panels
+// this grid has nothing for.
+type dashboardOf struct {
+	chart   string
+	objects []*unstructured.Unstructured
+	// variables are the value each of the dashboard's query variables'
+	// queries must find: the one they are set to.
+	variables   map[string]string
+	emptyPanels map[string]string
+}
+
+// variableRef is a Grafana variable in a query: $name or ${name}.
+var variableRef = regexp.MustCompile(`\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)`)
+
+// expand puts the variables' values into expr, failing on a variable it
+// has no value for.
+func expand(tb testing.TB, expr string, vars map[string]string) string {
 	tb.Helper()
-	var data string
-	for _, o := range s.AgentObjects {
+	var unknown []string
+	out := variableRef.ReplaceAllStringFunc(expr, func(ref string) string {
+		m := variableRef.FindStringSubmatch(ref)
+		if v, ok := vars[m[1]+m[2]]; ok {
+			return v
+		}
+		unknown = append(unknown, ref)
+		return ref
+	})
+	require.Empty(tb, unknown, "variables with no value in %s", expr)
+	return out
+}
+
+// dashboard runs each query of the chart's dashboard, as rendered into its
+// ConfigMap: its variables set to what their own queries find (the
+// release's namespace, the scraped pod) and $__rate_interval to
+// rateInterval. Each panel but those the grid has nothing for must have
+// a number (a histogram with no observation in the window has NaN).
+func dashboard(tb testing.TB, ctx context.Context, s *testgrid.Site, d dashboardOf) {
+	tb.Helper()
+	var files []map[string]string
+	for _, o := range d.objects {
 		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-dashboard") {
-			data, _, _ = unstructured.NestedString(o.Object, "data", "gridsync-grid.json")
+			data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+			files = append(files, data)
 		}
 	}
-	require.NotEmpty(tb, data, "the agent chart renders its dashboard")
+	require.Len(tb, files, 1, "the %s chart renders its dashboard's ConfigMap", d.chart)
+	require.Len(tb, files[0], 1, "the %s chart's dashboard ConfigMap holds one dashboard", d.chart)
+	var file, data string
+	for file, data = range files[0] {
+		break
+	}
 	var doc struct {
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Type  string `json:"type"`
+				Query string `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			Title   string `json:"title"`
 			Targets []struct {
@@ -335,29 +422,56 @@ func dashboard(tb testing.TB, ctx context.Context, s *testgrid.Site) {
 			} `json:"targets"`
 		} `json:"panels"`
 	}
-	require.NoError(tb, json.Unmarshal([]byte(data), &doc))
-	// The namespace variable's query finds the release's namespace.
-	series, err := query(ctx, s, `gridsync_build_info{binary="gridsync-agent"}`)
-	require.NoError(tb, err)
-	require.NotEmpty(tb, series)
-	require.Equal(tb, testgrid.Namespace, series[0]["namespace"])
+	require.NoError(tb, json.Unmarshal([]byte(data), &doc), "%s", file)
+	vars := map[string]string{"__rate_interval": rateInterval}
+	for _, v := range doc.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		// label_values(selector, label): the label's values among the
+		// selected series, now.
+		args, ok := strings.CutPrefix(v.Query, "label_values(")
+		i := strings.LastIndex(args, ",")
+		require.True(tb, ok && i > 0 && strings.HasSuffix(args, ")"), "%s: variable %s: %s is not label_values(selector, label)", file, v.Name, v.Query)
+		label := strings.TrimSpace(strings.TrimSuffix(args[i+1:], ")"))
+		found, err := query(ctx, s, fmt.Sprintf("group by (%s) (%s)", label, expand(tb, args[:i], vars)))
+		require.NoError(tb, err, "%s: variable %s", file, v.Name)
+		var values []string
+		for _, f := range found {
+			values = append(values, f.labels[label])
+		}
+		want, ok := d.variables[v.Name]
+		require.True(tb, ok, "%s: variable %s has no value to find", file, v.Name)
+		require.Equal(tb, []string{want}, values, "%s: variable %s's query %s", file, v.Name, v.Query)
+		vars[v.Name] = want
+	}
 	// A rate needs two samples of a counter.
 	time.Sleep(2 * evaluation)
 	var empty []string
+	queries, listed := 0, 0
 	for _, p := range doc.Panels {
+		if _, ok := d.emptyPanels[p.Title]; ok {
+			listed++
+		}
+		require.NotEmpty(tb, p.Targets, "%s: panel %q", file, p.Title)
 		for _, target := range p.Targets {
-			expr := strings.ReplaceAll(target.Expr, "$namespace", testgrid.Namespace)
-			series, err := query(ctx, s, expr)
-			require.NoError(tb, err, "panel %q: %s", p.Title, expr)
-			if len(series) == 0 {
-				if _, ok := emptyPanels[p.Title]; !ok {
-					empty = append(empty, fmt.Sprintf("%q: %s", p.Title, expr))
-				}
+			expr := expand(tb, target.Expr, vars)
+			found, err := query(ctx, s, expr)
+			require.NoError(tb, err, "%s: panel %q: %s", file, p.Title, expr)
+			queries++
+			if _, ok := d.emptyPanels[p.Title]; ok || slices.ContainsFunc(found, func(f series) bool { return !math.IsNaN(f.value) }) {
+				continue
 			}
+			empty = append(empty, fmt.Sprintf("%q: %s: %v", p.Title, expr, found))
 		}
 	}
-	assert.Empty(tb, empty, "dashboard panels without data in a healthy grid")
-	tb.Logf("dashboard: %d panels queried, every one with data but the %d this grid has nothing for", len(doc.Panels), len(emptyPanels))
+	assert.Len(tb, d.emptyPanels, listed, "%s: the panels listed as empty are the dashboard's", file)
+	assert.Empty(tb, empty, "%s: panels without data", file)
+	but := ""
+	if listed > 0 {
+		but = fmt.Sprintf(" but the %d panels this grid has nothing for", listed)
+	}
+	tb.Logf("%s dashboard (%s): %d panels, %d queries, every one with data%s", d.chart, file, len(doc.Panels), queries, but)
 }
 
 // poll calls cond until it holds, failing with what it last said past

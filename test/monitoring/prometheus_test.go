@@ -285,21 +285,33 @@ func alerts(ctx context.Context, s *testgrid.Site) ([]alert, error) {
 	return out.Alerts, err
 }
 
-// query runs an instant query and returns its series' labels.
-func query(ctx context.Context, s *testgrid.Site, promql string) ([]map[string]string, error) {
+// series is one series of an instant query's answer.
+type series struct {
+	labels map[string]string
+	value  float64
+}
+
+// query runs an instant query and returns its series.
+func query(ctx context.Context, s *testgrid.Site, promql string) ([]series, error) {
 	var out struct {
 		Result []struct {
 			Metric map[string]string `json:"metric"`
+			// [unix time, "value"]
+			Value [2]any `json:"value"`
 		} `json:"result"`
 	}
 	if err := api(ctx, s, "/api/v1/query?query="+url.QueryEscape(promql), &out); err != nil {
 		return nil, err
 	}
-	series := make([]map[string]string, len(out.Result))
+	result := make([]series, len(out.Result))
 	for i, r := range out.Result {
-		series[i] = r.Metric
+		v, err := strconv.ParseFloat(fmt.Sprint(r.Value[1]), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: value %v: %w", promql, r.Value[1], err)
+		}
+		result[i] = series{labels: r.Metric, value: v}
 	}
-	return series, nil
+	return result, nil
 }
 
 // target is one of /api/v1/targets' active targets.
