@@ -533,31 +533,7 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 // Describe says where the site's pods stand and how their containers'
 // logs end: what a failed grid test prints.
 func (s *Site) Describe(ctx context.Context) string {
-	var b strings.Builder
-	list, err := s.CP.AdminClient().CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err.Error()
-	}
-	for i := range list.Items {
-		p := &list.Items[i]
-		fmt.Fprintf(&b, "--- %s: pod %s %s ready=%v ip=%s\n", s.Name, p.Name, p.Status.Phase, testnode.PodReady(p), p.Status.PodIP)
-		for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-			fmt.Fprintf(&b, "    container %s ready=%v restarts=%d state=%+v\n", st.Name, st.Ready, st.RestartCount, st.State)
-			files := s.Node.ContainerLogFiles(p, st.Name)
-			if len(files) == 0 {
-				continue
-			}
-			data, _ := os.ReadFile(files[len(files)-1])
-			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-			if len(lines) > 12 {
-				lines = lines[len(lines)-12:]
-			}
-			for _, l := range lines {
-				fmt.Fprintf(&b, "      %s\n", l)
-			}
-		}
-	}
-	return b.String()
+	return s.Node.DescribePods(ctx, Namespace, s.Name+": ")
 }
 
 // Pairs are every ordered pair of the grid's sites: a site and a peer.

@@ -147,16 +147,19 @@ func runHelm(ctx context.Context, helm string, values map[string]any, args ...st
 // does to objects that others changed is only seen this way.
 type Release struct {
 	Name, Namespace, Chart string
-	dir                    string // holds the kubeconfig
+	dir                    string   // holds the kubeconfig
+	chartArgs              []string // of where the chart comes from
 }
 
-// Install runs helm install of chart as release in namespace with values.
-func Install(ctx context.Context, cp *controlplane.ControlPlane, chart, release, namespace string, values map[string]any) (*Release, error) {
+// Install runs helm install of chart (a folder, or a reference such as
+// oci://host/repo with chartArgs such as --version and --ca-file) as
+// release in namespace with values.
+func Install(ctx context.Context, cp *controlplane.ControlPlane, chart, release, namespace string, values map[string]any, chartArgs ...string) (*Release, error) {
 	dir, err := os.MkdirTemp("", "gridsync-helm-")
 	if err != nil {
 		return nil, err
 	}
-	r := &Release{Name: release, Namespace: namespace, Chart: chart, dir: dir}
+	r := &Release{Name: release, Namespace: namespace, Chart: chart, dir: dir, chartArgs: chartArgs}
 	if err := controlplane.WriteKubeconfig(cp.AdminConfig(), filepath.Join(dir, "kubeconfig")); err != nil {
 		return nil, err
 	}
@@ -177,7 +180,8 @@ func (r *Release) run(ctx context.Context, verb string, values map[string]any) e
 	if err != nil {
 		return err
 	}
-	_, err = runHelm(ctx, helm, values, verb, r.Name, r.Chart, "--namespace", r.Namespace, "--kubeconfig", filepath.Join(r.dir, "kubeconfig"))
+	args := append([]string{verb, r.Name, r.Chart, "--namespace", r.Namespace, "--kubeconfig", filepath.Join(r.dir, "kubeconfig")}, r.chartArgs...)
+	_, err = runHelm(ctx, helm, values, args...)
 	return err
 }
 

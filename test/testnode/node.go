@@ -64,6 +64,7 @@ type Node struct {
 	dir     string
 	binDir  string
 	forward *controlplane.Proxy
+	mirrors []*controlplane.Proxy // the registries' addresses in the namespace
 
 	steps []string // of Start, with their durations
 
@@ -74,6 +75,11 @@ type Node struct {
 // Start starts a node against cp and returns once the Node is Ready and
 // the project's images are loaded. Stop it with Stop.
 func Start(ctx context.Context, cp *controlplane.ControlPlane) (*Node, error) {
+	return StartWith(ctx, cp, Options{})
+}
+
+// StartWith starts a node as Start does, with opts.
+func StartWith(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Node, error) {
 	binDir, err := controlplane.BinDir()
 	if err != nil {
 		return nil, err
@@ -97,13 +103,13 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane) (*Node, error) {
 	if err := os.WriteFile(filepath.Join(dir, nameFile), []byte(n.Name), 0o600); err != nil {
 		return nil, err
 	}
-	if err := n.start(ctx); err != nil {
+	if err := n.start(ctx, opts); err != nil {
 		return nil, errors.Join(err, n.Stop())
 	}
 	return n, nil
 }
 
-func (n *Node) start(ctx context.Context) error {
+func (n *Node) start(ctx context.Context, opts Options) error {
 	last := time.Now()
 	step := func(name string) {
 		now := time.Now()
@@ -121,6 +127,9 @@ func (n *Node) start(ctx context.Context) error {
 		return fmt.Errorf("listen for the kubernetes Service in the node's namespace: %w", err)
 	}
 	n.forward = controlplane.NewProxyOn(ln, n.cp.APIAddr())
+	if err := n.startMirrors(opts.Mirrors); err != nil {
+		return err
+	}
 	if err := n.startContainerd(ctx); err != nil {
 		return err
 	}
@@ -130,7 +139,7 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	step("binaries")
-	if err := n.loadImages(ctx, bins); err != nil {
+	if err := n.loadImages(ctx, bins, len(opts.Mirrors) > 0); err != nil {
 		return err
 	}
 	step("images")
@@ -206,6 +215,9 @@ func (n *Node) Stop() error {
 	}
 	if n.forward != nil {
 		errs = append(errs, n.forward.Close())
+	}
+	for _, m := range n.mirrors {
+		errs = append(errs, m.Close())
 	}
 	errs = append(errs, teardown(n.dir, n.Name))
 	return errors.Join(errs...)

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os/exec"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // PodReady tells whether the pod's Ready condition is true.
@@ -90,13 +91,42 @@ func (n *Node) KillContainer(ctx context.Context, p *corev1.Pod, container strin
 			if st.Name != container {
 				continue
 			}
-			out, err := exec.CommandContext(ctx, filepath.Join(n.binDir, "ctr"), "--address", n.path("containerd.sock"),
-				"--namespace", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", strings.TrimPrefix(st.ContainerID, "containerd://")).CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("kill %s: %w: %s", container, err, out)
+			if _, err := n.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", strings.TrimPrefix(st.ContainerID, "containerd://")); err != nil {
+				return fmt.Errorf("kill %s: %w", container, err)
 			}
 			return nil
 		}
 	}
 	return fmt.Errorf("pod %s has no container %s", p.Name, container)
+}
+
+// DescribePods says, for a failed test's log, what each pod of namespace
+// is: its phase, readiness and address, and each container's state with
+// the end of its log. Each pod's line starts with prefix.
+func (n *Node) DescribePods(ctx context.Context, namespace, prefix string) string {
+	var b strings.Builder
+	list, err := n.cp.AdminClient().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		fmt.Fprintf(&b, "--- %spod %s %s ready=%v ip=%s\n", prefix, p.Name, p.Status.Phase, PodReady(p), p.Status.PodIP)
+		for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			fmt.Fprintf(&b, "    container %s ready=%v restarts=%d state=%+v\n", st.Name, st.Ready, st.RestartCount, st.State)
+			files := n.ContainerLogFiles(p, st.Name)
+			if len(files) == 0 {
+				continue
+			}
+			data, _ := os.ReadFile(files[len(files)-1])
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			if len(lines) > 12 {
+				lines = lines[len(lines)-12:]
+			}
+			for _, l := range lines {
+				fmt.Fprintf(&b, "      %s\n", l)
+			}
+		}
+	}
+	return b.String()
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +60,7 @@ func filesystemKnown(fs string) bool {
 }
 
 // containerdConfig is containerd's configuration: everything under the
-// node's folder, nothing read from /etc, the CRI's sandbox image the
+// node's folder (the registries' hosts.toml too), nothing read from /etc, the CRI's sandbox image the
 // project's own pause image, pod network namespaces under the node's
 // folder (so that teardown finds them), OOM scores only raised, and the
 // bridge network of the node's namespace.
@@ -85,6 +86,8 @@ disabled_plugins = [
     address = '{{dir}}/containerd.sock.ttrpc'
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = '{{hosts}}'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = '{{pause}}'
   [plugins.'io.containerd.cri.v1.runtime']
@@ -144,7 +147,7 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	}
 	values := map[string]string{
 		"dir": n.dir, "bin": n.binDir, "runc": runc, "pause": images.Pause.Ref(ImageTag),
-		"subnet": podSubnet, "gateway": podGateway,
+		"subnet": podSubnet, "gateway": podGateway, "hosts": n.registryHostsDir(),
 	}
 	if err := os.MkdirAll(n.path("cni"), 0o755); err != nil {
 		return err
@@ -179,13 +182,15 @@ func (n *Node) startContainerd(ctx context.Context) error {
 }
 
 // loadImages writes the project's images from the binaries the tests run
-// (in the folder bins) and imports them into containerd's CRI namespace.
+// (in the folder bins) and imports them into containerd's CRI namespace:
+// all of them, or with pull only the test's own, the shipped ones being
+// pulled from a mirror.
 // They are written by the command `make images` runs, for the node's
 // platform only (ctr imports and unpacks an index's image for the node's
 // platform), in a process of its own: built without the race detector the
 // node tests run under, it writes them in seconds, where compressing the
 // layers inside the test binary took half a minute.
-func (n *Node) loadImages(ctx context.Context, bins string) error {
+func (n *Node) loadImages(ctx context.Context, bins string, pull bool) error {
 	// The command reads each platform's binaries from <bin>/linux-<arch>.
 	if err := os.MkdirAll(n.path("bin"), 0o755); err != nil {
 		return err
@@ -200,14 +205,25 @@ func (n *Node) loadImages(ctx context.Context, bins string) error {
 		return fmt.Errorf("write the images: %w\n%s", err, out)
 	}
 	for _, s := range images.All {
-		out, err := exec.CommandContext(ctx, filepath.Join(n.binDir, "ctr"), "--address", n.path("containerd.sock"),
-			"--namespace", "k8s.io", "images", "import", "--snapshotter", "overlayfs",
-			n.path("images", s.Name+".tar")).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("import %s into containerd: %w\n%s", s.Name, err, out)
+		if pull && slices.ContainsFunc(images.Shipped, func(shipped images.Spec) bool { return shipped.Name == s.Name }) {
+			continue
+		}
+		if _, err := n.ctr(ctx, "images", "import", "--snapshotter", "overlayfs", n.path("images", s.Name+".tar")); err != nil {
+			return fmt.Errorf("import %s into containerd: %w", s.Name, err)
 		}
 	}
 	return nil
+}
+
+// ctr runs containerd's client on the node's containerd, in the
+// kubelet's namespace of it.
+func (n *Node) ctr(ctx context.Context, args ...string) ([]byte, error) {
+	args = append([]string{"--address", n.path("containerd.sock"), "--namespace", "k8s.io"}, args...)
+	out, err := exec.CommandContext(ctx, filepath.Join(n.binDir, "ctr"), args...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("ctr %s: %w: %s", strings.Join(args[4:], " "), err, out)
+	}
+	return out, nil
 }
 
 // startControllers starts kube-controller-manager (with the controllers a
