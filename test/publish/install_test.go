@@ -83,6 +83,7 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 		return "oci://" + p.Repository, []string{"--version", p.Tag, "--ca-file", ca}
 	}
 	chart, args := from(agentChart)
+	began := time.Now()
 	r, err := testnode.Install(ctx, cp, chart, "gridsync-agent", ns, map[string]any{"resourceNamespaces": []string{ns}}, args...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
@@ -122,8 +123,9 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 
 	// Every pod Ready, each container on the image its chart pins, pulled
 	// by the digest pushed.
-	want := map[string]string{ // container → the digest its image was pulled by
-		"agent": agentImage.Digest, "overlay-init": sidecarImage.Digest, "overlay-sync": sidecarImage.Digest,
+	pinned := func(p publish.Pushed) string { return shippedUnder + "/" + filepath.Base(p.Repository) + "@" + p.Digest }
+	want := map[string]string{ // container → the image its chart pins, by the digest pushed
+		"agent": pinned(agentImage), "overlay-init": pinned(sidecarImage), "overlay-sync": pinned(sidecarImage),
 	}
 	var list *corev1.PodList
 	ran := func() map[string]bool { // the containers of want the pods have
@@ -144,12 +146,16 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 		}
 		return !slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return !testnode.PodReady(&p) })
 	}, 3*time.Minute, 250*time.Millisecond, "the agent's and the gateway's pods Ready")
+	ready := time.Since(began)
 	for _, p := range list.Items {
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			if ref, ok := want[c.Name]; ok {
+				assert.Equal(t, ref, c.Image, "%s/%s: the chart pins the image pushed", p.Name, c.Name)
+			}
+		}
 		for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-			if digest, ok := want[st.Name]; ok {
-				image := filepath.Base(strings.SplitN(st.Image, "@", 2)[0])
-				assert.Equal(t, shippedUnder+"/"+image+"@"+digest, st.ImageID,
-					"%s/%s runs the image pulled by the digest pushed", p.Name, st.Name)
+			if ref, ok := want[st.Name]; ok {
+				assert.Equal(t, ref, st.ImageID, "%s/%s runs the image pulled by that digest", p.Name, st.Name)
 			}
 		}
 	}
@@ -158,10 +164,9 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 	held, err = node.Images(ctx)
 	require.NoError(t, err)
 	for _, p := range []publish.Pushed{agentImage, sidecarImage} {
-		ref := shippedUnder + "/" + filepath.Base(p.Repository) + "@" + p.Digest
-		assert.Contains(t, held, ref, "containerd pulled %s", ref)
+		assert.Contains(t, held, pinned(p), "containerd holds what it pulled")
 	}
-	t.Logf("installed from %s: charts %s@%s and %s@%s; images %s and %s pulled by digest; node: %s",
+	t.Logf("installed from %s: charts %s:%s and %s:%s, every pod Ready %s after the first helm install, on images pulled by digest (%s, %s); the node: %s",
 		host, agentChart.Repository, agentChart.Tag, gatewayChart.Repository, gatewayChart.Tag,
-		agentImage.Digest, sidecarImage.Digest, node.Steps())
+		ready.Round(time.Millisecond), pinned(agentImage), pinned(sidecarImage), node.Steps())
 }
