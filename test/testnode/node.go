@@ -4,7 +4,9 @@
 // kube-root-ca.crt, garbage collection) and kube-scheduler, against a
 // control plane of package controlplane. The images it runs are the
 // project's, built without a container engine (package images) and loaded
-// into containerd: nothing is ever pulled.
+// into containerd: nothing is pulled, but for a node given a registry
+// mirror (Options.Mirrors), which pulls what a release ships from it as a
+// user's node does.
 //
 // Everything of the node lives in a network namespace the test creates:
 // containerd and the kubelet are started inside it, the pods' bridge and
