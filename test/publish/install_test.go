@@ -2,7 +2,6 @@ package publish_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testnode"
+	"github.com/gridsync/gridsync/test/testregistry"
 )
 
 // What a user does: `make release && make publish` into a registry, then
@@ -36,13 +36,20 @@ import (
 const shippedUnder = "ghcr.io/gridsync"
 
 func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
-	registryBin := tool(t, "registry")
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	release := filepath.Join(dir, "release")
 	runMake(t, "release", "RELEASE_DIR="+release, "BIN_DIR="+filepath.Join(dir, "bin"))
-	host, ca, _ := startRegistry(t, registryBin, dir)
+	reg, err := testregistry.Start(ctx, t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the end of the registry's log:\n%s", reg.LogTail())
+		}
+		assert.NoError(t, reg.Stop())
+	})
+	host, ca := reg.Host, reg.CAFile
 	record := filepath.Join(dir, "published.json")
 	runMake(t, "publish", "RELEASE_DIR="+release, "BIN_DIR="+filepath.Join(dir, "bin"),
 		"REGISTRY="+host, "REGISTRY_CA="+ca, "PUBLISHED="+record)
@@ -56,12 +63,10 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 		require.NotEmpty(t, p.Digest, "the release pushed %v", p)
 	}
 
-	caPEM, err := os.ReadFile(ca)
-	require.NoError(t, err)
 	cp, err := controlplane.Start(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cp.Stop()) })
-	node, err := testnode.StartWith(ctx, cp, testnode.Options{Mirrors: []testnode.Mirror{{Registry: strings.SplitN(shippedUnder, "/", 2)[0], Upstream: host, CA: caPEM}}})
+	node, err := testnode.StartWith(ctx, cp, testnode.Options{Mirrors: []testnode.Mirror{{Registry: strings.SplitN(shippedUnder, "/", 2)[0], Upstream: host, CA: reg.CA}}})
 	if node != nil {
 		t.Cleanup(func() { assert.NoError(t, node.Stop()) })
 	}

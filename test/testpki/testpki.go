@@ -92,6 +92,32 @@ func (i *Issuer) Leaf(t testing.TB, name string, o Opts) (certPEM, keyPEM []byte
 
 func issue(t testing.TB, parent *Issuer, name string, ca bool, o Opts) *Issuer {
 	t.Helper()
+	i, err := issueCert(parent, name, ca, o)
+	require.NoError(t, err)
+	return i
+}
+
+// LoopbackServer makes a root CA and a serving certificate of it for
+// localhost and 127.0.0.1, valid a day, for a server that is not a
+// test's own (one the demo starts): the CA's certificate, the server's
+// and its key, PEM-encoded.
+func LoopbackServer(name string) (caPEM, certPEM, keyPEM []byte, err error) {
+	ca, err := issueCert(nil, name+" CA", true, Opts{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	leaf, err := issueCert(ca, name, false, Opts{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(leaf.Key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ca.PEM, leaf.PEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+func issueCert(parent *Issuer, name string, ca bool, o Opts) (*Issuer, error) {
 	var key crypto.Signer
 	var err error
 	if o.RSABits > 0 {
@@ -103,7 +129,9 @@ func issue(t testing.TB, parent *Issuer, name string, ca bool, o Opts) *Issuer {
 		}
 		key, err = ecdsa.GenerateKey(curve, rand.Reader)
 	}
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	if o.NotBefore.IsZero() {
 		o.NotBefore = now.Add(-time.Hour)
@@ -137,10 +165,14 @@ func issue(t testing.TB, parent *Issuer, name string, ca bool, o Opts) *Issuer {
 		parentCert, parentKey = parent.Cert, parent.Key
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, parentCert, key.Public(), parentKey)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &Issuer{Cert: cert, Key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	if err != nil {
+		return nil, err
+	}
+	return &Issuer{Cert: cert, Key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
 // Projection reproduces the kubelet's atomic writer for a Secret volume:
