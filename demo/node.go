@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -17,21 +19,43 @@ import (
 )
 
 // onANode runs the gateway chart's pod on a real node: a kubelet with
-// containerd and runc, the images built without a container engine. The
-// init container holds the gateway until the overlay exists; an update
-// reaches the gateway's file through the pod's emptyDir.
+// containerd and runc, in a network namespace of its own. The chart is
+// installed by Helm from the registry a release was published to, and
+// containerd pulls the sidecar's image from it by the digest the chart
+// pins. The init container holds the gateway until the overlay exists; an
+// update reaches the gateway's file through the pod's emptyDir.
 func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 	step("a real node: a kubelet with containerd and runc, in a network namespace of its own")
 	if ok, err := nodesCanRun(false); !ok || err != nil {
 		return err
 	}
+	work, err := os.MkdirTemp("", "gridsync-demo-release-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+	// Helm's registry logins and chart cache, the demo's own.
+	for _, v := range []string{"HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"} {
+		if err := os.Setenv(v, filepath.Join(work, "helm", v)); err != nil {
+			return err
+		}
+	}
+	rel, err := publishARelease(ctx, work)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rel.registry.Stop() }()
+
+	step("the node: containerd has the registry as its mirror of %s, the only endpoint it asks", strings.SplitN(shippedUnder, "/", 2)[0])
 	began := time.Now()
-	node, err := testnode.Start(ctx, cp)
+	node, err := testnode.StartWith(ctx, cp, testnode.Options{Mirrors: []testnode.Mirror{
+		{Registry: strings.SplitN(shippedUnder, "/", 2)[0], Upstream: rel.registry.Host, CA: rel.registry.CA},
+	}})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = node.Stop() }()
-	fmt.Printf("    node %s Ready after %s, the project's images loaded (nothing pulled)\n", node.Name, time.Since(began).Round(time.Millisecond))
+	fmt.Printf("    node %s Ready after %s (the stand-in gateway and the tests' images loaded; the release's to be pulled)\n", node.Name, time.Since(began).Round(time.Millisecond))
 
 	const ns = "praxis-node"
 	if err := cp.EnsureNamespace(ctx, ns); err != nil {
@@ -39,19 +63,23 @@ func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 	}
 	nodeScope := scope
 	nodeScope.Namespace = ns
-	step("the praxis-gateway chart, rendered by Helm and applied, with the sidecar: no overlay yet")
-	values := testnode.SidecarGatewayValues(nodeScope, nil)
-	objs, err := testnode.Render(ctx, testnode.Chart("praxis-gateway"), scope.Gateway, ns, nil, values)
+	chart, chartArgs := rel.chart("praxis-gateway")
+	step("helm install %s %s, with the sidecar: no overlay yet", chart, strings.Join(chartArgs[:2], " "))
+	applied := time.Now()
+	r, err := testnode.Install(ctx, cp, chart, scope.Gateway, ns, testnode.ReleasedSidecarGatewayValues(nodeScope, nil), chartArgs...)
 	if err != nil {
 		return err
 	}
-	applied := time.Now()
-	if err := testnode.Apply(ctx, cp, ns, objs); err != nil {
-		return err
-	}
+	defer func() { _ = r.Close() }()
 	pod, err := waitNodePod(ctx, cp, ns, func(p *corev1.Pod) bool { return containerRunning(p, "overlay-init") })
 	if err != nil {
 		return err
+	}
+	for _, st := range pod.Status.InitContainerStatuses {
+		fmt.Printf("    %s runs %s, pulled %s after the install\n", st.Name, st.ImageID, time.Since(applied).Round(100*time.Millisecond))
+	}
+	if want := rel.image("gridsync-sidecar"); pod.Status.InitContainerStatuses[0].ImageID != want {
+		return fmt.Errorf("the init container runs %s, not the release's %s", pod.Status.InitContainerStatuses[0].ImageID, want)
 	}
 	time.Sleep(2 * time.Second)
 	fmt.Printf("    pod %s: init container overlay-init running, gateway container waiting (PodInitializing)\n", pod.Name)

@@ -235,7 +235,18 @@ func ImageValues(chart string) map[string]any {
 // after scope's gateway with the overlay sidecar for scope, on the node's
 // images, merged with extra (which wins).
 func SidecarGatewayValues(scope envelope.Scope, extra map[string]any) map[string]any {
-	return Merge(ImageValues("praxis-gateway"), map[string]any{
+	return Merge(ImageValues("praxis-gateway"), sidecarValues(scope), extra)
+}
+
+// ReleasedSidecarGatewayValues are SidecarGatewayValues for the chart a
+// release published: the sidecar's image is the one the chart pins (pulled
+// by its digest), the gateway the stand-in loaded on the node.
+func ReleasedSidecarGatewayValues(scope envelope.Scope, extra map[string]any) map[string]any {
+	return Merge(map[string]any{"image": ImageValues("praxis-gateway")["image"]}, sidecarValues(scope), extra)
+}
+
+func sidecarValues(scope envelope.Scope) map[string]any {
+	return map[string]any{
 		"fullnameOverride": scope.Gateway,
 		"overlay": map[string]any{"sidecar": map[string]any{
 			"enabled":           true,
@@ -243,7 +254,7 @@ func SidecarGatewayValues(scope envelope.Scope, extra map[string]any) map[string
 			"expectedLocalSite": scope.LocalSite,
 			"expectedGateway":   scope.Gateway,
 		}},
-	}, extra)
+	}
 }
 
 // Merge merges values maps, the later winning, maps merged key by key.

@@ -4,9 +4,10 @@
 // kube-root-ca.crt, garbage collection) and kube-scheduler, against a
 // control plane of package controlplane. The images it runs are the
 // project's, built without a container engine (package images) and loaded
-// into containerd: nothing is pulled, but for a node given a registry
-// mirror (Options.Mirrors), which pulls what a release ships from it as a
-// user's node does.
+// into containerd under their own names (gridsync.local): nothing is
+// pulled, but for a node given a registry mirror (Options.Mirrors), which
+// pulls from it what a chart names under the mirrored registry, as a
+// user's node pulls a release.
 //
 // Everything of the node lives in a network namespace the test creates:
 // containerd and the kubelet are started inside it, the pods' bridge and
@@ -141,7 +142,7 @@ func (n *Node) start(ctx context.Context, opts Options) error {
 		return err
 	}
 	step("binaries")
-	if err := n.loadImages(ctx, bins, len(opts.Mirrors) > 0); err != nil {
+	if err := n.loadImages(ctx, bins); err != nil {
 		return err
 	}
 	step("images")

@@ -14,10 +14,10 @@ import (
 
 // Options changes how a node starts.
 type Options struct {
-	// Mirrors are registries the node pulls from. A node with any pulls
-	// what a release ships (the agent's and the sidecar's images) and
-	// has only the test's own images (the pause image and the stand-in
-	// gateway) loaded.
+	// Mirrors are registries the node pulls from: an image named under
+	// one (a release's, ghcr.io/gridsync/...@sha256:...) is pulled,
+	// where the project's images loaded at start are named under
+	// gridsync.local and never pulled.
 	Mirrors []Mirror
 }
 

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,15 +181,13 @@ func (n *Node) startContainerd(ctx context.Context) error {
 }
 
 // loadImages writes the project's images from the binaries the tests run
-// (in the folder bins) and imports them into containerd's CRI namespace:
-// all of them, or with pull only the test's own, the shipped ones being
-// pulled from a mirror.
+// (in the folder bins) and imports them into containerd's CRI namespace.
 // They are written by the command `make images` runs, for the node's
 // platform only (ctr imports and unpacks an index's image for the node's
 // platform), in a process of its own: built without the race detector the
 // node tests run under, it writes them in seconds, where compressing the
 // layers inside the test binary took half a minute.
-func (n *Node) loadImages(ctx context.Context, bins string, pull bool) error {
+func (n *Node) loadImages(ctx context.Context, bins string) error {
 	// The command reads each platform's binaries from <bin>/linux-<arch>.
 	if err := os.MkdirAll(n.path("bin"), 0o755); err != nil {
 		return err
@@ -205,9 +202,6 @@ func (n *Node) loadImages(ctx context.Context, bins string, pull bool) error {
 		return fmt.Errorf("write the images: %w\n%s", err, out)
 	}
 	for _, s := range images.All {
-		if pull && slices.ContainsFunc(images.Shipped, func(shipped images.Spec) bool { return shipped.Name == s.Name }) {
-			continue
-		}
 		if _, err := n.ctr(ctx, "images", "import", "--snapshotter", "overlayfs", n.path("images", s.Name+".tar")); err != nil {
 			return fmt.Errorf("import %s into containerd: %w", s.Name, err)
 		}
