@@ -63,7 +63,11 @@ func publishARelease(ctx context.Context, work string) (*aRelease, error) {
 	r := &aRelease{registry: reg, pushed: map[string]publish.Pushed{}}
 	for _, p := range list {
 		r.pushed[string(p.Kind)+"/"+filepath.Base(p.Repository)] = p
-		fmt.Printf("    pushed %-6s %s:%s %s\n", p.Kind, p.Repository, p.Tag, p.Digest)
+		ref := p.Repository + "@" + p.Digest
+		if p.Tag != "" {
+			ref = p.Repository + ":" + p.Tag + " " + p.Digest
+		}
+		fmt.Printf("    pushed %-8s %s\n", p.Kind, ref)
 	}
 	return r, nil
 }

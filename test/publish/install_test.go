@@ -124,7 +124,9 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 
 	// Every pod Ready, each container on the image its chart pins, pulled
 	// by the digest pushed.
-	pinned := func(p publish.Pushed) string { return shippedUnder + "/" + filepath.Base(p.Repository) + "@" + p.Digest }
+	pinned := func(p publish.Pushed) string {
+		return shippedUnder + "/" + filepath.Base(p.Repository) + "@" + p.Digest
+	}
 	want := map[string]string{ // container → the image its chart pins, by the digest pushed
 		"agent": pinned(agentImage), "overlay-init": pinned(sidecarImage), "overlay-sync": pinned(sidecarImage),
 	}
