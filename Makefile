@@ -116,7 +116,7 @@ demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, the
 	$(GO) run ./demo --bin $(BIN_DIR)
 
 .PHONY: tools
-tools: $(HELM) $(KUSTOMIZE) ## build the pinned kube-apiserver, etcd, helm, kustomize and the node (kubelet, controller manager, scheduler, containerd, CNI plugins; runc and nft from Debian), promtool and the Prometheus server, the OCI registry the publishing test pushes to, and cert-manager's controller and CRDs for the test of the cert-manager recipe (cached; many minutes when cold)
+tools: $(HELM) $(KUSTOMIZE) ## build the pinned kube-apiserver, etcd, helm, kustomize and the node (kubelet, controller manager, scheduler, containerd, CNI plugins; runc and nft from Debian), promtool and the Prometheus server, the OCI registry the publishing test pushes to and cosign, which checks its signatures, and cert-manager's controller and CRDs for the test of the cert-manager recipe (cached; many minutes when cold)
 	@GRIDSYNC_TOOLS_DIR=$(TOOLS_DIR) hack/tools/build.sh
 
 $(HELM):

@@ -7,8 +7,9 @@
 # of the pod network (cni/), promtool, which unit-tests the charts' alert
 # rules, and the Prometheus server that fires them from real scrapes
 # (prometheus/), the CNCF distribution registry the publishing test pushes
-# to (registry/), and cert-manager's controller with its CRDs for the test
-# of the cert-manager recipe (certmanager/). Nothing is downloaded but Go
+# to (registry/), cosign, with which that test makes the signing key and
+# checks the signatures (cosign/), and cert-manager's controller with its
+# CRDs for the test of the cert-manager recipe (certmanager/). Nothing is downloaded but Go
 # modules; the OCI runtime, runc, comes from Debian (see node_packages
 # below).
 #
@@ -129,6 +130,16 @@ build_registry() {
 	"$out/registry" --version
 }
 
+build_cosign() {
+	# cosign, stamped with its version as its release build stamps it
+	# (unstamped it says devel). Without cgo, as cosign's releases are: no
+	# PIV or PKCS #11 keys, which the tests do not use.
+	local version
+	version="$(go list -m -f '{{.Version}}' github.com/sigstore/cosign/v2)"
+	CGO_ENABLED=0 build cosign github.com/sigstore/cosign/v2/cmd/cosign "-X sigs.k8s.io/release-utils/version.gitVersion=$version"
+	"$out/cosign" version | sed -n '/GitVersion/p'
+}
+
 build_certmanager() {
 	# cert-manager's controllers, run by main.go in this module folder (the
 	# module proxy cannot serve cert-manager's own controller main, see
@@ -174,6 +185,7 @@ group containerd "$here/node" containerd containerd-shim-runc-v2 ctr
 group cni "$here/cni" cni/bridge cni/host-local
 group prometheus "$here/prometheus" promtool prometheus
 group registry "$here/registry" registry
+group cosign "$here/cosign" cosign
 group certmanager "$here/certmanager" cert-manager-controller cert-manager-crds
 node_packages
 echo "tools: ready in $out"
