@@ -92,10 +92,10 @@ kustomize: $(HELM) ## rewrite the agent's kustomize platform base (deploy/kustom
 	$(GO) run ./hack/release kustomize -values $(KUSTOMIZE_VALUES) $(KUSTOMIZE_DIR)
 
 .PHONY: release
-release: $(HELM) ## everything a release ships, in RELEASE_DIR (bin/release): the image layouts, the two charts packaged with the images' digests, the CRDs, the kustomize base and its flavours, SHA256SUMS
+release: $(HELM) ## everything a release ships, in RELEASE_DIR (bin/release): the image layouts, the two charts packaged with the images' digests (byte for byte the same for the same commit), the CRDs, the kustomize base and its flavours, SHA256SUMS
 	rm -rf $(RELEASE_DIR)
 	@$(MAKE) --no-print-directory images IMAGES_DIR=$(RELEASE_DIR)/images
-	$(GO) run ./hack/release assemble -images $(RELEASE_DIR)/images -kustomize $(KUSTOMIZE_ROOT) -out $(RELEASE_DIR) -version $(VERSION)
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/release assemble -images $(RELEASE_DIR)/images -kustomize $(KUSTOMIZE_ROOT) -out $(RELEASE_DIR) -version $(VERSION)
 	@echo "release: $(RELEASE_DIR) (SHA256SUMS lists every file)"
 
 # make publish pushes RELEASE_DIR to the registry the images are named

@@ -8,9 +8,10 @@
 //	    -overlays, built with kustomize BIN, is not what the chart renders
 //	    with FILE and the overlay's values.yaml)
 //	release assemble -images DIR -kustomize DIR -out DIR -version V
-//	    packages the two charts with the images' digests filled in, copies
-//	    the CRDs and the kustomize folder (the base and its flavours), and
-//	    writes SHA256SUMS of it all
+//	    packages the two charts with the images' digests filled in, every
+//	    file in the packages stamped with $SOURCE_DATE_EPOCH (the same
+//	    commit, the same bytes), copies the CRDs and the kustomize folder
+//	    (the base and its flavours), and writes SHA256SUMS of it all
 //	release publish -release DIR [-registry HOST[:PORT]] [-ca FILE] [-insecure] [-record FILE]
 //	    pushes the release in DIR to its registry (or HOST[:PORT]): each
 //	    image index by digest and tag with its SBOM and provenance as
@@ -34,6 +35,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -387,11 +389,15 @@ func assembleCommand(args []string) error {
 	if err != nil {
 		return err
 	}
-	charts := filepath.Join(*out, "charts")
-	if err := packageChart(agentChart, charts, *version, map[string]string{"image.digest": agent}); err != nil {
+	epoch, err := sourceDateEpoch()
+	if err != nil {
 		return err
 	}
-	if err := packageChart(gatewayChart, charts, *version, map[string]string{"overlay.sidecar.image.digest": sidecar}); err != nil {
+	charts := filepath.Join(*out, "charts")
+	if err := packageChart(agentChart, charts, *version, epoch, map[string]string{"image.digest": agent}); err != nil {
+		return err
+	}
+	if err := packageChart(gatewayChart, charts, *version, epoch, map[string]string{"overlay.sidecar.image.digest": sidecar}); err != nil {
 		return err
 	}
 	if err := copyDir(crdDir, filepath.Join(*out, "crds"), ".yaml"); err != nil {
@@ -426,8 +432,9 @@ func indexDigest(dir string) (string, error) {
 }
 
 // packageChart copies the chart, sets the values at the dotted keys in its
-// values.yaml (comments kept) and packages it into out.
-func packageChart(chart, out, version string, set map[string]string) error {
+// values.yaml (comments kept) and packages it into out, every file of the
+// package stamped with epoch: the same chart packages to the same bytes.
+func packageChart(chart, out, version string, epoch time.Time, set map[string]string) error {
 	tmp, err := os.MkdirTemp("", "gridsync-chart-*")
 	if err != nil {
 		return err
@@ -462,11 +469,21 @@ func packageChart(chart, out, version string, set map[string]string) error {
 	if err := os.WriteFile(valuesFile, b.Bytes(), 0o644); err != nil {
 		return err
 	}
+	packaged := filepath.Join(tmp, "packaged")
+	if _, err := helm("package", dir, "--app-version", version, "--destination", packaged); err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(packaged, "*.tgz"))
+	if err != nil {
+		return err
+	}
+	if len(files) != 1 {
+		return fmt.Errorf("helm package %s wrote %d packages, not one", chart, len(files))
+	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	_, err = helm("package", dir, "--app-version", version, "--destination", out)
-	return err
+	return reproducibleChart(files[0], filepath.Join(out, filepath.Base(files[0])), epoch)
 }
 
 func lookup(n *yaml.Node, path []string) *yaml.Node {
