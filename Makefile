@@ -101,15 +101,32 @@ release: $(HELM) ## everything a release ships, in RELEASE_DIR (bin/release): th
 # make publish pushes RELEASE_DIR to the registry the images are named
 # under (IMAGE_REGISTRY), or to REGISTRY (host:port) under the same
 # repositories; REGISTRY_CA is a CA file to trust for REGISTRY's
-# certificate. PUBLISHED records what was pushed, for the steps that
-# attach more to it (signatures).
+# certificate. PUBLISHED records what was pushed.
+#
+# It signs what it pushes as cosign does with SIGNING_KEY: a key from
+# `cosign generate-key-pair` (cosign.key, its password in COSIGN_PASSWORD)
+# or an unencrypted PKCS #8 PEM key. Without one it refuses to publish,
+# unless UNSIGNED=1 says to publish without signatures.
+#
+# make verify checks, with PUBLIC_KEY (cosign.pub) and the registry alone,
+# every image and chart PUBLISHED records, or the references in REFS
+# (repository:tag or repository@digest), at REGISTRY when it is given.
 REGISTRY    ?=
 REGISTRY_CA ?=
 PUBLISHED   ?= $(BIN_DIR)/published.json
+SIGNING_KEY ?=
+UNSIGNED    ?=
+PUBLIC_KEY  ?=
+REFS        ?=
 
 .PHONY: publish
-publish: ## push what make release wrote to its registry or REGISTRY=host:port, by digest: each image index with its SBOM and provenance as referrers, the charts as OCI artifacts (oci://<registry>/gridsync/charts/<chart>); prints each reference with its digest, pushes nothing already there
-	$(GO) run ./hack/release publish -release $(RELEASE_DIR) -record $(PUBLISHED) $(if $(REGISTRY),-registry $(REGISTRY)) $(if $(REGISTRY_CA),-ca $(REGISTRY_CA))
+publish: ## push what make release wrote to its registry or REGISTRY=host:port, by digest: each image index with its SBOM and provenance as referrers, the charts as OCI artifacts (oci://<registry>/gridsync/charts/<chart>); signs each index and chart and attests each provenance as cosign does with SIGNING_KEY=cosign.key (COSIGN_PASSWORD), refuses without one unless UNSIGNED=1; prints each reference with its digest, pushes nothing already there
+	$(GO) run ./hack/release publish -release $(RELEASE_DIR) -record $(PUBLISHED) $(if $(REGISTRY),-registry $(REGISTRY)) $(if $(REGISTRY_CA),-ca $(REGISTRY_CA)) \
+		$(if $(SIGNING_KEY),-key $(SIGNING_KEY)) $(if $(UNSIGNED),-unsigned=$(UNSIGNED))
+
+.PHONY: verify
+verify: ## check offline, with PUBLIC_KEY=cosign.pub, what make publish pushed (PUBLISHED) or REFS="<ref> ...": each tag names the digest published, each image and chart is signed by the key, each image's provenance attested (as cosign verify --key and verify-attestation do, without a transparency log)
+	$(GO) run ./hack/release verify $(if $(PUBLIC_KEY),-key $(PUBLIC_KEY)) $(if $(REFS),,-record $(PUBLISHED)) $(if $(REGISTRY),-registry $(REGISTRY)) $(if $(REGISTRY_CA),-ca $(REGISTRY_CA)) $(REFS)
 
 .PHONY: demo
 demo: tools build ## the main job end to end: kube-apiserver, init, sidecar, then the agent publishing from Grid resources

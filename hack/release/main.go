@@ -12,12 +12,22 @@
 //	    file in the packages stamped with $SOURCE_DATE_EPOCH (the same
 //	    commit, the same bytes), copies the CRDs and the kustomize folder
 //	    (the base and its flavours), and writes SHA256SUMS of it all
-//	release publish -release DIR [-registry HOST[:PORT]] [-ca FILE] [-insecure] [-record FILE]
+//	release publish -release DIR (-key FILE | -unsigned) [-registry HOST[:PORT]] [-ca FILE] [-insecure] [-record FILE]
 //	    pushes the release in DIR to its registry (or HOST[:PORT]): each
 //	    image index by digest and tag with its SBOM and provenance as
 //	    referrers, and the charts as OCI artifacts (see package publish);
-//	    prints each reference with its digest and, with -record, writes
-//	    them as JSON for the steps that attach more (signatures)
+//	    with -key signs each image index and chart as cosign does and
+//	    attests each image's provenance (package sign), without it refuses
+//	    unless -unsigned; prints each reference with its digest and, with
+//	    -record, writes them as JSON
+//	release verify -key FILE (-record FILE | REF...) [-registry HOST[:PORT]] [-ca FILE] [-insecure]
+//	    checks, with the public key alone (no transparency log, no other
+//	    network than the registry), every image and chart of the record,
+//	    or the references: that the tag names the digest published, the
+//	    signature over cosign's payload naming that digest and, for an
+//	    image, the DSSE signature of its provenance and the statement's
+//	    subject; as cosign verify --key and cosign verify-attestation
+//	    --key do; everything read from the registry bounded in size
 //
 // Helm is the pinned one the Makefile names ($GRIDSYNC_HELM).
 package main
@@ -69,6 +79,8 @@ func main() {
 		err = assembleCommand(os.Args[2:])
 	case "publish":
 		err = publishCommand(os.Args[2:])
+	case "verify":
+		err = verifyCommand(os.Args[2:])
 	default:
 		usage()
 	}
@@ -79,7 +91,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: release kustomize [-check -overlays DIR -kustomize BIN] -values FILE DIR | release assemble -images DIR -kustomize DIR -out DIR -version V | release publish -release DIR [-registry HOST[:PORT]] [-ca FILE] [-insecure] [-record FILE]")
+	fmt.Fprintln(os.Stderr, "usage: release kustomize [-check -overlays DIR -kustomize BIN] -values FILE DIR | release assemble -images DIR -kustomize DIR -out DIR -version V | release publish -release DIR (-key FILE | -unsigned) [-registry HOST[:PORT]] [-ca FILE] [-insecure] [-record FILE] | release verify -key FILE (-record FILE | REF...) [-registry HOST[:PORT]] [-ca FILE] [-insecure]")
 	os.Exit(2)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/gridsync/gridsync/hack/release/publish"
+	"github.com/gridsync/gridsync/hack/release/sign"
 )
 
 func publishCommand(args []string) error {
@@ -27,19 +28,25 @@ func publishCommand(args []string) error {
 	caFile := fs.String("ca", "", "a PEM file of CAs the registry's certificate is checked against, beside the system's")
 	insecure := fs.Bool("insecure", false, "speak plain HTTP to the registry")
 	record := fs.String("record", "", "a file to write what was pushed to, as JSON")
+	key := fs.String("key", "", "the private key to sign with: cosign's (cosign generate-key-pair; its password in $COSIGN_PASSWORD) or an unencrypted PKCS #8 PEM")
+	unsigned := fs.Bool("unsigned", false, "publish without signatures (without -key, publish refuses)")
 	_ = fs.Parse(args)
 	if *release == "" || fs.NArg() != 0 {
 		usage()
 	}
-	// Credentials as docker login and its helpers keep them: a public
-	// registry needs them to push, a test registry needs none.
-	opts := []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}
-	if *caFile != "" {
-		t, err := transportTrusting(*caFile)
+	var signer *sign.Signer
+	if *key != "" {
+		pem, err := os.ReadFile(*key)
 		if err != nil {
 			return err
 		}
-		opts = append(opts, remote.WithTransport(t))
+		if signer, err = sign.LoadPrivateKey(pem, sign.EnvPassword); err != nil {
+			return fmt.Errorf("%s: %w", *key, err)
+		}
+	}
+	opts, err := registryOptions(*caFile)
+	if err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -49,6 +56,8 @@ func publishCommand(args []string) error {
 		Insecure: *insecure,
 		Remote:   opts,
 		Log:      os.Stdout,
+		Signer:   signer,
+		Unsigned: *unsigned,
 	})
 	if err != nil {
 		return err
@@ -68,25 +77,30 @@ func publishCommand(args []string) error {
 	return nil
 }
 
-// transportTrusting is the registry client's default transport, trusting
-// the CAs in caFile besides the system's.
-func transportTrusting(caFile string) (http.RoundTripper, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
-	}
+// registryOptions are the registry client's options: credentials as
+// docker login and its helpers keep them (a public registry needs them to
+// push, a test registry needs none), the CAs in caFile trusted besides the
+// system's when given, and every answer bounded in size (package sign:
+// the registry is not trusted).
+func registryOptions(caFile string) ([]remote.Option, error) {
 	base, ok := remote.DefaultTransport.(*http.Transport)
 	if !ok {
 		return nil, errors.New("the registry client's default transport is not an *http.Transport")
 	}
 	t := base.Clone()
-	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return t, nil
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain), remote.WithTransport(sign.LimitBodies(t))}, nil
 }

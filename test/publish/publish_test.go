@@ -44,11 +44,20 @@ var root = filepath.Join("..", "..")
 // the layout's SBOM and provenance with their artifact types, each chart
 // is pulled by the pinned helm from oci:// and pins the digests pushed;
 // publishing again writes nothing and gives the same digests, and keeps a
-// referrer that a later step (signing) attached in between.
+// referrer attached in between.
+//
+// It is signed with a key pair the real cosign made: make publish refuses
+// to publish without the key unless told to; with it, make verify and the
+// real cosign (verify, verify-attestation) accept every image and chart
+// and each image's provenance, and both refuse an image replaced under
+// the agent's tag and a signature or attestation copied onto another
+// digest. Cosign runs offline: nothing is sent off loopback.
 func TestPublishPushesTheReleaseByDigest(t *testing.T) {
 	registryBin := tool(t, "registry")
 	helm := pinnedHelm(t)
 	dir := t.TempDir()
+	cosign := newCosign(t, dir)
+	key, pub := cosign.generateKeyPair(t, filepath.Join(dir, "keys"))
 	release := filepath.Join(dir, "release")
 	runMake(t, "release", "RELEASE_DIR="+release, "BIN_DIR="+filepath.Join(dir, "bin"))
 
@@ -56,6 +65,15 @@ func TestPublishPushesTheReleaseByDigest(t *testing.T) {
 	record := filepath.Join(dir, "published.json")
 	publishArgs := []string{"RELEASE_DIR=" + release, "BIN_DIR=" + filepath.Join(dir, "bin"),
 		"REGISTRY=" + host, "REGISTRY_CA=" + ca, "PUBLISHED=" + record}
+	refused := runMakeFails(t, "publish", publishArgs...)
+	assert.Contains(t, refused, "refusing to publish unsigned", "without a key, publishing must be asked for")
+	reg, err := name.NewRegistry(host)
+	require.NoError(t, err)
+	catalog, err := remote.Catalog(t.Context(), reg, opts...)
+	require.NoError(t, err)
+	assert.Empty(t, catalog, "nothing was pushed")
+
+	publishArgs = append(publishArgs, "SIGNING_KEY="+key)
 	printed := runMake(t, "publish", publishArgs...)
 	t.Logf("make publish:\n%s", printed)
 	first := readRecord(t, record)
@@ -167,8 +185,11 @@ func TestPublishPushesTheReleaseByDigest(t *testing.T) {
 		assert.Contains(t, runHelm(t, helm, helmEnv, args...), "/"+pin.image+"@"+images[pin.image].String()+`"`)
 	}
 
-	// A later step attaches its own referrer to an index (as signing
-	// will); publishing again writes nothing, gives the same digests and
+	verifyArgs := []string{"PUBLIC_KEY=" + pub, "PUBLISHED=" + record, "REGISTRY=" + host, "REGISTRY_CA=" + ca, "BIN_DIR=" + filepath.Join(dir, "bin")}
+	checkSigned(t, cosign, first, verifyArgs, pub, ca)
+
+	// Another tool attaches its own referrer to an index; publishing again
+	// writes nothing (no signature either), gives the same digests and
 	// keeps it.
 	agent, err := name.NewRepository(host + "/gridsync/gridsync-agent")
 	require.NoError(t, err)
@@ -193,6 +214,11 @@ func TestPublishPushesTheReleaseByDigest(t *testing.T) {
 	assert.True(t, slices.ContainsFunc(referrers(t, agent, images["gridsync-agent"], opts), func(d v1.Descriptor) bool {
 		return d.Digest == extra
 	}), "a referrer attached after publishing is kept")
+
+	i := slices.IndexFunc(first, func(p publish.Pushed) bool { return p.Kind == publish.Image && p.Repository == agent.Name() })
+	require.GreaterOrEqual(t, i, 0)
+	checkTamperingRefused(t, cosign, first[i], verifyArgs, pub, ca, opts)
+	assert.Empty(t, cosign.trap.requests(), "cosign sent nothing off loopback")
 }
 
 // tool is the pinned tool `make tools` built into .tools/bin (or
@@ -230,14 +256,20 @@ func pinnedHelm(t *testing.T) string {
 // printed.
 func runMake(t *testing.T, target string, vars ...string) string {
 	t.Helper()
+	printed, err := makeCommand(t, target, vars...).CombinedOutput()
+	require.NoError(t, err, "make %s:\n%s", target, printed)
+	return string(printed)
+}
+
+// makeCommand is make target run from the repository's root.
+func makeCommand(t *testing.T, target string, vars ...string) *exec.Cmd {
+	t.Helper()
 	args := append([]string{"--no-print-directory", target}, vars...)
 	cmd := exec.CommandContext(t.Context(), "make", args...)
 	cmd.Dir = root
 	// Run from `make test`, the outer make's jobserver is not this one's.
 	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=")
-	printed, err := cmd.CombinedOutput()
-	require.NoError(t, err, "make %s:\n%s", target, printed)
-	return string(printed)
+	return cmd
 }
 
 func runHelm(t *testing.T, helm string, env []string, args ...string) string {

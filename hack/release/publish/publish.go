@@ -15,6 +15,11 @@
 // registry, for one) get the referrers tag schema of the OCI distribution
 // spec instead: an image index tagged sha256-<hex> listing the referrers
 // of the manifest with that digest, which the client library keeps.
+//
+// With a signer, each image index and chart is signed as cosign signs
+// (sha256-<hex>.sig) and each image's provenance is signed as an in-toto
+// attestation of it (sha256-<hex>.att), see package sign; publishing
+// without one must be asked for (Options.Unsigned).
 package publish
 
 import (
@@ -43,6 +48,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gridsync/gridsync/hack/release/sign"
 )
 
 // Helm's media types for a chart stored in an OCI registry: the config is
@@ -61,9 +68,11 @@ type Kind string
 
 // The kinds of what is pushed.
 const (
-	Image    Kind = "image"    // an image index, every platform's image under it
-	Referrer Kind = "referrer" // an artifact attached to an image index (SBOM, provenance)
-	Chart    Kind = "chart"    // a Helm chart
+	Image       Kind = "image"       // an image index, every platform's image under it
+	Referrer    Kind = "referrer"    // an artifact attached to an image index (SBOM, provenance)
+	Chart       Kind = "chart"       // a Helm chart
+	Signature   Kind = "signature"   // cosign's signatures of an image index or chart (sha256-<hex>.sig)
+	Attestation Kind = "attestation" // cosign's attestations of an image index (sha256-<hex>.att): its signed provenance
 )
 
 // Pushed is one manifest in the registry after a run: what a later step
@@ -78,9 +87,11 @@ type Pushed struct {
 	Tag       string `json:"tag,omitempty"`
 	MediaType string `json:"mediaType"`
 	// ArtifactType says what a referrer carries (the SBOM's or the
-	// provenance's media type).
+	// provenance's media type), or a signature's or an attestation's
+	// layers (cosign's simple-signing payload, a DSSE envelope).
 	ArtifactType string `json:"artifactType,omitempty"`
-	// Subject is the digest of the manifest a referrer is attached to.
+	// Subject is the digest of the manifest a referrer, a signature or an
+	// attestation is of.
 	Subject string `json:"subject,omitempty"`
 	// Existed is true when the registry held it already: nothing was
 	// written for it.
@@ -129,7 +140,15 @@ type Options struct {
 	Remote []remote.Option
 	// Log, when set, gets a line for each manifest as it is pushed.
 	Log io.Writer
+	// Signer signs each image index and chart and attests each image's
+	// provenance. Without one, Unsigned must say to publish unsigned.
+	Signer *sign.Signer
+	// Unsigned publishes without signatures: an explicit choice.
+	Unsigned bool
 }
+
+// ErrUnsigned is publishing without a signer, not asked for.
+var ErrUnsigned = errors.New("refusing to publish unsigned: give the signing key (make publish SIGNING_KEY=cosign.key, release publish -key), or say UNSIGNED=1 (-unsigned) to publish without signatures")
 
 // image is one image layout of the release.
 type image struct {
@@ -158,6 +177,12 @@ type chart struct {
 // charts. Before anything is pushed it checks that every digest a chart
 // pins is the digest of an image of the release.
 func Publish(ctx context.Context, o Options) ([]Pushed, error) {
+	switch {
+	case o.Signer == nil && !o.Unsigned:
+		return nil, ErrUnsigned
+	case o.Signer != nil && o.Unsigned:
+		return nil, errors.New("a signing key and unsigned both: say one")
+	}
 	images, err := readImages(filepath.Join(o.Release, "images"), o)
 	if err != nil {
 		return nil, err
@@ -194,6 +219,16 @@ func Publish(ctx context.Context, o Options) ([]Pushed, error) {
 			}
 			report(pushed)
 		}
+		if o.Signer == nil {
+			continue
+		}
+		signed, err := signImage(o.Signer, img, opts)
+		for _, p := range signed {
+			report(p)
+		}
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", img.dir, err)
+		}
 	}
 	for _, c := range charts {
 		repo, err := name.NewRepository(chartRepo+"/"+c.name, nameOptions(o)...)
@@ -205,8 +240,85 @@ func Publish(ctx context.Context, o Options) ([]Pushed, error) {
 			return out, fmt.Errorf("%s: %w", c.file, err)
 		}
 		report(pushed)
+		if o.Signer == nil {
+			continue
+		}
+		signed, err := signManifest(o.Signer, repo.Digest(pushed.Digest), opts)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", c.file, err)
+		}
+		report(signed)
 	}
 	return out, nil
+}
+
+// signImage signs the image index, then attests each provenance the
+// layout attaches to it (the statement as the release holds it).
+func signImage(s *sign.Signer, img image, opts []remote.Option) ([]Pushed, error) {
+	subject := img.repo.Digest(img.digest.String())
+	signed, err := signManifest(s, subject, opts)
+	if err != nil {
+		return nil, err
+	}
+	out := []Pushed{signed}
+	for _, d := range img.referrers {
+		if d.ArtifactType != ProvenanceArtifactType {
+			continue
+		}
+		statement, err := artifactContent(img, d)
+		if err != nil {
+			return out, fmt.Errorf("the provenance %s: %w", d.Digest, err)
+		}
+		a, err := s.Attest(subject, statement, opts...)
+		if err != nil {
+			return out, fmt.Errorf("attesting the provenance %s: %w", d.Digest, err)
+		}
+		out = append(out, attachedRecord(Attestation, a, sign.DSSEMediaType, img.digest))
+	}
+	return out, nil
+}
+
+// signManifest signs the manifest ref names.
+func signManifest(s *sign.Signer, ref name.Digest, opts []remote.Option) (Pushed, error) {
+	subject, err := v1.NewHash(ref.DigestStr())
+	if err != nil {
+		return Pushed{}, err
+	}
+	a, err := s.Sign(ref, opts...)
+	if err != nil {
+		return Pushed{}, fmt.Errorf("signing %s: %w", ref, err)
+	}
+	return attachedRecord(Signature, a, sign.SimpleSigningMediaType, subject), nil
+}
+
+func attachedRecord(kind Kind, a sign.Attached, layers types.MediaType, subject v1.Hash) Pushed {
+	return Pushed{Kind: kind, Repository: a.Tag.Context().Name(), Digest: a.Digest.String(), Tag: a.Tag.TagStr(),
+		MediaType: string(types.OCIManifestSchema1), ArtifactType: string(layers), Subject: subject.String(), Existed: a.Existed}
+}
+
+// ProvenanceArtifactType is the artifact type of the provenance the
+// layouts attach: an in-toto statement.
+const ProvenanceArtifactType = "application/vnd.in-toto+json"
+
+// artifactContent is the one layer of an artifact of the layout.
+func artifactContent(img image, d v1.Descriptor) ([]byte, error) {
+	a, err := img.layout.Image(d.Digest)
+	if err != nil {
+		return nil, err
+	}
+	layers, err := a.Layers()
+	if err != nil {
+		return nil, err
+	}
+	if len(layers) != 1 {
+		return nil, fmt.Errorf("%d layers, not one", len(layers))
+	}
+	rc, err := layers[0].Compressed()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
 }
 
 func nameOptions(o Options) []name.Option {
