@@ -2,6 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -29,10 +34,10 @@ type aRelease struct {
 // publish into a registry (the pinned distribution registry, standing for
 // the one the images are named under), and prints what was pushed.
 func publishARelease(ctx context.Context, work string) (*aRelease, error) {
-	step("a release as users get it: make release, make publish into a registry on loopback")
+	step("a release as users get it: make release, make publish into a registry on loopback, signed with the releaser's key")
 	began := time.Now()
 	dir := filepath.Join(work, "release")
-	if err := makeTarget(ctx, "release", "RELEASE_DIR="+dir, "BIN_DIR="+filepath.Join(work, "release-bin")); err != nil {
+	if _, err := makeTarget(ctx, "release", "RELEASE_DIR="+dir, "BIN_DIR="+filepath.Join(work, "release-bin")); err != nil {
 		return nil, err
 	}
 	fmt.Printf("    make release: two images for linux/amd64 and linux/arm64 and two charts pinning their digests, in %s\n", time.Since(began).Round(100*time.Millisecond))
@@ -44,9 +49,14 @@ func publishARelease(ctx context.Context, work string) (*aRelease, error) {
 	if err != nil {
 		return nil, err
 	}
+	key, pub, err := releaserKey(work)
+	if err != nil {
+		_ = reg.Stop()
+		return nil, err
+	}
 	record := filepath.Join(work, "published.json")
-	if err := makeTarget(ctx, "publish", "RELEASE_DIR="+dir, "BIN_DIR="+filepath.Join(work, "release-bin"),
-		"REGISTRY="+reg.Host, "REGISTRY_CA="+reg.CAFile, "PUBLISHED="+record); err != nil {
+	if _, err := makeTarget(ctx, "publish", "RELEASE_DIR="+dir, "BIN_DIR="+filepath.Join(work, "release-bin"),
+		"REGISTRY="+reg.Host, "REGISTRY_CA="+reg.CAFile, "PUBLISHED="+record, "SIGNING_KEY="+key); err != nil {
 		_ = reg.Stop()
 		return nil, err
 	}
@@ -67,9 +77,44 @@ func publishARelease(ctx context.Context, work string) (*aRelease, error) {
 		if p.Tag != "" {
 			ref = p.Repository + ":" + p.Tag + " " + p.Digest
 		}
-		fmt.Printf("    pushed %-8s %s\n", p.Kind, ref)
+		fmt.Printf("    pushed %-11s %s\n", p.Kind, ref)
+	}
+
+	step("make verify with the releaser's public key, offline: every image and chart signed, every image's provenance attested")
+	out, err := makeTarget(ctx, "verify", "PUBLISHED="+record, "REGISTRY_CA="+reg.CAFile, "PUBLIC_KEY="+pub)
+	if err != nil {
+		_ = reg.Stop()
+		return nil, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "verify:") {
+			fmt.Println("    " + line)
+		}
 	}
 	return r, nil
+}
+
+// releaserKey writes a P-256 key pair, the releaser's: cosign.key
+// unencrypted in PKCS #8 (cosign generate-key-pair's encrypted key works
+// the same, with COSIGN_PASSWORD) and cosign.pub.
+func releaserKey(work string) (key, pub string, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	private, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return "", "", err
+	}
+	public, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		return "", "", err
+	}
+	key, pub = filepath.Join(work, "cosign.key"), filepath.Join(work, "cosign.pub")
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: private}), 0o600); err != nil {
+		return "", "", err
+	}
+	return key, pub, os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: public}), 0o644)
 }
 
 // chart is where helm installs name's chart from: its oci:// reference
@@ -85,15 +130,15 @@ func (r *aRelease) image(name string) string {
 	return shippedUnder + "/" + name + "@" + r.pushed[string(publish.Image)+"/"+name].Digest
 }
 
-// makeTarget runs make target from the repository's root, printing its
-// output only when it fails.
-func makeTarget(ctx context.Context, target string, vars ...string) error {
+// makeTarget runs make target from the repository's root and returns
+// what it printed, which a failure's error holds.
+func makeTarget(ctx context.Context, target string, vars ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", target}, vars...)...)
 	// Run from make demo, the outer make's jobserver is not this one's.
 	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("make %s: %w\n%s", target, err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("make %s: %w\n%s", target, err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return string(out), nil
 }

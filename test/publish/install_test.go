@@ -23,7 +23,8 @@ import (
 	"github.com/gridsync/gridsync/test/testregistry"
 )
 
-// What a user does: `make release && make publish` into a registry, then
+// What a user does: `make release && make publish` into a registry (signed
+// with the releaser's key), `make verify` with the public key, then
 // `helm install oci://…` of both charts on a node whose containerd pulls
 // the images the charts pin, by digest, from that registry. The registry
 // stands for the one the images are named under (ghcr.io): the node's
@@ -50,9 +51,14 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 		assert.NoError(t, reg.Stop())
 	})
 	host, ca := reg.Host, reg.CAFile
+	// Signed with the releaser's key, and verified with the public key
+	// before anything runs, as a user's admission would.
+	key, pub := newCosign(t, dir).generateKeyPair(t, filepath.Join(dir, "keys"))
 	record := filepath.Join(dir, "published.json")
 	runMake(t, "publish", "RELEASE_DIR="+release, "BIN_DIR="+filepath.Join(dir, "bin"),
-		"REGISTRY="+host, "REGISTRY_CA="+ca, "PUBLISHED="+record)
+		"REGISTRY="+host, "REGISTRY_CA="+ca, "PUBLISHED="+record, "SIGNING_KEY="+key)
+	verified := runMake(t, "verify", "PUBLISHED="+record, "REGISTRY_CA="+ca, "PUBLIC_KEY="+pub)
+	assert.Equal(t, 4, strings.Count(verified, "verify: ok"), "both images and both charts:\n%s", verified)
 	pushed := map[string]publish.Pushed{} // by its name: gridsync-agent, the chart or the image
 	for _, p := range readRecord(t, record) {
 		pushed[string(p.Kind)+"/"+filepath.Base(p.Repository)] = p
