@@ -2,6 +2,7 @@ package publish_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,7 +21,6 @@ import (
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testnode"
-	"github.com/gridsync/gridsync/test/testregistry"
 )
 
 // What a user does: `make release && make publish` into a registry (signed
@@ -42,15 +42,7 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 	dir := t.TempDir()
 	release := filepath.Join(dir, "release")
 	runMake(t, "release", "RELEASE_DIR="+release, "BIN_DIR="+filepath.Join(dir, "bin"))
-	reg, err := testregistry.Start(ctx, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the end of the registry's log:\n%s", reg.LogTail())
-		}
-		assert.NoError(t, reg.Stop())
-	})
-	host, ca := reg.Host, reg.CAFile
+	host, ca, _ := startRegistry(t)
 	// Signed with the releaser's key, and verified with the public key
 	// before anything runs, as a user's admission would.
 	key, pub := newCosign(t, dir).generateKeyPair(t, filepath.Join(dir, "keys"))
@@ -69,10 +61,12 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 		require.NotEmpty(t, p.Digest, "the release pushed %v", p)
 	}
 
+	caPEM, err := os.ReadFile(ca)
+	require.NoError(t, err)
 	cp, err := controlplane.Start(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cp.Stop()) })
-	node, err := testnode.StartWith(ctx, cp, testnode.Options{Mirrors: []testnode.Mirror{{Registry: strings.SplitN(shippedUnder, "/", 2)[0], Upstream: host, CA: reg.CA}}})
+	node, err := testnode.StartWith(ctx, cp, testnode.Options{Mirrors: []testnode.Mirror{{Registry: strings.SplitN(shippedUnder, "/", 2)[0], Upstream: host, CA: caPEM}}})
 	if node != nil {
 		t.Cleanup(func() { assert.NoError(t, node.Stop()) })
 	}

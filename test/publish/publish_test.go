@@ -2,12 +2,7 @@
 package publish_test
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"errors"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -31,8 +25,7 @@ import (
 
 	"github.com/gridsync/gridsync/hack/release/kube"
 	"github.com/gridsync/gridsync/hack/release/publish"
-	"github.com/gridsync/gridsync/test/testpki"
-	"github.com/gridsync/gridsync/test/testproc"
+	"github.com/gridsync/gridsync/test/testregistry"
 )
 
 // root is the repository's root, from this package's folder.
@@ -53,7 +46,6 @@ var root = filepath.Join("..", "..")
 // the agent's tag and a signature or attestation copied onto another
 // digest. Cosign runs offline: nothing is sent off loopback.
 func TestPublishPushesTheReleaseByDigest(t *testing.T) {
-	registryBin := tool(t, "registry")
 	helm := pinnedHelm(t)
 	dir := t.TempDir()
 	cosign := newCosign(t, dir)
@@ -61,7 +53,7 @@ func TestPublishPushesTheReleaseByDigest(t *testing.T) {
 	release := filepath.Join(dir, "release")
 	runMake(t, "release", "RELEASE_DIR="+release, "BIN_DIR="+filepath.Join(dir, "bin"))
 
-	host, ca, opts := startRegistry(t, registryBin, dir)
+	host, ca, opts := startRegistry(t)
 	record := filepath.Join(dir, "published.json")
 	publishArgs := []string{"RELEASE_DIR=" + release, "BIN_DIR=" + filepath.Join(dir, "bin"),
 		"REGISTRY=" + host, "REGISTRY_CA=" + ca, "PUBLISHED=" + record}
@@ -281,80 +273,20 @@ func runHelm(t *testing.T, helm string, env []string, args ...string) string {
 	return string(out)
 }
 
-// startRegistry runs the registry on a loopback port with filesystem
-// storage below dir and a certificate of a CA made here, and returns its
-// host:port, the CA's file and the client options that trust it.
-func startRegistry(t *testing.T, bin, dir string) (string, string, []remote.Option) {
+// startRegistry runs the registry (package testregistry) for the test,
+// and returns its host:port, the CA's file and the client options that
+// trust it.
+func startRegistry(t *testing.T) (string, string, []remote.Option) {
 	t.Helper()
-	ca := testpki.NewRoot(t, "registry test CA")
-	certPEM, keyPEM := ca.Leaf(t, "registry", testpki.Opts{})
-	caFile := filepath.Join(dir, "ca.pem")
-	certFile := filepath.Join(dir, "registry.pem")
-	keyFile := filepath.Join(dir, "registry-key.pem")
-	for f, data := range map[string][]byte{caFile: ca.PEM, certFile: certPEM, keyFile: keyPEM} {
-		require.NoError(t, os.WriteFile(f, data, 0o600))
-	}
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(ca.PEM))
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-	t.Cleanup(tr.CloseIdleConnections)
-	client := &http.Client{Transport: tr, Timeout: 2 * time.Second}
-
-	for attempt := 1; ; attempt++ {
-		addr := testproc.FreeAddr(t)
-		config := filepath.Join(dir, "registry.yaml")
-		require.NoError(t, os.WriteFile(config, []byte(`version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: `+filepath.Join(dir, "registry-storage")+`
-http:
-  addr: `+addr+`
-  tls:
-    certificate: `+certFile+`
-    key: `+keyFile+`
-`), 0o600))
-		// No traces leave the registry (its default exporter would send
-		// them to a collector on this machine).
-		proc := testproc.Start(t, bin, []string{"OTEL_TRACES_EXPORTER=none", "OTEL_SDK_DISABLED=true"}, "serve", config)
-		if err := waitServing(t.Context(), client, "https://"+addr+"/v2/", proc); err != nil {
-			if attempt < 3 && strings.Contains(proc.Log(), "address already in use") {
-				continue // the port was taken between finding it and binding it
-			}
-			t.Fatalf("the registry did not serve: %v\n%s", err, proc.Log())
+	reg, err := testregistry.Start(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the end of the registry's log:\n%s", reg.LogTail())
 		}
-		return addr, caFile, []remote.Option{remote.WithTransport(tr), remote.WithContext(t.Context())}
-	}
-}
-
-// waitServing waits up to 30 s for url to answer 200, or the process to
-// exit.
-func waitServing(ctx context.Context, client *http.Client, url string, proc *testproc.Proc) error {
-	deadline := time.Now().Add(30 * time.Second)
-	var last error
-	for time.Now().Before(deadline) && proc.Running() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = errors.New(resp.Status)
-		}
-		last = err
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !proc.Running() {
-		return errors.New("it exited")
-	}
-	return last
+		assert.NoError(t, reg.Stop())
+	})
+	return reg.Host, reg.CAFile, []remote.Option{remote.WithTransport(reg.Transport), remote.WithContext(t.Context())}
 }
 
 func readRecord(t *testing.T, file string) []publish.Pushed {
