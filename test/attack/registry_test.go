@@ -93,4 +93,3 @@ func TestAHostileRegistryCannotSwellTheVerifier(t *testing.T) {
 		}
 	}
 }
-
