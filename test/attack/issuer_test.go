@@ -533,30 +533,8 @@ func TestConvertSize(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		cmd := exec.CommandContext(context.Background(), framework.Bin(testbin.Agent), "convert", "-f", path)
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		start := time.Now()
-		require.NoError(t, cmd.Start())
-		// The process's own high-water mark, polled while it runs (the
-		// rusage of a child counts the test's memory it was forked from).
-		var peak float64
-		polled := make(chan struct{})
-		exited := make(chan struct{})
-		go func() {
-			defer close(polled)
-			for {
-				if v, err := measure.PeakRSSMiB(cmd.Process.Pid); err == nil {
-					peak = max(peak, v)
-				}
-				select {
-				case <-exited:
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
-		}()
-		err := cmd.Wait()
-		close(exited)
-		<-polled
-		r := run{stderr: stderr.String(), took: time.Since(start), peakMiB: peak}
+		peak, took, err := runPolled(cmd)
+		r := run{stderr: stderr.String(), took: took, peakMiB: peak}
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
 			r.code = exit.ExitCode()

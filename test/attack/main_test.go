@@ -12,12 +12,14 @@ package attack
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gridsync/gridsync/test/controlplane"
 	"github.com/gridsync/gridsync/test/framework"
+	"github.com/gridsync/gridsync/test/measure"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testproc"
 )
@@ -98,4 +100,35 @@ func settles(t *testing.T, pid int, metricsURL string, before footprint) (footpr
 		}
 	}
 	return after, false
+}
+
+// runPolled runs cmd and returns its peak resident memory, its own
+// high-water mark polled every millisecond while it runs (a child's
+// rusage counts the test's memory it was forked from), how long it ran,
+// and how it ended.
+func runPolled(cmd *exec.Cmd) (peakMiB float64, took time.Duration, err error) {
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	polled := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			if v, err := measure.PeakRSSMiB(cmd.Process.Pid); err == nil {
+				peakMiB = max(peakMiB, v)
+			}
+			select {
+			case <-exited:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	err = cmd.Wait()
+	took = time.Since(start)
+	close(exited)
+	<-polled
+	return peakMiB, took, err
 }
