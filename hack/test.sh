@@ -6,8 +6,13 @@
 #   node   the node tests, started first: the longest package (about four
 #          minutes, most of it the delegated mounts' rolls and their quiet
 #          minute). Among the other packages it would start last (go test
-#          runs packages in order) and end the run alone. Beside it the
-#          grid of two real nodes across the WAN lab (half a minute).
+#          runs packages in order) and end the run alone. Beside it, one
+#          after the other in the second slot, the other suites on real
+#          nodes: the grid of two across the WAN lab, the monitoring on
+#          such a grid, the release installed from a registry, cert-manager
+#          (some three minutes in all, mostly waiting on their nodes, where
+#          among the other packages they lengthened the run's longest
+#          path by about half their time).
 #   long   after the lint, multisite and the soak side by side: four and
 #          a half and two and a half minutes, mostly waiting (their sites
 #          converge, the soak's faults play out over fixed seconds). One
@@ -42,7 +47,8 @@ trap cleanup EXIT
 mkfifo "$dir/node" "$dir/long" "$dir/tests" "$dir/bench"
 
 long=("${module}/test/multisite" "${module}/test/soak")
-mapfile -t others < <("$GO" list ./... | grep -vxF -f <(printf '%s\n' "${module}/test/node" "${module}/test/grid" "${long[@]}"))
+nodes=("${module}/test/node" "${module}/test/grid" "${module}/test/monitoring" "${module}/test/publish" "${module}/test/certmanager")
+mapfile -t others < <("$GO" list ./... | grep -vxF -f <(printf '%s\n' "${nodes[@]}" "${long[@]}"))
 # test/monitoring's benchmark and its test run one function, the test with
 # the assertions: its smoke would start the same two-site grid again for a
 # minute and prove nothing the test does not.
@@ -63,7 +69,7 @@ reporter=$!
 
 # 20 minutes for the node tests, as for the others: about four times what
 # they take on a loaded machine.
-"$GO" test "${flags[@]}" -timeout 20m ./test/node ./test/grid >"$dir/node" 2>&1 &
+"$GO" test "${flags[@]}" -timeout 20m -p 2 "${nodes[@]}" >"$dir/node" 2>&1 &
 pids+=($!)
 
 if ! "$MAKE" --no-print-directory lint; then
