@@ -212,6 +212,33 @@ func TestAgentChartRefusesValuesOutsideItsSchema(t *testing.T) {
 	}
 }
 
+// Timings the agent would refuse to start with fail the render, saying
+// which; the edge of each rule renders.
+func TestAgentChartRefusesTimingsTheAgentRefuses(t *testing.T) {
+	for name, c := range map[string]struct {
+		values  map[string]any
+		refused string
+	}{
+		"site probe bound past its interval":     {map[string]any{"trust": map[string]any{"probeInterval": "3s", "probeTimeout": "3s500ms"}}, "trust.probeTimeout (3s500ms)"},
+		"site probe bound of a minute in 30s":    {map[string]any{"trust": map[string]any{"probeInterval": "30s", "probeTimeout": "1m"}}, "trust.probeTimeout (1m)"},
+		"site probe bound equal to its interval": {map[string]any{"trust": map[string]any{"probeInterval": "1m", "probeTimeout": "60000ms"}}, ""},
+		"swim probe bound equal to its interval": {map[string]any{"swim": map[string]any{"probeInterval": "1s", "probeTimeout": "1000ms"}}, "swim.probeTimeout (1000ms)"},
+		"swim probe bound under its interval":    {map[string]any{"swim": map[string]any{"probeInterval": "1s", "probeTimeout": "999ms"}}, ""},
+		"the defaults":                           {nil, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := runHelm(t, c.values, "template", "x", chartDir(agentChart), "--kube-version", kubeVersion)
+			if c.refused == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.refused)
+			assert.Contains(t, err.Error(), "the agent refuses to start")
+		})
+	}
+}
+
 // Every rendered object is accepted by the API server: first a
 // server-side dry run, then for real.
 func TestAgentChartObjectsAreAcceptedByTheAPIServer(t *testing.T) {

@@ -120,3 +120,29 @@ states it; the chart tests compare the two.
 {{- include "gridsync-agent.fullname" . }}.{{ .Release.Namespace }}.svc
 {{- end -}}
 {{- end -}}
+
+{{/* A duration of the schema's form (1m30s, 500ms) in milliseconds. */}}
+{{- define "gridsync-agent.milliseconds" -}}
+{{- $unit := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" . -1 -}}
+{{- $n := regexFind "^[0-9]+" . -}}
+{{- $total = add $total (mul (int $n) (get $unit (trimPrefix $n .))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/* Timings the agent refuses to start with, refused at render instead of
+     a CrashLoopBackOff: a bound longer than the interval it runs in. */}}
+{{- define "gridsync-agent.checkTimings" -}}
+{{- $ms := dict -}}
+{{- range $key, $value := dict "trustInterval" .Values.trust.probeInterval "trustTimeout" .Values.trust.probeTimeout "swimInterval" .Values.swim.probeInterval "swimTimeout" .Values.swim.probeTimeout -}}
+{{- $_ := set $ms $key (include "gridsync-agent.milliseconds" $value | int) -}}
+{{- end -}}
+{{- if gt $ms.trustTimeout $ms.trustInterval -}}
+{{- fail (printf "trust.probeTimeout (%s) must be no longer than trust.probeInterval (%s): the agent refuses to start" .Values.trust.probeTimeout .Values.trust.probeInterval) -}}
+{{- end -}}
+{{- if ge $ms.swimTimeout $ms.swimInterval -}}
+{{- fail (printf "swim.probeTimeout (%s) must be shorter than swim.probeInterval (%s): the agent refuses to start" .Values.swim.probeTimeout .Values.swim.probeInterval) -}}
+{{- end -}}
+{{- end -}}
