@@ -13,8 +13,8 @@
 # modules; the OCI runtime, runc, comes from Debian (see node_packages
 # below).
 #
-# Idempotent: each group is rebuilt only when its module, this script or the
-# Go version change. A cold build takes several minutes on 2 cores per group;
+# Idempotent: each group is rebuilt only when its module, its build steps or
+# the Go version change. A cold build takes several minutes on 2 cores per group;
 # the Go build cache makes later rebuilds (for example in a fresh clone) a
 # matter of linking.
 set -euo pipefail
@@ -23,6 +23,14 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${GRIDSYNC_TOOLS_DIR:-$root/.tools}/bin"
 mkdir -p "$out"
+
+# One build at a time in a tools folder: two (two make tools, or make
+# test beside make demo) would write the same temporary files and stamps.
+exec 9>"$out/.lock"
+if ! flock -n 9; then
+	echo "tools: another build of the tools in $out is running; waiting for it"
+	flock 9
+fi
 
 # progress prints a line every 100 compiled packages (go build -v names each
 # one) and passes anything that is not a package path, such as errors.
@@ -43,11 +51,13 @@ build() {
 }
 
 # group runs "build_$1" in module folder $2 unless the stamp says its
-# binaries ($3...) were built from the same module, script and Go.
+# binaries ($3...) were built from the same module, the same build steps
+# (its own function and the helpers it calls, as bash prints them: an edit
+# elsewhere in this script rebuilds nothing) and the same Go.
 group() {
 	local name="$1" dir="$2" key bin fresh=1
 	shift 2
-	key="$( { cat "$dir/go.mod" "$dir/go.sum" "$here/build.sh"; go env GOVERSION; } | sha256sum | cut -d' ' -f1)"
+	key="$( { cat "$dir/go.mod" "$dir/go.sum"; declare -f build progress "build_$name"; go env GOVERSION; } | sha256sum | cut -d' ' -f1)"
 	for bin in "$@"; do
 		[[ -x "$out/$bin" ]] || fresh=0
 	done
