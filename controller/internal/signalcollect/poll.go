@@ -375,9 +375,11 @@ func (p *Poller) exchange(parent context.Context, udp *quicSocket, site string, 
 		if p.overHTTPS.Set(site, "") != "" {
 			p.c.Opts.Logger.Info("signals_poll_transport", "site", site, "transport", h3fallback.H3)
 		}
-	case !handshook.Load() && parent.Err() == nil:
-		// No QUIC handshake within the poll: the path may drop UDP, or
-		// the peer be down. HTTPS alone for a while, either way.
+	case served != nil && !handshook.Load():
+		// HTTPS answered where QUIC got no handshake: the path drops
+		// UDP. HTTPS alone for a while. A peer that answered neither is
+		// down, not QUIC-less: it is asked over HTTP/3 first again when
+		// it is back.
 		p.fallback.Failed(site, time.Now())
 		if p.overHTTPS.Set(site, "no QUIC handshake") == "" {
 			p.c.Opts.Logger.Info("signals_poll_transport", "site", site, "transport", h3fallback.HTTPS,

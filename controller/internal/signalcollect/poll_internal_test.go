@@ -330,6 +330,27 @@ func TestAPeerWhoseUDPComesBackIsPolledOverHTTP3AfterTheFallback(t *testing.T) {
 	assert.Equal(t, 1, pt.logged(`"msg":"signals_poll_transport"`, `"transport":"h3"`), "the change back is logged")
 }
 
+// A peer that was down (nothing on its port, neither transport answering)
+// starts no fallback: back, it is polled over HTTP/3 at once, not over
+// HTTPS alone for the fallback's minutes.
+func TestAPeerThatWasDownIsPolledOverHTTP3WhenItIsBack(t *testing.T) {
+	pt := newPollTest(t, loopback)
+	// The peer's GridSite (its listener serving elsewhere); at the port
+	// polled, TCP refused and UDP unanswered.
+	p := pt.serve(t, listenTCP(t), nil)
+	tcp := listenTCP(t)
+	port := portOf(tcp.Addr())
+	require.NoError(t, tcp.Close())
+	down := udpSink(t, listenUDP(t, port))
+	round := newRound(t)
+
+	pt.poll(t, round, p, port)
+	require.Equal(t, 0.0, pt.polled("ok"), "the peer was down")
+	require.Positive(t, down.Load(), "QUIC was tried")
+	assert.Equal(t, h3fallback.H3, pt.poller.fallback.First(polledSite, time.Now()), "no fallback for a peer that answered nothing")
+	assert.Zero(t, pt.logged(`"msg":"signals_poll_transport"`), "no change of transport")
+}
+
 // The polls of one round share its UDP socket: a peer whose port has no
 // UDP socket (its host answers with ICMP) does not end the QUIC of the
 // others, and the socket is closed with the round.
