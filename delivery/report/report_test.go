@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gridsync/gridsync/shared/h3fallback"
 )
 
 var rev = strings.Repeat("c", 64)
@@ -277,4 +280,38 @@ func TestALostStreamIsReopenedAtOnce(t *testing.T) {
 		got := a.reports()
 		return got[len(got)-1].Revision == rev
 	}, 5*time.Second, 10*time.Millisecond, "the latest state arrives")
+}
+
+// HTTP/3 failing where HTTPS answers starts the fallback: the next
+// report goes over HTTPS first. Neither answering (nothing listens) is an
+// agent away, not a path without UDP: the next report tries HTTP/3
+// first again.
+func TestTheFallbackToHTTPSIsForAPathWithoutQUICOnly(t *testing.T) {
+	a := newAgent(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token-1\n"), 0o600))
+	newReporter := func(url string) *Reporter {
+		r, err := NewReporter(ReporterOptions{
+			URL: url, TokenFile: tokenFile, CAFile: a.caFile, ServerName: "example.com", Interval: time.Minute, Timeout: time.Second,
+			Snapshot: func() Report { return Report{Namespace: "gw", Gateway: "edge", Pod: "p", State: StateCold} }, Registerer: prometheus.NewRegistry(),
+		})
+		require.NoError(t, err)
+		t.Cleanup(r.closeStream)
+		return r
+	}
+	rep := Report{Namespace: "gw", Gateway: "edge", Pod: "p", State: StateCold}
+
+	// The agent's HTTPS only: nothing on its UDP port.
+	r := newReporter(a.srv.URL)
+	require.NoError(t, r.send(t.Context(), rep))
+	assert.Equal(t, h3fallback.HTTPS, r.fallback.First("", time.Now()), "HTTP/3 failed where HTTPS answered")
+
+	// Nothing listening at all.
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	away := "https://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+	r = newReporter(away)
+	require.Error(t, r.send(t.Context(), rep))
+	assert.Equal(t, h3fallback.H3, r.fallback.First("", time.Now()), "an agent away starts no fallback")
 }

@@ -243,6 +243,7 @@ func (r *Reporter) send(ctx context.Context, rep Report) error {
 			return st.err // a new stream for this report after the backoff
 		}
 	}
+	h3Failed := false
 	for range 2 {
 		st := r.stream
 		if st != nil && (st.token != token || time.Since(st.opened) > maxStreamAge) {
@@ -267,6 +268,11 @@ func (r *Reporter) send(ctx context.Context, rep Report) error {
 		}
 		if st.transport == h3fallback.H3 {
 			r.fallback.Failed("", time.Now())
+			h3Failed = true
+		} else if h3Failed {
+			// HTTPS failed right after HTTP/3: the agent is unreachable,
+			// not QUIC. Back, it is reported to over HTTP/3 first.
+			r.fallback.Forget("")
 		}
 		r.reset(st.transport)
 	}

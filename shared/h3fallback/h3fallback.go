@@ -67,3 +67,12 @@ func (m *Memory) Worked(peer string) {
 	defer m.mu.Unlock()
 	delete(m.until, peer)
 }
+
+// Forget ends peer's fallback without HTTP/3 having served it: HTTPS
+// failed too, so the peer was unreachable rather than QUIC-less, and is
+// spoken to over HTTP/3 first again once it is back.
+func (m *Memory) Forget(peer string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.until, peer)
+}
