@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
@@ -134,7 +135,7 @@ func TestCertManagerIssuesAndRenewsASiteCertificateTheGridTrusts(t *testing.T) {
 	a.provider("prov-a", "model-a")
 	agentA := a.start()
 	var caData, siteA map[string][]byte
-	eventually(t, 30*time.Second, "A's grid CA and site certificate", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "A's grid CA and site certificate", func() (bool, string) {
 		caData, siteA = a.secretData("grid-ca"), a.secretData("site-cert")
 		return len(caData["tls.key"]) > 0 && len(siteA["tls.key"]) > 0, a.identity()
 	})
@@ -163,7 +164,7 @@ func TestCertManagerIssuesAndRenewsASiteCertificateTheGridTrusts(t *testing.T) {
 		require.NoError(t, ignoreNotFound(err))
 		return c
 	}
-	eventually(t, 30*time.Second, "cert-manager's Certificate Ready", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "cert-manager's Certificate Ready", func() (bool, string) {
 		c := getCertificate()
 		if c == nil {
 			return false, "no Certificate"
@@ -194,7 +195,7 @@ func TestCertManagerIssuesAndRenewsASiteCertificateTheGridTrusts(t *testing.T) {
 	// The grid forms: B Active at A through the probe of B's gateway, A at
 	// B, and B's provider, whose records B signed with cert-manager's
 	// certificate, in A's overlay.
-	eventually(t, 30*time.Second, "B's identity provided", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "B's identity provided", func() (bool, string) {
 		r := b.identity()
 		return strings.HasPrefix(r, "SiteCertificateProvided:"), r
 	})
@@ -209,11 +210,11 @@ func TestCertManagerIssuesAndRenewsASiteCertificateTheGridTrusts(t *testing.T) {
 				string(gs.Status.Phase) + "/" + gs.Status.Reason + ": " + gs.Status.Message
 		}
 	}
-	eventually(t, 45*time.Second, "B Active at A with cert-manager's certificate", active(a, "grid-site-b", first.leaf))
+	framework.Eventually(t, 45*time.Second, "B Active at A with cert-manager's certificate", active(a, "grid-site-b", first.leaf))
 	assert.Equal(t, sitetrust.ReasonTLSVerified, a.gridSite("grid-site-b").Status.Reason)
-	eventually(t, 30*time.Second, "A Active at B", active(b, "grid-site-a", nil))
-	eventually(t, 30*time.Second, "B's provider in A's overlay", func() (bool, string) { return a.routes("site-b", "model-b"), "not routed" })
-	eventually(t, 30*time.Second, "A's provider in B's overlay", func() (bool, string) { return b.routes("site-a", "model-a"), "not routed" })
+	framework.Eventually(t, 30*time.Second, "A Active at B", active(b, "grid-site-a", nil))
+	framework.Eventually(t, 30*time.Second, "B's provider in A's overlay", func() (bool, string) { return a.routes("site-b", "model-b"), "not routed" })
+	framework.Eventually(t, 30*time.Second, "A's provider in B's overlay", func() (bool, string) { return b.routes("site-a", "model-a"), "not routed" })
 
 	// The renewal, triggered as `cmctl renew` does: the Certificate's
 	// Issuing condition set True with reason ManuallyTriggered.
@@ -235,7 +236,7 @@ func TestCertManagerIssuesAndRenewsASiteCertificateTheGridTrusts(t *testing.T) {
 		return err
 	}))
 	var renewedData map[string][]byte
-	eventually(t, 30*time.Second, "cert-manager's renewal", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "cert-manager's renewal", func() (bool, string) {
 		c := getCertificate()
 		status, reason, message := condition(c, "Ready")
 		renewedData = b.secretData(secretName)
@@ -255,8 +256,8 @@ func TestCertManagerIssuesAndRenewsASiteCertificateTheGridTrusts(t *testing.T) {
 	verifiedBefore, failedBefore := probes(t, agentA, sitetrust.ReasonTLSVerified)
 	_, err = gatewayB.PresentSecret(renewed.data)
 	require.NoError(t, err)
-	eventually(t, 30*time.Second, "A holds B's renewed certificate", active(a, "grid-site-b", renewed.leaf))
-	eventually(t, 15*time.Second, "two probes of B's renewed gateway", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "A holds B's renewed certificate", active(a, "grid-site-b", renewed.leaf))
+	framework.Eventually(t, 15*time.Second, "two probes of B's renewed gateway", func() (bool, string) {
 		verified, _ := probes(t, agentA, sitetrust.ReasonTLSVerified)
 		return verified >= verifiedBefore+2, "no new verified probe"
 	})
@@ -267,7 +268,7 @@ func TestCertManagerIssuesAndRenewsASiteCertificateTheGridTrusts(t *testing.T) {
 	assert.Equal(t, sitetrust.ReasonTLSVerified, gs.Status.Reason)
 	// Records B signs after the renewal, with the new key, are accepted.
 	b.provider("prov-b2", "model-b2")
-	eventually(t, 30*time.Second, "B's new provider in A's overlay", func() (bool, string) { return a.routes("site-b", "model-b2"), "not routed" })
+	framework.Eventually(t, 30*time.Second, "B's new provider in A's overlay", func() (bool, string) { return a.routes("site-b", "model-b2"), "not routed" })
 	assert.True(t, a.routes("site-b", "model-b"), "B's first provider stays routed")
 	require.True(t, cm.Running(), "cert-manager's controller exited:\n%s", cm.Log())
 }

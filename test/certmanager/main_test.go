@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -272,22 +271,6 @@ func probes(t *testing.T, a *framework.Agent, outcome string) (matching, other f
 		}
 	}
 	return matching, other
-}
-
-// eventually waits up to timeout for cond, failing with what it last said.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		last = why
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s: %s", what, last)
 }
 
 func newKey(t *testing.T) []byte {

@@ -60,7 +60,7 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 		s.gridSite("grid-site-c", "Evicted", func(gs *v1alpha1.GridSite) bool {
 			return gs.Status.Phase == sitetrust.PhaseEvicted && gs.Status.Reason == sitetrust.ReasonSiteEvicted
 		})
-		eventually(t, 30*time.Second, s.Name+" without C's provider", func() (bool, string) {
+		framework.Eventually(t, 30*time.Second, s.Name+" without C's provider", func() (bool, string) {
 			_, ok := s.candidate("grid", "site-c", "model-c")
 			return !ok, "still routed"
 		})
@@ -89,13 +89,13 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 	require.NoError(t, g.agents[1].Cmd.Process.Kill())
 	g.agents[1] = b.start(nil, g.flags...)
 	// It leads, and runs SWIM, once the killed one's lease ran out.
-	eventually(t, 30*time.Second, "B's new agent runs SWIM", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "B's new agent runs SWIM", func() (bool, string) {
 		return g.agents[1].status().Swim.Running, "not yet"
 	})
 	// The new process refuses C's records (C reaches B directly: its
 	// seed, the issuer, is down) and counts C's GridSite Evicted.
 	refusedAsEvicted(t, key, &pairC, g.agents[1:2], []*site{b})
-	eventually(t, 30*time.Second, "B counts C evicted after a restart", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "B counts C evicted after a restart", func() (bool, string) {
 		v := g.agents[1].metric(`grid_sites{phase="Evicted"}`)
 		return v == 1, fmt.Sprint(v)
 	})
@@ -106,7 +106,7 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 	// before the eviction stays refused, at A and at B.
 	g.agents[0] = a.start(nil, append(slices.Clone(g.flags), g.issuerFlags...)...)
 	// B tries its seed, the issuer, again within half a minute.
-	eventually(t, 60*time.Second, "B meets the issuer again", func() (bool, string) {
+	framework.Eventually(t, 60*time.Second, "B meets the issuer again", func() (bool, string) {
 		m, ok := g.agents[1].member("site-a")
 		return ok && m.State == sites.SiteAlive && m.Generation > 0, fmt.Sprintf("%+v", m)
 	})
@@ -135,7 +135,7 @@ func TestAnEvictedSiteIsRefusedEverywhere(t *testing.T) {
 	assert.NotEqual(t, string(certC["tls.key"]), string(renewed["tls.key"]), "a new key")
 	for _, s := range []*site{a, b} {
 		s.gridSite("grid-site-c", "Active again", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase == sitetrust.PhaseActive })
-		eventually(t, 30*time.Second, s.Name+" routes C's provider again", func() (bool, string) {
+		framework.Eventually(t, 30*time.Second, s.Name+" routes C's provider again", func() (bool, string) {
 			_, ok := s.candidate("grid", "site-c", "model-c")
 			return ok, "not routed"
 		})
@@ -203,7 +203,7 @@ func refusedAsEvicted(t *testing.T, key []byte, pair *tls.Certificate, agents []
 	}
 	sendAsC(t, key, pair, to)
 	for i, a := range agents {
-		eventually(t, 30*time.Second, a.site.Name+" refuses C's record as evicted", func() (bool, string) {
+		framework.Eventually(t, 30*time.Second, a.site.Name+" refuses C's record as evicted", func() (bool, string) {
 			v := a.metric(series)
 			return v > before[i], fmt.Sprintf("%v refused, %v before", v, before[i])
 		})

@@ -31,6 +31,7 @@ import (
 	"github.com/gridsync/gridsync/controller"
 	membership "github.com/gridsync/gridsync/gossip"
 	"github.com/gridsync/gridsync/gossip/sites"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
@@ -206,12 +207,12 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 
 	// Renewal: B renews with its current certificate, no token; the
 	// issuer refuses C's, and C's certificate expires.
-	eventually(t, 60*time.Second, "B renewed", func() (bool, string) {
+	framework.Eventually(t, 60*time.Second, "B renewed", func() (bool, string) {
 		d := b.secretData("site-cert")
 		return d != nil && string(d["tls.crt"]) != firstOfB, b.identityReason("grid")
 	})
 	assert.Positive(t, agents[1].metric(`grid_site_identity_rotations_total{result="rotated"}`), "B's renewal counted")
-	eventually(t, 90*time.Second, "C's identity expired", func() (bool, string) {
+	framework.Eventually(t, 90*time.Second, "C's identity expired", func() (bool, string) {
 		r := c.identityReason("grid")
 		return strings.HasPrefix(r, controller.ReasonIdentityExpired), r
 	})
@@ -219,7 +220,7 @@ func TestSitesEnrolWithTheIssuerAndNoSiteSpeaksForAnother(t *testing.T) {
 	// C's certificate expires: C is Active nowhere, its provider gone.
 	for _, s := range []*site{a, b} {
 		s.gridSite("grid-site-c", "no longer Active", func(gs *v1alpha1.GridSite) bool { return gs.Status.Phase != sitetrust.PhaseActive })
-		eventually(t, 30*time.Second, s.Name+" without C's provider", func() (bool, string) {
+		framework.Eventually(t, 30*time.Second, s.Name+" without C's provider", func() (bool, string) {
 			_, ok := s.candidate("grid", "site-c", "model-c")
 			return !ok, "still routed"
 		})

@@ -101,7 +101,7 @@ func newIssuerGrid(t *testing.T, ctx context.Context, key []byte, names []string
 	}
 	for _, s := range g.sites[1:] {
 		s.waitSecret("site-cert", func(d map[string][]byte) bool { return len(d["tls.key"]) > 0 })
-		eventually(t, 30*time.Second, s.Name+" enrolled", func() (bool, string) {
+		framework.Eventually(t, 30*time.Second, s.Name+" enrolled", func() (bool, string) {
 			r := s.identityReason("grid")
 			return strings.Contains(r, "by issuer site-a") || strings.Contains(r, "from issuer site-a"), r
 		})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/signals/httpapi"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
@@ -117,7 +118,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 			return b.Admin.Update(ctx, &p)
 		}))
 		for _, s := range []*site{a, c} {
-			eventually(t, 30*time.Second, s.Name+" gets "+model, func() (bool, string) {
+			framework.Eventually(t, 30*time.Second, s.Name+" gets "+model, func() (bool, string) {
 				_, ok := s.candidate("grid", "site-b", model)
 				return ok, "not yet"
 			})
@@ -126,7 +127,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 
 	for _, stage := range []string{"add", "switch", "retire"} {
 		var out string
-		eventually(t, 30*time.Second, "rotate-ca --stage "+stage, func() (bool, string) {
+		framework.Eventually(t, 30*time.Second, "rotate-ca --stage "+stage, func() (bool, string) {
 			o, errOut, err := g.tryOperator("rotate-ca", "--network", "grid", "--stage", stage, "--timeout", "2m", "--settle", "3s")
 			out = o
 			return err == nil, errOut
@@ -150,7 +151,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 	assert.NotEqual(t, sitetrust.Fingerprint(oldCA.Cert.Raw), newCA)
 	for _, s := range g.sites {
 		var d map[string][]byte
-		eventually(t, 30*time.Second, s.Name+"'s Secret with the new CA alone", func() (bool, string) {
+		framework.Eventually(t, 30*time.Second, s.Name+"'s Secret with the new CA alone", func() (bool, string) {
 			d = s.secretData("site-cert")
 			cas, _ := sitetrust.ParseCertificates(d["ca.crt"])
 			return len(cas) == 1, fmt.Sprintf("%d CAs", len(cas))
@@ -171,7 +172,7 @@ func TestTheGridCARotatesWithoutAGap(t *testing.T) {
 	oldPair := issueWith(t, oldCA, "site-c")
 	before := untrusted()
 	sendAsC(t, key, oldPair, []*site{a, b})
-	eventually(t, 30*time.Second, "A and B refuse a record of the retired CA", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "A and B refuse a record of the retired CA", func() (bool, string) {
 		now := untrusted()
 		return now >= before+2, fmt.Sprintf("%v refused as untrusted, %v before", now, before)
 	})

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gridsync/gridsync/api/v1alpha1"
 	"github.com/gridsync/gridsync/shared/envelope"
+	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testgateway"
 	"github.com/gridsync/gridsync/test/testnet"
 	"github.com/gridsync/gridsync/test/testpki"
@@ -142,18 +143,18 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 			return ok && c.Fresh == want, fmt.Sprintf("%+v", c)
 		}
 	}
-	eventually(t, 30*time.Second, "B's candidate fresh at A", remoteFresh(true))
-	eventually(t, 30*time.Second, "B's signals polled into A", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "B's candidate fresh at A", remoteFresh(true))
+	framework.Eventually(t, 30*time.Second, "B's signals polled into A", func() (bool, string) {
 		v := agentA.metric(`grid_provider_ready{grid_provider="prov-b",grid_site="site-b"}`)
 		return v == 1, fmt.Sprint(v)
 	})
-	eventually(t, 30*time.Second, "A's signals polled into B", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "A's signals polled into B", func() (bool, string) {
 		v := agentB.metric(`grid_provider_ready{grid_provider="prov-a",grid_site="site-a"}`)
 		return v == 1, fmt.Sprint(v)
 	})
 
 	healthy.Store(0)
-	eventually(t, 30*time.Second, "B's candidate not fresh at A", remoteFresh(false))
+	framework.Eventually(t, 30*time.Second, "B's candidate not fresh at A", remoteFresh(false))
 	assert.Equal(t, 0.0, agentA.metric(`grid_provider_ready{grid_provider="prov-b",grid_site="site-b"}`))
 	var gsB v1alpha1.InferenceProvider
 	require.NoError(t, b.Admin.Get(ctx, types.NamespacedName{Name: "prov-b"}, &gsB))
@@ -173,7 +174,7 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 	assert.Contains(t, string(body), `engine_queue{grid_provider="prov-b",grid_site="site-b"} 0.25`)
 
 	healthy.Store(1)
-	eventually(t, 30*time.Second, "B's candidate fresh again", remoteFresh(true))
+	framework.Eventually(t, 30*time.Second, "B's candidate fresh again", remoteFresh(true))
 
 	// Admission at A from B's queue, as B normalised it.
 	patch := `{"spec":{"scoringPolicy":{"strategy":"queueDepth"},"admissionPolicy":{"mode":"instantaneous","pressure":` +
@@ -185,20 +186,20 @@ func TestTwoSitesPollEachOthersSignals(t *testing.T) {
 			return ok && c.AdmissionState == want, fmt.Sprintf("%+v", c)
 		}
 	}
-	eventually(t, 30*time.Second, "B's candidate admitted at A", remoteAdmission("new_and_existing"))
+	framework.Eventually(t, 30*time.Second, "B's candidate admitted at A", remoteAdmission("new_and_existing"))
 	queuePercent.Store(95)
-	eventually(t, 30*time.Second, "B's candidate existing_only at A", remoteAdmission("existing_only"))
+	framework.Eventually(t, 30*time.Second, "B's candidate existing_only at A", remoteAdmission("existing_only"))
 	relayed, err := gw.Do(req.Clone(ctx))
 	require.NoError(t, err)
 	body, _ = io.ReadAll(relayed.Body)
 	_ = relayed.Body.Close()
 	assert.Contains(t, string(body), `grid_provider_queue_depth_ratio{grid_provider="prov-b",grid_site="site-b"} 0.95`, "B's normalised queue, polled")
 	queuePercent.Store(25)
-	eventually(t, 30*time.Second, "B's candidate admitted again at A", remoteAdmission("new_and_existing"))
+	framework.Eventually(t, 30*time.Second, "B's candidate admitted again at A", remoteAdmission("new_and_existing"))
 
 	drain := `{"spec":{"trafficPolicy":{"drain":true}}}`
 	require.NoError(t, b.Admin.Patch(ctx, &v1alpha1.InferenceProvider{ObjectMeta: metav1.ObjectMeta{Name: "prov-b"}}, client.RawPatch(types.MergePatchType, []byte(drain))))
-	eventually(t, 30*time.Second, "B's drained candidate existing_only at A", remoteAdmission("existing_only"))
+	framework.Eventually(t, 30*time.Second, "B's drained candidate existing_only at A", remoteAdmission("existing_only"))
 }
 
 // candidate finds a candidate in the site's overlay ConfigMap of gateway
@@ -221,21 +222,6 @@ func (s *site) candidate(network, site, model string) (envelope.Candidate, bool)
 		}
 	}
 	return envelope.Candidate{}, false
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		last = why
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s: %s", what, last)
 }
 
 // freePort is a loopback port free for TCP and UDP alike (the listener
