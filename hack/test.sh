@@ -10,9 +10,11 @@
 #          after the other in the second slot, the other suites on real
 #          nodes: the grid of two across the WAN lab, the monitoring on
 #          such a grid, the release installed from a registry, cert-manager
-#          (some three minutes in all, mostly waiting on their nodes, where
-#          among the other packages they lengthened the run's longest
-#          path by about half their time).
+#          (some four and a half minutes in all, mostly waiting on their
+#          nodes), then the attack suite (two minutes), which fills the
+#          lane to about the length of the others. Among the other
+#          packages each lengthened the run's longest path by about half
+#          its time.
 #   long   after the lint, multisite and the soak side by side: four and
 #          a half and two and a half minutes, mostly waiting (their sites
 #          converge, the soak's faults play out over fixed seconds). One
@@ -47,7 +49,7 @@ trap cleanup EXIT
 mkfifo "$dir/node" "$dir/long" "$dir/tests" "$dir/bench"
 
 long=("${module}/test/multisite" "${module}/test/soak")
-nodes=("${module}/test/node" "${module}/test/grid" "${module}/test/monitoring" "${module}/test/publish" "${module}/test/certmanager")
+nodes=("${module}/test/node" "${module}/test/grid" "${module}/test/monitoring" "${module}/test/publish" "${module}/test/certmanager" "${module}/test/attack")
 mapfile -t others < <("$GO" list ./... | grep -vxF -f <(printf '%s\n' "${nodes[@]}" "${long[@]}"))
 # test/monitoring's benchmark and its test run one function, the test with
 # the assertions: its smoke would start the same two-site grid again for a
