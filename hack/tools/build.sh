@@ -51,13 +51,14 @@ build() {
 }
 
 # group runs "build_$1" in module folder $2 unless the stamp says its
-# binaries ($3...) were built from the same module, the same build steps
-# (its own function and the helpers it calls, as bash prints them: an edit
-# elsewhere in this script rebuilds nothing) and the same Go.
+# binaries ($3...) were built from the same module and Go files of that
+# folder (cert-manager's group builds a main of ours from there), the same
+# build steps (its own function and the helpers it calls, as bash prints
+# them: an edit elsewhere in this script rebuilds nothing) and the same Go.
 group() {
 	local name="$1" dir="$2" key bin fresh=1
 	shift 2
-	key="$( { cat "$dir/go.mod" "$dir/go.sum"; declare -f build progress "build_$name"; go env GOVERSION; } | sha256sum | cut -d' ' -f1)"
+	key="$( { cat "$dir/go.mod" "$dir/go.sum"; find "$dir" -maxdepth 1 -name '*.go' -print0 | sort -z | xargs -0r cat; declare -f build progress "build_$name"; go env GOVERSION; } | sha256sum | cut -d' ' -f1)"
 	for bin in "$@"; do
 		[[ -x "$out/$bin" ]] || fresh=0
 	done
