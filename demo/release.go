@@ -6,7 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -60,20 +59,15 @@ func publishARelease(ctx context.Context, work string) (*aRelease, error) {
 		_ = reg.Stop()
 		return nil, err
 	}
-	data, err := os.ReadFile(record)
+	list, err := publish.ReadRecord(record)
 	if err != nil {
-		_ = reg.Stop()
-		return nil, err
-	}
-	var list []publish.Pushed
-	if err := json.Unmarshal(data, &list); err != nil {
 		_ = reg.Stop()
 		return nil, err
 	}
 	r := &aRelease{registry: reg, pushed: map[string]publish.Pushed{}}
 	for _, p := range list {
 		r.pushed[string(p.Kind)+"/"+filepath.Base(p.Repository)] = p
-		ref := p.Repository + "@" + p.Digest
+		ref := p.Reference()
 		if p.Tag != "" {
 			ref = p.Repository + ":" + p.Tag + " " + p.Digest
 		}

@@ -222,6 +222,11 @@ func artifactManifest(a attachment, subject v1.Descriptor, created string) ([]by
 // ProvenanceMediaType is the media type of an in-toto statement.
 const ProvenanceMediaType = "application/vnd.in-toto+json"
 
+// ProvenancePredicateType is the predicate type of the provenance the
+// layouts attach: SLSA v1, which make verify checks the attestation for
+// (`cosign verify-attestation --type slsaprovenance1`).
+const ProvenancePredicateType = "https://slsa.dev/provenance/v1"
+
 // Provenance is an in-toto statement with a SLSA v1 provenance predicate
 // for the image index named repository with digest: what it was built
 // from (the source at its revision), with which parameters and which Go.
@@ -232,7 +237,7 @@ func Provenance(repository string, digest v1.Hash, m Meta, platforms []string) (
 	statement := map[string]any{
 		"_type":         "https://in-toto.io/Statement/v1",
 		"subject":       []any{map[string]any{"name": repository, "digest": map[string]string{digest.Algorithm: digest.Hex}}},
-		"predicateType": "https://slsa.dev/provenance/v1",
+		"predicateType": ProvenancePredicateType,
 		"predicate": map[string]any{
 			"buildDefinition": map[string]any{
 				"buildType":          source + "/make-images/v1",

@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -63,16 +61,7 @@ func publishCommand(args []string) error {
 		return err
 	}
 	if *record != "" {
-		data, err := json.MarshalIndent(pushed, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(*record), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(*record, append(data, '\n'), 0o644); err != nil {
-			return err
-		}
+		return publish.WriteRecord(*record, pushed)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/sigstore/sigstore/pkg/signature"
 
+	"github.com/gridsync/gridsync/hack/images"
 	"github.com/gridsync/gridsync/hack/release/publish"
 	"github.com/gridsync/gridsync/hack/release/sign"
 )
@@ -104,13 +104,9 @@ func verifyTargets(record string, refs []string, registry string, nameOpts []nam
 	if record == "" {
 		return out, nil
 	}
-	data, err := os.ReadFile(record)
+	pushed, err := publish.ReadRecord(record)
 	if err != nil {
 		return nil, err
-	}
-	var pushed []publish.Pushed
-	if err := json.Unmarshal(data, &pushed); err != nil {
-		return nil, fmt.Errorf("%s: %w", record, err)
 	}
 	for _, p := range pushed {
 		if p.Kind != publish.Image && p.Kind != publish.Chart {
@@ -160,10 +156,10 @@ func verifyTarget(t target, v signature.Verifier, opts []remote.Option) (string,
 		errs = append(errs, err)
 	}
 	if kind == publish.Image {
-		if _, err := sign.VerifyAttestation(subject, v, sign.ProvenancePredicateType, opts...); err != nil {
+		if _, err := sign.VerifyAttestation(subject, v, images.ProvenancePredicateType, opts...); err != nil {
 			errs = append(errs, err)
 		}
-		what += ", its provenance (" + sign.ProvenancePredicateType + ") attested"
+		what += ", its provenance (" + images.ProvenancePredicateType + ") attested"
 	}
 	if len(errs) > 0 {
 		return "", errors.Join(errs...)

@@ -2,7 +2,6 @@
 package publish_test
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -291,10 +290,8 @@ func startRegistry(t *testing.T) (string, string, []remote.Option) {
 
 func readRecord(t *testing.T, file string) []publish.Pushed {
 	t.Helper()
-	data, err := os.ReadFile(file)
+	out, err := publish.ReadRecord(file)
 	require.NoError(t, err)
-	var out []publish.Pushed
-	require.NoError(t, json.Unmarshal(data, &out))
 	return out
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/hack/images"
 	"github.com/gridsync/gridsync/hack/release/publish"
 	"github.com/gridsync/gridsync/hack/release/sign"
 )
@@ -248,7 +249,7 @@ func checkSigned(t *testing.T, c *cosignCLI, record []publish.Pushed, verifyArgs
 		}
 		statements, err := c.verifyAttestation(t, pub, ca, p.Reference())
 		require.NoError(t, err, "cosign verify-attestation %s", p.Reference())
-		assert.Contains(t, statements, sign.ProvenancePredicateType+" "+p.Digest, "cosign verified the provenance of %s", p.Reference())
+		assert.Contains(t, statements, images.ProvenancePredicateType+" "+p.Digest, "cosign verified the provenance of %s", p.Reference())
 	}
 	assert.Equal(t, 4, artifacts, "two images and two charts")
 	assert.Equal(t, artifacts, strings.Count(printed, "verify: ok"), printed)

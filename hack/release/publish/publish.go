@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -44,11 +43,11 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gridsync/gridsync/hack/images"
 	"github.com/gridsync/gridsync/hack/release/sign"
 )
 
@@ -96,6 +95,32 @@ type Pushed struct {
 	// Existed is true when the registry held it already: nothing was
 	// written for it.
 	Existed bool `json:"existed"`
+}
+
+// WriteRecord writes what was pushed to file, as JSON: the record that
+// make verify, the tests and the demo read with ReadRecord.
+func WriteRecord(file string, pushed []Pushed) error {
+	data, err := json.MarshalIndent(pushed, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(file, append(data, '\n'), 0o644)
+}
+
+// ReadRecord reads what WriteRecord wrote.
+func ReadRecord(file string) ([]Pushed, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var pushed []Pushed
+	if err := json.Unmarshal(data, &pushed); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return pushed, nil
 }
 
 // Reference is repository@digest, by which it is pulled.
@@ -262,7 +287,7 @@ func signImage(s *sign.Signer, img image, opts []remote.Option) ([]Pushed, error
 	}
 	out := []Pushed{signed}
 	for _, d := range img.referrers {
-		if d.ArtifactType != ProvenanceArtifactType {
+		if d.ArtifactType != images.ProvenanceMediaType {
 			continue
 		}
 		statement, err := artifactContent(img, d)
@@ -295,10 +320,6 @@ func attachedRecord(kind Kind, a sign.Attached, layers types.MediaType, subject 
 	return Pushed{Kind: kind, Repository: a.Tag.Context().Name(), Digest: a.Digest.String(), Tag: a.Tag.TagStr(),
 		MediaType: string(types.OCIManifestSchema1), ArtifactType: string(layers), Subject: subject.String(), Existed: a.Existed}
 }
-
-// ProvenanceArtifactType is the artifact type of the provenance the
-// layouts attach: an in-toto statement.
-const ProvenanceArtifactType = "application/vnd.in-toto+json"
 
 // artifactContent is the one layer of an artifact of the layout.
 func artifactContent(img image, d v1.Descriptor) ([]byte, error) {
@@ -568,7 +589,7 @@ func (r rawManifest) MediaType() (types.MediaType, error) { return r.mediaType, 
 // exists says whether the registry holds the manifest ref (by digest).
 func exists(ref name.Digest, want v1.Hash, opts []remote.Option) (bool, error) {
 	d, err := remote.Head(ref, opts...)
-	if isNotFound(err) {
+	if sign.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -599,7 +620,7 @@ func tag(t name.Tag, want v1.Hash, m remote.Taggable, opts []remote.Option) (boo
 	if err == nil && d.Digest == want {
 		return false, nil
 	}
-	if err != nil && !isNotFound(err) {
+	if err != nil && !sign.IsNotFound(err) {
 		return false, err
 	}
 	if err := remote.Tag(t, m, opts...); err != nil {
@@ -619,11 +640,6 @@ func referred(subject name.Digest, digest v1.Hash, opts []remote.Option) (bool, 
 		return false, err
 	}
 	return slices.ContainsFunc(m.Manifests, func(d v1.Descriptor) bool { return d.Digest == digest }), nil
-}
-
-func isNotFound(err error) bool {
-	var terr *transport.Error
-	return errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound
 }
 
 // readCharts reads every packaged chart in dir.

@@ -216,7 +216,9 @@ func parseStatement(raw []byte, digest v1.Hash) (statement, error) {
 	return st, fmt.Errorf("the in-toto statement's subject is not %s", digest)
 }
 
-func isNotFound(err error) bool {
+// IsNotFound says whether err is a registry's 404: nothing under that tag
+// or digest.
+func IsNotFound(err error) bool {
 	var terr *transport.Error
 	return errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound
 }

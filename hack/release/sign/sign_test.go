@@ -30,6 +30,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gridsync/gridsync/hack/images"
 	"github.com/gridsync/gridsync/hack/release/sign"
 )
 
@@ -93,7 +94,7 @@ func verifierOf(t *testing.T, k *ecdsa.PrivateKey) signature.Verifier {
 func provenance(ref name.Digest) []byte {
 	hex := strings.TrimPrefix(ref.DigestStr(), "sha256:")
 	return fmt.Appendf(nil, `{"_type":"https://in-toto.io/Statement/v1","subject":[{"name":"ghcr.io/gridsync/gridsync-agent","digest":{"sha256":%q}}],"predicateType":%q,"predicate":{"buildDefinition":{}}}`,
-		hex, sign.ProvenancePredicateType)
+		hex, images.ProvenancePredicateType)
 }
 
 // A signature and an attestation as cosign makes them: the .sig and .att
@@ -157,7 +158,7 @@ func TestSignAndAttestAsCosign(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, am.Layers, 1)
 	assert.Equal(t, sign.DSSEMediaType, am.Layers[0].MediaType)
-	assert.Equal(t, sign.ProvenancePredicateType, am.Layers[0].Annotations["predicateType"])
+	assert.Equal(t, images.ProvenancePredicateType, am.Layers[0].Annotations["predicateType"])
 	again, err = s.Attest(ref, statement, opts...)
 	require.NoError(t, err)
 	assert.True(t, again.Existed)
@@ -165,7 +166,7 @@ func TestSignAndAttestAsCosign(t *testing.T) {
 
 	v := verifierOf(t, key)
 	require.NoError(t, sign.VerifySignature(ref, v, opts...))
-	got, err := sign.VerifyAttestation(ref, v, sign.ProvenancePredicateType, opts...)
+	got, err := sign.VerifyAttestation(ref, v, images.ProvenancePredicateType, opts...)
 	require.NoError(t, err)
 	assert.JSONEq(t, string(statement), string(got))
 	_, err = sign.VerifyAttestation(ref, v, "https://slsa.dev/provenance/v0.2", opts...)
@@ -173,7 +174,7 @@ func TestSignAndAttestAsCosign(t *testing.T) {
 
 	other := verifierOf(t, newKey(t))
 	assert.ErrorContains(t, sign.VerifySignature(ref, other, opts...), "does not verify with the key")
-	_, err = sign.VerifyAttestation(ref, other, sign.ProvenancePredicateType, opts...)
+	_, err = sign.VerifyAttestation(ref, other, images.ProvenancePredicateType, opts...)
 	assert.ErrorContains(t, err, "does not verify with the key")
 
 	// Another key's signature is appended beside the first, as cosign
@@ -209,7 +210,7 @@ func TestVerifyRefusesWhatWasMadeForAnotherDigest(t *testing.T) {
 
 	err = sign.VerifySignature(other, v, opts...)
 	assert.ErrorContains(t, err, "no signature: sha256-")
-	_, err = sign.VerifyAttestation(other, v, sign.ProvenancePredicateType, opts...)
+	_, err = sign.VerifyAttestation(other, v, images.ProvenancePredicateType, opts...)
 	assert.ErrorContains(t, err, "no attestation: sha256-")
 
 	otherDigest, err := v1.NewHash(other.DigestStr())
@@ -225,7 +226,7 @@ func TestVerifyRefusesWhatWasMadeForAnotherDigest(t *testing.T) {
 	err = sign.VerifySignature(other, v, opts...)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "signed by the key for "+ref.DigestStr()+", not for "+other.DigestStr())
-	_, err = sign.VerifyAttestation(other, v, sign.ProvenancePredicateType, opts...)
+	_, err = sign.VerifyAttestation(other, v, images.ProvenancePredicateType, opts...)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "subject is not "+other.DigestStr())
 	require.NoError(t, sign.VerifySignature(ref, v, opts...), "the original still verifies")

@@ -19,11 +19,6 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature/payload"
 )
 
-// ProvenancePredicateType is the predicate type of the release's
-// provenance (SLSA v1), `cosign verify-attestation --type
-// slsaprovenance1`.
-const ProvenancePredicateType = "https://slsa.dev/provenance/v1"
-
 // Bounds on what is read from a registry, which is not trusted: the size
 // of a manifest (the OCI distribution spec has registries take 4 MiB), of
 // a signature's or attestation's layer, how many layers a .sig or .att
@@ -59,7 +54,7 @@ type attached struct {
 // attestation layers, within the bounds; nil when there is none.
 func readAttached(tag name.Tag, opts []remote.Option) (*attached, error) {
 	desc, err := remote.Get(tag, opts...)
-	if isNotFound(err) {
+	if IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
