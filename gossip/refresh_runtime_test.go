@@ -63,8 +63,12 @@ func TestARefreshSendsTheSitesRecordsInOneMessage(t *testing.T) {
 		require.InDelta(t, float64(version(a, siteKey)), float64(version(a, provKey)), float64(100*time.Millisecond))
 	}
 	require.Greater(t, version(a, siteKey), first)
-	// One member: one send per refresh (two when each record went on its
-	// own); a suspicion's notice on a loaded machine may add one.
-	require.InDelta(t, refreshes, a.counter("grid_swim_state_sends_total", "reliable")-sends, 1)
+	// One member: one send per refresh, where each record on its own
+	// would make two. A suspicion's notice or a resend after a failed
+	// send on a loaded machine adds one now and then: what is counted is
+	// fewer than two a refresh.
+	direct := a.counter("grid_swim_state_sends_total", "reliable") - sends
+	require.GreaterOrEqual(t, direct, float64(refreshes))
+	require.Less(t, direct, float64(2*refreshes))
 	require.Equal(t, gossiped, a.counter("grid_swim_state_sends_total", "gossip"), "a refresh is not gossiped")
 }
