@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,6 +34,7 @@ import (
 	"github.com/gridsync/gridsync/test/framework"
 	"github.com/gridsync/gridsync/test/testbin"
 	"github.com/gridsync/gridsync/test/testproc"
+	"github.com/gridsync/gridsync/trust/sitetrust"
 )
 
 // Two clusters: site A, whose agent holds the grid CA and issues its own
@@ -250,27 +250,34 @@ func (s *site) identity() string {
 	return ""
 }
 
-// probes sums an agent's grid_site_probes_total by whether the outcome is
-// the given one.
-func probes(t *testing.T, a *framework.Agent, outcome string) (matching, other float64) {
+// probes are an agent's grid_site_probes_total by outcome: what it
+// verified (TlsVerified) and what it refused (the trust failures, not the
+// timeouts and refused connections a loaded machine can cause).
+func probes(t *testing.T, a *framework.Agent) (verified, refused float64) {
 	_, body := testproc.Get(t, "http://"+a.Health+"/metrics")
 	for _, line := range strings.Split(body, "\n") {
-		rest, ok := strings.CutPrefix(line, "grid_site_probes_total{")
+		rest, ok := strings.CutPrefix(line, "grid_site_probes_total{outcome=")
 		if !ok {
 			continue
 		}
-		labels, value, _ := strings.Cut(rest, "} ")
+		quoted, value, _ := strings.Cut(rest, "} ")
+		outcome, err := strconv.Unquote(quoted)
+		if err != nil {
+			continue
+		}
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
 			continue
 		}
-		if labels == fmt.Sprintf("outcome=%q", outcome) {
-			matching += v
-		} else {
-			other += v
+		switch outcome {
+		case sitetrust.ReasonTLSVerified:
+			verified += v
+		case sitetrust.ReasonConnectTimeout, sitetrust.ReasonConnectionFailed, sitetrust.ReasonHandshakeTimeout:
+		default:
+			refused += v
 		}
 	}
-	return matching, other
+	return verified, refused
 }
 
 func newKey(t *testing.T) []byte {
