@@ -228,7 +228,14 @@ func startPrometheus(tb testing.TB, ctx context.Context, s *testgrid.Site, confi
 		"--web.listen-address="+prometheusAddr,
 		"--log.level=warn")
 	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = p.Stop(10 * time.Second) })
+	tb.Cleanup(func() {
+		// What Prometheus said, when a wait gave up (FailNow returns to
+		// no one) or an assertion failed.
+		if tb.Failed() {
+			tb.Logf("the end of Prometheus's log:\n%s", p.LogTail())
+		}
+		_ = p.Stop(10 * time.Second)
+	})
 	err = p.WaitUntil(ctx, 30*time.Second, func() bool {
 		resp, err := get(ctx, s, "/-/ready")
 		if err != nil {
