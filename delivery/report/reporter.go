@@ -272,7 +272,7 @@ func (r *Reporter) send(ctx context.Context, rep Report) error {
 		} else if h3Failed {
 			// HTTPS failed right after HTTP/3: the agent is unreachable,
 			// not QUIC. Back, it is reported to over HTTP/3 first.
-			r.fallback.Forget("")
+			r.fallback.Clear("")
 		}
 		r.reset(st.transport)
 	}

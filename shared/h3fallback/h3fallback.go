@@ -61,17 +61,10 @@ func (m *Memory) Failed(peer string, now time.Time) {
 	m.until[peer] = now.Add(m.For)
 }
 
-// Worked ends peer's fallback: HTTP/3 served it.
-func (m *Memory) Worked(peer string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.until, peer)
-}
-
-// Forget ends peer's fallback without HTTP/3 having served it: HTTPS
-// failed too, so the peer was unreachable rather than QUIC-less, and is
-// spoken to over HTTP/3 first again once it is back.
-func (m *Memory) Forget(peer string) {
+// Clear ends peer's fallback: HTTP/3 served it, or HTTPS failed too (the
+// peer was unreachable rather than QUIC-less, and is spoken to over
+// HTTP/3 first again once it is back).
+func (m *Memory) Clear(peer string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.until, peer)

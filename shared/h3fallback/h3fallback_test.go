@@ -22,7 +22,7 @@ func TestAPeerIsSpokenToOverHTTPSAloneForAWhileAfterQUICFailed(t *testing.T) {
 	assert.Equal(t, H3, m.First("a", now), "and is forgotten")
 
 	m.Failed("a", now)
-	m.Worked("a")
+	m.Clear("a")
 	assert.Equal(t, H3, m.First("a", now))
 }
 

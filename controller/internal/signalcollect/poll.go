@@ -371,7 +371,7 @@ func (p *Poller) exchange(parent context.Context, udp *quicSocket, site string, 
 	}
 	switch {
 	case served != nil && served.transport == h3fallback.H3:
-		p.fallback.Worked(site)
+		p.fallback.Clear(site)
 		if p.overHTTPS.Set(site, "") != "" {
 			p.c.Opts.Logger.Info("signals_poll_transport", "site", site, "transport", h3fallback.H3)
 		}
