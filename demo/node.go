@@ -34,11 +34,20 @@ func onANode(ctx context.Context, cp *controlplane.ControlPlane) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(work) }()
-	// Helm's registry logins and chart cache, the demo's own.
+	// Helm's registry logins and chart cache, the demo's own while this
+	// step runs (the folder goes with it).
 	for _, v := range []string{"HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"} {
+		was, set := os.LookupEnv(v)
 		if err := os.Setenv(v, filepath.Join(work, "helm", v)); err != nil {
 			return err
 		}
+		defer func() {
+			if set {
+				_ = os.Setenv(v, was)
+			} else {
+				_ = os.Unsetenv(v)
+			}
+		}()
 	}
 	rel, err := publishARelease(ctx, work)
 	if err != nil {

@@ -124,8 +124,9 @@ func (r *aRelease) image(name string) string {
 	return shippedUnder + "/" + name + "@" + r.pushed[string(publish.Image)+"/"+name].Digest
 }
 
-// makeTarget runs make target from the repository's root and returns
-// what it printed, which a failure's error holds.
+// makeTarget runs make target in the folder the demo runs in (make demo
+// runs it at the repository's root) and returns what it printed, which a
+// failure's error holds.
 func makeTarget(ctx context.Context, target string, vars ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", target}, vars...)...)
 	// Run from make demo, the outer make's jobserver is not this one's.

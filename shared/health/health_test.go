@@ -344,14 +344,14 @@ func TestASlowBodyHoldsNoConnection(t *testing.T) {
 	go func() { _ = health.Serve(ctx, ln, health.Handler(checks, nil), time.Second) }()
 	addr := ln.Addr().String()
 
-	// More requests than the server has places, each left open by its
-	// client with its body unfinished. They go one after another: sent
-	// together, a request the server has accepted but not yet read is
-	// what a newcomer past the cap may take the place of, by design, and
-	// the test would measure eviction instead. Held for its body, a
-	// connection would stay open past the read deadline here (the
-	// server's ReadTimeout is 10 s), and past the cap the newcomers would
-	// be refused.
+	// Requests left open by their clients with their bodies unfinished,
+	// as many as the server has places and more. They go one after
+	// another: sent together, a request the server has accepted but not
+	// yet read is what a newcomer past the cap may take the place of, by
+	// design, and the test would measure eviction instead. Each must be
+	// answered and closed by the server: held for its body, a connection
+	// stays open past the 5 s read deadline here (the server's
+	// ReadTimeout is 10 s).
 	conns := make([]net.Conn, 0, health.MaxConnections+20)
 	defer func() {
 		for _, c := range conns {

@@ -23,6 +23,10 @@ import (
 	"github.com/gridsync/gridsync/test/testnode"
 )
 
+// shippedUnder is where the release names its images (the Makefile's
+// IMAGE_REGISTRY), which the charts pin.
+const shippedUnder = "ghcr.io/gridsync"
+
 // What a user does: `make release && make publish` into a registry (signed
 // with the releaser's key), `make verify` with the public key, then
 // `helm install oci://…` of both charts on a node whose containerd pulls
@@ -32,13 +36,7 @@ import (
 // registry mirror is configured, and nothing of the release is loaded
 // into it beforehand. The agent publishes a network's overlay, the
 // sidecar delivers it, and every pod is Ready on the images pulled.
-// shippedUnder is where the release names its images (the Makefile's
-// IMAGE_REGISTRY), which the charts pin.
-const shippedUnder = "ghcr.io/gridsync"
-
 func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
 	dir := t.TempDir()
 	release := filepath.Join(dir, "release")
 	runMake(t, "release", "RELEASE_DIR="+release, "BIN_DIR="+filepath.Join(dir, "bin"))
@@ -63,6 +61,9 @@ func TestTheReleaseInstallsFromTheRegistryOnANode(t *testing.T) {
 
 	caPEM, err := os.ReadFile(ca)
 	require.NoError(t, err)
+	// The node's part bounded from here: the release before it is make's.
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
 	cp, err := controlplane.Start(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cp.Stop()) })

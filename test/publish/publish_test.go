@@ -24,6 +24,8 @@ import (
 
 	"github.com/gridsync/gridsync/hack/release/kube"
 	"github.com/gridsync/gridsync/hack/release/publish"
+	"github.com/gridsync/gridsync/test/controlplane"
+	"github.com/gridsync/gridsync/test/testnode"
 	"github.com/gridsync/gridsync/test/testregistry"
 )
 
@@ -212,33 +214,22 @@ func TestPublishPushesTheReleaseByDigest(t *testing.T) {
 	assert.Empty(t, cosign.trap.requests(), "cosign sent nothing off loopback")
 }
 
-// tool is the pinned tool `make tools` built into .tools/bin (or
-// $GRIDSYNC_TOOLS_BIN): its absence fails the test, so that a run without
-// it is not taken for a pass.
+// tool is the pinned tool `make tools` built: its absence fails the
+// test, so that a run without it is not taken for a pass.
 func tool(t *testing.T, toolName string) string {
 	t.Helper()
-	dir := os.Getenv("GRIDSYNC_TOOLS_BIN")
-	if dir == "" {
-		abs, err := filepath.Abs(root)
-		require.NoError(t, err)
-		dir = filepath.Join(abs, ".tools", "bin")
-	}
+	dir, err := controlplane.BinDir()
+	require.NoError(t, err)
 	p := filepath.Join(dir, toolName)
-	_, err := os.Stat(p)
-	require.NoError(t, err, "the pinned %s is not built: run `make tools` (or set GRIDSYNC_TOOLS_BIN)", toolName)
+	_, err = os.Stat(p)
+	require.NoError(t, err, "the pinned %s is not built: run `make tools` (or set %s)", toolName, controlplane.BinDirEnv)
 	return p
 }
 
-// pinnedHelm is $GRIDSYNC_HELM (the Makefile exports it), else the one
-// under .tools/helm.
+// pinnedHelm is the pinned helm, as the node tests find it.
 func pinnedHelm(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("GRIDSYNC_HELM"); p != "" {
-		return p
-	}
-	matches, _ := filepath.Glob(filepath.Join(root, ".tools", "helm", "*", "helm"))
-	require.NotEmpty(t, matches, "the pinned helm is not built: run `make tools`")
-	p, err := filepath.Abs(matches[len(matches)-1])
+	p, err := testnode.Helm()
 	require.NoError(t, err)
 	return p
 }
