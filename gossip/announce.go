@@ -57,7 +57,7 @@ func (r *Runtime) PublishSignals(network string, signals []sites.Signal) error {
 		return fmt.Errorf("%d signals: at most %d ride membership", len(signals), record.MaxSignals)
 	}
 	sg := slices.Clone(signals)
-	r.putOwn(record.Record{Network: network, Site: r.cfg.Site, Kind: record.KindSignals, Signals: sg}, false)
+	r.putOwn(record.Record{Network: network, Site: r.cfg.Site, Kind: record.KindSignals, Signals: sg})
 	return nil
 }
 
@@ -91,7 +91,7 @@ func (r *Runtime) announce(network string, l localState) {
 	}
 	provs := record.Record{Network: network, Site: r.cfg.Site, Kind: record.KindProviders, Providers: l.providers}
 	for _, rec := range []record.Record{site, provs} {
-		r.putOwn(rec, false)
+		r.putOwn(rec)
 	}
 }
 
@@ -121,7 +121,7 @@ func (r *Runtime) Forget(network string) {
 		return
 	}
 	for _, k := range record.Kinds {
-		r.putOwn(record.Record{Network: network, Site: r.cfg.Site, Kind: k, Deleted: true}, false)
+		r.putOwn(record.Record{Network: network, Site: r.cfg.Site, Kind: k, Deleted: true})
 	}
 }
 

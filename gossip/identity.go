@@ -97,21 +97,21 @@ func (r *Runtime) trustOf(network string) *record.NetworkTrust {
 }
 
 // putOwn signs, stores and sends one of this site's records when its
-// content changed, or always when again is set (a new signature: a
-// renewed certificate, a new grid ID, a record that must be signed again
-// before it is too old). In a network with a grid CA nothing of this site
-// is stored or sent until it has a certificate: an unsigned record would
-// be refused everywhere. In an open network it is signed with this
-// site's key, or goes unsigned without one.
-func (r *Runtime) putOwn(rec record.Record, again bool) {
-	if signed, ok := r.signOwn(rec, again); ok {
+// content changed. In a network with a grid CA nothing of this site is
+// stored or sent until it has a certificate: an unsigned record would be
+// refused everywhere. In an open network it is signed with this site's
+// key, or goes unsigned without one.
+func (r *Runtime) putOwn(rec record.Record) {
+	if signed, ok := r.signOwn(rec, false); ok {
 		r.send([]record.Record{signed}, true)
 	}
 }
 
 // signOwn is putOwn without the send: it returns the record as signed
 // and stored, false when nothing was (the same content, or no way to sign
-// it yet).
+// it yet). With again it signs the same content anew (a renewed
+// certificate, a new grid ID, a record that must be signed again before
+// it is too old).
 func (r *Runtime) signOwn(rec record.Record, again bool) (record.Record, bool) {
 	if cur, ok := r.store.Get(rec.Key()); ok && !again && sameContent(&cur, &rec) {
 		return record.Record{}, false

@@ -7,14 +7,14 @@
 #          minutes, most of it the delegated mounts' rolls and their quiet
 #          minute). Among the other packages it would start last (go test
 #          runs packages in order) and end the run alone. Beside it, one
-#          after the other in the second slot, the other suites on real
-#          nodes: the grid of two across the WAN lab, the monitoring on
-#          such a grid, the release installed from a registry, cert-manager
-#          (some four and a half minutes in all, mostly waiting on their
-#          nodes), then the attack suite (two minutes), which fills the
-#          lane to about the length of the others. Among the other
-#          packages each lengthened the run's longest path by about half
-#          its time.
+#          after the other in the second slot while the node tests hold
+#          the first, the other suites on real nodes (the grid of two
+#          across the WAN lab, the monitoring on such a grid, the release
+#          installed from a registry), cert-manager's two sites, and the
+#          attack suite: mostly waiting on their servers, some six minutes
+#          in all, which fill the lane to about the length of the others.
+#          Among the other packages each lengthened the run's longest path
+#          by about half its time.
 #   long   after the lint, multisite and the soak side by side: four and
 #          a half and two and a half minutes, mostly waiting (their sites
 #          converge, the soak's faults play out over fixed seconds). One
