@@ -160,12 +160,25 @@ func Build(s Spec, binDir, arch string, m Meta) (v1.Image, error) {
 // buildTime is SOURCE_DATE_EPOCH when set (the reproducible-builds
 // convention), else the Unix epoch.
 func buildTime() time.Time {
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return time.Unix(n, 0).UTC()
-		}
+	if t, set, err := SourceDateEpoch(); set && err == nil {
+		return t
 	}
 	return time.Unix(0, 0).UTC()
+}
+
+// SourceDateEpoch is $SOURCE_DATE_EPOCH, the time everything a release
+// builds is stamped with (make release sets the last commit's); set says
+// whether it is, and err that it is not a count of seconds.
+func SourceDateEpoch() (t time.Time, set bool, err error) {
+	s, set := os.LookupEnv("SOURCE_DATE_EPOCH")
+	if !set {
+		return time.Time{}, false, nil
+	}
+	sec, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || sec < 0 {
+		return time.Time{}, true, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a count of seconds", s)
+	}
+	return time.Unix(sec, 0).UTC(), true, nil
 }
 
 // file is one entry of a layer; a path ending in / is a folder.

@@ -9,22 +9,20 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strconv"
 	"time"
+
+	"github.com/gridsync/gridsync/hack/images"
 )
 
-// sourceDateEpoch is $SOURCE_DATE_EPOCH, the time every file of the
-// release is stamped with (make release sets it to the last commit's).
+// sourceDateEpoch is $SOURCE_DATE_EPOCH (images.SourceDateEpoch), which
+// the charts' files are stamped with: unset, the packages could not be
+// the same bytes twice, so it is required.
 func sourceDateEpoch() (time.Time, error) {
-	s, ok := os.LookupEnv("SOURCE_DATE_EPOCH")
-	if !ok {
+	t, set, err := images.SourceDateEpoch()
+	if !set {
 		return time.Time{}, errors.New("SOURCE_DATE_EPOCH is not set: the charts' files are stamped with it (make release sets the last commit's time)")
 	}
-	sec, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || sec < 0 {
-		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a count of seconds", s)
-	}
-	return time.Unix(sec, 0).UTC(), nil
+	return t, err
 }
 
 // reproducibleChart writes to dst the chart package helm package wrote to
